@@ -1,0 +1,83 @@
+// Package bus holds what every Sluice service needs to talk to Kafka: the
+// topic names and their settings, client construction that fails with a
+// clear, actionable message, and `topics ensure`.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Topic names. sluice.requests is the ledger's only input, keyed by provider
+// scope; decisions go to sluice.decisions; the ledger's state snapshots to
+// the compacted sluice.snapshots; analytics-only events (Dispatched,
+// Outcome) to sluice.telemetry.
+const (
+	TopicRequests  = "sluice.requests"
+	TopicDecisions = "sluice.decisions"
+	TopicSnapshots = "sluice.snapshots"
+	TopicTelemetry = "sluice.telemetry"
+)
+
+// AllTopics lists every Sluice topic.
+var AllTopics = []string{TopicRequests, TopicDecisions, TopicSnapshots, TopicTelemetry}
+
+// SplitBrokers turns "a:1,b:2" into a seed list.
+func SplitBrokers(s string) []string {
+	var out []string
+	for _, b := range strings.Split(s, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// NewClient creates a client and checks within timeout that the cluster
+// answers a metadata request, so that an unreachable broker is reported at
+// start, once and clearly, instead of as endless retries later.
+func NewClient(ctx context.Context, brokers []string, timeout time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
+	if len(brokers) == 0 {
+		return nil, errors.New("no Kafka brokers given (set --brokers or SLUICE_KAFKA_BROKERS)")
+	}
+	all := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client for %s: %w", strings.Join(brokers, ","), err)
+	}
+	if err := Ping(ctx, cl, timeout); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("kafka at %s unreachable: %w (start a local broker with `make up`, or point --brokers / SLUICE_KAFKA_BROKERS at a running one)", strings.Join(brokers, ","), err)
+	}
+	return cl, nil
+}
+
+// Ping issues one metadata request, bounded by timeout.
+func Ping(ctx context.Context, cl *kgo.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // no topics: just the brokers
+	var last error
+	for {
+		_, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return last
+			}
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// TopicSpec is the wanted shape of one topic.
+type TopicSpec struct {
+	Name       string
+	Partitions int32
+	// Replication is the replication factor; -1 lets the broker choose.
+	Replication int16
+	Configs     map[string]string
+}
+
+// TopicsConfig sizes Sluice's topics. Its zero value is not valid; use
+// DefaultTopics and override.
+type TopicsConfig struct {
+	// RequestPartitions is the number of provider-scope partitions of
+	// sluice.requests; decisions use the same count so a decision lands on
+	// the partition of its scope.
+	RequestPartitions int32
+	Replication       int16
+	// RetentionMs of the request, decision and telemetry logs. Replay needs
+	// the requests log back to the oldest snapshot it starts from.
+	RetentionMs int64
+}
+
+// DefaultTopics is a single-broker development sizing.
+func DefaultTopics() TopicsConfig {
+	return TopicsConfig{RequestPartitions: 8, Replication: 1, RetentionMs: 7 * 24 * 3600 * 1000}
+}
+
+// Specs returns the wanted topic specs for cfg.
+func (c TopicsConfig) Specs() []TopicSpec {
+	ret := strconv.FormatInt(c.RetentionMs, 10)
+	return []TopicSpec{
+		{Name: TopicRequests, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+			// The ledger's clock is the log's: the broker stamps each record.
+			"message.timestamp.type": "LogAppendTime",
+			"retention.ms":           ret,
+			"cleanup.policy":         "delete",
+		}},
+		{Name: TopicDecisions, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+			"message.timestamp.type": "LogAppendTime",
+			"retention.ms":           ret,
+			"cleanup.policy":         "delete",
+		}},
+		{Name: TopicSnapshots, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
+			// Only the newest snapshot per partition key matters.
+			"cleanup.policy": "compact",
+		}},
+		{Name: TopicTelemetry, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+			"retention.ms":   ret,
+			"cleanup.policy": "delete",
+		}},
+	}
+}
+
+// EnsureResult says what Ensure did to one topic.
+type EnsureResult struct {
+	Topic  string
+	Action string // "created" or "ok"
+}
+
+// MismatchError lists every way existing topics differ from their specs.
+type MismatchError struct{ Problems []string }
+
+func (e *MismatchError) Error() string {
+	return "existing topics differ from the wanted configuration (fix the topic or the config; Sluice never alters live topics):\n  " +
+		strings.Join(e.Problems, "\n  ")
+}
+
+// Ensure creates missing topics and checks existing ones against specs.
+// Running it again is a no-op; a mismatch (partition count, a config value)
+// is reported as a *MismatchError naming every difference.
+func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureResult, error) {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	var res []EnsureResult
+	var existing []TopicSpec
+	for _, s := range specs {
+		if d, ok := details[s.Name]; ok && d.Err == nil {
+			existing = append(existing, s)
+			continue
+		}
+		cfg := make(map[string]*string, len(s.Configs))
+		for k, v := range s.Configs {
+			cfg[k] = kadm.StringPtr(v)
+		}
+		cr, err := adm.CreateTopic(ctx, s.Partitions, s.Replication, cfg, s.Name)
+		if err == nil {
+			err = cr.Err
+		}
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			// Created a moment ago (by us or a peer) and not yet in the
+			// metadata we listed: check it like any existing topic.
+			existing = append(existing, s)
+			continue
+		}
+		if err != nil {
+			return res, fmt.Errorf("create topic %s: %w", s.Name, err)
+		}
+		res = append(res, EnsureResult{Topic: s.Name, Action: "created"})
+	}
+	if len(existing) == 0 {
+		return res, nil
+	}
+	var problems []string
+	// Metadata of a just-created topic can lag; wait until it shows.
+	for try := 0; try < 50; try++ {
+		missing := false
+		for _, s := range existing {
+			if d, ok := details[s.Name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				missing = true
+			}
+		}
+		if !missing {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+		if details, err = adm.ListTopics(ctx, names...); err != nil {
+			return res, fmt.Errorf("list topics: %w", err)
+		}
+	}
+	exNames := make([]string, len(existing))
+	for i, s := range existing {
+		exNames[i] = s.Name
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, exNames...)
+	if err != nil {
+		return res, fmt.Errorf("describe topic configs: %w", err)
+	}
+	for _, s := range existing {
+		if got := int32(len(details[s.Name].Partitions)); got != s.Partitions {
+			problems = append(problems, fmt.Sprintf("%s: has %d partitions, want %d", s.Name, got, s.Partitions))
+		}
+		rc, err := rcs.On(s.Name, nil)
+		if err != nil {
+			return res, fmt.Errorf("describe topic %s: %w", s.Name, err)
+		}
+		if rc.Err != nil {
+			return res, fmt.Errorf("describe topic %s: %w", s.Name, rc.Err)
+		}
+		have := map[string]string{}
+		for _, c := range rc.Configs {
+			if c.Value != nil {
+				have[c.Key] = *c.Value
+			}
+		}
+		keys := make([]string, 0, len(s.Configs))
+		for k := range s.Configs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if have[k] != s.Configs[k] {
+				problems = append(problems, fmt.Sprintf("%s: %s=%q, want %q", s.Name, k, have[k], s.Configs[k]))
+			}
+		}
+		res = append(res, EnsureResult{Topic: s.Name, Action: "ok"})
+	}
+	if len(problems) > 0 {
+		return res, &MismatchError{Problems: problems}
+	}
+	return res, nil
+}

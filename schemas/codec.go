@@ -1,0 +1,98 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// ErrInvalid is wrapped by every decoding error caused by the bytes
+// themselves (as opposed to a programming error).
+var ErrInvalid = errors.New("invalid event")
+
+// NewID returns a new time-ordered event id (UUIDv7).
+func NewID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		// NewV7 fails only if the OS random source fails; nothing sane to do.
+		panic(fmt.Sprintf("schemas: uuid: %v", err))
+	}
+	return id.String()
+}
+
+// New returns an envelope of type t with version, id and producer time set.
+func New(t Type, producedAtMs int64) *Event {
+	return &Event{V: Version, Type: t, ID: NewID(), ProducedAtMs: producedAtMs}
+}
+
+// Append encodes e and appends it to dst. The encoding is JSON (see
+// README.md for why and what it costs).
+func Append(dst []byte, e *Event) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return dst, err
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return dst, fmt.Errorf("encode %s event: %w", e.Type, err)
+	}
+	return append(dst, b...), nil
+}
+
+// Encode returns the encoding of e.
+func Encode(e *Event) ([]byte, error) { return Append(nil, e) }
+
+// Decode decodes b into e, which is reset first. Unknown fields are skipped
+// (forward compatibility); an event whose payload does not match its type,
+// or whose version is unknown, is rejected with an error wrapping ErrInvalid.
+// Decode never panics, whatever b holds.
+func Decode(b []byte, e *Event) error {
+	*e = Event{}
+	if err := json.Unmarshal(b, e); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return e.Validate()
+}
+
+// payload returns the number of payloads set and whether the one named by
+// e.Type is among them.
+func (e *Event) payload() (n int, match bool) {
+	check := func(set bool, t Type) {
+		if set {
+			n++
+			if t == e.Type {
+				match = true
+			}
+		}
+	}
+	check(e.ReserveRequested != nil, TypeReserveRequested)
+	check(e.Decision != nil, TypeDecision)
+	check(e.Dispatched != nil, TypeDispatched)
+	check(e.Reconciled != nil, TypeReconciled)
+	check(e.ProviderRejected != nil, TypeProviderRejected)
+	check(e.ProviderObserved != nil, TypeProviderObserved)
+	check(e.RetryRequested != nil, TypeRetryRequested)
+	check(e.Released != nil, TypeReleased)
+	check(e.Outcome != nil, TypeOutcome)
+	check(e.ConfigChanged != nil, TypeConfigChanged)
+	check(e.Tick != nil, TypeTick)
+	check(e.Snapshot != nil, TypeSnapshot)
+	return n, match
+}
+
+// Validate checks the envelope: a known version, an id, a known type and
+// exactly the payload that type names.
+func (e *Event) Validate() error {
+	if e.V < 1 {
+		return fmt.Errorf("%w: schema version %d (want ≥ 1)", ErrInvalid, e.V)
+	}
+	if e.ID == "" {
+		return fmt.Errorf("%w: %s event without id", ErrInvalid, e.Type)
+	}
+	n, match := e.payload()
+	if !match || n != 1 {
+		return fmt.Errorf("%w: %q event must carry exactly its own payload (has %d payloads)", ErrInvalid, e.Type, n)
+	}
+	return nil
+}

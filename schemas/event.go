@@ -1,0 +1,297 @@
+// Package schemas defines Sluice's versioned event types and their codec.
+//
+// Every fact Sluice knows travels as an Event on Kafka: the gateway's
+// requests, the ledger's decisions, usage reconciliation, provider feedback,
+// configuration and time itself (Tick). The ledger is a pure function of the
+// events on its partition, so these types are the contract that replay and
+// audit depend on: a field keeps its meaning forever (see README.md for the
+// versioning rule and the golden-file test that enforces it).
+package schemas
+
+// Version is the schema version written by this code. Readers accept any
+// version ≥ 1 and skip fields they do not know.
+const Version = 1
+
+// Type names an event type. The string values are part of the wire format.
+type Type string
+
+// Event types of schema v1 (DESIGN.md §4).
+const (
+	TypeReserveRequested Type = "ReserveRequested"
+	TypeDecision         Type = "Decision"
+	TypeDispatched       Type = "Dispatched"
+	TypeReconciled       Type = "Reconciled"
+	TypeProviderRejected Type = "ProviderRejected"
+	TypeProviderObserved Type = "ProviderObserved"
+	TypeRetryRequested   Type = "RetryRequested"
+	TypeReleased         Type = "Released"
+	TypeOutcome          Type = "Outcome"
+	TypeConfigChanged    Type = "ConfigChanged"
+	TypeTick             Type = "Tick"
+	TypeSnapshot         Type = "Snapshot"
+)
+
+// Types lists every event type of this schema version, in a stable order.
+var Types = []Type{
+	TypeReserveRequested, TypeDecision, TypeDispatched, TypeReconciled,
+	TypeProviderRejected, TypeProviderObserved, TypeRetryRequested,
+	TypeReleased, TypeOutcome, TypeConfigChanged, TypeTick, TypeSnapshot,
+}
+
+// Event is the envelope shared by all event types plus exactly one payload,
+// the one named by Type. The envelope carries what every consumer needs to
+// route, join and explain an event without decoding its payload.
+type Event struct {
+	V    int    `json:"v"`
+	Type Type   `json:"type"`
+	ID   string `json:"id"` // unique event id (UUIDv7); dedup key downstream
+	// ProducedAtMs is the producer's wall clock in unix milliseconds. It is
+	// informational only: the ledger's clock is the log append time.
+	ProducedAtMs int64 `json:"produced_at_ms"`
+
+	RequestID string `json:"request_id,omitempty"` // logical request
+	Attempt   int32  `json:"attempt,omitempty"`    // 1 for the first attempt
+	Node      string `json:"node,omitempty"`       // producing gateway or ledger node
+	Scope     string `json:"scope,omitempty"`      // provider scope (Kafka key of sluice.requests)
+	Tenant    string `json:"tenant,omitempty"`
+	KeyID     string `json:"key_id,omitempty"` // key id, never the key itself
+	Route     string `json:"route,omitempty"`  // model profile / route name
+	Class     string `json:"class,omitempty"`  // traffic class
+
+	ReserveRequested *ReserveRequested `json:"reserve_requested,omitempty"`
+	Decision         *Decision         `json:"decision,omitempty"`
+	Dispatched       *Dispatched       `json:"dispatched,omitempty"`
+	Reconciled       *Reconciled       `json:"reconciled,omitempty"`
+	ProviderRejected *ProviderRejected `json:"provider_rejected,omitempty"`
+	ProviderObserved *ProviderObserved `json:"provider_observed,omitempty"`
+	RetryRequested   *RetryRequested   `json:"retry_requested,omitempty"`
+	Released         *Released         `json:"released,omitempty"`
+	Outcome          *Outcome          `json:"outcome,omitempty"`
+	ConfigChanged    *ConfigChanged    `json:"config_changed,omitempty"`
+	Tick             *Tick             `json:"tick,omitempty"`
+	Snapshot         *Snapshot         `json:"snapshot,omitempty"`
+}
+
+// Dimension names a quota dimension (DESIGN.md §3).
+type Dimension string
+
+// Quota dimensions.
+const (
+	DimRequests       Dimension = "requests"
+	DimInputTokens    Dimension = "input_tokens"
+	DimOutputTokens   Dimension = "output_tokens"
+	DimTotalTokens    Dimension = "total_tokens"
+	DimConcurrency    Dimension = "concurrency"
+	DimRequestsPerDay Dimension = "requests_per_day"
+	DimSpend          Dimension = "spend"
+	DimRamp           Dimension = "ramp"
+)
+
+// Dimensions lists every dimension in a stable order.
+var Dimensions = []Dimension{
+	DimRequests, DimInputTokens, DimOutputTokens, DimTotalTokens,
+	DimConcurrency, DimRequestsPerDay, DimSpend, DimRamp,
+}
+
+// PathLevel is one level of the bucket hierarchy a request passes through.
+type PathLevel struct {
+	Level string `json:"level"` // org, tenant, team, key, profile, deployment
+	ID    string `json:"id"`
+}
+
+// ReserveRequested asks the ledger for capacity for one attempt of a request.
+type ReserveRequested struct {
+	// Path is the request's bucket path from the widest level to the
+	// narrowest; levels without configured buckets are skipped by the ledger.
+	Path []PathLevel `json:"path"`
+
+	InputTokens       int64 `json:"input_tokens"`        // estimated prompt tokens
+	CachedInputTokens int64 `json:"cached_input_tokens"` // estimated cache reads
+	OutputTokens      int64 `json:"output_tokens"`       // reserved completion tokens
+	SpendMicros       int64 `json:"spend_micros"`        // estimated cost, micro-units
+
+	Streaming bool  `json:"streaming,omitempty"`
+	Priority  int32 `json:"priority,omitempty"` // higher first within a class
+	// MaxWaitMs is how long the request may wait in a queue, counted from the
+	// log time of this event. 0 means the class default.
+	MaxWaitMs int64 `json:"max_wait_ms,omitempty"`
+	// DeadlineMs is the logical request's total deadline as log-relative
+	// milliseconds from its first attempt; retries are not granted past it.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
+	// MaxAttempts bounds the attempts of the logical request (retry budget).
+	MaxAttempts int32 `json:"max_attempts,omitempty"`
+
+	FallbackAllowed bool   `json:"fallback_allowed,omitempty"`
+	IdempotencyKey  string `json:"idempotency_key,omitempty"`
+	// EmergencyAdmitted marks a request the gateway admitted under its local
+	// emergency cap because the ledger did not answer in time.
+	EmergencyAdmitted bool `json:"emergency_admitted,omitempty"`
+}
+
+// Status is a reservation's state as decided by the ledger.
+type Status string
+
+// Reservation statuses. Each word has exactly this meaning everywhere.
+const (
+	StatusGranted    Status = "granted"
+	StatusQueued     Status = "queued"
+	StatusDenied     Status = "denied"
+	StatusExpired    Status = "expired"   // queued past its deadline, or granted and never reconciled
+	StatusCancelled  Status = "cancelled" // queued and withdrawn by the caller
+	StatusReleased   Status = "released"
+	StatusReconciled Status = "reconciled"
+	// StatusConflict: the same request id and attempt arrived with different
+	// content; nothing was reserved.
+	StatusConflict Status = "conflict"
+)
+
+// GatewayDecision is the normalised "who said no, and when" value carried by
+// every decision and every error (DESIGN.md §1).
+type GatewayDecision string
+
+// GatewayDecision values.
+const (
+	GDAdmitted                   GatewayDecision = "admitted"
+	GDQueued                     GatewayDecision = "queued"
+	GDQueuedThenAdmitted         GatewayDecision = "queued_then_admitted"
+	GDRejectedLocally            GatewayDecision = "rejected_locally"
+	GDQueuedThenExpired          GatewayDecision = "queued_then_expired"
+	GDAdmittedThenProviderReject GatewayDecision = "admitted_then_provider_rejected"
+	GDLedgerUnavailable          GatewayDecision = "ledger_unavailable"
+	GDEmergencyAdmitted          GatewayDecision = "emergency_admitted"
+	GDRejectedPolicy             GatewayDecision = "rejected_policy"
+)
+
+// Decision is the ledger's answer to a reservation (or a later change of it,
+// such as a queued request becoming granted or expiring).
+type Decision struct {
+	Status Status `json:"status"`
+	Reason string `json:"reason,omitempty"` // stable machine-readable code
+
+	// The limiting bucket, when capacity decided the outcome.
+	LimitPath      string    `json:"limit_path,omitempty"` // e.g. "tenant:acme/key:k1"
+	LimitDimension Dimension `json:"limit_dimension,omitempty"`
+	Needed         int64     `json:"needed,omitempty"`
+	Available      int64     `json:"available,omitempty"`
+
+	RetryAfterMs    int64           `json:"retry_after_ms,omitempty"`
+	Borrowed        bool            `json:"borrowed,omitempty"`
+	GatewayDecision GatewayDecision `json:"gateway_decision"`
+	FallbackAllowed bool            `json:"fallback_allowed,omitempty"`
+	// RetryClass classifies a refusal for the central retry policy:
+	// retryable_capacity, retryable_overload, non_retryable_policy,
+	// non_retryable_request, deadline_exceeded.
+	RetryClass string `json:"retry_class,omitempty"`
+
+	// Where the input that caused this decision sits in the log, so replay
+	// can line recorded decisions up with re-derived ones.
+	InputPartition int32 `json:"input_partition"`
+	InputOffset    int64 `json:"input_offset"`
+	LogTimeMs      int64 `json:"log_time_ms"`
+	// HoldTTLMs is how long a grant stays held without a reconcile before
+	// the ledger expires it as abandoned.
+	HoldTTLMs int64 `json:"hold_ttl_ms,omitempty"`
+}
+
+// Dispatched records that an attempt left for the provider.
+type Dispatched struct {
+	Provider   string `json:"provider"`
+	Deployment string `json:"deployment"`
+	Model      string `json:"model"` // upstream model name
+	QueueMs    int64  `json:"queue_ms"`
+	Fallback   bool   `json:"fallback,omitempty"`
+}
+
+// Reconciled replaces an attempt's estimate with its actual usage.
+type Reconciled struct {
+	InputTokens       int64 `json:"input_tokens"`
+	CachedInputTokens int64 `json:"cached_input_tokens"`
+	OutputTokens      int64 `json:"output_tokens"`
+	SpendMicros       int64 `json:"spend_micros"`
+	HTTPStatus        int32 `json:"http_status"`
+	FirstByteMs       int64 `json:"first_byte_ms"`
+	TotalMs           int64 `json:"total_ms"`
+	Streaming         bool  `json:"streaming,omitempty"`
+	// Partial is true when the usage was counted from an interrupted stream.
+	Partial bool `json:"partial,omitempty"`
+	// EstimatedInputTokens and EstimatedOutputTokens repeat the estimate so
+	// analytics can compute estimation error from this event alone.
+	EstimatedInputTokens  int64 `json:"estimated_input_tokens"`
+	EstimatedOutputTokens int64 `json:"estimated_output_tokens"`
+}
+
+// ProviderRejected reports a provider refusal (429, 503, quota exhausted).
+type ProviderRejected struct {
+	HTTPStatus        int32     `json:"http_status"`
+	Kind              string    `json:"kind"`              // rate_limited, overloaded, quota_exhausted, request_error
+	Limiter           Dimension `json:"limiter,omitempty"` // dimension if the provider said
+	RetryAfterMs      int64     `json:"retry_after_ms,omitempty"`
+	ProviderRequestID string    `json:"provider_request_id,omitempty"`
+	Deployment        string    `json:"deployment,omitempty"`
+	Message           string    `json:"message,omitempty"` // provider message, credentials scrubbed
+}
+
+// Observation is one dimension's state as a provider's headers reported it.
+type Observation struct {
+	Dimension Dimension `json:"dimension"`
+	Limit     int64     `json:"limit,omitempty"`
+	Remaining int64     `json:"remaining"`
+	ResetMs   int64     `json:"reset_ms,omitempty"` // time until reset/full, ms
+}
+
+// ProviderObserved carries remaining/reset levels from provider headers.
+type ProviderObserved struct {
+	Deployment   string        `json:"deployment,omitempty"`
+	Observations []Observation `json:"observations"`
+}
+
+// RetryRequested asks the ledger whether, and when, a failed attempt may be
+// retried; the ledger answers with a Decision for the next attempt.
+type RetryRequested struct {
+	PreviousAttempt int32  `json:"previous_attempt"`
+	Reason          string `json:"reason"` // the retry class of the failure
+	RetryAfterMs    int64  `json:"retry_after_ms,omitempty"`
+}
+
+// Released gives back a reservation without usage (or with partial usage).
+type Released struct {
+	Reason       string `json:"reason"` // client_disconnect, deadline, cancel, error
+	InputTokens  int64  `json:"input_tokens,omitempty"`
+	OutputTokens int64  `json:"output_tokens,omitempty"`
+}
+
+// Outcome is the final status of a logical request, for analytics.
+type Outcome struct {
+	Status          string          `json:"status"` // success, cancelled, timeout, failure
+	HTTPStatus      int32           `json:"http_status"`
+	Attempts        int32           `json:"attempts"`
+	QueueMs         int64           `json:"queue_ms"`
+	TotalMs         int64           `json:"total_ms"`
+	ErrorCode       string          `json:"error_code,omitempty"`
+	GatewayDecision GatewayDecision `json:"gateway_decision,omitempty"`
+	InputTokens     int64           `json:"input_tokens,omitempty"`
+	OutputTokens    int64           `json:"output_tokens,omitempty"`
+}
+
+// ConfigChanged installs a new configuration at this log position. Ledger
+// holds the ledger's own config document (ledger.Config as JSON) so that this
+// package stays independent of the ledger.
+type ConfigChanged struct {
+	ConfigVersion string `json:"config_version"`
+	Source        string `json:"source,omitempty"` // file path, calibration report, …
+	Ledger        []byte `json:"ledger"`           // JSON document, base64 on the wire
+}
+
+// Tick advances a partition's clock through the log while work is pending.
+type Tick struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Snapshot is a ledger partition's serialized state and the input offset it
+// reflects (all inputs before InputOffset are applied).
+type Snapshot struct {
+	Partition   int32  `json:"partition"`
+	InputOffset int64  `json:"input_offset"`
+	LogTimeMs   int64  `json:"log_time_ms"`
+	State       []byte `json:"state"`
+}
