@@ -1,0 +1,385 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+func TestRowFromRecordEveryType(t *testing.T) {
+	logTime := time.UnixMilli(1_700_000_000_123)
+	for _, typ := range schemas.Types {
+		e := sampleEvent(typ, 1_700_000_000_456)
+		b, err := schemas.Encode(e)
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		r, ok := RowFromRecord(b, RecordPos{Topic: "sluice.requests", Partition: 2, Offset: 41, LogTime: logTime})
+		if !ok || r.DecodeError != "" {
+			t.Fatalf("%s: not decoded: %s", typ, r.DecodeError)
+		}
+		if r.EventID != e.ID || r.Type != string(typ) || r.V != 1 || r.Payload != string(b) {
+			t.Errorf("%s: envelope %+v", typ, r)
+		}
+		if r.ProducedAt.Unix() != 1_700_000_000 || r.ProducedMs != 456 || r.LogTimeMs != 1_700_000_000_123 {
+			t.Errorf("%s: times %v %d %d", typ, r.ProducedAt, r.ProducedMs, r.LogTimeMs)
+		}
+		if r.Topic != "sluice.requests" || r.Partition != 2 || r.Offset != 41 {
+			t.Errorf("%s: position %s/%d/%d", typ, r.Topic, r.Partition, r.Offset)
+		}
+		if r.Tenant != "acme" || r.KeyID != "k1" || r.Scope != "openai:org1:gpt" || r.Attempt != 1 || r.Class != "interactive" {
+			t.Errorf("%s: envelope columns %+v", typ, r)
+		}
+		if got := len(r.values()); got != len(eventColumns) {
+			t.Fatalf("%d values for %d columns", got, len(eventColumns))
+		}
+	}
+}
+
+func TestRowFromRecordPayloadColumns(t *testing.T) {
+	row := func(typ schemas.Type) Row {
+		b, err := schemas.Encode(sampleEvent(typ, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := RowFromRecord(b, RecordPos{})
+		return r
+	}
+	if r := row(schemas.TypeDecision); r.Status != "denied" || r.GatewayDecision != "rejected_locally" ||
+		r.LimitDimension != "input_tokens" || r.LimitPath != "tenant:acme" || r.RetryAfterMs != 1500 || r.Borrowed != 1 || r.RetryClass != "retryable_capacity" {
+		t.Errorf("decision: %+v", r)
+	}
+	if r := row(schemas.TypeReserveRequested); r.EstInputTokens != 1000 || r.EstOutputTokens != 256 ||
+		r.EstCachedInputTokens != 100 || r.EstSpendMicros != 1234 || r.Streaming != 1 {
+		t.Errorf("reserve: %+v", r)
+	}
+	if r := row(schemas.TypeReconciled); r.InputTokens != 900 || r.OutputTokens != 210 || r.CachedInputTokens != 50 ||
+		r.EstInputTokens != 1000 || r.EstOutputTokens != 256 || r.HTTPStatus != 200 || r.FirstByteMs != 80 || r.TotalMs != 900 {
+		t.Errorf("reconciled: %+v", r)
+	}
+	if r := row(schemas.TypeProviderRejected); r.HTTPStatus != 429 || r.Reason != "rate_limited" || r.LimitDimension != "requests" || r.RetryAfterMs != 2000 {
+		t.Errorf("provider rejected: %+v", r)
+	}
+	if r := row(schemas.TypeDispatched); r.Provider != "openai" || r.Model != "gpt-4o" || r.QueueMs != 12 {
+		t.Errorf("dispatched: %+v", r)
+	}
+	if r := row(schemas.TypeOutcome); r.Status != "success" || r.Attempts != 2 || r.GatewayDecision != "queued_then_admitted" || r.TotalMs != 1200 {
+		t.Errorf("outcome: %+v", r)
+	}
+}
+
+func TestRowFromRecordInvalid(t *testing.T) {
+	logTime := time.UnixMilli(1_700_000_000_999)
+	for _, value := range [][]byte{nil, []byte("garbage"), []byte(`{"v":1,"type":"Decision","id":"x","tenant":"acme"}`), {0xff, 0x00}} {
+		r, ok := RowFromRecord(value, RecordPos{Topic: "t", Partition: 3, Offset: 9, LogTime: logTime})
+		if ok || r.Type != TypeInvalid || r.DecodeError == "" || r.Payload != string(value) {
+			t.Errorf("%q: %+v", value, r)
+		}
+		if r.EventID != "invalid:t:3:9" {
+			t.Errorf("%q: id %q", value, r.EventID)
+		}
+		if r.ProducedAt.Unix() != 1_700_000_000 || r.ProducedMs != 999 {
+			t.Errorf("%q: invalid rows are partitioned by log time, got %v", value, r.ProducedAt)
+		}
+	}
+	r, _ := RowFromRecord([]byte(`{"v":1,"type":"Decision","id":"x","tenant":"acme"}`), RecordPos{})
+	if r.Tenant != "acme" || r.V != 1 {
+		t.Errorf("salvaged envelope: %+v", r)
+	}
+}
+
+func TestSplitMsClamps(t *testing.T) {
+	if ts, ms := splitMs(-5); ts.Unix() != 0 || ms != 0 {
+		t.Errorf("negative: %v %d", ts, ms)
+	}
+	if ts, _ := splitMs(1 << 62); ts.Unix() != maxDateTimeSec {
+		t.Errorf("far future: %v", ts)
+	}
+}
+
+func TestMigrationsEmbedded(t *testing.T) {
+	ms, err := Migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) == 0 || ms[0].Version != 1 || ms[0].Name != "events" {
+		t.Fatalf("migrations: %+v", ms)
+	}
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Version <= ms[i-1].Version {
+			t.Fatalf("not ordered: %d after %d", ms[i].Version, ms[i-1].Version)
+		}
+	}
+	stmts := ms[0].Statements("sluice_x")
+	if len(stmts) != 1 || !strings.HasPrefix(stmts[0], "CREATE TABLE IF NOT EXISTS `sluice_x`.events") ||
+		strings.Contains(stmts[0], "{db}") || strings.HasSuffix(stmts[0], ";") {
+		t.Fatalf("statements: %q", stmts)
+	}
+	// Every inserted column exists in the table definition.
+	for _, c := range eventColumns {
+		if !strings.Contains(stmts[0], "\n    "+strings.Trim(c, "`")+" ") {
+			t.Errorf("column %s not in migration 001", c)
+		}
+	}
+	// SQL that 18.16 cannot run must not creep in.
+	for _, bad := range []string{"DateTime64", "LowCardinality", "Map(", "TTL", "CODEC", "JSONExtract", "Nullable"} {
+		for _, m := range ms {
+			for _, s := range m.Statements("db") {
+				if strings.Contains(s, bad) {
+					t.Errorf("migration %d uses %s, unsupported on ClickHouse 18.16", m.Version, bad)
+				}
+			}
+		}
+	}
+}
+
+func TestLoadMigrationsRejectsBadFiles(t *testing.T) {
+	cases := map[string]fstest.MapFS{
+		"bad name":  {"m/1.sql": {Data: []byte("x")}},
+		"duplicate": {"m/001_a.sql": {Data: []byte("x")}, "m/0001_b.sql": {Data: []byte("y")}},
+		"zero":      {"m/000_a.sql": {Data: []byte("x")}},
+	}
+	for name, fsys := range cases {
+		if _, err := loadMigrations(fsys, "m"); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	ms, err := loadMigrations(fstest.MapFS{
+		"m/010_b.sql": {Data: []byte("-- c\nCREATE TABLE {db}.b (x UInt8) ENGINE = Memory;\nCREATE TABLE {db}.c (x UInt8)\nENGINE = Memory;\n")},
+		"m/002_a.sql": {Data: []byte("SELECT 1")},
+	}, "m")
+	if err != nil || len(ms) != 2 || ms[0].Version != 2 || ms[1].Version != 10 {
+		t.Fatalf("%v %+v", err, ms)
+	}
+	if st := ms[1].Statements("d"); len(st) != 2 || st[1] != "CREATE TABLE `d`.c (x UInt8)\nENGINE = Memory" {
+		t.Fatalf("statements %q", st)
+	}
+}
+
+func TestValidDatabase(t *testing.T) {
+	for _, ok := range []string{"sluice", "sluice_test_ab12", "_x"} {
+		if ValidDatabase(ok) != nil {
+			t.Errorf("%q rejected", ok)
+		}
+	}
+	for _, bad := range []string{"", "1x", "a-b", "a`b", "a.b", "x; DROP"} {
+		if ValidDatabase(bad) == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestSinkConfigDefaults(t *testing.T) {
+	c, err := SinkConfig{Brokers: []string{"b"}, Topics: []string{"t"}, ClickHouseAddr: "c"}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Group != DefaultSinkGroup || c.Database != DefaultDatabase || c.BatchSize != DefaultBatchSize || c.FlushInterval != DefaultFlushInterval || c.Registerer == nil {
+		t.Fatalf("%+v", c)
+	}
+	_, err = SinkConfig{Database: "bad-name"}.withDefaults()
+	if err == nil || !strings.Contains(err.Error(), "brokers") || !strings.Contains(err.Error(), "topics") ||
+		!strings.Contains(err.Error(), "ClickHouse") || !strings.Contains(err.Error(), "bad-name") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestNewSinkMetricsTwiceSharesCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a, err := NewSinkMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewSinkMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.RowsInserted.Add(3)
+	if a.RowsInserted != b.RowsInserted {
+		t.Fatal("second registration did not reuse the counter")
+	}
+}
+
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func TestRunSinkUnreachableNamesBoth(t *testing.T) {
+	ch, kafka := closedAddr(t), closedAddr(t)
+	err := RunSink(context.Background(), SinkConfig{
+		Brokers: []string{kafka}, Topics: []string{"t"}, ClickHouseAddr: ch, Registerer: prometheus.NewRegistry(),
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("want ErrUnreachable, got %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"clickhouse at " + ch, "kafka at " + kafka, "make up", "--clickhouse", "--brokers"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error is not one line: %q", msg)
+	}
+}
+
+// fakeInserter fails the first failures calls.
+type fakeInserter struct {
+	mu       sync.Mutex
+	failures int
+	calls    int
+	rows     int
+}
+
+func (f *fakeInserter) insert(_ context.Context, rows []pending) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.failures {
+		return errors.New("table gone")
+	}
+	f.rows += len(rows)
+	return nil
+}
+
+type fakeCommits struct{ recs []*kgo.Record }
+
+func (c *fakeCommits) commit(_ context.Context, rs ...*kgo.Record) error {
+	c.recs = append(c.recs, rs...)
+	return nil
+}
+
+func testSink(t *testing.T, ins inserter, ctx context.Context) (*sink, *fakeCommits) {
+	t.Helper()
+	oldMin, oldMax := insertRetryMin, insertRetryMax
+	insertRetryMin, insertRetryMax = time.Millisecond, 4*time.Millisecond
+	t.Cleanup(func() { insertRetryMin, insertRetryMax = oldMin, oldMax })
+	m, err := NewSinkMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &fakeCommits{}
+	s := &sink{
+		cfg: SinkConfig{FlushInterval: time.Second}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ins: ins, commit: fc.commit, m: m, ctx: ctx, batchSize: 10,
+	}
+	return s, fc
+}
+
+func addRecords(t *testing.T, s *sink, topic string, partition int32, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		b, err := schemas.Encode(sampleEvent(schemas.TypeTick, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.addLocked(&kgo.Record{Topic: topic, Partition: partition, Offset: int64(i), Value: b})
+	}
+}
+
+func TestFlushRetriesThenCommits(t *testing.T) {
+	ins := &fakeInserter{failures: 3}
+	s, fc := testSink(t, ins, context.Background())
+	addRecords(t, s, "a", 0, 4)
+	s.addLocked(&kgo.Record{Topic: "a", Partition: 1, Value: []byte("junk")})
+	if err := s.flushLocked(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if ins.calls != 4 || ins.rows != 5 || len(fc.recs) != 5 || len(s.buf) != 0 {
+		t.Fatalf("calls %d rows %d commits %d buf %d", ins.calls, ins.rows, len(fc.recs), len(s.buf))
+	}
+}
+
+func TestFlushNeverCommitsFailedInsert(t *testing.T) {
+	ins := &fakeInserter{failures: 1 << 30}
+	ctx, cancel := context.WithCancel(context.Background())
+	s, fc := testSink(t, ins, ctx)
+	addRecords(t, s, "a", 0, 3)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		cancel()
+	}()
+	if err := s.flushLocked(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	if len(fc.recs) != 0 || ins.calls < 2 {
+		t.Fatalf("commits %d after %d failed inserts", len(fc.recs), ins.calls)
+	}
+	if len(s.buf) != 3 {
+		t.Fatalf("buffer %d, want the 3 uncommitted records kept", len(s.buf))
+	}
+}
+
+func TestRevokeFlushesAndCommits(t *testing.T) {
+	ins := &fakeInserter{}
+	s, fc := testSink(t, ins, context.Background())
+	addRecords(t, s, "a", 0, 2)
+	addRecords(t, s, "a", 1, 2)
+	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
+	if len(fc.recs) != 4 || len(s.buf) != 0 {
+		t.Fatalf("commits %d buf %d", len(fc.recs), len(s.buf))
+	}
+}
+
+func TestRevokeWithFailingInsertDropsOnlyRevoked(t *testing.T) {
+	ins := &fakeInserter{failures: 1 << 30}
+	s, fc := testSink(t, ins, context.Background())
+	addRecords(t, s, "a", 0, 2)
+	addRecords(t, s, "a", 1, 3)
+	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
+	if len(fc.recs) != 0 {
+		t.Fatalf("committed %d records although inserts failed", len(fc.recs))
+	}
+	if ins.calls != revokeAttempts {
+		t.Fatalf("%d insert attempts, want %d", ins.calls, revokeAttempts)
+	}
+	if len(s.buf) != 3 {
+		t.Fatalf("buffer %d, want partition 1's 3 records", len(s.buf))
+	}
+	for _, p := range s.buf {
+		if p.rec.Partition != 1 {
+			t.Fatalf("kept a revoked record: %+v", p.rec)
+		}
+	}
+}
+
+func TestRevokeWhileClosingDoesNothing(t *testing.T) {
+	ins := &fakeInserter{}
+	s, fc := testSink(t, ins, context.Background())
+	addRecords(t, s, "a", 0, 2)
+	s.closing.Store(true)
+	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
+	if ins.calls != 0 || len(fc.recs) != 0 {
+		t.Fatalf("inserted %d / committed %d while closing", ins.calls, len(fc.recs))
+	}
+}
+
+func TestLostDropsWithoutCommit(t *testing.T) {
+	ins := &fakeInserter{}
+	s, fc := testSink(t, ins, context.Background())
+	addRecords(t, s, "a", 0, 2)
+	addRecords(t, s, "b", 0, 1)
+	s.onLost(context.Background(), nil, map[string][]int32{"a": {0}})
+	if ins.calls != 0 || len(fc.recs) != 0 || len(s.buf) != 1 || s.buf[0].rec.Topic != "b" {
+		t.Fatalf("calls %d commits %d buf %d", ins.calls, len(fc.recs), len(s.buf))
+	}
+}

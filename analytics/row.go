@@ -1,0 +1,226 @@
+package analytics
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// TypeInvalid is the events.type of a Kafka record that schemas.Decode
+// rejected. Its payload column holds the raw record value and decode_error
+// the reason; its event_id is derived from the record's position
+// ("invalid:<topic>:<partition>:<offset>") so redelivery still collapses.
+const TypeInvalid = "invalid"
+
+// eventColumns is the explicit column list of every insert into events, in
+// the order Row.values returns them. inserted_at is left to its DEFAULT.
+var eventColumns = []string{
+	"event_id", "type", "v", "produced_at", "produced_ms", "log_time_ms",
+	"topic", "`partition`", "`offset`",
+	"request_id", "attempt", "node", "scope", "tenant", "key_id", "route", "class",
+	"status", "reason", "gateway_decision", "limit_path", "limit_dimension", "retry_class",
+	"retry_after_ms", "http_status", "provider", "deployment", "model",
+	"est_input_tokens", "est_output_tokens", "est_cached_input_tokens", "est_spend_micros",
+	"input_tokens", "output_tokens", "cached_input_tokens", "spend_micros",
+	"queue_ms", "first_byte_ms", "total_ms", "attempts", "streaming", "borrowed",
+	"payload", "decode_error",
+}
+
+// insertEventsSQL returns the batch insert statement for database.events.
+func insertEventsSQL(database string) string {
+	return "INSERT INTO " + quoteIdent(database) + ".events (" + strings.Join(eventColumns, ", ") + ")"
+}
+
+// Row is one events row. Numeric fields not meaningful for an event type are
+// zero and string fields empty (no Nullable: it costs on 18.16 and the
+// zero value is unambiguous for these columns).
+type Row struct {
+	EventID    string
+	Type       string
+	V          uint16
+	ProducedAt time.Time // second precision
+	ProducedMs uint16    // millisecond part of the producer time
+	LogTimeMs  uint64    // Kafka record timestamp (LogAppendTime on Sluice topics)
+	Topic      string
+	Partition  uint32
+	Offset     uint64
+
+	RequestID, Node, Scope, Tenant, KeyID, Route, Class string
+	Attempt                                             int32
+
+	Status, Reason, GatewayDecision, LimitPath, LimitDimension, RetryClass string
+	RetryAfterMs                                                           int64
+	HTTPStatus                                                             int32
+	Provider, Deployment, Model                                            string
+
+	EstInputTokens, EstOutputTokens, EstCachedInputTokens, EstSpendMicros int64
+	InputTokens, OutputTokens, CachedInputTokens, SpendMicros             int64
+	QueueMs, FirstByteMs, TotalMs                                         int64
+	Attempts                                                              int32
+	Streaming, Borrowed                                                   uint8
+
+	Payload     string // the record value as received (the encoded event)
+	DecodeError string // why the record is invalid; empty for valid events
+}
+
+func (r *Row) values() []any {
+	return []any{
+		r.EventID, r.Type, r.V, r.ProducedAt, r.ProducedMs, r.LogTimeMs,
+		r.Topic, r.Partition, r.Offset,
+		r.RequestID, r.Attempt, r.Node, r.Scope, r.Tenant, r.KeyID, r.Route, r.Class,
+		r.Status, r.Reason, r.GatewayDecision, r.LimitPath, r.LimitDimension, r.RetryClass,
+		r.RetryAfterMs, r.HTTPStatus, r.Provider, r.Deployment, r.Model,
+		r.EstInputTokens, r.EstOutputTokens, r.EstCachedInputTokens, r.EstSpendMicros,
+		r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.SpendMicros,
+		r.QueueMs, r.FirstByteMs, r.TotalMs, r.Attempts, r.Streaming, r.Borrowed,
+		r.Payload, r.DecodeError,
+	}
+}
+
+// RecordPos is where a Kafka record sits and when the log stamped it.
+type RecordPos struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	LogTime   time.Time
+}
+
+// maxDateTimeSec is the largest second a ClickHouse DateTime (UInt32) holds.
+const maxDateTimeSec = math.MaxUint32
+
+// splitMs turns unix milliseconds into a DateTime-safe second and a
+// millisecond part, clamping to DateTime's range [1970, 2106].
+func splitMs(ms int64) (time.Time, uint16) {
+	if ms < 0 {
+		ms = 0
+	}
+	if ms/1000 > maxDateTimeSec {
+		ms = maxDateTimeSec * 1000
+	}
+	return time.Unix(ms/1000, 0).UTC(), uint16(ms % 1000)
+}
+
+func b2u(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// RowFromRecord maps one Kafka record value to its events row. It never
+// fails: a value schemas.Decode rejects becomes a TypeInvalid row, and
+// the second result is false.
+func RowFromRecord(value []byte, pos RecordPos) (Row, bool) {
+	var e schemas.Event
+	logMs := pos.LogTime.UnixMilli()
+	if pos.LogTime.IsZero() {
+		logMs = 0
+	}
+	r := Row{
+		Topic:   pos.Topic,
+		Offset:  uint64(max(pos.Offset, 0)),
+		Payload: string(value),
+	}
+	if logMs > 0 {
+		r.LogTimeMs = uint64(logMs)
+	}
+	if pos.Partition > 0 {
+		r.Partition = uint32(pos.Partition)
+	}
+	if err := schemas.Decode(value, &e); err != nil {
+		r.Type = TypeInvalid
+		r.EventID = "invalid:" + pos.Topic + ":" + strconv.Itoa(int(pos.Partition)) + ":" + strconv.FormatInt(pos.Offset, 10)
+		r.DecodeError = err.Error()
+		// Partition invalid rows by log time: the producer time, if any, is
+		// not to be trusted.
+		r.ProducedAt, r.ProducedMs = splitMs(logMs)
+		// Keep whatever envelope survived, to help find the producer.
+		var env struct {
+			V         int    `json:"v"`
+			RequestID string `json:"request_id"`
+			Node      string `json:"node"`
+			Scope     string `json:"scope"`
+			Tenant    string `json:"tenant"`
+			KeyID     string `json:"key_id"`
+			Route     string `json:"route"`
+			Class     string `json:"class"`
+		}
+		if json.Unmarshal(value, &env) == nil {
+			r.V = clampU16(env.V)
+			r.RequestID, r.Node, r.Scope, r.Tenant = env.RequestID, env.Node, env.Scope, env.Tenant
+			r.KeyID, r.Route, r.Class = env.KeyID, env.Route, env.Class
+		}
+		return r, false
+	}
+	fillEvent(&r, &e)
+	return r, true
+}
+
+func clampU16(v int) uint16 {
+	switch {
+	case v < 0:
+		return 0
+	case v > math.MaxUint16:
+		return math.MaxUint16
+	}
+	return uint16(v)
+}
+
+// fillEvent sets the envelope and the extracted payload columns.
+func fillEvent(r *Row, e *schemas.Event) {
+	r.EventID = e.ID
+	r.Type = string(e.Type)
+	r.V = clampU16(e.V)
+	r.ProducedAt, r.ProducedMs = splitMs(e.ProducedAtMs)
+	r.RequestID, r.Attempt, r.Node, r.Scope = e.RequestID, e.Attempt, e.Node, e.Scope
+	r.Tenant, r.KeyID, r.Route, r.Class = e.Tenant, e.KeyID, e.Route, e.Class
+
+	switch {
+	case e.ReserveRequested != nil:
+		p := e.ReserveRequested
+		r.EstInputTokens, r.EstOutputTokens = p.InputTokens, p.OutputTokens
+		r.EstCachedInputTokens, r.EstSpendMicros = p.CachedInputTokens, p.SpendMicros
+		r.Streaming = b2u(p.Streaming)
+	case e.Decision != nil:
+		p := e.Decision
+		r.Status, r.Reason, r.GatewayDecision = string(p.Status), p.Reason, string(p.GatewayDecision)
+		r.LimitPath, r.LimitDimension, r.RetryClass = p.LimitPath, string(p.LimitDimension), p.RetryClass
+		r.RetryAfterMs, r.Borrowed = p.RetryAfterMs, b2u(p.Borrowed)
+	case e.Dispatched != nil:
+		p := e.Dispatched
+		r.Provider, r.Deployment, r.Model, r.QueueMs = p.Provider, p.Deployment, p.Model, p.QueueMs
+	case e.Reconciled != nil:
+		p := e.Reconciled
+		r.InputTokens, r.OutputTokens = p.InputTokens, p.OutputTokens
+		r.CachedInputTokens, r.SpendMicros = p.CachedInputTokens, p.SpendMicros
+		r.EstInputTokens, r.EstOutputTokens = p.EstimatedInputTokens, p.EstimatedOutputTokens
+		r.HTTPStatus, r.FirstByteMs, r.TotalMs = p.HTTPStatus, p.FirstByteMs, p.TotalMs
+		r.Streaming = b2u(p.Streaming)
+	case e.ProviderRejected != nil:
+		p := e.ProviderRejected
+		r.HTTPStatus, r.Reason, r.LimitDimension = p.HTTPStatus, p.Kind, string(p.Limiter)
+		r.RetryAfterMs, r.Deployment = p.RetryAfterMs, p.Deployment
+	case e.ProviderObserved != nil:
+		r.Deployment = e.ProviderObserved.Deployment
+	case e.RetryRequested != nil:
+		p := e.RetryRequested
+		r.Reason, r.RetryAfterMs = p.Reason, p.RetryAfterMs
+	case e.Released != nil:
+		p := e.Released
+		r.Reason, r.InputTokens, r.OutputTokens = p.Reason, p.InputTokens, p.OutputTokens
+	case e.Outcome != nil:
+		p := e.Outcome
+		r.Status, r.HTTPStatus, r.Attempts = p.Status, p.HTTPStatus, p.Attempts
+		r.QueueMs, r.TotalMs, r.Reason = p.QueueMs, p.TotalMs, p.ErrorCode
+		r.GatewayDecision = string(p.GatewayDecision)
+		r.InputTokens, r.OutputTokens = p.InputTokens, p.OutputTokens
+	case e.Tick != nil:
+		r.Reason = e.Tick.Reason
+	}
+	// ConfigChanged and Snapshot have nothing worth a column; the payload
+	// has it all.
+}

@@ -1,0 +1,474 @@
+package analytics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Sink defaults.
+const (
+	DefaultSinkGroup     = "sluice-sink"
+	DefaultBatchSize     = 1000
+	DefaultFlushInterval = time.Second
+)
+
+// Insert retry and timing knobs. Variables so tests can shorten them.
+var (
+	insertRetryMin   = 100 * time.Millisecond
+	insertRetryMax   = 10 * time.Second
+	insertTimeout    = 30 * time.Second
+	revokeAttempts   = 3 // inserts tried in OnPartitionsRevoked before giving the records up
+	kafkaPingTimeout = 5 * time.Second
+)
+
+// SinkConfig configures RunSink.
+type SinkConfig struct {
+	Brokers        []string      // Kafka seed brokers (host:port)
+	Topics         []string      // topics to sink; required
+	Group          string        // consumer group; default DefaultSinkGroup
+	ClickHouseAddr string        // native protocol host:port
+	Database       string        // default DefaultDatabase; created and migrated by RunSink
+	BatchSize      int           // rows per insert at most; default DefaultBatchSize
+	FlushInterval  time.Duration // longest a polled record waits for its insert; default DefaultFlushInterval
+
+	// Registerer receives the sink's Prometheus counters; nil means
+	// prometheus.DefaultRegisterer. Registering twice on one registry (two
+	// sinks in one process) shares the counters.
+	Registerer prometheus.Registerer
+}
+
+func (c SinkConfig) withDefaults() (SinkConfig, error) {
+	if c.Group == "" {
+		c.Group = DefaultSinkGroup
+	}
+	if c.Database == "" {
+		c.Database = DefaultDatabase
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.DefaultRegisterer
+	}
+	var errs []string
+	if len(c.Brokers) == 0 {
+		errs = append(errs, "no Kafka brokers (set --brokers)")
+	}
+	if len(c.Topics) == 0 {
+		errs = append(errs, "no topics to consume")
+	}
+	if c.ClickHouseAddr == "" {
+		errs = append(errs, "no ClickHouse address (set --clickhouse)")
+	}
+	if err := ValidDatabase(c.Database); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("sink config: %s", strings.Join(errs, "; "))
+	}
+	return c, nil
+}
+
+// SinkMetrics are the sink's Prometheus counters.
+type SinkMetrics struct {
+	RowsInserted   prometheus.Counter // rows ClickHouse accepted (duplicates included)
+	Batches        prometheus.Counter // batches ClickHouse accepted
+	InsertErrors   prometheus.Counter // failed insert attempts (each retry counts)
+	InvalidRecords prometheus.Counter // records schemas.Decode rejected (stored as type 'invalid')
+	CommitErrors   prometheus.Counter // offset commits that failed after a successful insert
+}
+
+// NewSinkMetrics creates the counters and registers them on reg (nil means
+// the default registerer). Counters already registered there are reused.
+func NewSinkMetrics(reg prometheus.Registerer) (*SinkMetrics, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	counter := func(name, help string) (prometheus.Counter, error) {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "sluice", Subsystem: "sink", Name: name, Help: help})
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if existing, ok := are.ExistingCollector.(prometheus.Counter); ok {
+					return existing, nil
+				}
+			}
+			return nil, fmt.Errorf("register sluice_sink_%s: %w", name, err)
+		}
+		return c, nil
+	}
+	var m SinkMetrics
+	var err error
+	for _, c := range []struct {
+		dst        *prometheus.Counter
+		name, help string
+	}{
+		{&m.RowsInserted, "rows_inserted_total", "Rows inserted into ClickHouse events (redelivered duplicates included)."},
+		{&m.Batches, "batches_inserted_total", "Batches ClickHouse accepted."},
+		{&m.InsertErrors, "insert_errors_total", "Failed ClickHouse insert attempts; offsets stay uncommitted."},
+		{&m.InvalidRecords, "invalid_records_total", "Kafka records that did not decode as events; stored with type 'invalid'."},
+		{&m.CommitErrors, "commit_errors_total", "Offset commits that failed after ClickHouse accepted the batch (rows will be re-read and deduplicated)."},
+	} {
+		if *c.dst, err = counter(c.name, c.help); err != nil {
+			return nil, err
+		}
+	}
+	return &m, nil
+}
+
+// RunSink consumes cfg.Topics as consumer group cfg.Group (read_committed)
+// and writes every record to cfg.Database.events on ClickHouse, creating and
+// migrating the database first. It returns nil when ctx ends, or an error
+// if it cannot start (an unreachable ClickHouse or Kafka is reported in one
+// line naming the address and the fix).
+//
+// Delivery: offsets are committed only after ClickHouse accepted the batch
+// holding the records, so a crash or a failing insert means redelivery,
+// never loss; redelivered rows collapse in ReplacingMergeTree (see
+// README.md). A failing insert is retried with capped exponential backoff
+// and jitter until it succeeds or ctx ends; when ctx ends, RunSink returns
+// without inserting or committing what is pending. Rebalances are blocked
+// between poll and the end of processing (kgo.BlockRebalanceOnPoll); on
+// revocation the pending batch is flushed and committed first, or — if
+// ClickHouse keeps failing — given up uncommitted for the next owner.
+func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("component", "sink", "group", cfg.Group)
+	metrics, err := NewSinkMetrics(cfg.Registerer)
+	if err != nil {
+		return err
+	}
+
+	conn, chErr := Open(ctx, cfg.ClickHouseAddr, "")
+	kErr := pingKafka(ctx, cfg.Brokers)
+	if chErr != nil || kErr != nil {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		switch {
+		case chErr != nil && kErr != nil:
+			return fmt.Errorf("sink: %w; %w", chErr, kErr)
+		case chErr != nil:
+			return fmt.Errorf("sink: %w", chErr)
+		default:
+			return fmt.Errorf("sink: %w", kErr)
+		}
+	}
+	defer conn.Close()
+
+	applied, err := Migrate(ctx, conn, cfg.Database)
+	if err != nil {
+		return fmt.Errorf("sink: migrate clickhouse database %s at %s: %w", cfg.Database, cfg.ClickHouseAddr, err)
+	}
+	if len(applied) > 0 {
+		log.Info("applied clickhouse migrations", "database", cfg.Database, "versions", applied)
+	}
+
+	s := &sink{
+		cfg:       cfg,
+		log:       log,
+		ins:       &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database)},
+		m:         metrics,
+		ctx:       ctx,
+		batchSize: cfg.BatchSize,
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
+	)
+	if err != nil {
+		return fmt.Errorf("sink: kafka client: %w", err)
+	}
+	s.commit = cl.CommitRecords
+	defer cl.Close()
+	warnMissingTopics(ctx, cl, cfg.Topics, log)
+
+	log.Info("sink running", "topics", cfg.Topics, "database", cfg.Database,
+		"batch_size", cfg.BatchSize, "flush_interval", cfg.FlushInterval.String())
+	err = s.loop(ctx, cl)
+	// From here on no callback may insert or commit: Close leaves the group,
+	// which revokes our partitions, and pending records must stay
+	// uncommitted for the next owner.
+	s.closing.Store(true)
+	return err
+}
+
+func pingKafka(ctx context.Context, brokers []string) error {
+	addr := strings.Join(brokers, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(3*time.Second))
+	if err != nil {
+		return fmt.Errorf("kafka at %s: %w (check --brokers)", addr, err)
+	}
+	defer cl.Close()
+	pctx, cancel := context.WithTimeout(ctx, kafkaPingTimeout)
+	defer cancel()
+	if err := cl.Ping(pctx); err != nil {
+		return fmt.Errorf("kafka at %s %w: %v (start it with `make up` or set --brokers)", addr, ErrUnreachable, err)
+	}
+	return nil
+}
+
+// warnMissingTopics logs topics that do not exist yet; the consumer picks
+// them up once they are created (`sluice topics ensure`).
+func warnMissingTopics(ctx context.Context, cl *kgo.Client, topics []string, log *slog.Logger) {
+	tctx, cancel := context.WithTimeout(ctx, kafkaPingTimeout)
+	defer cancel()
+	td, err := kadm.NewClient(cl).ListTopics(tctx, topics...)
+	if err != nil {
+		log.Warn("cannot list kafka topics", "err", err)
+		return
+	}
+	for _, t := range topics {
+		if d, ok := td[t]; !ok || d.Err != nil {
+			log.Warn("kafka topic does not exist yet; create it with `sluice topics ensure`", "topic", t)
+		}
+	}
+}
+
+// inserter writes rows to ClickHouse; an interface so the batching and
+// commit logic can be tested without a server.
+type inserter interface {
+	insert(ctx context.Context, rows []pending) error
+}
+
+type chInserter struct {
+	conn driver.Conn
+	sql  string
+}
+
+func (c *chInserter) insert(ctx context.Context, rows []pending) error {
+	ctx, cancel := context.WithTimeout(ctx, insertTimeout)
+	defer cancel()
+	b, err := c.conn.PrepareBatch(ctx, c.sql)
+	if err != nil {
+		return fmt.Errorf("prepare insert: %w", err)
+	}
+	for i := range rows {
+		if err := b.Append(rows[i].row.values()...); err != nil {
+			_ = b.Abort()
+			return fmt.Errorf("append row %s: %w", rows[i].row.EventID, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("send %d rows: %w", len(rows), err)
+	}
+	return nil
+}
+
+type pending struct {
+	row Row
+	rec *kgo.Record
+}
+
+// sink holds the batch between polls. The main loop touches it only between
+// PollRecords and AllowRebalance, the rebalance callbacks only while no poll
+// is outstanding (BlockRebalanceOnPoll), so they never interleave; mu makes
+// that explicit.
+type sink struct {
+	cfg       SinkConfig
+	log       *slog.Logger
+	ins       inserter
+	commit    func(context.Context, ...*kgo.Record) error
+	m         *SinkMetrics
+	ctx       context.Context
+	batchSize int
+	closing   atomic.Bool
+
+	mu    sync.Mutex
+	buf   []pending
+	first time.Time // when the oldest pending record was polled
+}
+
+func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
+	for {
+		s.mu.Lock()
+		room := s.batchSize - len(s.buf)
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if len(s.buf) > 0 {
+			pctx, cancel = context.WithDeadline(ctx, s.first.Add(s.cfg.FlushInterval))
+		}
+		s.mu.Unlock()
+
+		fetches := cl.PollRecords(pctx, room)
+		cancel()
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		if ctx.Err() != nil {
+			// Shutting down: whatever is pending stays uncommitted and is
+			// redelivered to the next owner.
+			cl.AllowRebalance()
+			return nil
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			s.log.Warn("kafka fetch error", "topic", t, "partition", p, "err", err)
+		})
+
+		s.mu.Lock()
+		fetches.EachRecord(s.addLocked)
+		var err error
+		if len(s.buf) > 0 && (len(s.buf) >= s.batchSize || !time.Now().Before(s.first.Add(s.cfg.FlushInterval))) {
+			err = s.flushLocked(ctx, 0)
+		}
+		s.mu.Unlock()
+		cl.AllowRebalance()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func (s *sink) addLocked(r *kgo.Record) {
+	row, ok := RowFromRecord(r.Value, RecordPos{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LogTime: r.Timestamp})
+	if !ok {
+		s.m.InvalidRecords.Inc()
+		s.log.Warn("undecodable kafka record stored as type 'invalid'",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", row.DecodeError)
+	}
+	if len(s.buf) == 0 {
+		s.first = time.Now()
+	}
+	s.buf = append(s.buf, pending{row: row, rec: r})
+}
+
+// flushLocked inserts the whole buffer, retrying with capped exponential
+// backoff (maxAttempts 0 = until ctx ends), then commits the offsets of the
+// inserted records. Nothing is committed unless the insert succeeded. A
+// failed commit after a successful insert is logged and counted, and the
+// buffer is cleared anyway: the rows are in ClickHouse, and the redelivery
+// the missing commit causes is deduplicated there.
+func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	backoff := insertRetryMin
+	for attempt := 1; ; attempt++ {
+		err := s.ins.insert(ctx, s.buf)
+		if err == nil {
+			break
+		}
+		s.m.InsertErrors.Inc()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if maxAttempts > 0 && attempt >= maxAttempts {
+			return err
+		}
+		// Capped exponential backoff with jitter in [backoff/2, backoff).
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		s.log.Warn("clickhouse insert failed; offsets not committed, retrying",
+			"rows", len(s.buf), "attempt", attempt, "retry_in", wait.String(), "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, insertRetryMax)
+	}
+	s.m.RowsInserted.Add(float64(len(s.buf)))
+	s.m.Batches.Inc()
+
+	recs := make([]*kgo.Record, len(s.buf))
+	for i := range s.buf {
+		recs[i] = s.buf[i].rec
+	}
+	if err := s.commit(ctx, recs...); err != nil {
+		s.m.CommitErrors.Inc()
+		s.log.Warn("offset commit failed after insert; the rows will be re-read and deduplicated", "rows", len(recs), "err", err)
+	} else {
+		s.log.Debug("batch inserted and committed", "rows", len(recs))
+	}
+	clear(s.buf)
+	s.buf = s.buf[:0]
+	s.first = time.Time{}
+	return nil
+}
+
+// onRevoked runs before partitions go to another member: flush and commit
+// what is pending so the next owner does not redo it. If ClickHouse keeps
+// failing, the revoked partitions' records are given up uncommitted (the next
+// owner re-reads them); records of partitions we keep stay pending.
+func (s *sink) onRevoked(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	if s.closing.Load() || s.ctx.Err() != nil {
+		return // exiting: never commit pending records
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.flushLocked(s.ctx, revokeAttempts); err != nil {
+		n := s.dropLocked(revoked)
+		s.log.Warn("partitions revoked while clickhouse insert fails; their records are left uncommitted for the next owner",
+			"dropped", n, "revoked", revoked, "err", err)
+	}
+}
+
+// onLost drops pending records of partitions we no longer own; committing
+// them is impossible and they will be redelivered.
+func (s *sink) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.dropLocked(lost); n > 0 {
+		s.log.Warn("partitions lost; pending records left uncommitted", "dropped", n, "lost", lost)
+	}
+}
+
+func (s *sink) dropLocked(parts map[string][]int32) int {
+	gone := func(t string, p int32) bool {
+		for _, q := range parts[t] {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	kept := s.buf[:0]
+	dropped := 0
+	for _, pr := range s.buf {
+		if gone(pr.rec.Topic, pr.rec.Partition) {
+			dropped++
+			continue
+		}
+		kept = append(kept, pr)
+	}
+	clear(s.buf[len(kept):])
+	s.buf = kept
+	if len(s.buf) == 0 {
+		s.first = time.Time{}
+	}
+	return dropped
+}
