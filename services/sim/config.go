@@ -1,0 +1,425 @@
+// Package sim is Sluice's provider simulator (`sluice sim`): an HTTP server that
+// speaks OpenAI-, Azure OpenAI-, Anthropic- and Gemini-style APIs and enforces
+// rate limits the way those providers document them (sub-minute enforcement
+// windows, separate input/output token limits, cache reads not counted, daily
+// request limits, acceleration limits, injected 429 storms and 503 overload),
+// answering with each provider's exact rate-limit headers and error bodies.
+//
+// It is the yardstick for load tests: every request, 429, 503 and token it
+// serves is counted and exposed on /sim/stats (JSON) and /metrics (Prometheus).
+package sim
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Provider styles served by the simulator. They are also the keys of
+// Config.Providers, the "provider" label of metrics and the keys of /sim/stats.
+const (
+	OpenAI    = "openai"
+	Azure     = "azure"
+	Anthropic = "anthropic"
+	Gemini    = "gemini"
+)
+
+// Window modes for Limits.WindowMode.
+const (
+	// WindowBucket enforces a sub-minute window as a continuous token bucket of
+	// capacity limit/60*windowSeconds refilled at limit/60 per second.
+	WindowBucket = "bucket"
+	// WindowFixed enforces a sub-minute window as fixed windows (aligned to the
+	// server start) each allowing floor(limit/60*windowSeconds) units, min 1.
+	WindowFixed = "fixed"
+)
+
+// Duration is a time.Duration that reads and writes as a Go duration string
+// ("1s", "250ms", "6m0s") in YAML and JSON. JSON numbers are read as
+// nanoseconds.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON accepts "1s"-style strings or integer nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		return d.parse(s)
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("duration must be a string like \"1s\" or integer nanoseconds: %s", b)
+	}
+	*d = Duration(n)
+	return nil
+}
+
+// MarshalYAML writes the duration as a string.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// UnmarshalYAML accepts "1s"-style strings ("0" is also accepted).
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: duration must be a string like \"1s\"", n.Line)
+	}
+	if err := d.parse(n.Value); err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return nil
+}
+
+func (d *Duration) parse(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want e.g. \"1s\", \"250ms\")", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Limits are the quotas of one provider scope (provider + model, or provider +
+// Azure deployment). A zero limit means "not enforced" and its headers are
+// omitted.
+type Limits struct {
+	// RPM is requests per minute.
+	RPM int64 `yaml:"rpm,omitempty" json:"rpm,omitempty"`
+	// TPM is total tokens (input + output) per minute (OpenAI / Azure style).
+	TPM int64 `yaml:"tpm,omitempty" json:"tpm,omitempty"`
+	// ITPM is input tokens per minute (Anthropic style; Gemini's "input tokens
+	// per minute" too). Cache reads are excluded unless
+	// ProviderConfig.CountCacheReads.
+	ITPM int64 `yaml:"itpm,omitempty" json:"itpm,omitempty"`
+	// OTPM is output tokens per minute (Anthropic style).
+	OTPM int64 `yaml:"otpm,omitempty" json:"otpm,omitempty"`
+	// RPD is requests per day; the day resets at DailyReset.
+	RPD int64 `yaml:"rpd,omitempty" json:"rpd,omitempty"`
+	// DailyReset is the UTC wall-clock time "HH:MM" at which the RPD counter
+	// resets (default "00:00").
+	DailyReset string `yaml:"daily_reset,omitempty" json:"daily_reset,omitempty"`
+	// Window is the enforcement window of the per-minute limits. 0 or 60s
+	// means one continuous per-minute bucket only; a shorter window adds a
+	// sub-minute limiter (see WindowMode) on top of the per-minute bucket, so a
+	// burst can fail while the minute average looks safe.
+	Window Duration `yaml:"window,omitempty" json:"window,omitempty"`
+	// WindowMode is "bucket" (default) or "fixed"; see WindowBucket/WindowFixed.
+	WindowMode string `yaml:"window_mode,omitempty" json:"window_mode,omitempty"`
+	// Acceleration, when set, rejects sharp ramps in request rate.
+	Acceleration *Acceleration `yaml:"acceleration,omitempty" json:"acceleration,omitempty"`
+}
+
+// Acceleration limits how fast the request rate may grow: within each fixed
+// Window (aligned to the server start) at most max(Floor, Factor × admitted
+// requests of the previous window) requests are admitted.
+type Acceleration struct {
+	Window Duration `yaml:"window,omitempty" json:"window,omitempty"` // default 60s
+	Factor float64  `yaml:"factor" json:"factor"`                     // e.g. 2 = may double per window
+	Floor  int64    `yaml:"floor" json:"floor"`                       // always allowed per window
+}
+
+// ProviderConfig configures one provider style.
+type ProviderConfig struct {
+	// Limits applied to every scope (model / deployment) of this provider,
+	// each scope having its own buckets.
+	Limits `yaml:",inline"`
+	// ModelLimits replaces Limits for the named models (OpenAI/Anthropic/Gemini
+	// model names, Azure deployment names).
+	ModelLimits map[string]Limits `yaml:"model_limits,omitempty" json:"model_limits,omitempty"`
+	// Models is what GET /openai/v1/models lists (OpenAI only).
+	Models []string `yaml:"models,omitempty" json:"models,omitempty"`
+	// ReserveMaxTokens counts the request's max output tokens against
+	// OTPM/TPM at admission (OpenAI, Azure and Anthropic estimate this way).
+	// When false, or when the request has no max tokens, output is charged
+	// after the response from the actual count (the bucket may go into debt).
+	ReserveMaxTokens bool `yaml:"reserve_max_tokens" json:"reserve_max_tokens"`
+	// RefundUnused returns the unused part of the max-tokens reservation after
+	// the response (Anthropic adjusts OTPM to the actual output; OpenAI and
+	// Azure do not).
+	RefundUnused bool `yaml:"refund_unused" json:"refund_unused"`
+	// CountCacheReads counts prompt-cache reads against ITPM/TPM. Anthropic
+	// does not (false). Only the Anthropic endpoint simulates prompt caching.
+	CountCacheReads bool `yaml:"count_cache_reads" json:"count_cache_reads"`
+	// DefaultMaxTokens bounds the output when the request sets no max tokens
+	// (default 1024). It is not reserved at admission.
+	DefaultMaxTokens int64 `yaml:"default_max_tokens,omitempty" json:"default_max_tokens,omitempty"`
+	// GeminiTier is the suffix of Gemini quota ids ("FreeTier" by default).
+	GeminiTier string `yaml:"gemini_tier,omitempty" json:"gemini_tier,omitempty"`
+}
+
+// Storm injects 429s or 503s between Start and End (offsets from the server
+// start or the last POST /sim/reset; End 0 = until stopped).
+type Storm struct {
+	// Kind is "429" (rate-limit storm) or "503" (overload).
+	Kind string `yaml:"kind" json:"kind"`
+	// Provider restricts the storm to one provider style ("" = all).
+	Provider string   `yaml:"provider,omitempty" json:"provider,omitempty"`
+	Start    Duration `yaml:"start,omitempty" json:"start,omitempty"`
+	End      Duration `yaml:"end,omitempty" json:"end,omitempty"`
+	// Every hits one request in Every (deterministic counter); 0 or 1 = all.
+	Every int `yaml:"every,omitempty" json:"every,omitempty"`
+	// RetryAfter is sent as Retry-After (default 1s for 429, none for 503
+	// unless set).
+	RetryAfter Duration `yaml:"retry_after,omitempty" json:"retry_after,omitempty"`
+	// Status overrides the HTTP status (e.g. 529, Anthropic's real overload
+	// status). Default: 429 or 503 from Kind.
+	Status int `yaml:"status,omitempty" json:"status,omitempty"`
+}
+
+// Latency is the response-time model: TimeToFirstToken before the first
+// byte of output, then PerOutputToken for each output token.
+type Latency struct {
+	TimeToFirstToken Duration `yaml:"ttft,omitempty" json:"ttft,omitempty"`
+	PerOutputToken   Duration `yaml:"per_output_token,omitempty" json:"per_output_token,omitempty"`
+}
+
+// OutputSpread draws the actual output length as a uniform fraction in
+// [Min, Max] of the request's max tokens (seeded, so deterministic for a
+// given request order). The header `x-sim-output-tokens: N` overrides it.
+type OutputSpread struct {
+	Min float64 `yaml:"min" json:"min"`
+	Max float64 `yaml:"max" json:"max"`
+}
+
+// Config configures the simulator. Start from DefaultConfig.
+type Config struct {
+	Providers map[string]ProviderConfig `yaml:"providers" json:"providers"`
+	Storms    []Storm                   `yaml:"storms,omitempty" json:"storms,omitempty"`
+	Latency   Latency                   `yaml:"latency" json:"latency"`
+	Output    OutputSpread              `yaml:"output" json:"output"`
+	// Seed seeds the output-length draws.
+	Seed uint64 `yaml:"seed" json:"seed"`
+	// StreamChunkTokens is how many output tokens go in one SSE chunk (default 4).
+	StreamChunkTokens int `yaml:"stream_chunk_tokens,omitempty" json:"stream_chunk_tokens,omitempty"`
+	// PromptOverheadTokens is added once per request to the input estimate
+	// (default 3); PerMessageOverheadTokens per message/content entry (default 4).
+	PromptOverheadTokens     int64 `yaml:"prompt_overhead_tokens,omitempty" json:"prompt_overhead_tokens,omitempty"`
+	PerMessageOverheadTokens int64 `yaml:"per_message_overhead_tokens,omitempty" json:"per_message_overhead_tokens,omitempty"`
+	// CacheTTL is how long an Anthropic prompt-cache entry lives after its
+	// last use (default 5m).
+	CacheTTL Duration `yaml:"cache_ttl,omitempty" json:"cache_ttl,omitempty"`
+
+	// Now is the clock used for every limit decision (default time.Now).
+	Now func() time.Time `yaml:"-" json:"-"`
+	// Sleep implements the latency model (default: a timer that stops when
+	// ctx is done). Tests may replace it with a no-op.
+	Sleep func(ctx context.Context, d time.Duration) error `yaml:"-" json:"-"`
+}
+
+// DefaultConfig returns a simulator with tier-like limits for every provider,
+// sub-minute enforcement, a 1 ms time to first token and an output spread of
+// 30–100 % of max tokens.
+func DefaultConfig() Config {
+	return Config{
+		Providers: map[string]ProviderConfig{
+			OpenAI: {
+				Limits:           Limits{RPM: 600, TPM: 150000, Window: Duration(time.Second), WindowMode: WindowBucket},
+				Models:           []string{"gpt-4o-mini", "gpt-4o", "gpt-4.1", "text-embedding-3-small"},
+				ReserveMaxTokens: true,
+				DefaultMaxTokens: 1024,
+			},
+			Azure: {
+				Limits:           Limits{RPM: 300, TPM: 50000, Window: Duration(10 * time.Second), WindowMode: WindowFixed},
+				ReserveMaxTokens: true,
+				DefaultMaxTokens: 1024,
+			},
+			Anthropic: {
+				Limits:           Limits{RPM: 1000, ITPM: 450000, OTPM: 90000, Window: Duration(5 * time.Second), WindowMode: WindowBucket},
+				ReserveMaxTokens: true,
+				RefundUnused:     true,
+				CountCacheReads:  false,
+				DefaultMaxTokens: 1024,
+			},
+			Gemini: {
+				Limits:           Limits{RPM: 1000, ITPM: 1000000, RPD: 10000, DailyReset: "08:00"},
+				DefaultMaxTokens: 1024,
+				GeminiTier:       "FreeTier",
+			},
+		},
+		Latency:                  Latency{TimeToFirstToken: Duration(time.Millisecond)},
+		Output:                   OutputSpread{Min: 0.3, Max: 1.0},
+		Seed:                     1,
+		StreamChunkTokens:        4,
+		PromptOverheadTokens:     3,
+		PerMessageOverheadTokens: 4,
+		CacheTTL:                 Duration(5 * time.Minute),
+	}
+}
+
+// LoadConfig reads a YAML (or JSON) file over DefaultConfig. Unknown fields
+// are errors. Fields of a provider listed in the file override that
+// provider's defaults; unlisted providers keep theirs.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("sim config: %w", err)
+	}
+	return ParseConfig(b)
+}
+
+// ParseConfig parses YAML (or JSON) config text over DefaultConfig.
+func ParseConfig(b []byte) (Config, error) {
+	cfg := DefaultConfig()
+	def := cfg.Providers
+	cfg.Providers = nil
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("sim config: %w", err)
+	}
+	// Second pass: decode each listed provider over its defaults so a file
+	// can change one field (e.g. rpm) and keep the provider's behaviour flags.
+	var doc struct {
+		Providers map[string]yaml.Node `yaml:"providers"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return Config{}, fmt.Errorf("sim config: %w", err)
+	}
+	merged := def
+	for name, node := range doc.Providers {
+		base := def[name]
+		raw, err := yaml.Marshal(&node)
+		if err != nil {
+			return Config{}, fmt.Errorf("sim config: providers.%s: %w", name, err)
+		}
+		d := yaml.NewDecoder(bytes.NewReader(raw))
+		d.KnownFields(true)
+		if err := d.Decode(&base); err != nil && !errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("sim config: providers.%s: %w", name, err)
+		}
+		merged[name] = base
+	}
+	cfg.Providers = merged
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	for name, p := range c.Providers {
+		switch name {
+		case OpenAI, Azure, Anthropic, Gemini:
+		default:
+			return fmt.Errorf("sim config: unknown provider %q (want openai, azure, anthropic or gemini)", name)
+		}
+		if err := p.Limits.validate("providers." + name); err != nil {
+			return err
+		}
+		for m, l := range p.ModelLimits {
+			if err := l.validate("providers." + name + ".model_limits." + m); err != nil {
+				return err
+			}
+		}
+		if p.DefaultMaxTokens < 0 {
+			return fmt.Errorf("sim config: providers.%s.default_max_tokens must be >= 0", name)
+		}
+	}
+	for i, s := range c.Storms {
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("sim config: storms[%d]: %w", i, err)
+		}
+	}
+	if c.Latency.TimeToFirstToken < 0 || c.Latency.PerOutputToken < 0 {
+		return errors.New("sim config: latency durations must be >= 0")
+	}
+	if c.Output.Min < 0 || c.Output.Max > 1 || c.Output.Min > c.Output.Max {
+		return fmt.Errorf("sim config: output spread must satisfy 0 <= min <= max <= 1, got [%v, %v]", c.Output.Min, c.Output.Max)
+	}
+	if c.StreamChunkTokens < 0 || c.PromptOverheadTokens < 0 || c.PerMessageOverheadTokens < 0 || c.CacheTTL < 0 {
+		return errors.New("sim config: stream_chunk_tokens, overheads and cache_ttl must be >= 0")
+	}
+	return nil
+}
+
+func (l Limits) validate(where string) error {
+	if l.RPM < 0 || l.TPM < 0 || l.ITPM < 0 || l.OTPM < 0 || l.RPD < 0 {
+		return fmt.Errorf("sim config: %s: limits must be >= 0 (0 = not enforced)", where)
+	}
+	if l.Window < 0 || l.Window.D() > time.Minute {
+		return fmt.Errorf("sim config: %s.window must be between 0 and 60s, got %s", where, l.Window.D())
+	}
+	switch l.WindowMode {
+	case "", WindowBucket, WindowFixed:
+	default:
+		return fmt.Errorf("sim config: %s.window_mode must be %q or %q, got %q", where, WindowBucket, WindowFixed, l.WindowMode)
+	}
+	if _, err := parseDailyReset(l.DailyReset); err != nil {
+		return fmt.Errorf("sim config: %s.daily_reset: %w", where, err)
+	}
+	if a := l.Acceleration; a != nil {
+		if a.Factor < 1 || a.Floor < 1 || a.Window < 0 {
+			return fmt.Errorf("sim config: %s.acceleration needs factor >= 1, floor >= 1, window >= 0", where)
+		}
+	}
+	return nil
+}
+
+func (s Storm) validate() error {
+	switch s.Kind {
+	case "429", "503":
+	default:
+		return fmt.Errorf("kind must be \"429\" or \"503\", got %q", s.Kind)
+	}
+	switch s.Provider {
+	case "", OpenAI, Azure, Anthropic, Gemini:
+	default:
+		return fmt.Errorf("unknown provider %q", s.Provider)
+	}
+	if s.Start < 0 || s.End < 0 || (s.End != 0 && s.End <= s.Start) {
+		return errors.New("need 0 <= start < end (end 0 = open-ended)")
+	}
+	if s.Every < 0 || s.RetryAfter < 0 {
+		return errors.New("every and retry_after must be >= 0")
+	}
+	if s.Status != 0 && (s.Status < 400 || s.Status > 599) {
+		return fmt.Errorf("status must be a 4xx/5xx code, got %d", s.Status)
+	}
+	return nil
+}
+
+// parseDailyReset parses "HH:MM" (UTC) into an offset from midnight.
+func parseDailyReset(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	h, m, ok := strings.Cut(s, ":")
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if !ok || err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+		return 0, fmt.Errorf("want \"HH:MM\" (UTC), got %q", s)
+	}
+	return time.Duration(hh)*time.Hour + time.Duration(mm)*time.Minute, nil
+}
+
+// limitsFor returns the limits of one scope.
+func (p ProviderConfig) limitsFor(model string) Limits {
+	if l, ok := p.ModelLimits[model]; ok {
+		return l
+	}
+	return p.Limits
+}

@@ -1,0 +1,279 @@
+package sim
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Rate-limit headers and error bodies, per provider style.
+
+// openAIDuration renders a reset the way OpenAI does ("1s", "6m0s", "12ms"):
+// a Go duration string rounded up to whole milliseconds, which
+// time.ParseDuration reads back.
+func openAIDuration(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d.String()
+}
+
+// anthropicReset renders a reset as an RFC 3339 UTC timestamp (rounded up to
+// the second) of the moment the limit is fully replenished.
+func anthropicReset(now time.Time, d time.Duration) string {
+	t := now.Add(d).UTC()
+	if t2 := t.Truncate(time.Second); !t2.Equal(t) {
+		t = t2.Add(time.Second)
+	}
+	return t.Format(time.RFC3339)
+}
+
+func (s *Server) setRateHeaders(h http.Header, provider string, rv rateView) {
+	i := func(n int64) string { return strconv.FormatInt(n, 10) }
+	switch provider {
+	case OpenAI:
+		if v := rv.req; v != nil {
+			h.Set("x-ratelimit-limit-requests", i(v.limit))
+			h.Set("x-ratelimit-remaining-requests", i(v.remaining))
+			h.Set("x-ratelimit-reset-requests", openAIDuration(v.reset))
+		}
+		if v := rv.tok; v != nil {
+			h.Set("x-ratelimit-limit-tokens", i(v.limit))
+			h.Set("x-ratelimit-remaining-tokens", i(v.remaining))
+			h.Set("x-ratelimit-reset-tokens", openAIDuration(v.reset))
+		}
+	case Azure:
+		if v := rv.req; v != nil {
+			h.Set("x-ratelimit-remaining-requests", i(v.remaining))
+		}
+		if v := rv.tok; v != nil {
+			h.Set("x-ratelimit-remaining-tokens", i(v.remaining))
+		}
+	case Anthropic:
+		set := func(prefix string, v *dimView) {
+			h.Set("anthropic-ratelimit-"+prefix+"-limit", i(v.limit))
+			h.Set("anthropic-ratelimit-"+prefix+"-remaining", i(v.remaining))
+			h.Set("anthropic-ratelimit-"+prefix+"-reset", anthropicReset(rv.now, v.reset))
+		}
+		if rv.req != nil {
+			set("requests", rv.req)
+		}
+		if rv.in != nil {
+			set("input-tokens", rv.in)
+		}
+		if rv.out != nil {
+			set("output-tokens", rv.out)
+		}
+		// anthropic-ratelimit-tokens-* is the most restrictive token limit in
+		// effect (least remaining) among total, input and output.
+		var most *dimView
+		for _, v := range []*dimView{rv.tok, rv.in, rv.out} {
+			if v != nil && (most == nil || v.remaining < most.remaining) {
+				most = v
+			}
+		}
+		if most != nil {
+			set("tokens", most)
+		}
+	case Gemini:
+		// Gemini documents no rate-limit headers.
+	}
+}
+
+type errCtx struct {
+	provider  string
+	model     string
+	operation string // Azure operation name, e.g. ChatCompletions_Create
+	apiVer    string
+	id        string
+}
+
+// writeRejection sends a 429 or 503 in the provider's format.
+func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection) {
+	h := w.Header()
+	if rj.status == http.StatusTooManyRequests {
+		s.setRateHeaders(h, ec.provider, rj.rv)
+	}
+	if rj.wait > 0 && ec.provider != Gemini {
+		h.Set("retry-after", retryAfterSeconds(rj.wait))
+		if ec.provider == Azure {
+			h.Set("retry-after-ms", retryAfterMillis(rj.wait))
+		}
+	}
+	overload := rj.storm != nil && rj.storm.Kind == "503"
+	switch ec.provider {
+	case OpenAI:
+		if overload {
+			writeJSON(w, rj.status, openAIError("The server is overloaded or not ready yet.", "server_error", nil))
+			return
+		}
+		msg, typ := openAILimitMessage(ec.model, rj)
+		code := "rate_limit_exceeded"
+		writeJSON(w, rj.status, openAIError(msg, typ, &code))
+	case Azure:
+		if overload {
+			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
+				"code": strconv.Itoa(rj.status), "message": "The server is currently overloaded. Please try again later.",
+			}})
+			return
+		}
+		kind := "call"
+		if rj.deny != nil && rj.deny.dim != DimRequests && rj.deny.dim != DimDaily && rj.deny.dim != DimAcceleration {
+			kind = "token"
+		}
+		msg := fmt.Sprintf("Requests to the %s Operation under Azure OpenAI API version %s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please retry after %s seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.",
+			ec.operation, ec.apiVer, kind, retryAfterSeconds(rj.wait))
+		writeJSON(w, rj.status, map[string]any{"error": map[string]any{"code": "429", "message": msg}})
+	case Anthropic:
+		if overload {
+			writeJSON(w, rj.status, anthropicError("overloaded_error", "Overloaded", ec.id))
+			return
+		}
+		writeJSON(w, rj.status, anthropicError("rate_limit_error", anthropicLimitMessage(rj), ec.id))
+	case Gemini:
+		if overload {
+			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
+				"code": rj.status, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE",
+			}})
+			return
+		}
+		writeJSON(w, rj.status, s.geminiQuotaError(ec.model, rj))
+	}
+}
+
+func openAIError(msg, typ string, code *string) map[string]any {
+	var c any
+	if code != nil {
+		c = *code
+	}
+	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": c}}
+}
+
+func anthropicError(typ, msg, id string) map[string]any {
+	return map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}, "request_id": "req_sim_" + id}
+}
+
+func dimDescription(dim string) (desc, unit string) {
+	switch dim {
+	case DimRequests:
+		return "requests per min (RPM)", "requests"
+	case DimTokens:
+		return "tokens per min (TPM)", "tokens"
+	case DimInputTokens:
+		return "input tokens per min (ITPM)", "tokens"
+	case DimOutputTokens:
+		return "output tokens per min (OTPM)", "tokens"
+	case DimDaily:
+		return "requests per day (RPD)", "requests"
+	case DimAcceleration:
+		return "request rate acceleration", "requests"
+	}
+	return dim, "requests"
+}
+
+func openAILimitMessage(model string, rj *rejection) (msg, typ string) {
+	if rj.deny == nil {
+		return fmt.Sprintf("Rate limit reached for %s in organization org-sim. Please try again in %s. (simulated 429 storm)", model, openAIDuration(rj.wait)), "requests"
+	}
+	d := rj.deny
+	if d.dim == DimTooLarge {
+		return fmt.Sprintf("Request too large for %s in organization org-sim on tokens per min (TPM): Limit %d, Requested %d. The input or output tokens must be reduced in order to run successfully.", model, d.limit, d.demand), "tokens"
+	}
+	desc, unit := dimDescription(d.dim)
+	return fmt.Sprintf("Rate limit reached for %s in organization org-sim on %s: Limit %d, Used %d, Requested %d. Please try again in %s. Visit https://platform.openai.com/account/rate-limits to learn more.",
+		model, desc, d.limit, d.used, d.demand, openAIDuration(d.wait)), unit
+}
+
+func anthropicLimitMessage(rj *rejection) string {
+	if rj.deny == nil {
+		return "Number of concurrent connections has exceeded your rate limit. Please try again later. (simulated 429 storm)"
+	}
+	d := rj.deny
+	switch d.dim {
+	case DimTooLarge:
+		return fmt.Sprintf("This request would exceed your organization's rate limit of %d tokens per minute on its own (requested %d). Reduce the prompt length or the maximum tokens requested.", d.limit, d.demand)
+	case DimAcceleration:
+		return "Your request rate increased too quickly (acceleration limit). Please ramp up your traffic gradually."
+	case DimDaily:
+		return fmt.Sprintf("This request would exceed your organization's rate limit of %d requests per day.", d.limit)
+	}
+	desc, _ := dimDescription(d.dim)
+	return fmt.Sprintf("This request would exceed the rate limit for your organization of %d %s. For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage.", d.limit, desc)
+}
+
+// geminiQuotaError builds Gemini's RESOURCE_EXHAUSTED body with a
+// google.rpc.QuotaFailure and a google.rpc.RetryInfo (retryDelay "Ns"). A
+// storm 429 carries neither, like Vertex AI's bare "Resource exhausted".
+func (s *Server) geminiQuotaError(model string, rj *rejection) map[string]any {
+	if rj.deny == nil {
+		return map[string]any{"error": map[string]any{
+			"code": 429, "message": "Resource exhausted. Please try again later.", "status": "RESOURCE_EXHAUSTED",
+		}}
+	}
+	tier := s.cfg.Providers[Gemini].GeminiTier
+	sfx, metricTier := "", ""
+	if tier != "" {
+		sfx = "-" + tier
+		metricTier = map[string]string{"FreeTier": "free_tier_", "PaidTier": "paid_tier_"}[tier]
+	}
+	d := rj.deny
+	var quotaID, metric string
+	switch d.dim {
+	case DimDaily:
+		quotaID, metric = "GenerateRequestsPerDayPerProjectPerModel"+sfx, "generate_content_"+metricTier+"requests"
+	case DimRequests, DimAcceleration:
+		quotaID, metric = "GenerateRequestsPerMinutePerProjectPerModel"+sfx, "generate_content_"+metricTier+"requests"
+	case DimOutputTokens:
+		quotaID, metric = "GenerateContentOutputTokensPerModelPerMinute"+sfx, "generate_content_"+metricTier+"output_token_count"
+	default:
+		quotaID, metric = "GenerateContentInputTokensPerModelPerMinute"+sfx, "generate_content_"+metricTier+"input_token_count"
+	}
+	delay := int64(retryAfterSecondsInt(rj.wait))
+	msg := fmt.Sprintf("You exceeded your current quota, please check your plan and billing details. For more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for metric: generativelanguage.googleapis.com/%s, limit: %d, model: %s\nPlease retry in %ds.", metric, d.limit, model, delay)
+	return map[string]any{"error": map[string]any{
+		"code":    429,
+		"message": msg,
+		"status":  "RESOURCE_EXHAUSTED",
+		"details": []any{
+			map[string]any{
+				"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+				"violations": []any{map[string]any{
+					"quotaMetric":     "generativelanguage.googleapis.com/" + metric,
+					"quotaId":         quotaID,
+					"quotaDimensions": map[string]any{"location": "global", "model": model},
+					"quotaValue":      strconv.FormatInt(d.limit, 10),
+				}},
+			},
+			map[string]any{
+				"@type": "type.googleapis.com/google.rpc.Help",
+				"links": []any{map[string]any{"description": "Learn more about Gemini API quotas", "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}},
+			},
+			map[string]any{
+				"@type":      "type.googleapis.com/google.rpc.RetryInfo",
+				"retryDelay": fmt.Sprintf("%ds", delay),
+			},
+		},
+	}}
+}
+
+func retryAfterSecondsInt(d time.Duration) int {
+	n, _ := strconv.Atoi(retryAfterSeconds(d))
+	return n
+}
+
+// writeBadRequest sends a 400 in the provider's format.
+func (s *Server) writeBadRequest(w http.ResponseWriter, provider, msg string) {
+	s.badRequest(provider)
+	switch provider {
+	case Anthropic:
+		writeJSON(w, http.StatusBadRequest, anthropicError("invalid_request_error", msg, "0"))
+	case Gemini:
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": 400, "message": msg, "status": "INVALID_ARGUMENT"}})
+	default:
+		writeJSON(w, http.StatusBadRequest, openAIError(msg, "invalid_request_error", nil))
+	}
+}

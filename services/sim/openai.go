@@ -1,0 +1,326 @@
+package sim
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+)
+
+// OpenAI and Azure OpenAI chat completions, embeddings and models.
+
+func (s *Server) openAIScope(w http.ResponseWriter, r *http.Request, provider, op string) (ec errCtx, body map[string]any, ok bool) {
+	ec = errCtx{provider: provider, operation: op}
+	if provider == Azure {
+		ec.apiVer = r.URL.Query().Get("api-version")
+		if ec.apiVer == "" {
+			s.badRequest(provider)
+			writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": "404", "message": "Resource not found"}})
+			return ec, nil, false
+		}
+		ec.model = r.PathValue("deployment")
+	}
+	body, err := decodeBody(r)
+	if err != nil {
+		s.writeBadRequest(w, provider, err.Error())
+		return ec, nil, false
+	}
+	if provider == OpenAI {
+		ec.model, _ = body["model"].(string)
+		if ec.model == "" {
+			s.writeBadRequest(w, provider, "you must provide a model parameter")
+			return ec, nil, false
+		}
+	}
+	return ec, body, true
+}
+
+func (s *Server) openAIChat(provider string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ec, body, ok := s.openAIScope(w, r, provider, "ChatCompletions_Create")
+		if !ok {
+			return
+		}
+		msgs, _ := body["messages"].([]any)
+		if len(msgs) == 0 {
+			s.writeBadRequest(w, provider, "'messages' is a required property and must be a non-empty array")
+			return
+		}
+		var maxTokens int64
+		for _, k := range []string{"max_completion_tokens", "max_tokens"} {
+			if v, present := body[k]; present && v != nil {
+				n, ok := num(v)
+				if !ok || n < 1 {
+					s.writeBadRequest(w, provider, fmt.Sprintf("Invalid '%s': integer below minimum value. Expected a value >= 1.", k))
+					return
+				}
+				maxTokens = n
+				break
+			}
+		}
+		stream, _ := body["stream"].(bool)
+		includeUsage := false
+		if so, ok := body["stream_options"].(map[string]any); ok {
+			includeUsage, _ = so["include_usage"].(bool)
+		}
+		textBytes := stringBytes(body["messages"]) + stringBytes(body["tools"]) + stringBytes(body["functions"])
+		c := call{
+			provider: provider, model: ec.model, input: s.estimateInput(textBytes, int64(len(msgs))),
+			maxTokens: maxTokens, stream: stream,
+		}
+		t, rj := s.admit(r, c)
+		if rj != nil {
+			s.writeRejection(w, ec, rj)
+			return
+		}
+		h := w.Header()
+		s.setRateHeaders(h, provider, t.rv)
+		h.Set("x-request-id", "req_sim_"+t.id)
+		if provider == Azure {
+			h.Set("apim-request-id", "sim-"+t.id)
+		}
+		finish := "stop"
+		if t.finish {
+			finish = "length"
+		}
+		id := "chatcmpl-sim" + t.id
+		created := t.rv.now.Unix()
+		usage := func(out int64) map[string]any {
+			return map[string]any{
+				"prompt_tokens": t.c.input, "completion_tokens": out, "total_tokens": t.c.input + out,
+				"prompt_tokens_details":     map[string]any{"cached_tokens": 0, "audio_tokens": 0},
+				"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+			}
+		}
+		ctx := r.Context()
+		if !stream {
+			if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()+s.perToken(t.output)); err != nil {
+				s.finish(t, t.output, true)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{
+				"id": id, "object": "chat.completion", "created": created, "model": ec.model,
+				"system_fingerprint": "fp_sim",
+				"choices": []any{map[string]any{
+					"index":         0,
+					"message":       map[string]any{"role": "assistant", "content": outputText(0, t.output), "refusal": nil},
+					"logprobs":      nil,
+					"finish_reason": finish,
+				}},
+				"usage": usage(t.output),
+			})
+			s.finish(t, t.output, false)
+			return
+		}
+
+		sse := newSSE(w)
+		chunk := func(delta map[string]any, fin any) map[string]any {
+			m := map[string]any{
+				"id": id, "object": "chat.completion.chunk", "created": created, "model": ec.model,
+				"system_fingerprint": "fp_sim",
+				"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fin}},
+			}
+			if includeUsage {
+				m["usage"] = nil
+			}
+			return m
+		}
+		var sent int64
+		fail := func() { s.finish(t, sent, true) }
+		if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
+			fail()
+			return
+		}
+		if sse.data(chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) != nil {
+			fail()
+			return
+		}
+		for _, k := range chunks(t.output, s.cfg.StreamChunkTokens) {
+			if sent > 0 {
+				if err := s.sleep(ctx, s.perToken(k)); err != nil {
+					fail()
+					return
+				}
+			}
+			if sse.data(chunk(map[string]any{"content": outputText(sent, k)}, nil)) != nil {
+				fail()
+				return
+			}
+			sent += k
+		}
+		if sse.data(chunk(map[string]any{}, finish)) != nil {
+			fail()
+			return
+		}
+		if includeUsage {
+			if sse.data(map[string]any{
+				"id": id, "object": "chat.completion.chunk", "created": created, "model": ec.model,
+				"system_fingerprint": "fp_sim", "choices": []any{}, "usage": usage(sent),
+			}) != nil {
+				fail()
+				return
+			}
+		}
+		if sse.raw("data: [DONE]\n\n") != nil {
+			fail()
+			return
+		}
+		s.finish(t, sent, false)
+	}
+}
+
+func (s *Server) openAIEmbeddings(provider string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ec, body, ok := s.openAIScope(w, r, provider, "Embeddings_Create")
+		if !ok {
+			return
+		}
+		var inputs []string // one per embedding returned
+		var total int64     // input tokens
+		bad := false
+		addText := func(x string) {
+			inputs = append(inputs, x)
+			total += max(1, ceilDiv4(int64(len(x))))
+		}
+		switch in := body["input"].(type) {
+		case string:
+			addText(in)
+		case []any:
+			if len(in) > 0 {
+				if _, isNum := in[0].(float64); isNum { // one pre-tokenized input
+					inputs, total = []string{fmt.Sprint(in)}, int64(len(in))
+					break
+				}
+			}
+			for _, e := range in {
+				switch x := e.(type) {
+				case string:
+					addText(x)
+				case []any:
+					inputs = append(inputs, fmt.Sprint(x))
+					total += int64(len(x))
+				default:
+					bad = true
+				}
+			}
+		}
+		if len(inputs) == 0 || bad {
+			s.writeBadRequest(w, provider, "'input' is a required property (string, array of strings, or token arrays)")
+			return
+		}
+		dims := int64(16)
+		if v, ok := num(body["dimensions"]); ok && v > 0 && v <= 4096 {
+			dims = v
+		}
+		b64 := body["encoding_format"] == "base64"
+		t, rj := s.admit(r, call{provider: provider, model: ec.model, input: total, embedding: true})
+		if rj != nil {
+			s.writeRejection(w, ec, rj)
+			return
+		}
+		h := w.Header()
+		s.setRateHeaders(h, provider, t.rv)
+		h.Set("x-request-id", "req_sim_"+t.id)
+		if err := s.sleep(r.Context(), s.cfg.Latency.TimeToFirstToken.D()); err != nil {
+			s.finish(t, 0, true)
+			return
+		}
+		data := make([]any, 0, len(inputs))
+		for i, in := range inputs {
+			vec := embedding(in, int(dims))
+			var e any = vec
+			if b64 {
+				buf := make([]byte, 4*len(vec))
+				for j, f := range vec {
+					binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(f))
+				}
+				e = base64.StdEncoding.EncodeToString(buf)
+			}
+			data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": e})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"object": "list", "data": data, "model": ec.model,
+			"usage": map[string]any{"prompt_tokens": total, "total_tokens": total},
+		})
+		s.finish(t, 0, false)
+	}
+}
+
+// embedding is a deterministic unit vector derived from the text.
+func embedding(text string, dims int) []float32 {
+	h := fnv.New64a()
+	h.Write([]byte(text))
+	x := h.Sum64()
+	v := make([]float32, dims)
+	var norm float64
+	for i := range v {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		f := float64(x%2000)/1000 - 1
+		v[i] = float32(f)
+		norm += f * f
+	}
+	if norm > 0 {
+		n := float32(math.Sqrt(norm))
+		for i := range v {
+			v[i] /= n
+		}
+	}
+	return v
+}
+
+func (s *Server) openAIModels(w http.ResponseWriter, r *http.Request) {
+	models := s.cfg.Providers[OpenAI].Models
+	data := make([]any, 0, len(models))
+	created := s.start.Unix()
+	for _, m := range models {
+		data = append(data, map[string]any{"id": m, "object": "model", "created": created, "owned_by": "system"})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+// sse writes server-sent events and flushes after each.
+type sse struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return &sse{w: w, f: f}
+}
+
+func (e *sse) raw(s string) error {
+	if _, err := e.w.Write([]byte(s)); err != nil {
+		return err
+	}
+	if e.f != nil {
+		e.f.Flush()
+	}
+	return nil
+}
+
+func (e *sse) data(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return e.raw("data: " + string(b) + "\n\n")
+}
+
+func (e *sse) event(name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return e.raw("event: " + name + "\ndata: " + string(b) + "\n\n")
+}
