@@ -1,0 +1,56 @@
+package estimate
+
+import (
+	"errors"
+	"testing"
+)
+
+var fuzzEstimator = New(Options{})
+
+func fuzzParser(f *testing.F, parse func([]byte) (Request, error), seeds []string) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := parse(body)
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) || re.Code == "" || re.Message == "" {
+				t.Fatalf("error %v is not a well-formed *RequestError", err)
+			}
+			return
+		}
+		est := fuzzEstimator.Estimate(req, 100)
+		if est.InputTokens < 0 || est.OutputTokens < 0 {
+			t.Fatalf("negative estimate %+v", est)
+		}
+	})
+}
+
+func FuzzParseOpenAIChat(f *testing.F) {
+	fuzzParser(f, ParseOpenAIChat, []string{
+		`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"high"}}]}],"max_completion_tokens":10,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"gpt-4.1","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}`,
+		`{"model":"claude-x","messages":[{"role":"user","name":"bob","content":"hi"}],"max_tokens":-1}`,
+		`{"model":1}`, `[]`, `{`, ``,
+	})
+}
+
+func FuzzParseAnthropicMessages(f *testing.F) {
+	fuzzParser(f, ParseAnthropicMessages, []string{
+		`{"model":"claude-sonnet-4-20250514","max_tokens":1024,"messages":[{"role":"user","content":"Hello"}]}`,
+		`{"model":"claude-3-5-haiku-latest","max_tokens":5,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw0KGgo="}},{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"r"}]}]}],"tools":[{"name":"t","input_schema":{"type":"object"}}],"stream":true}`,
+		`{"model":"claude","max_tokens":0,"messages":[]}`,
+	})
+}
+
+func FuzzParseEmbeddings(f *testing.F) {
+	fuzzParser(f, ParseEmbeddings, []string{
+		`{"model":"text-embedding-3-small","input":"hello"}`,
+		`{"model":"text-embedding-3-small","input":["a","b"]}`,
+		`{"model":"text-embedding-ada-002","input":[1,2,3]}`,
+		`{"model":"text-embedding-ada-002","input":[[1,2],[3]]}`,
+		`{"model":"x","input":[-1]}`,
+	})
+}

@@ -1,0 +1,839 @@
+package estimate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// MaxTokensLimit is the largest max_tokens / max_completion_tokens value the
+// parsers accept; anything above is treated as absurd (invalid_value).
+const MaxTokensLimit = 1_000_000
+
+// Format names the API shape a Request was parsed from.
+type Format string
+
+// Request formats.
+const (
+	FormatOpenAIChat        Format = "openai_chat"
+	FormatAnthropicMessages Format = "anthropic_messages"
+	FormatEmbeddings        Format = "embeddings"
+)
+
+// Error codes of RequestError. They are stable: the gateway maps them to its
+// 400 error envelope.
+const (
+	CodeInvalidJSON  = "invalid_json"
+	CodeMissingField = "missing_field"
+	CodeInvalidType  = "invalid_type"
+	CodeInvalidValue = "invalid_value"
+)
+
+// RequestError is a malformed request body. Param names the offending field
+// in the request's own terms, e.g. "max_tokens" or "messages[2].content".
+type RequestError struct {
+	Code    string
+	Param   string
+	Message string
+}
+
+func (e *RequestError) Error() string {
+	if e.Param == "" {
+		return e.Code + ": " + e.Message
+	}
+	return e.Code + " (" + e.Param + "): " + e.Message
+}
+
+// Request is what estimation needs from a chat, messages or embeddings body.
+// Fields the estimator does not need are not kept; the gateway forwards the
+// original body untouched.
+type Request struct {
+	Format Format
+	Model  string
+	// System holds Anthropic's top-level system prompt. OpenAI system and
+	// developer prompts stay in Messages with their role.
+	System   []Part
+	Messages []Message
+	Tools    []Tool
+	// ResponseFormat is OpenAI's response_format (nil when absent).
+	ResponseFormat *ResponseFormat
+	// MaxTokens is max_completion_tokens, else max_tokens (OpenAI), or
+	// max_tokens (Anthropic, required). 0 means not set.
+	MaxTokens int64
+	// N is the number of choices asked for (OpenAI n); at least 1.
+	N            int64
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage
+	// Embeddings input: text inputs, and token-array inputs already counted.
+	Input       []string
+	InputTokens int64
+}
+
+// Message is one chat message.
+type Message struct {
+	Role       string
+	Name       string
+	Parts      []Part
+	ToolCalls  []ToolCall // assistant tool calls (OpenAI tool_calls / function_call)
+	ToolCallID string
+}
+
+// PartType is the kind of a content part.
+type PartType string
+
+// Content part kinds.
+const (
+	PartText     PartType = "text"
+	PartImage    PartType = "image"
+	PartDocument PartType = "document" // file / PDF; size unknown
+	PartAudio    PartType = "audio"
+	PartOther    PartType = "other" // unknown part kinds: Text holds its raw JSON
+)
+
+// Part is one content part. Tool use and tool results are flattened into
+// text parts (their name, input JSON and result text).
+type Part struct {
+	Type  PartType
+	Text  string
+	Image *Image
+}
+
+// Image describes an image part as far as the request tells.
+type Image struct {
+	Detail string // OpenAI: low, high, auto (or "")
+	// URL is an http(s) URL or a data: URL; Data is Anthropic's base64
+	// source. Both are kept by reference (no copy) to decode dimensions.
+	URL       string
+	Data      string
+	MediaType string
+}
+
+// Tool is one tool (function) definition.
+type Tool struct {
+	Type        string
+	Name        string
+	Description string
+	Parameters  json.RawMessage // JSON schema (OpenAI parameters / Anthropic input_schema)
+}
+
+// ToolCall is one assistant tool call in the conversation history.
+type ToolCall struct {
+	Name      string
+	Arguments string
+}
+
+// ResponseFormat is OpenAI's response_format.
+type ResponseFormat struct {
+	Type   string // text, json_object, json_schema
+	Name   string
+	Schema json.RawMessage
+}
+
+// ---------------------------------------------------------------- helpers
+
+func errJSON(err error) *RequestError {
+	msg := err.Error()
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		msg = fmt.Sprintf("%s (at byte %d)", se.Error(), se.Offset)
+	}
+	return &RequestError{Code: CodeInvalidJSON, Message: "request body is not valid JSON: " + msg}
+}
+
+// decode unmarshals raw into v, turning type mismatches into RequestErrors
+// whose Param is prefix + the field path.
+func decode(raw []byte, v any, prefix string) *RequestError {
+	if err := json.Unmarshal(raw, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			param := joinParam(prefix, te.Field)
+			return &RequestError{Code: CodeInvalidType, Param: param,
+				Message: fmt.Sprintf("%s must be %s, got %s", displayParam(param), jsonTypeName(te.Type.Kind().String()), te.Value)}
+		}
+		return errJSON(err)
+	}
+	return nil
+}
+
+func joinParam(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
+		return prefix
+	default:
+		return prefix + "." + field
+	}
+}
+
+func displayParam(p string) string {
+	if p == "" {
+		return "value"
+	}
+	return p
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	case "float32", "float64":
+		return "a number"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map":
+		return "an object"
+	}
+	return "of another type"
+}
+
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+func firstByte(raw json.RawMessage) byte {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 {
+		return 0
+	}
+	return t[0]
+}
+
+func typeErr(param, want string, raw json.RawMessage) *RequestError {
+	got := "null"
+	switch firstByte(raw) {
+	case '"':
+		got = "string"
+	case '{':
+		got = "object"
+	case '[':
+		got = "array"
+	case 't', 'f':
+		got = "boolean"
+	case 'n', 0:
+		got = "null"
+	default:
+		got = "number"
+	}
+	return &RequestError{Code: CodeInvalidType, Param: param, Message: fmt.Sprintf("%s must be %s, got %s", param, want, got)}
+}
+
+// topLevel checks the body is a JSON object.
+func topLevel(body []byte) *RequestError {
+	t := bytes.TrimSpace(body)
+	if len(t) == 0 {
+		return &RequestError{Code: CodeInvalidJSON, Message: "request body is empty"}
+	}
+	if !json.Valid(t) {
+		var v any
+		return errJSON(json.Unmarshal(t, &v))
+	}
+	if t[0] != '{' {
+		return &RequestError{Code: CodeInvalidType, Message: "request body must be a JSON object"}
+	}
+	return nil
+}
+
+func requireModel(model *string, present bool) *RequestError {
+	if !present {
+		return &RequestError{Code: CodeMissingField, Param: "model", Message: "model is required"}
+	}
+	if strings.TrimSpace(*model) == "" {
+		return &RequestError{Code: CodeInvalidValue, Param: "model", Message: "model must be a non-empty string"}
+	}
+	return nil
+}
+
+// maxTokens validates an optional integer token limit.
+func maxTokens(param string, raw json.RawMessage) (int64, *RequestError) {
+	if isNull(raw) {
+		return 0, nil
+	}
+	t := bytes.TrimSpace(raw)
+	if c := t[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, typeErr(param, "an integer", raw)
+	}
+	n, err := strconv.ParseInt(string(t), 10, 64)
+	if err != nil {
+		// A float ("100.5", "1e3") or an integer overflowing int64.
+		if f, ferr := strconv.ParseFloat(string(t), 64); ferr == nil && f > MaxTokensLimit {
+			return 0, &RequestError{Code: CodeInvalidValue, Param: param, Message: fmt.Sprintf("%s must be at most %d", param, MaxTokensLimit)}
+		}
+		return 0, &RequestError{Code: CodeInvalidType, Param: param, Message: param + " must be an integer"}
+	}
+	if n < 1 {
+		return 0, &RequestError{Code: CodeInvalidValue, Param: param, Message: param + " must be at least 1"}
+	}
+	if n > MaxTokensLimit {
+		return 0, &RequestError{Code: CodeInvalidValue, Param: param, Message: fmt.Sprintf("%s must be at most %d", param, MaxTokensLimit)}
+	}
+	return n, nil
+}
+
+// ---------------------------------------------------------------- OpenAI chat
+
+type openAIChatBody struct {
+	Model               *string           `json:"model"`
+	Messages            json.RawMessage   `json:"messages"`
+	Tools               []json.RawMessage `json:"tools"`
+	Functions           []json.RawMessage `json:"functions"`
+	ResponseFormat      json.RawMessage   `json:"response_format"`
+	MaxTokens           json.RawMessage   `json:"max_tokens"`
+	MaxCompletionTokens json.RawMessage   `json:"max_completion_tokens"`
+	N                   *int64            `json:"n"`
+	Stream              *bool             `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+type openAIMessage struct {
+	Role         *string           `json:"role"`
+	Name         *string           `json:"name"`
+	Content      json.RawMessage   `json:"content"`
+	ToolCalls    []json.RawMessage `json:"tool_calls"`
+	FunctionCall *openAIFunction   `json:"function_call"`
+	ToolCallID   *string           `json:"tool_call_id"`
+	Refusal      *string           `json:"refusal"`
+}
+
+type openAIFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type openAIPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text"`
+	Refusal  string `json:"refusal"`
+	ImageURL *struct {
+		URL    string `json:"url"`
+		Detail string `json:"detail"`
+	} `json:"image_url"`
+}
+
+// ParseOpenAIChat parses an OpenAI chat-completions request body.
+func ParseOpenAIChat(body []byte) (Request, error) {
+	if e := topLevel(body); e != nil {
+		return Request{}, e
+	}
+	var b openAIChatBody
+	if e := decode(body, &b, ""); e != nil {
+		return Request{}, e
+	}
+	req := Request{Format: FormatOpenAIChat, N: 1}
+	if e := requireModel(b.Model, b.Model != nil); e != nil {
+		return Request{}, e
+	}
+	req.Model = *b.Model
+	if isNull(b.Messages) {
+		return Request{}, &RequestError{Code: CodeMissingField, Param: "messages", Message: "messages is required"}
+	}
+	var msgs []json.RawMessage
+	if firstByte(b.Messages) != '[' {
+		return Request{}, typeErr("messages", "an array", b.Messages)
+	}
+	if e := decode(b.Messages, &msgs, "messages"); e != nil {
+		return Request{}, e
+	}
+	if len(msgs) == 0 {
+		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "messages", Message: "messages must contain at least one message"}
+	}
+	req.Messages = make([]Message, 0, len(msgs))
+	for i, raw := range msgs {
+		m, e := parseOpenAIMessage(raw, fmt.Sprintf("messages[%d]", i))
+		if e != nil {
+			return Request{}, e
+		}
+		req.Messages = append(req.Messages, m)
+	}
+	for i, raw := range b.Tools {
+		t, e := parseOpenAITool(raw, fmt.Sprintf("tools[%d]", i), true)
+		if e != nil {
+			return Request{}, e
+		}
+		req.Tools = append(req.Tools, t)
+	}
+	for i, raw := range b.Functions {
+		t, e := parseOpenAITool(raw, fmt.Sprintf("functions[%d]", i), false)
+		if e != nil {
+			return Request{}, e
+		}
+		req.Tools = append(req.Tools, t)
+	}
+	if !isNull(b.ResponseFormat) {
+		rf, e := parseResponseFormat(b.ResponseFormat)
+		if e != nil {
+			return Request{}, e
+		}
+		req.ResponseFormat = rf
+	}
+	mt, e := maxTokens("max_tokens", b.MaxTokens)
+	if e != nil {
+		return Request{}, e
+	}
+	mct, e := maxTokens("max_completion_tokens", b.MaxCompletionTokens)
+	if e != nil {
+		return Request{}, e
+	}
+	req.MaxTokens = mt
+	if mct > 0 {
+		req.MaxTokens = mct
+	}
+	if b.N != nil {
+		if *b.N < 1 || *b.N > 128 {
+			return Request{}, &RequestError{Code: CodeInvalidValue, Param: "n", Message: "n must be between 1 and 128"}
+		}
+		req.N = *b.N
+	}
+	if b.Stream != nil {
+		req.Stream = *b.Stream
+	}
+	if b.StreamOptions != nil && b.StreamOptions.IncludeUsage != nil {
+		req.IncludeUsage = *b.StreamOptions.IncludeUsage
+	}
+	return req, nil
+}
+
+func parseOpenAIMessage(raw json.RawMessage, param string) (Message, *RequestError) {
+	if firstByte(raw) != '{' {
+		return Message{}, typeErr(param, "an object", raw)
+	}
+	var m openAIMessage
+	if e := decode(raw, &m, param); e != nil {
+		return Message{}, e
+	}
+	if m.Role == nil {
+		return Message{}, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
+	}
+	msg := Message{Role: *m.Role}
+	if m.Name != nil {
+		msg.Name = *m.Name
+	}
+	if m.ToolCallID != nil {
+		msg.ToolCallID = *m.ToolCallID
+	}
+	switch firstByte(m.Content) {
+	case 0, 'n':
+		// null content: allowed for assistant messages with tool calls.
+	case '"':
+		var s string
+		if e := decode(m.Content, &s, param+".content"); e != nil {
+			return Message{}, e
+		}
+		msg.Parts = []Part{{Type: PartText, Text: s}}
+	case '[':
+		var parts []json.RawMessage
+		if e := decode(m.Content, &parts, param+".content"); e != nil {
+			return Message{}, e
+		}
+		msg.Parts = make([]Part, 0, len(parts))
+		for j, pr := range parts {
+			pp := fmt.Sprintf("%s.content[%d]", param, j)
+			if firstByte(pr) != '{' {
+				return Message{}, typeErr(pp, "an object", pr)
+			}
+			var p openAIPart
+			if e := decode(pr, &p, pp); e != nil {
+				return Message{}, e
+			}
+			switch p.Type {
+			case "text", "input_text":
+				msg.Parts = append(msg.Parts, Part{Type: PartText, Text: p.Text})
+			case "refusal":
+				msg.Parts = append(msg.Parts, Part{Type: PartText, Text: p.Refusal})
+			case "image_url":
+				if p.ImageURL == nil {
+					return Message{}, &RequestError{Code: CodeMissingField, Param: pp + ".image_url", Message: pp + ".image_url is required"}
+				}
+				msg.Parts = append(msg.Parts, Part{Type: PartImage, Image: &Image{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
+			case "input_audio":
+				msg.Parts = append(msg.Parts, Part{Type: PartAudio})
+			case "file":
+				msg.Parts = append(msg.Parts, Part{Type: PartDocument})
+			case "":
+				return Message{}, &RequestError{Code: CodeMissingField, Param: pp + ".type", Message: pp + ".type is required"}
+			default:
+				msg.Parts = append(msg.Parts, Part{Type: PartOther, Text: string(pr)})
+			}
+		}
+	default:
+		return Message{}, typeErr(param+".content", "a string, an array or null", m.Content)
+	}
+	if m.Refusal != nil && *m.Refusal != "" {
+		msg.Parts = append(msg.Parts, Part{Type: PartText, Text: *m.Refusal})
+	}
+	for j, tc := range m.ToolCalls {
+		var c struct {
+			Function *openAIFunction `json:"function"`
+			Custom   *struct {
+				Name  string `json:"name"`
+				Input string `json:"input"`
+			} `json:"custom"`
+		}
+		if e := decode(tc, &c, fmt.Sprintf("%s.tool_calls[%d]", param, j)); e != nil {
+			return Message{}, e
+		}
+		switch {
+		case c.Function != nil:
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: c.Function.Name, Arguments: c.Function.Arguments})
+		case c.Custom != nil:
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: c.Custom.Name, Arguments: c.Custom.Input})
+		}
+	}
+	if m.FunctionCall != nil {
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: m.FunctionCall.Name, Arguments: m.FunctionCall.Arguments})
+	}
+	return msg, nil
+}
+
+func parseOpenAITool(raw json.RawMessage, param string, wrapped bool) (Tool, *RequestError) {
+	if firstByte(raw) != '{' {
+		return Tool{}, typeErr(param, "an object", raw)
+	}
+	type fn struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	if !wrapped { // legacy functions[]
+		var f fn
+		if e := decode(raw, &f, param); e != nil {
+			return Tool{}, e
+		}
+		return Tool{Type: "function", Name: f.Name, Description: f.Description, Parameters: f.Parameters}, nil
+	}
+	var t struct {
+		Type     string `json:"type"`
+		Function *fn    `json:"function"`
+		Custom   *struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Format      json.RawMessage `json:"format"`
+		} `json:"custom"`
+	}
+	if e := decode(raw, &t, param); e != nil {
+		return Tool{}, e
+	}
+	switch {
+	case t.Function != nil:
+		return Tool{Type: "function", Name: t.Function.Name, Description: t.Function.Description, Parameters: t.Function.Parameters}, nil
+	case t.Custom != nil:
+		return Tool{Type: "custom", Name: t.Custom.Name, Description: t.Custom.Description, Parameters: t.Custom.Format}, nil
+	case t.Type == "function":
+		return Tool{}, &RequestError{Code: CodeMissingField, Param: param + ".function", Message: param + ".function is required"}
+	}
+	// Built-in or unknown tool kinds: count the whole definition.
+	return Tool{Type: t.Type, Parameters: raw}, nil
+}
+
+func parseResponseFormat(raw json.RawMessage) (*ResponseFormat, *RequestError) {
+	if firstByte(raw) != '{' {
+		return nil, typeErr("response_format", "an object", raw)
+	}
+	var rf struct {
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	}
+	if e := decode(raw, &rf, "response_format"); e != nil {
+		return nil, e
+	}
+	out := &ResponseFormat{Type: rf.Type}
+	if rf.Type == "json_schema" {
+		if rf.JSONSchema == nil {
+			return nil, &RequestError{Code: CodeMissingField, Param: "response_format.json_schema", Message: "response_format.json_schema is required when type is json_schema"}
+		}
+		out.Name, out.Schema = rf.JSONSchema.Name, rf.JSONSchema.Schema
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- Anthropic
+
+type anthropicBody struct {
+	Model     *string           `json:"model"`
+	Messages  json.RawMessage   `json:"messages"`
+	System    json.RawMessage   `json:"system"`
+	Tools     []json.RawMessage `json:"tools"`
+	MaxTokens json.RawMessage   `json:"max_tokens"`
+	Stream    *bool             `json:"stream"`
+}
+
+type anthropicBlock struct {
+	Type     string          `json:"type"`
+	Text     string          `json:"text"`
+	Name     string          `json:"name"`
+	Input    json.RawMessage `json:"input"`
+	Content  json.RawMessage `json:"content"` // tool_result: string or blocks
+	Thinking string          `json:"thinking"`
+	Source   *struct {
+		Type      string `json:"type"`
+		MediaType string `json:"media_type"`
+		Data      string `json:"data"`
+		URL       string `json:"url"`
+	} `json:"source"`
+}
+
+// ParseAnthropicMessages parses an Anthropic messages request body.
+func ParseAnthropicMessages(body []byte) (Request, error) {
+	if e := topLevel(body); e != nil {
+		return Request{}, e
+	}
+	var b anthropicBody
+	if e := decode(body, &b, ""); e != nil {
+		return Request{}, e
+	}
+	req := Request{Format: FormatAnthropicMessages, N: 1}
+	if e := requireModel(b.Model, b.Model != nil); e != nil {
+		return Request{}, e
+	}
+	req.Model = *b.Model
+	if isNull(b.MaxTokens) {
+		return Request{}, &RequestError{Code: CodeMissingField, Param: "max_tokens", Message: "max_tokens is required"}
+	}
+	mt, e := maxTokens("max_tokens", b.MaxTokens)
+	if e != nil {
+		return Request{}, e
+	}
+	req.MaxTokens = mt
+	if isNull(b.Messages) {
+		return Request{}, &RequestError{Code: CodeMissingField, Param: "messages", Message: "messages is required"}
+	}
+	if firstByte(b.Messages) != '[' {
+		return Request{}, typeErr("messages", "an array", b.Messages)
+	}
+	var msgs []json.RawMessage
+	if e := decode(b.Messages, &msgs, "messages"); e != nil {
+		return Request{}, e
+	}
+	if len(msgs) == 0 {
+		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "messages", Message: "messages must contain at least one message"}
+	}
+	if !isNull(b.System) {
+		parts, e := parseAnthropicContent(b.System, "system")
+		if e != nil {
+			return Request{}, e
+		}
+		req.System = parts
+	}
+	req.Messages = make([]Message, 0, len(msgs))
+	for i, raw := range msgs {
+		param := fmt.Sprintf("messages[%d]", i)
+		if firstByte(raw) != '{' {
+			return Request{}, typeErr(param, "an object", raw)
+		}
+		var m struct {
+			Role    *string         `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if e := decode(raw, &m, param); e != nil {
+			return Request{}, e
+		}
+		if m.Role == nil {
+			return Request{}, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
+		}
+		if isNull(m.Content) {
+			return Request{}, &RequestError{Code: CodeMissingField, Param: param + ".content", Message: param + ".content is required"}
+		}
+		parts, e := parseAnthropicContent(m.Content, param+".content")
+		if e != nil {
+			return Request{}, e
+		}
+		req.Messages = append(req.Messages, Message{Role: *m.Role, Parts: parts})
+	}
+	for i, raw := range b.Tools {
+		param := fmt.Sprintf("tools[%d]", i)
+		if firstByte(raw) != '{' {
+			return Request{}, typeErr(param, "an object", raw)
+		}
+		var t struct {
+			Type        string          `json:"type"`
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			InputSchema json.RawMessage `json:"input_schema"`
+		}
+		if e := decode(raw, &t, param); e != nil {
+			return Request{}, e
+		}
+		if t.InputSchema == nil { // server tools (web_search, bash, …): count the definition
+			req.Tools = append(req.Tools, Tool{Type: t.Type, Name: t.Name, Parameters: raw})
+			continue
+		}
+		req.Tools = append(req.Tools, Tool{Type: "custom", Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+	}
+	if b.Stream != nil {
+		req.Stream = *b.Stream
+	}
+	return req, nil
+}
+
+func parseAnthropicContent(raw json.RawMessage, param string) ([]Part, *RequestError) {
+	switch firstByte(raw) {
+	case '"':
+		var s string
+		if e := decode(raw, &s, param); e != nil {
+			return nil, e
+		}
+		return []Part{{Type: PartText, Text: s}}, nil
+	case '[':
+	default:
+		return nil, typeErr(param, "a string or an array", raw)
+	}
+	var blocks []json.RawMessage
+	if e := decode(raw, &blocks, param); e != nil {
+		return nil, e
+	}
+	parts := make([]Part, 0, len(blocks))
+	for j, br := range blocks {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		if firstByte(br) != '{' {
+			return nil, typeErr(pp, "an object", br)
+		}
+		var b anthropicBlock
+		if e := decode(br, &b, pp); e != nil {
+			return nil, e
+		}
+		switch b.Type {
+		case "text":
+			parts = append(parts, Part{Type: PartText, Text: b.Text})
+		case "thinking":
+			parts = append(parts, Part{Type: PartText, Text: b.Thinking})
+		case "redacted_thinking":
+		case "image":
+			img := &Image{}
+			if b.Source != nil {
+				img.Data, img.URL, img.MediaType = b.Source.Data, b.Source.URL, b.Source.MediaType
+			}
+			parts = append(parts, Part{Type: PartImage, Image: img})
+		case "document":
+			if b.Source != nil && b.Source.Type == "text" {
+				parts = append(parts, Part{Type: PartText, Text: b.Source.Data})
+			} else {
+				parts = append(parts, Part{Type: PartDocument})
+			}
+		case "tool_use", "server_tool_use":
+			parts = append(parts, Part{Type: PartText, Text: b.Name}, Part{Type: PartText, Text: string(b.Input)})
+		case "tool_result":
+			if !isNull(b.Content) {
+				inner, e := parseAnthropicContent(b.Content, pp+".content")
+				if e != nil {
+					return nil, e
+				}
+				parts = append(parts, inner...)
+			}
+		case "":
+			return nil, &RequestError{Code: CodeMissingField, Param: pp + ".type", Message: pp + ".type is required"}
+		default:
+			parts = append(parts, Part{Type: PartOther, Text: string(br)})
+		}
+	}
+	return parts, nil
+}
+
+// ---------------------------------------------------------------- embeddings
+
+// MaxEmbeddingInputs is OpenAI's limit on the number of inputs per request.
+const MaxEmbeddingInputs = 2048
+
+// ParseEmbeddings parses an OpenAI embeddings request body. input may be a
+// string, an array of strings, an array of token ids or an array of token-id
+// arrays; token arrays are counted exactly (their length).
+func ParseEmbeddings(body []byte) (Request, error) {
+	if e := topLevel(body); e != nil {
+		return Request{}, e
+	}
+	var b struct {
+		Model *string         `json:"model"`
+		Input json.RawMessage `json:"input"`
+	}
+	if e := decode(body, &b, ""); e != nil {
+		return Request{}, e
+	}
+	req := Request{Format: FormatEmbeddings, N: 1}
+	if e := requireModel(b.Model, b.Model != nil); e != nil {
+		return Request{}, e
+	}
+	req.Model = *b.Model
+	if isNull(b.Input) {
+		return Request{}, &RequestError{Code: CodeMissingField, Param: "input", Message: "input is required"}
+	}
+	switch firstByte(b.Input) {
+	case '"':
+		var s string
+		if e := decode(b.Input, &s, "input"); e != nil {
+			return Request{}, e
+		}
+		req.Input = []string{s}
+		return req, nil
+	case '[':
+	default:
+		return Request{}, typeErr("input", "a string or an array", b.Input)
+	}
+	var items []json.RawMessage
+	if e := decode(b.Input, &items, "input"); e != nil {
+		return Request{}, e
+	}
+	if len(items) == 0 {
+		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "input", Message: "input must not be empty"}
+	}
+	// A flat array of token ids is one input.
+	if c := firstByte(items[0]); c == '-' || (c >= '0' && c <= '9') {
+		for i, it := range items {
+			if e := tokenID(it, fmt.Sprintf("input[%d]", i)); e != nil {
+				return Request{}, e
+			}
+		}
+		req.InputTokens = int64(len(items))
+		return req, nil
+	}
+	if len(items) > MaxEmbeddingInputs {
+		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "input", Message: fmt.Sprintf("input must have at most %d items", MaxEmbeddingInputs)}
+	}
+	for i, it := range items {
+		param := fmt.Sprintf("input[%d]", i)
+		switch firstByte(it) {
+		case '"':
+			var s string
+			if e := decode(it, &s, param); e != nil {
+				return Request{}, e
+			}
+			req.Input = append(req.Input, s)
+		case '[':
+			var ids []json.RawMessage
+			if e := decode(it, &ids, param); e != nil {
+				return Request{}, e
+			}
+			for j, id := range ids {
+				if e := tokenID(id, fmt.Sprintf("%s[%d]", param, j)); e != nil {
+					return Request{}, e
+				}
+			}
+			req.InputTokens += int64(len(ids))
+		default:
+			return Request{}, typeErr(param, "a string or an array of token ids", it)
+		}
+	}
+	return req, nil
+}
+
+func tokenID(raw json.RawMessage, param string) *RequestError {
+	n, err := strconv.ParseInt(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil {
+		return typeErr(param, "an integer token id", raw)
+	}
+	if n < 0 {
+		return &RequestError{Code: CodeInvalidValue, Param: param, Message: param + " must be a non-negative token id"}
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package estimate
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"unicode/utf8"
+
+	tiktoken "github.com/pkoukk/tiktoken-go"
+)
+
+var (
+	refMu  sync.Mutex
+	refEnc = map[string]*tiktoken.Tiktoken{}
+)
+
+// reference returns tiktoken-go's own encoder (the oracle our counter must match).
+func reference(t testing.TB, name string) *tiktoken.Tiktoken {
+	refMu.Lock()
+	defer refMu.Unlock()
+	if e, ok := refEnc[name]; ok {
+		return e
+	}
+	e, err := tiktoken.GetEncoding(name)
+	if err != nil {
+		t.Fatalf("tiktoken.GetEncoding(%s): %v", name, err)
+	}
+	refEnc[name] = e
+	return e
+}
+
+func mustEncoding(t testing.TB, name string) *bpeEncoding {
+	e, err := getEncoding(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var tokenizerCorpus = []string{
+	"",
+	"hello world",
+	"Hello, world!",
+	"tiktoken is great!",
+	"antidisestablishmentarianism",
+	"I'm here, you're there, they'll go, we've been, it's done, he'd say, don'T, I'M, SHE'LL",
+	"'s 't 're 've 'm 'll 'd 'x ' '",
+	"12345678901 3.14159 1,000,000",
+	"  leading spaces and trailing   ",
+	"tabs\tand\nnewlines\r\n\r\n  \n\t x",
+	"line1\n\n\nline2   \n   line3",
+	"func main() {\n\tfmt.Println(\"hi\") // comment\n}\n",
+	"https://example.com/a/b/c?x=1&y=2#frag //// ///\n/",
+	"日本語のテキストです。中文文本。한국어 텍스트",
+	"Ünïcödé àccents, Ελληνικά, русский язык, عربى, עברית",
+	"emoji 😀👍🏽🇳🇱 and ZWJ 👨‍👩‍👧‍👦",
+	"combining e\u0301 a\u0300\u0301 \u0301\u0302 start",
+	"CamelCaseWordsHTTPServerXMLParser ABCdef DEFghi ǅungla ʰello",
+	"\u00a0nbsp\u2003em\u3000ideo",
+	"<|endoftext|> <|im_start|>user",
+	strings.Repeat("a", 300),
+	strings.Repeat(" ", 300) + "x",
+	strings.Repeat("ab12!", 100),
+	strings.Repeat("的", 200),
+	"{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\"}},\"required\":[\"location\"]}",
+}
+
+func TestTokenizerMatchesTiktoken(t *testing.T) {
+	for _, name := range []string{EncodingCL100k, EncodingO200k} {
+		enc := mustEncoding(t, name)
+		ref := reference(t, name)
+		for _, s := range tokenizerCorpus {
+			want := len(ref.EncodeOrdinary(s))
+			if got := enc.Count(s); got != want {
+				t.Errorf("%s: Count(%q) = %d, tiktoken-go = %d", name, s, got, want)
+			}
+		}
+	}
+}
+
+// Exact counts for known strings (values from OpenAI's tiktoken).
+func TestTokenizerKnownCounts(t *testing.T) {
+	tests := []struct {
+		enc  string
+		text string
+		want int
+	}{
+		{EncodingCL100k, "hello world", 2},
+		{EncodingCL100k, "tiktoken is great!", 6},
+		{EncodingCL100k, "antidisestablishmentarianism", 6},
+		{EncodingCL100k, "2 + 2 = 4", 7},
+		{EncodingO200k, "hello world", 2},
+		{EncodingO200k, "tiktoken is great!", 6},
+		{EncodingO200k, "antidisestablishmentarianism", 6},
+		{EncodingO200k, "2 + 2 = 4", 7},
+	}
+	for _, tt := range tests {
+		if got := mustEncoding(t, tt.enc).Count(tt.text); got != tt.want {
+			t.Errorf("%s Count(%q) = %d, want %d", tt.enc, tt.text, got, tt.want)
+		}
+	}
+}
+
+func TestMergeLargeMatchesSmall(t *testing.T) {
+	for _, name := range []string{EncodingCL100k, EncodingO200k} {
+		enc := mustEncoding(t, name)
+		for _, s := range []string{"abcdefghij", "aaaaaaaaaaaaa", "zxqvjkwpzxqvjk", "  \t\t  ", "ababababab", "日本語テキスト"} {
+			if a, b := enc.mergeSmall(s), enc.mergeLarge(s); a != b {
+				t.Errorf("%s %q: small %d large %d", name, s, a, b)
+			}
+		}
+	}
+}
+
+func FuzzTokenizerMatchesTiktoken(f *testing.F) {
+	for _, s := range tokenizerCorpus {
+		if len(s) < 200 {
+			f.Add(s)
+		}
+	}
+	cl, o2 := mustEncoding(f, EncodingCL100k), mustEncoding(f, EncodingO200k)
+	rcl, ro2 := reference(f, EncodingCL100k), reference(f, EncodingO200k)
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) || len(s) > 2000 {
+			return // request text is always valid UTF-8 after JSON decoding
+		}
+		if got, want := cl.Count(s), len(rcl.EncodeOrdinary(s)); got != want {
+			t.Fatalf("cl100k Count(%q) = %d, want %d", s, got, want)
+		}
+		if got, want := o2.Count(s), len(ro2.EncodeOrdinary(s)); got != want {
+			t.Fatalf("o200k Count(%q) = %d, want %d", s, got, want)
+		}
+		for _, enc := range []*bpeEncoding{cl, o2} {
+			if len(s) > 1 && len(s) <= smallPiece {
+				if a, b := enc.mergeSmall(s), enc.mergeLarge(s); a != b {
+					t.Fatalf("%s merge %q small %d large %d", enc.name, s, a, b)
+				}
+			}
+		}
+	})
+}

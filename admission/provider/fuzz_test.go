@@ -1,0 +1,98 @@
+package provider
+
+import (
+	"net/http"
+	"testing"
+)
+
+func FuzzParseRateLimitHeaders(f *testing.F) {
+	f.Add("5000", "4999", "6m0s", "2025-10-14T09:20:00Z", "14")
+	f.Add("-1", "-1", "0", "garbage", "Tue, 14 Oct 2025 09:20:30 GMT")
+	f.Add("1e99", "NaN", "1h2m3.5s", "2025-10-14T09:20:00.123456789+02:00", "1.5")
+	f.Add("", "", "12ms", "", "")
+	f.Fuzz(func(t *testing.T, limit, remaining, reset, rfcReset, retryAfter string) {
+		h := http.Header{}
+		for _, d := range []string{"requests", "tokens"} {
+			h.Set("x-ratelimit-limit-"+d, limit)
+			h.Set("x-ratelimit-remaining-"+d, remaining)
+			h.Set("x-ratelimit-reset-"+d, reset)
+		}
+		for _, d := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
+			h.Set("anthropic-ratelimit-"+d+"-limit", limit)
+			h.Set("anthropic-ratelimit-"+d+"-remaining", remaining)
+			h.Set("anthropic-ratelimit-"+d+"-reset", rfcReset)
+		}
+		h.Set("retry-after", retryAfter)
+		h.Set("retry-after-ms", reset)
+		h.Set("x-ms-retry-after-ms", limit)
+		for _, k := range []Kind{OpenAI, Azure, Anthropic, Gemini, OpenAICompatible} {
+			for _, o := range ParseRateLimitHeaders(k, h, testNow) {
+				if o.Remaining < 0 || o.Limit < 0 || o.ResetMs < 0 || o.ResetMs > maxMs {
+					t.Fatalf("bad observation %+v", o)
+				}
+			}
+		}
+		if ms, ok := ParseRetryAfter(h, testNow); ok && (ms < 0 || ms > maxMs) {
+			t.Fatalf("retry-after %d", ms)
+		}
+		if ms, ok := ParseDurationMs(reset); ok && (ms < 0 || ms > maxMs) {
+			t.Fatalf("duration %q → %d", reset, ms)
+		}
+	})
+}
+
+func FuzzParseRejection(f *testing.F) {
+	for _, name := range []string{"openai_429_tpm.http", "openai_429_insufficient_quota.http", "azure_429.http",
+		"anthropic_429.http", "anthropic_529.http", "anthropic_429_spend_limit.http",
+		"gemini_429_per_day.http", "gemini_429_per_minute.http", "vertex_429.http"} {
+		resp, body := loadResponse(f, name)
+		f.Add(resp.StatusCode, body, resp.Header.Get("Retry-After"))
+	}
+	f.Add(200, []byte(`{"error":{"status":"RESOURCE_EXHAUSTED","details":[{"@type":"x.google.rpc.RetryInfo","retryDelay":"1e9s"}]}}`), "")
+	f.Add(-5, []byte(`[`), "NaN")
+	f.Fuzz(func(t *testing.T, status int, body []byte, retryAfter string) {
+		h := http.Header{}
+		h.Set("Retry-After", retryAfter)
+		h.Set("anthropic-ratelimit-requests-remaining", "0")
+		h.Set("anthropic-ratelimit-requests-reset", retryAfter)
+		for _, k := range []Kind{OpenAI, Azure, Anthropic, Gemini, OpenAICompatible} {
+			r, ok := ParseRejection(k, status, h, body, testNow)
+			if !ok {
+				continue
+			}
+			if len(r.Message) > MaxMessageBytes || len(r.ProviderRequestID) > 128 || r.RetryAfterMs < 0 {
+				t.Fatalf("bad rejection %+v", r)
+			}
+			switch r.Kind {
+			case KindRateLimited, KindOverloaded, KindQuotaExhausted, KindRequestError:
+			default:
+				t.Fatalf("bad kind %q", r.Kind)
+			}
+		}
+	})
+}
+
+func FuzzStreamUsage(f *testing.F) {
+	for _, name := range []string{"openai_stream_include_usage.sse", "openai_stream_cut.sse", "anthropic_stream.sse",
+		"anthropic_stream_cut.sse", "gemini_stream.sse"} {
+		for _, ev := range loadSSE(f, name) {
+			f.Add(string(ev.event), ev.data)
+		}
+	}
+	f.Add("", []byte("[DONE]"))
+	f.Add("message_delta", []byte(`{"usage":{"output_tokens":-5,"input_tokens":-1}}`))
+	f.Fuzz(func(t *testing.T, event string, data []byte) {
+		for _, k := range []Kind{OpenAI, Anthropic, Gemini} {
+			s := NewStreamUsage(k)
+			// Feed it twice and around a real event so state interactions are exercised.
+			s.Feed([]byte(event), data)
+			s.Feed([]byte("message_start"), []byte(`{"type":"message_start","message":{"usage":{"input_tokens":3}}}`))
+			s.Feed([]byte(event), data)
+			u, _ := s.Usage()
+			if u.InputTokens < 0 || u.OutputTokens < 0 || u.CachedInputTokens > u.InputTokens {
+				t.Fatalf("bad usage %+v", u)
+			}
+			ParseUsage(k, data)
+		}
+	})
+}
