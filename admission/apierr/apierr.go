@@ -1,0 +1,145 @@
+// Package apierr is Sluice's one error contract: every refusal, local or
+// provider, is an OpenAI-style error envelope (Anthropic-style on
+// /v1/messages) that carries the normalised Sluice object saying which
+// limiter refused, where, and — the key field — gateway_decision.
+//
+// Codes are stable: clients and dashboards match on them.
+package apierr
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Stable error codes.
+const (
+	CodeInvalidJSON       = "invalid_json"
+	CodeInvalidRequest    = "invalid_request"
+	CodeBodyTooLarge      = "body_too_large"
+	CodeMissingKey        = "missing_api_key"
+	CodeInvalidKey        = "invalid_api_key"
+	CodeKeyDisabled       = "api_key_disabled"
+	CodePaused            = "paused"
+	CodeModelNotFound     = "model_not_found"
+	CodeRateLimited       = "rate_limit_exceeded"
+	CodeQueueTimeout      = "queue_timeout"
+	CodeQuotaExhausted    = "quota_exhausted"
+	CodeLedgerUnavailable = "ledger_unavailable"
+	CodeUpstreamError     = "upstream_error"
+	CodeUpstreamRejected  = "upstream_rate_limited"
+	CodeMethodNotAllowed  = "method_not_allowed"
+	CodeNotFound          = "not_found"
+	CodeCancelled         = "cancelled"
+)
+
+// Sluice is the normalised object attached to every error.
+type Sluice struct {
+	Type            string                  `json:"type"` // local_limit, provider_limit, request, auth, unavailable
+	Limiter         string                  `json:"limiter,omitempty"`
+	LimitPath       string                  `json:"limit_path,omitempty"`
+	Scope           string                  `json:"scope,omitempty"`
+	Provider        string                  `json:"provider,omitempty"`
+	ModelProfile    string                  `json:"model_profile,omitempty"`
+	RetryAfterMs    int64                   `json:"retry_after_ms,omitempty"`
+	Tenant          string                  `json:"tenant,omitempty"`
+	KeyID           string                  `json:"key_id,omitempty"`
+	Class           string                  `json:"class,omitempty"`
+	EstimatedInput  int64                   `json:"estimated_input_tokens,omitempty"`
+	EstimatedOutput int64                   `json:"estimated_output_tokens,omitempty"`
+	GatewayDecision schemas.GatewayDecision `json:"gateway_decision,omitempty"`
+	FallbackAllowed bool                    `json:"fallback_allowed"`
+	RequestID       string                  `json:"request_id,omitempty"`
+}
+
+// Error is one refusal.
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"message"`
+	Type    string `json:"type"` // OpenAI error type
+	Param   string `json:"param,omitempty"`
+	Code    string `json:"code"`
+	Sluice  Sluice `json:"sluice"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// New builds an error with the OpenAI type implied by the HTTP status.
+func New(status int, code, msg string) *Error {
+	t := "invalid_request_error"
+	switch {
+	case status == http.StatusUnauthorized:
+		t = "authentication_error"
+	case status == http.StatusForbidden:
+		t = "permission_error"
+	case status == http.StatusNotFound:
+		t = "not_found_error"
+	case status == http.StatusTooManyRequests:
+		t = "rate_limit_error"
+	case status >= 500:
+		t = "api_error"
+	}
+	st := "request"
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		st = "auth"
+	case http.StatusServiceUnavailable:
+		st = "unavailable"
+	}
+	return &Error{Status: status, Message: msg, Type: t, Code: code, Sluice: Sluice{Type: st}}
+}
+
+// Write sends e in the OpenAI envelope, or Anthropic's when anthropic is
+// true, with Retry-After when the refusal says when to come back.
+func Write(w http.ResponseWriter, e *Error, anthropic bool) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.Sluice.RetryAfterMs > 0 {
+		h.Set("Retry-After", strconv.FormatInt((e.Sluice.RetryAfterMs+999)/1000, 10))
+		h.Set("retry-after-ms", strconv.FormatInt(e.Sluice.RetryAfterMs, 10))
+	}
+	if e.Sluice.RequestID != "" {
+		h.Set("X-Sluice-Request-Id", e.Sluice.RequestID)
+	}
+	w.WriteHeader(e.Status)
+	var body any
+	if anthropic {
+		body = struct {
+			Type  string `json:"type"`
+			Error any    `json:"error"`
+		}{"error", struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    string `json:"code"`
+			Sluice  Sluice `json:"sluice"`
+		}{anthropicType(e.Status), e.Message, e.Code, e.Sluice}}
+	} else {
+		body = struct {
+			Error *Error `json:"error"`
+		}{e}
+	}
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func anthropicType(status int) string {
+	switch status {
+	case 401:
+		return "authentication_error"
+	case 403:
+		return "permission_error"
+	case 404:
+		return "not_found_error"
+	case 413:
+		return "request_too_large"
+	case 429:
+		return "rate_limit_error"
+	case 503, 529:
+		return "overloaded_error"
+	}
+	if status >= 500 {
+		return "api_error"
+	}
+	return "invalid_request_error"
+}

@@ -1,0 +1,196 @@
+package ledger
+
+import (
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// spec is a bucket's compiled configuration.
+type spec struct {
+	kind       uint8
+	dim        uint8
+	exclCached bool
+	capacity   int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
+	period     int64
+	window     int64
+	burst      int64 // token: scaled capacity×window; fixed, concurrency, rolling: capacity units
+	guaranteed int64
+	gBurst     int64 // scaled guaranteed×window
+	reserve    int64 // borrow reserve in units
+	offset     int64
+	slots      int64
+	slotMs     int64
+	maxUnits   int64 // the most one request can take (token: burst units)
+	ramp       RampConfig
+}
+
+// scopeCfg is a scope's compiled configuration: per level, the template
+// bucket specs ("*") and the exact-id overrides merged with the template.
+type scopeCfg struct {
+	name     string
+	template [numLevels][]int32
+	exact    [numLevels]map[string][]int32
+	weights  map[string]int64
+	defW     int64
+}
+
+// compiled is the derived, read-only form of a Config.
+type compiled struct {
+	specs       []spec
+	scopes      []scopeCfg
+	scopeByName map[string]int
+	wildcard    int // index of scope "*" or -1
+	// anyGuaranteed / anyRamp enable the borrowing pass and ramp bookkeeping.
+	anyGuaranteed bool
+	anyRamp       bool
+	anyReserve    bool
+	classIdx      map[string]int32
+	defClass      int32
+}
+
+func compile(c *Config) *compiled {
+	cc := &compiled{scopeByName: map[string]int{}, wildcard: -1, classIdx: map[string]int32{}}
+	for i, cl := range c.Classes {
+		cc.classIdx[cl.Name] = int32(i)
+	}
+	cc.defClass = cc.classIdx[c.DefaultClass]
+	for si := range c.Scopes {
+		s := &c.Scopes[si]
+		sc := scopeCfg{name: s.Name, weights: map[string]int64{}, defW: s.DefaultTenantWeight}
+		for _, t := range s.Tenants {
+			sc.weights[t.ID] = t.Weight
+		}
+		// Templates first, then exact ids merged over their level's template
+		// (an exact entry replaces the template's bucket of its dimension).
+		for _, b := range s.Buckets {
+			lv, _ := levelCode(b.Level)
+			if b.ID == "*" || (lv == 0 && b.ID == s.Name) {
+				sc.template[lv] = append(sc.template[lv], cc.addSpec(b))
+			}
+		}
+		for _, b := range s.Buckets {
+			lv, _ := levelCode(b.Level)
+			if b.ID == "*" || lv == 0 {
+				continue
+			}
+			if sc.exact[lv] == nil {
+				sc.exact[lv] = map[string][]int32{}
+			}
+			list, ok := sc.exact[lv][b.ID]
+			if !ok {
+				list = append([]int32(nil), sc.template[lv]...)
+			}
+			si := cc.addSpec(b)
+			replaced := false
+			for i, old := range list {
+				if cc.specs[old].dim == cc.specs[si].dim {
+					list[i] = si
+					replaced = true
+				}
+			}
+			if !replaced {
+				list = append(list, si)
+			}
+			sc.exact[lv][b.ID] = list
+		}
+		if s.Name == "*" {
+			cc.wildcard = len(cc.scopes)
+		}
+		cc.scopeByName[s.Name] = len(cc.scopes)
+		cc.scopes = append(cc.scopes, sc)
+	}
+	return cc
+}
+
+func (cc *compiled) addSpec(b BucketConfig) int32 {
+	d, _ := dimIndex(b.Dimension)
+	sp := spec{
+		kind:     kindCode(b.Refill),
+		dim:      uint8(d),
+		capacity: b.Capacity,
+		period:   b.PeriodMs,
+		window:   b.WindowMs,
+		reserve:  b.BorrowReserve,
+		offset:   b.ResetOffsetMs,
+	}
+	sp.exclCached = b.ExcludeCachedInput && (d == dInput || d == dTotal)
+	switch sp.kind {
+	case kToken, kRamp:
+		sp.burst = b.Capacity * b.WindowMs
+		sp.guaranteed = b.Guaranteed
+		sp.gBurst = b.Guaranteed * b.WindowMs
+		if b.Ramp != nil {
+			sp.ramp = *b.Ramp
+		}
+	case kRolling:
+		sp.burst = b.Capacity
+		sp.slots = int64(b.Slots)
+		sp.slotMs = (b.PeriodMs + sp.slots - 1) / sp.slots
+	default:
+		sp.burst = b.Capacity
+	}
+	switch sp.kind {
+	case kToken:
+		sp.maxUnits = sp.burst / sp.period
+	case kRamp:
+		sp.maxUnits = sp.capacity * sp.window / sp.period
+		cc.anyRamp = true
+	default:
+		sp.maxUnits = sp.capacity
+	}
+	if sp.guaranteed > 0 {
+		cc.anyGuaranteed = true
+	}
+	if sp.reserve > 0 {
+		cc.anyReserve = true
+	}
+	cc.specs = append(cc.specs, sp)
+	return int32(len(cc.specs) - 1)
+}
+
+// scopeFor returns the compiled scope config for a scope name.
+func (cc *compiled) scopeFor(name string) (int, bool) {
+	if i, ok := cc.scopeByName[name]; ok {
+		return i, true
+	}
+	if cc.wildcard >= 0 {
+		return cc.wildcard, true
+	}
+	return 0, false
+}
+
+// specsFor returns the spec list of (level, id) in a scope config.
+func (sc *scopeCfg) specsFor(lv uint8, id string) []int32 {
+	if m := sc.exact[lv]; m != nil {
+		if l, ok := m[id]; ok {
+			return l
+		}
+	}
+	return sc.template[lv]
+}
+
+func (sc *scopeCfg) weight(tenant string) int64 {
+	if w, ok := sc.weights[tenant]; ok {
+		return w
+	}
+	return sc.defW
+}
+
+// amount is what a reservation debits from a bucket of spec sp.
+func (sp *spec) amount(r *res) int64 {
+	a := r.Need[sp.dim]
+	if sp.exclCached {
+		a -= r.Cached
+		if a < 0 {
+			a = 0
+		}
+	}
+	return a
+}
+
+// dimension returns the schemas name of a dimension index.
+func dimension(d uint8) schemas.Dimension {
+	if int(d) < len(schemas.Dimensions) {
+		return schemas.Dimensions[d]
+	}
+	return ""
+}

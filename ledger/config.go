@@ -1,0 +1,538 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Levels of the bucket hierarchy, widest first. LevelScope is implicit: its
+// node (id = the provider scope) is the first hop of every request's path.
+const (
+	LevelScope      = "scope"
+	LevelOrg        = "org"
+	LevelTenant     = "tenant"
+	LevelTeam       = "team"
+	LevelKey        = "key"
+	LevelProfile    = "profile"
+	LevelDeployment = "deployment"
+)
+
+// levelNames lists the levels in path order; a level's index is its code.
+var levelNames = [...]string{LevelScope, LevelOrg, LevelTenant, LevelTeam, LevelKey, LevelProfile, LevelDeployment}
+
+const numLevels = len(levelNames)
+
+func levelCode(s string) (uint8, bool) {
+	for i, n := range levelNames {
+		if n == s {
+			return uint8(i), true
+		}
+	}
+	return 0, false
+}
+
+// Refill kinds of a bucket.
+const (
+	// RefillToken is a continuous token bucket: Capacity per PeriodMs,
+	// refilled continuously, holding at most Capacity×WindowMs/PeriodMs (the
+	// enforcement window: 600/min with a 1 s window never grants more than
+	// 10 at once, plus what refills meanwhile).
+	RefillToken = "token"
+	// RefillFixed resets to Capacity at every period boundary
+	// (t − ResetOffsetMs) mod PeriodMs == 0; debt carries over.
+	RefillFixed = "fixed"
+	// RefillRolling counts charges over the last PeriodMs in Slots slots; a
+	// charge stays counted until its whole slot has left the window.
+	RefillRolling = "rolling"
+	// RefillConcurrency holds Capacity in-flight units, returned on
+	// reconcile, release or expiry.
+	RefillConcurrency = "concurrency"
+	// RefillRamp is a token bucket whose rate grows from Ramp.StartPerPeriod
+	// by Ramp.StepPerPeriod every PeriodMs up to Capacity, pausing on stress.
+	RefillRamp = "ramp"
+)
+
+// Overload actions of a class.
+const (
+	OverloadDeny     = "deny"     // deny with retry_after_ms
+	OverloadFallback = "fallback" // deny, marked fallback_allowed if the request allows it
+)
+
+// Config is the ledger's configuration document. It arrives as JSON inside
+// schemas.ConfigChanged.Ledger. The zero value is not usable; ParseConfig
+// fills defaults and validates.
+type Config struct {
+	// Scopes lists the provider scopes this ledger knows. A scope named "*"
+	// is the template for any scope not listed.
+	Scopes []ScopeConfig `json:"scopes"`
+	// Classes are the traffic classes; DefaultClass is used when a request
+	// names none.
+	Classes      []ClassConfig `json:"classes"`
+	DefaultClass string        `json:"default_class"`
+
+	// HoldTTLMs is how long a grant stays held without reconcile or release
+	// before it expires as abandoned; StreamHoldTTLMs for streaming grants.
+	HoldTTLMs       int64 `json:"hold_ttl_ms"`
+	StreamHoldTTLMs int64 `json:"stream_hold_ttl_ms"`
+	// DedupTTLMs is how long a finished reservation is remembered so that a
+	// redelivered event changes nothing.
+	DedupTTLMs int64 `json:"dedup_ttl_ms"`
+	// PriorityStepMs is how much queue precedence one unit of
+	// ReserveRequested.Priority buys (priorities are clamped to ±100).
+	PriorityStepMs int64 `json:"priority_step_ms"`
+	// FairCostMs is the virtual-clock spacing between consecutive queued
+	// requests of one tenant of weight 1 (weight w spaces them FairCostMs/w).
+	FairCostMs int64 `json:"fair_cost_ms"`
+
+	Retry    RetryConfig    `json:"retry"`
+	Cooldown CooldownConfig `json:"cooldown"`
+
+	// Limits on state size ("put a limit on everything").
+	NodesMax        int `json:"nodes_max"`
+	ReservationsMax int `json:"reservations_max"`
+}
+
+// ScopeConfig configures one provider scope.
+type ScopeConfig struct {
+	Name    string         `json:"name"`
+	Buckets []BucketConfig `json:"buckets"`
+	Tenants []TenantConfig `json:"tenants,omitempty"`
+	// DefaultTenantWeight is the fair-share weight of unlisted tenants.
+	DefaultTenantWeight int64 `json:"default_tenant_weight"`
+}
+
+// TenantConfig sets one tenant's fair-share weight in its scope.
+type TenantConfig struct {
+	ID     string `json:"id"`
+	Weight int64  `json:"weight"`
+}
+
+// BucketConfig is one bucket per (level, id, dimension). ID "*" is the
+// template stamped for every id of the level that has no exact entry for the
+// dimension.
+type BucketConfig struct {
+	Level     string            `json:"level"`
+	ID        string            `json:"id"`
+	Dimension schemas.Dimension `json:"dimension"`
+	// Refill is the kind (token, fixed, rolling, concurrency, ramp); empty
+	// means the dimension's default: concurrency→concurrency,
+	// requests_per_day→fixed, spend→rolling, ramp→ramp, others→token.
+	Refill string `json:"refill,omitempty"`
+	// Capacity is in the dimension's unit (requests, tokens, in-flight,
+	// micro-units of spend) per PeriodMs.
+	Capacity int64 `json:"capacity"`
+	// PeriodMs defaults to 60 000 (token, ramp) or 86 400 000 (fixed,
+	// rolling); unused for concurrency.
+	PeriodMs int64 `json:"period_ms,omitempty"`
+	// WindowMs is the enforcement window of token and ramp buckets
+	// (default 1 000, at most PeriodMs).
+	WindowMs int64 `json:"window_ms,omitempty"`
+	// ResetOffsetMs shifts fixed-window boundaries (e.g. a provider's
+	// midnight in its time zone).
+	ResetOffsetMs int64 `json:"reset_offset_ms,omitempty"`
+	// Slots is the rolling window's resolution (default 24).
+	Slots int `json:"slots,omitempty"`
+	// Guaranteed is the baseline (same unit and period as Capacity) that
+	// this bucket's owner may always use; usage above it is borrowed.
+	Guaranteed int64 `json:"guaranteed,omitempty"`
+	// BorrowReserve is the level (in units) that borrowed grants may not
+	// consume: kept for guaranteed traffic.
+	BorrowReserve int64 `json:"borrow_reserve,omitempty"`
+	// ExcludeCachedInput makes input-token dimensions ignore cached input
+	// (Anthropic does not count cache reads against ITPM).
+	ExcludeCachedInput bool `json:"exclude_cached_input,omitempty"`
+	// Ramp configures a ramp bucket.
+	Ramp *RampConfig `json:"ramp,omitempty"`
+}
+
+// RampConfig configures a ramp governor bucket (dimension "ramp").
+type RampConfig struct {
+	StartPerPeriod int64 `json:"start_per_period"`
+	StepPerPeriod  int64 `json:"step_per_period"`
+	// Pause thresholds; 0 disables each.
+	PauseRejectPermille int64 `json:"pause_reject_permille,omitempty"` // provider 429s per 1000 grants in the last period
+	PauseQueueDepth     int64 `json:"pause_queue_depth,omitempty"`     // queued requests in the scope
+	PauseP95Ms          int64 `json:"pause_p95_ms,omitempty"`          // p95 of reconciled total_ms in the last period
+}
+
+// ClassConfig is one traffic class. Classes are ranked by AgeOffsetMs: a
+// queued request of a class with offset X outranks a fresh request of a
+// class with offset 0 after waiting X ms (aging).
+type ClassConfig struct {
+	Name        string `json:"name"`
+	AgeOffsetMs int64  `json:"age_offset_ms"`
+	MaxWaitMs   int64  `json:"max_wait_ms"`
+	MaxDepth    int    `json:"max_depth"`
+	Overload    string `json:"overload"`
+}
+
+// RetryConfig is the central retry policy.
+type RetryConfig struct {
+	MaxAttempts int32 `json:"max_attempts"` // default per logical request
+	BaseMs      int64 `json:"base_ms"`
+	MaxMs       int64 `json:"max_ms"`
+	// RatioPermille: each first attempt earns RatioPermille/1000 retry
+	// credits in its scope, at most BurstMax credits; a retry costs one.
+	RatioPermille int64 `json:"ratio_permille"`
+	BurstMax      int64 `json:"burst_max"`
+}
+
+// CooldownConfig sets how provider refusals close a scope.
+type CooldownConfig struct {
+	RateLimitedMs int64 `json:"rate_limited_ms"` // 429 without Retry-After
+	OverloadedMs  int64 `json:"overloaded_ms"`   // 503
+	// QuotaPeriodMs / QuotaResetOffsetMs define when an exhausted daily quota
+	// reopens if the provider gave no Retry-After.
+	QuotaPeriodMs      int64 `json:"quota_period_ms"`
+	QuotaResetOffsetMs int64 `json:"quota_reset_offset_ms"`
+}
+
+// Defaults.
+const (
+	defaultHoldTTLMs       = 120_000
+	defaultStreamHoldTTLMs = 600_000
+	defaultDedupTTLMs      = 600_000
+	defaultPriorityStepMs  = 100
+	defaultFairCostMs      = 50
+	defaultNodesMax        = 4_000_000
+	defaultReservationsMax = 2_000_000
+	dayMs                  = 86_400_000
+	minuteMs               = 60_000
+	maxPeriodMs            = 366 * dayMs
+	maxPriority            = 100
+)
+
+// ParseConfig decodes a Config document, fills defaults and validates it.
+// The error lists every problem with its location.
+func ParseConfig(b []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("ledger config: %w", err)
+	}
+	c.fillDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func defaultRefill(d schemas.Dimension) string {
+	switch d {
+	case schemas.DimConcurrency:
+		return RefillConcurrency
+	case schemas.DimRequestsPerDay:
+		return RefillFixed
+	case schemas.DimSpend:
+		return RefillRolling
+	case schemas.DimRamp:
+		return RefillRamp
+	}
+	return RefillToken
+}
+
+func (c *Config) fillDefaults() {
+	if len(c.Classes) == 0 {
+		c.Classes = defaultClasses()
+	}
+	if c.DefaultClass == "" && len(c.Classes) > 0 {
+		c.DefaultClass = c.Classes[0].Name
+	}
+	for i := range c.Classes {
+		if c.Classes[i].Overload == "" {
+			c.Classes[i].Overload = OverloadDeny
+		}
+	}
+	setDef(&c.HoldTTLMs, defaultHoldTTLMs)
+	setDef(&c.StreamHoldTTLMs, defaultStreamHoldTTLMs)
+	setDef(&c.DedupTTLMs, defaultDedupTTLMs)
+	setDef(&c.PriorityStepMs, defaultPriorityStepMs)
+	setDef(&c.FairCostMs, defaultFairCostMs)
+	if c.NodesMax == 0 {
+		c.NodesMax = defaultNodesMax
+	}
+	if c.ReservationsMax == 0 {
+		c.ReservationsMax = defaultReservationsMax
+	}
+	setDef32(&c.Retry.MaxAttempts, 3)
+	setDef(&c.Retry.BaseMs, 250)
+	setDef(&c.Retry.MaxMs, 20_000)
+	setDef(&c.Retry.RatioPermille, 100)
+	setDef(&c.Retry.BurstMax, 20)
+	setDef(&c.Cooldown.RateLimitedMs, 1_000)
+	setDef(&c.Cooldown.OverloadedMs, 2_000)
+	setDef(&c.Cooldown.QuotaPeriodMs, dayMs)
+	for si := range c.Scopes {
+		s := &c.Scopes[si]
+		setDef(&s.DefaultTenantWeight, 1)
+		for bi := range s.Buckets {
+			b := &s.Buckets[bi]
+			if b.Refill == "" {
+				b.Refill = defaultRefill(b.Dimension)
+			}
+			switch b.Refill {
+			case RefillToken, RefillRamp:
+				setDef(&b.PeriodMs, minuteMs)
+				if b.WindowMs == 0 {
+					b.WindowMs = min(1_000, b.PeriodMs)
+				}
+			case RefillFixed, RefillRolling:
+				setDef(&b.PeriodMs, dayMs)
+			}
+			if b.Refill == RefillRolling && b.Slots == 0 {
+				b.Slots = 24
+			}
+		}
+	}
+}
+
+func setDef(p *int64, v int64) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func setDef32(p *int32, v int32) {
+	if *p == 0 {
+		*p = v
+	}
+}
+
+func defaultClasses() []ClassConfig {
+	return []ClassConfig{
+		{Name: "interactive", AgeOffsetMs: 0, MaxWaitMs: 300, MaxDepth: 1_000, Overload: OverloadFallback},
+		{Name: "agent", AgeOffsetMs: 2_000, MaxWaitMs: 10_000, MaxDepth: 5_000, Overload: OverloadDeny},
+		{Name: "batch", AgeOffsetMs: 30_000, MaxWaitMs: 1_200_000, MaxDepth: 50_000, Overload: OverloadDeny},
+	}
+}
+
+// Validate reports every problem of c with its location. It assumes
+// defaults are filled (ParseConfig does that).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(loc, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", loc, fmt.Sprintf(format, a...)))
+	}
+	if len(c.Classes) == 0 {
+		bad("classes", "at least one class is required")
+	}
+	if len(c.Classes) > 64 {
+		bad("classes", "%d classes, at most 64", len(c.Classes))
+	}
+	classSeen := map[string]bool{}
+	for i, cl := range c.Classes {
+		loc := fmt.Sprintf("classes[%d]", i)
+		if cl.Name == "" {
+			bad(loc+".name", "empty")
+		} else if classSeen[cl.Name] {
+			bad(loc+".name", "duplicate class %q", cl.Name)
+		}
+		classSeen[cl.Name] = true
+		if cl.AgeOffsetMs < 0 || cl.AgeOffsetMs > maxPeriodMs {
+			bad(loc+".age_offset_ms", "%d out of [0, %d]", cl.AgeOffsetMs, int64(maxPeriodMs))
+		}
+		if cl.MaxWaitMs < 0 || cl.MaxWaitMs > dayMs {
+			bad(loc+".max_wait_ms", "%d out of [0, %d]", cl.MaxWaitMs, int64(dayMs))
+		}
+		if cl.MaxDepth < 0 || cl.MaxDepth > 1_000_000 {
+			bad(loc+".max_depth", "%d out of [0, 1000000]", cl.MaxDepth)
+		}
+		if cl.Overload != OverloadDeny && cl.Overload != OverloadFallback {
+			bad(loc+".overload", "%q, want %q or %q", cl.Overload, OverloadDeny, OverloadFallback)
+		}
+	}
+	if c.DefaultClass != "" && !classSeen[c.DefaultClass] {
+		bad("default_class", "%q is not a class", c.DefaultClass)
+	}
+	pos := func(loc string, v, maxV int64) {
+		if v <= 0 || v > maxV {
+			bad(loc, "%d out of [1, %d]", v, maxV)
+		}
+	}
+	pos("hold_ttl_ms", c.HoldTTLMs, dayMs)
+	pos("stream_hold_ttl_ms", c.StreamHoldTTLMs, dayMs)
+	pos("dedup_ttl_ms", c.DedupTTLMs, dayMs)
+	if c.DedupTTLMs < c.HoldTTLMs {
+		bad("dedup_ttl_ms", "%d is shorter than hold_ttl_ms %d: a late redelivery could be granted twice", c.DedupTTLMs, c.HoldTTLMs)
+	}
+	pos("priority_step_ms", c.PriorityStepMs, minuteMs)
+	pos("fair_cost_ms", c.FairCostMs, minuteMs)
+	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
+		bad("nodes_max/reservations_max", "must be positive")
+	}
+	if c.Retry.MaxAttempts < 1 || c.Retry.MaxAttempts > 100 {
+		bad("retry.max_attempts", "%d out of [1, 100]", c.Retry.MaxAttempts)
+	}
+	pos("retry.base_ms", c.Retry.BaseMs, dayMs)
+	pos("retry.max_ms", c.Retry.MaxMs, dayMs)
+	if c.Retry.MaxMs < c.Retry.BaseMs {
+		bad("retry.max_ms", "%d below retry.base_ms %d", c.Retry.MaxMs, c.Retry.BaseMs)
+	}
+	if c.Retry.RatioPermille < 0 || c.Retry.RatioPermille > 1000 {
+		bad("retry.ratio_permille", "%d out of [0, 1000]", c.Retry.RatioPermille)
+	}
+	if c.Retry.BurstMax < 0 || c.Retry.BurstMax > 1_000_000 {
+		bad("retry.burst_max", "%d out of [0, 1000000]", c.Retry.BurstMax)
+	}
+	pos("cooldown.rate_limited_ms", c.Cooldown.RateLimitedMs, dayMs)
+	pos("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, dayMs)
+	pos("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, maxPeriodMs)
+	if c.Cooldown.QuotaResetOffsetMs < 0 || c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
+		bad("cooldown.quota_reset_offset_ms", "%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)
+	}
+
+	if len(c.Scopes) == 0 {
+		bad("scopes", "at least one scope is required")
+	}
+	scopeSeen := map[string]bool{}
+	for si, s := range c.Scopes {
+		sloc := fmt.Sprintf("scopes[%d]", si)
+		if s.Name == "" {
+			bad(sloc+".name", "empty")
+		} else if scopeSeen[s.Name] {
+			bad(sloc+".name", "duplicate scope %q", s.Name)
+		}
+		scopeSeen[s.Name] = true
+		pos(sloc+".default_tenant_weight", s.DefaultTenantWeight, 1_000_000)
+		tSeen := map[string]bool{}
+		for ti, t := range s.Tenants {
+			tloc := fmt.Sprintf("%s.tenants[%d]", sloc, ti)
+			if t.ID == "" || tSeen[t.ID] {
+				bad(tloc+".id", "empty or duplicate %q", t.ID)
+			}
+			tSeen[t.ID] = true
+			pos(tloc+".weight", t.Weight, 1_000_000)
+		}
+		bSeen := map[string]bool{}
+		for bi, b := range s.Buckets {
+			validateBucket(fmt.Sprintf("%s.buckets[%d]", sloc, bi), s.Name, b, bSeen, bad)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// maxScaled bounds a token bucket's scaled level (units × period).
+const maxScaled = int64(1) << 61
+
+func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad func(loc, format string, a ...any)) {
+	if _, ok := levelCode(b.Level); !ok {
+		bad(loc+".level", "unknown level %q (want one of %s)", b.Level, strings.Join(levelNames[:], ", "))
+	}
+	if b.ID == "" {
+		bad(loc+".id", "empty (use \"*\" for every id of the level)")
+	}
+	if b.Level == LevelScope && b.ID != "*" && b.ID != scope && scope != "*" {
+		bad(loc+".id", "scope-level bucket id %q must be \"*\" or the scope name %q", b.ID, scope)
+	}
+	known := false
+	for _, d := range schemas.Dimensions {
+		if d == b.Dimension {
+			known = true
+		}
+	}
+	if !known {
+		bad(loc+".dimension", "unknown dimension %q", b.Dimension)
+	}
+	k := b.Level + "\x00" + b.ID + "\x00" + string(b.Dimension)
+	if seen[k] {
+		bad(loc, "duplicate bucket %s:%s %s", b.Level, b.ID, b.Dimension)
+	}
+	seen[k] = true
+	if b.Capacity <= 0 || b.Capacity > maxScaled {
+		bad(loc+".capacity", "%d out of [1, 2^61]", b.Capacity)
+	}
+	if b.Guaranteed < 0 || b.Guaranteed > b.Capacity {
+		bad(loc+".guaranteed", "%d out of [0, capacity %d]", b.Guaranteed, b.Capacity)
+	}
+	if b.BorrowReserve < 0 || b.BorrowReserve > b.Capacity {
+		bad(loc+".borrow_reserve", "%d out of [0, capacity %d]", b.BorrowReserve, b.Capacity)
+	}
+	if b.Ramp != nil && b.Refill != RefillRamp {
+		bad(loc+".ramp", "set on a %q bucket", b.Refill)
+	}
+	switch b.Refill {
+	case RefillToken, RefillRamp:
+		if b.PeriodMs <= 0 || b.PeriodMs > dayMs {
+			bad(loc+".period_ms", "%d out of [1, %d]", b.PeriodMs, int64(dayMs))
+		}
+		if b.WindowMs <= 0 || b.WindowMs > b.PeriodMs {
+			bad(loc+".window_ms", "%d out of [1, period_ms %d]", b.WindowMs, b.PeriodMs)
+		}
+		if b.PeriodMs > 0 && b.Capacity > maxScaled/b.PeriodMs {
+			bad(loc+".capacity", "%d × period_ms %d overflows; use a shorter period", b.Capacity, b.PeriodMs)
+		}
+		if b.PeriodMs > 0 && b.WindowMs > 0 && b.Capacity > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+			bad(loc+".window_ms", "burst capacity×window/period = %d×%d/%d is below one unit", b.Capacity, b.WindowMs, b.PeriodMs)
+		}
+		if b.Refill == RefillRamp {
+			if b.Ramp == nil {
+				bad(loc+".ramp", "required for a ramp bucket")
+			} else {
+				if b.Ramp.StartPerPeriod <= 0 || b.Ramp.StartPerPeriod > b.Capacity {
+					bad(loc+".ramp.start_per_period", "%d out of [1, capacity %d]", b.Ramp.StartPerPeriod, b.Capacity)
+				}
+				if b.Ramp.StepPerPeriod < 0 || b.Ramp.StepPerPeriod > b.Capacity {
+					bad(loc+".ramp.step_per_period", "%d out of [0, capacity %d]", b.Ramp.StepPerPeriod, b.Capacity)
+				}
+				if b.Ramp.PauseRejectPermille < 0 || b.Ramp.PauseRejectPermille > 1000 {
+					bad(loc+".ramp.pause_reject_permille", "%d out of [0, 1000]", b.Ramp.PauseRejectPermille)
+				}
+				if b.Ramp.PauseQueueDepth < 0 || b.Ramp.PauseP95Ms < 0 {
+					bad(loc+".ramp", "negative pause threshold")
+				}
+			}
+		}
+	case RefillFixed, RefillRolling:
+		if b.PeriodMs <= 0 || b.PeriodMs > maxPeriodMs {
+			bad(loc+".period_ms", "%d out of [1, %d]", b.PeriodMs, int64(maxPeriodMs))
+		}
+		if b.ResetOffsetMs < 0 || (b.PeriodMs > 0 && b.ResetOffsetMs >= b.PeriodMs) {
+			bad(loc+".reset_offset_ms", "%d out of [0, period_ms)", b.ResetOffsetMs)
+		}
+		if b.Refill == RefillRolling && (b.Slots < 1 || b.Slots > 1440) {
+			bad(loc+".slots", "%d out of [1, 1440]", b.Slots)
+		}
+		if b.Guaranteed > 0 {
+			bad(loc+".guaranteed", "only token buckets have a guaranteed baseline")
+		}
+	case RefillConcurrency:
+		if b.Guaranteed > 0 {
+			bad(loc+".guaranteed", "only token buckets have a guaranteed baseline")
+		}
+	default:
+		bad(loc+".refill", "unknown refill kind %q", b.Refill)
+	}
+	if b.Dimension == schemas.DimConcurrency && b.Refill != RefillConcurrency {
+		bad(loc+".refill", "dimension concurrency needs refill %q", RefillConcurrency)
+	}
+	if b.Refill == RefillConcurrency && b.Dimension != schemas.DimConcurrency {
+		bad(loc+".refill", "refill concurrency is only for dimension concurrency")
+	}
+	if b.Refill == RefillRamp && b.Dimension != schemas.DimRamp {
+		bad(loc+".refill", "refill ramp is only for dimension ramp")
+	}
+	if b.Dimension == schemas.DimRamp && b.Refill != RefillRamp {
+		bad(loc+".refill", "dimension ramp needs refill %q", RefillRamp)
+	}
+}
+
+// DefaultDevConfig is the configuration `sluice dev` starts with: one scope
+// "sim-openai" with a per-key bucket of 60 requests per minute and the
+// default classes interactive, agent and batch.
+func DefaultDevConfig() Config {
+	c := Config{
+		Scopes: []ScopeConfig{{
+			Name: "sim-openai",
+			Buckets: []BucketConfig{
+				{Level: LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 60, PeriodMs: minuteMs, WindowMs: 10_000},
+			},
+		}},
+	}
+	c.fillDefaults()
+	return c
+}

@@ -1,0 +1,272 @@
+package ledger
+
+import (
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Provider refusal kinds (schemas.ProviderRejected.Kind).
+const (
+	KindRateLimited    = "rate_limited"
+	KindOverloaded     = "overloaded"
+	KindQuotaExhausted = "quota_exhausted"
+	KindRequestError   = "request_error"
+)
+
+// providerRejected applies a provider refusal: the attempt's grant is
+// released (its tokens were not consumed; the request still counts), and
+// the scope (or the limited dimension) closes for at least Retry-After.
+// A 429 also drains the rate buckets on the attempt's path, so that when the
+// cooldown ends queued work flows out at the refill rate in queue order
+// instead of all at once. An exhausted quota closes the scope until its
+// reset and denies what is queued (non-retryable).
+func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
+	pr := ev.ProviderRejected
+	now := l.st.Now
+	ra := max(0, min(pr.RetryAfterMs, dayMs))
+	ri, known := l.lookup(ev)
+	var r *res
+	if known {
+		r = &l.st.Res[ri]
+		if r.Flags&fRejected != 0 {
+			return out // redelivery
+		}
+		r.Flags |= fRejected
+	}
+	si := noIdx
+	if known {
+		si = r.Scope
+	} else if i, ok := l.scopeIdx[ev.Scope]; ok {
+		si = i
+	}
+	if si < 0 {
+		return out
+	}
+	sc := &l.st.Scopes[si]
+	cfg := &l.st.Config.Cooldown
+	limDim, dimKnown := dimIndex(pr.Limiter)
+	switch pr.Kind {
+	case KindRateLimited:
+		until := now + max(ra, cfg.RateLimitedMs)
+		if dimKnown {
+			sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
+		} else if until > sc.CoolAll {
+			sc.CoolAll, sc.CoolAllOverload = until, false
+		}
+		if known {
+			l.drain(r, limDim, dimKnown)
+		}
+	case KindOverloaded:
+		until := now + max(ra, cfg.OverloadedMs)
+		if until > sc.CoolAll {
+			sc.CoolAll, sc.CoolAllOverload = until, true
+		}
+	case KindQuotaExhausted:
+		until := now + ra
+		if ra == 0 {
+			w := floorDiv(now-cfg.QuotaResetOffsetMs, cfg.QuotaPeriodMs)
+			until = (w+1)*cfg.QuotaPeriodMs + cfg.QuotaResetOffsetMs
+		}
+		sc.CoolPolicy = max(sc.CoolPolicy, until)
+		for len(sc.Queue) > 0 {
+			qi := sc.Queue[0]
+			l.removeAt(sc, 0)
+			l.finish(qi, stDenied)
+			l.st.Stats.Denied++
+			out = l.emit(out, &l.st.Res[qi], schemas.Decision{
+				Status: schemas.StatusDenied, Reason: "provider_quota_exhausted",
+				RetryAfterMs: until - now, GatewayDecision: schemas.GDRejectedPolicy, RetryClass: RetryPolicy,
+			})
+		}
+	}
+	if known {
+		if r.State == stGranted {
+			l.rampReject(r)
+			actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
+			l.settle(ri, &actual, 0, stReleased)
+			l.st.Stats.Released++
+		}
+	}
+	sc.Dirty = true
+	return out
+}
+
+// drain empties the token and ramp buckets on r's path (of dimension d if
+// dimKnown) down to zero; debt stays.
+func (l *Ledger) drain(r *res, d int, dimKnown bool) {
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			if (sp.kind != kToken && sp.kind != kRamp) || (dimKnown && int(sp.dim) != d) {
+				continue
+			}
+			l.refill(b, sp, l.st.Now)
+			b.Level = min(b.Level, 0)
+		}
+	}
+}
+
+func (l *Ledger) rampReject(r *res) {
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			if sp := &l.cc.specs[b.Spec]; sp.kind == kRamp {
+				rampRoll(&l.st.Ramps[b.Ext], l.st.Now, sp.period)
+				l.st.Ramps[b.Ext].Rejects[0]++
+			}
+		}
+	}
+}
+
+// providerObserved lowers local levels to what the provider's headers say
+// remains (never raising them): on the deployment node named by the event,
+// else on the scope's root node.
+func (l *Ledger) providerObserved(ev *schemas.Event) {
+	si, ok := l.scopeIdx[ev.Scope]
+	if !ok {
+		return
+	}
+	po := ev.ProviderObserved
+	ni, found := int32(noIdx), false
+	if po.Deployment != "" {
+		ni, found = l.nodeIdx[nodeKey{si, 6, po.Deployment}]
+	}
+	if !found {
+		ni, found = l.nodeIdx[nodeKey{si, 0, ev.Scope}]
+	}
+	if !found {
+		return
+	}
+	now := l.st.Now
+	n := &l.st.Nodes[ni]
+	for _, ob := range po.Observations {
+		d, ok := dimIndex(ob.Dimension)
+		if !ok || ob.Remaining < 0 {
+			continue
+		}
+		rem := min(ob.Remaining, maxAmount)
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			if int(sp.dim) != d {
+				continue
+			}
+			l.refill(b, sp, now)
+			switch sp.kind {
+			case kToken, kRamp:
+				b.Level = min(b.Level, mulSat(rem, sp.period))
+			case kFixed:
+				b.Level = min(b.Level, rem)
+			case kRolling:
+				rs := &l.st.Rolls[b.Ext]
+				if used := sp.capacity - rem; used > rs.Sum {
+					rs.Ring[rs.Cur%int64(len(rs.Ring))] += used - rs.Sum
+					rs.Sum = used
+				}
+			}
+		}
+	}
+}
+
+// retry decides whether, and when, a failed attempt may be retried. The
+// retry is a new reservation (attempt previous+1, same path and estimates)
+// under the logical request's budget (attempts, deadline) and the scope's
+// retry budget (each first attempt earns RatioPermille/1000 of a retry).
+// Its backoff is capped exponential with full jitter derived from the
+// request id, with Retry-After (and any cooldown) as the floor; it waits in
+// the queue until then and is granted like any other waiter.
+func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
+	rq := ev.RetryRequested
+	if ev.RequestID == "" {
+		return out
+	}
+	if rq.PreviousAttempt < 1 || rq.PreviousAttempt >= 1000 || (ev.Attempt > 0 && ev.Attempt != rq.PreviousAttempt+1) {
+		return l.refuseEv(ev, out, "bad_attempt", RetryRequestError)
+	}
+	att := rq.PreviousAttempt + 1
+	fp := fnvInt(fnvStr(fnvStr(fnvOffset, "retry"), rq.Reason), rq.RetryAfterMs)
+	if ri, ok := l.resIdx[resKey{ev.RequestID, att}]; ok {
+		if r := &l.st.Res[ri]; r.Flags&fRetry != 0 && r.FP == fp {
+			return out // redelivery
+		}
+		return l.conflict(ev, att, out)
+	}
+	pi, ok := l.resIdx[resKey{ev.RequestID, rq.PreviousAttempt}]
+	if !ok {
+		return l.refuseEv(ev, out, "unknown_previous_attempt", RetryRequestError)
+	}
+	if l.liveRes() >= l.st.Config.ReservationsMax {
+		return l.refuseEv(ev, out, "ledger_full", RetryOverload)
+	}
+	if l.st.Res[pi].State == stGranted {
+		// The gateway asks to retry an attempt it never settled: release it.
+		actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
+		l.settle(pi, &actual, 0, stReleased)
+		l.st.Stats.Released++
+	}
+	if l.st.Res[pi].State == stQueued {
+		out = l.cancel(pi, out)
+	}
+	ri := l.allocRes()
+	p := &l.st.Res[pi]
+	r := &l.st.Res[ri]
+	l.st.Seq++
+	now := l.st.Now
+	*r = res{
+		RequestID: p.RequestID, Attempt: att, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Route: p.Route,
+		Class: p.Class, Scope: p.Scope, ClassIdx: p.ClassIdx, State: stQueued, Flags: p.Flags & (fStreaming | fFallback),
+		NPath: p.NPath, Path: p.Path, Need: p.Need, Cached: p.Cached, FP: fp, Seq: l.st.Seq, Priority: p.Priority,
+		EnqMs: now, FirstMs: p.FirstMs, Deadline: p.Deadline, MaxAtt: p.MaxAtt, Gen: l.st.Gen,
+		List: noIdx, Prev: noIdx, Next: noIdx,
+	}
+	r.Flags |= fRetry
+	if ev.Node != "" {
+		r.Node = ev.Node
+	}
+	l.resIdx[resKey{r.RequestID, att}] = ri
+	sc := &l.st.Scopes[r.Scope]
+	cfg := &l.st.Config.Retry
+
+	refuse := func(reason, class string) []Output {
+		l.finish(ri, stDenied)
+		l.st.Stats.Denied++
+		gd := schemas.GDRejectedLocally
+		if class == RetryPolicy {
+			gd = schemas.GDRejectedPolicy
+		}
+		return l.emit(out, r, schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
+	}
+	switch rq.Reason {
+	case RetryPolicy, RetryRequestError, RetryDeadline:
+		return refuse("not_retryable", rq.Reason)
+	}
+	if att > r.MaxAtt {
+		return refuse("retry_attempts_exhausted", RetryPolicy)
+	}
+	// Capped exponential backoff with full jitter, Retry-After as floor.
+	capMs := cfg.MaxMs
+	if shift := att - 2; shift < 30 && cfg.BaseMs<<shift < capMs {
+		capMs = cfg.BaseMs << shift
+	}
+	delay := jitter(r.RequestID, att, capMs)
+	delay = max(delay, min(max(0, rq.RetryAfterMs), dayMs))
+	if c := max(sc.CoolAll, sc.CoolPolicy) - now; c > delay {
+		delay = c
+	}
+	if r.Deadline > 0 && now+delay >= r.Deadline {
+		return refuse("deadline_exceeded", RetryDeadline)
+	}
+	if sc.RetryMilli < 1000 {
+		return refuse("retry_budget_exhausted", RetryPolicy)
+	}
+	sc.RetryMilli -= 1000
+	l.st.Stats.Retries++
+	r.NotBefore = now + delay
+	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
+	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
+		r.ExpireMs = r.Deadline
+	}
+	return l.arrive(ri, out)
+}

@@ -1,0 +1,100 @@
+package ledger
+
+import (
+	"fmt"
+)
+
+// checkInvariants audits the whole state: conservation of held amounts per
+// bucket, concurrency accounting, queue order and depth, hold lists and the
+// reservation index. Tests call it after every step.
+func (l *Ledger) checkInvariants() error {
+	st := &l.st
+	held := make([]int64, len(st.Buckets))
+	inList := map[int32]bool{}
+	for li, hl := range st.Lists {
+		prevExp := int64(-1 << 62)
+		prev := noIdx
+		for ri := hl.Head; ri != noIdx; ri = st.Res[ri].Next {
+			r := &st.Res[ri]
+			if r.State != stGranted || r.List != int32(li) || r.Prev != prev {
+				return fmt.Errorf("hold list %d: bad entry %d (state %d)", li, ri, r.State)
+			}
+			if r.HoldExpMs < prevExp {
+				return fmt.Errorf("hold list %d not in expiry order", li)
+			}
+			prevExp, prev = r.HoldExpMs, ri
+			if inList[ri] {
+				return fmt.Errorf("reservation %d twice in hold lists", ri)
+			}
+			inList[ri] = true
+		}
+		if hl.Tail != prev {
+			return fmt.Errorf("hold list %d: bad tail", li)
+		}
+	}
+	queued := map[int32]int{}
+	for si := range st.Scopes {
+		sc := &st.Scopes[si]
+		depth := make([]int32, len(st.Config.Classes))
+		for i, ri := range sc.Queue {
+			if i > 0 && !l.less(sc.Queue[i-1], ri) {
+				return fmt.Errorf("scope %s: queue out of order at %d", sc.Name, i)
+			}
+			r := &st.Res[ri]
+			if r.State != stQueued || r.Scope != int32(si) {
+				return fmt.Errorf("scope %s: queue holds reservation %d in state %d", sc.Name, ri, r.State)
+			}
+			queued[ri]++
+			depth[r.ClassIdx]++
+		}
+		for c := range depth {
+			if depth[c] != sc.Depth[c] {
+				return fmt.Errorf("scope %s: class %d depth %d, counted %d", sc.Name, c, sc.Depth[c], depth[c])
+			}
+		}
+	}
+	live := 0
+	for i := range st.Res {
+		ri := int32(i)
+		r := &st.Res[i]
+		if r.State == stFree {
+			continue
+		}
+		live++
+		if got, ok := l.resIdx[resKey{r.RequestID, r.Attempt}]; !ok || got != ri {
+			return fmt.Errorf("reservation %d (%s/%d) missing from index", ri, r.RequestID, r.Attempt)
+		}
+		switch r.State {
+		case stQueued:
+			if queued[ri] != 1 {
+				return fmt.Errorf("queued reservation %s/%d is in the queue %d times", r.RequestID, r.Attempt, queued[ri])
+			}
+		case stGranted:
+			if !inList[ri] {
+				return fmt.Errorf("granted reservation %s/%d is in no hold list", r.RequestID, r.Attempt)
+			}
+			for p := 0; p < int(r.NPath); p++ {
+				n := &st.Nodes[r.Path[p]]
+				for bi := n.First; bi < n.First+n.N; bi++ {
+					if st.Buckets[bi].Gen <= r.Gen {
+						held[bi] += l.cc.specs[st.Buckets[bi].Spec].amount(r)
+					}
+				}
+			}
+		}
+	}
+	if live != len(l.resIdx) {
+		return fmt.Errorf("index has %d reservations, state %d", len(l.resIdx), live)
+	}
+	for bi := range st.Buckets {
+		b := &st.Buckets[bi]
+		if b.Held != held[bi] {
+			return fmt.Errorf("bucket %d: held %d, granted−settled %d", bi, b.Held, held[bi])
+		}
+		sp := &l.cc.specs[b.Spec]
+		if sp.kind == kConcurrency && b.Level+b.Held != sp.capacity {
+			return fmt.Errorf("concurrency bucket %d: free %d + held %d != capacity %d", bi, b.Level, b.Held, sp.capacity)
+		}
+	}
+	return nil
+}

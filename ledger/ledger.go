@@ -1,0 +1,308 @@
+// Package ledger is Sluice's quota model: a pure, deterministic state
+// machine that turns the events of one partition of sluice.requests into
+// decisions (granted, queued, denied, expired, cancelled, conflict).
+//
+// The ledger reads no clock, draws no randomness, starts no goroutine and
+// does no I/O: its only clock is the log append time of the records it is
+// given, and every choice it makes is a function of its state and the input.
+// Replaying the same records therefore reproduces the same decisions byte for
+// byte, and a snapshot restored at any offset continues exactly like an
+// uninterrupted run. See README.md for the model, units and invariants.
+package ledger
+
+import (
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Ledger is the state of one partition. It is not safe for concurrent use:
+// one goroutine owns a partition (single writer).
+type Ledger struct {
+	st       state
+	cc       *compiled
+	nodeIdx  map[nodeKey]int32
+	resIdx   map[resKey]int32
+	scopeIdx map[string]int32
+	epoch    uint32
+
+	// Per-Apply context.
+	offset int64
+	start  int
+}
+
+const (
+	maxAmount        = int64(1) << 40 // largest accepted token/spend amount of one request
+	maxPathLen       = 32
+	maxStrLen        = 512
+	noIdx      int32 = -1
+)
+
+// New returns an empty ledger for a partition. An invalid cfg is recorded
+// (see ConfigError) and replaced by a configuration without scopes, under
+// which every request is denied as unknown_scope.
+func New(partition int32, cfg Config) *Ledger {
+	l := &Ledger{}
+	l.st.Partition = partition
+	cfg.fillDefaults()
+	if err := cfg.Validate(); err != nil {
+		l.st.ConfigErr = err.Error()
+		cfg = Config{}
+		cfg.fillDefaults()
+	}
+	l.st.Config = cfg
+	l.cc = compile(&l.st.Config)
+	l.nodeIdx = map[nodeKey]int32{}
+	l.resIdx = map[resKey]int32{}
+	l.scopeIdx = map[string]int32{}
+	return l
+}
+
+// Offset returns the next input offset the ledger expects (last applied +
+// 1). Records below it are ignored by Apply.
+func (l *Ledger) Offset() int64 { return l.st.Next }
+
+// NowMs returns the ledger's clock: the greatest log time applied so far.
+func (l *Ledger) NowMs() int64 { return l.st.Now }
+
+// Stats returns the lifecycle counters.
+func (l *Ledger) Stats() Stats { return l.st.Stats }
+
+// ConfigError returns why the last configuration offered (to New or in a
+// ConfigChanged event) was refused, or "" if it was installed. A refused
+// configuration leaves the running one in force.
+func (l *Ledger) ConfigError() string { return l.st.ConfigErr }
+
+// Config returns the configuration in force.
+func (l *Ledger) Config() Config { return l.st.Config }
+
+// Apply applies one input record of the partition and appends the decisions
+// it produces to out. logTimeMs is the record's log append time; a time
+// earlier than the last seen one is treated as the last seen one. offset is
+// the record's Kafka offset; records below Offset() were applied already and
+// are ignored. Apply never panics: bad or unknown events change nothing
+// (and, when they carry a request id, get a decision saying why).
+func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output) []Output {
+	if offset < l.st.Next || offset < 0 {
+		return out
+	}
+	l.st.Next = offset + 1
+	if logTimeMs > l.st.Now {
+		l.st.Now = logTimeMs
+	}
+	l.offset = offset
+	l.start = len(out)
+
+	out = l.expireHolds(out)
+	l.evictDone()
+	if ev != nil {
+		switch ev.Type {
+		case schemas.TypeReserveRequested:
+			if ev.ReserveRequested != nil {
+				out = l.reserve(ev, out)
+			} else {
+				out = l.refuseEv(ev, out, "malformed_event", RetryRequestError)
+			}
+		case schemas.TypeReconciled:
+			if ev.Reconciled != nil {
+				out = l.reconcile(ev, out)
+			}
+		case schemas.TypeReleased:
+			if ev.Released != nil {
+				out = l.release(ev, out)
+			}
+		case schemas.TypeProviderRejected:
+			if ev.ProviderRejected != nil {
+				out = l.providerRejected(ev, out)
+			}
+		case schemas.TypeProviderObserved:
+			if ev.ProviderObserved != nil {
+				l.providerObserved(ev)
+			}
+		case schemas.TypeRetryRequested:
+			if ev.RetryRequested != nil {
+				out = l.retry(ev, out)
+			} else {
+				out = l.refuseEv(ev, out, "malformed_event", RetryRequestError)
+			}
+		case schemas.TypeConfigChanged:
+			if ev.ConfigChanged != nil {
+				l.configChanged(ev.ConfigChanged)
+			}
+		}
+	}
+	return l.pumpAll(out)
+}
+
+// NextWakeMs reports the earliest log time at which a Tick could change
+// something: a queued request's deadline or retry backoff, a refill that may
+// grant a queued request, a cooldown end, a hold's TTL. ok is false when
+// nothing is pending.
+func (l *Ledger) NextWakeMs() (ms int64, ok bool) {
+	for i := range l.st.Scopes {
+		sc := &l.st.Scopes[i]
+		if len(sc.Queue) == 0 {
+			continue
+		}
+		w := sc.WakeMs
+		if sc.Dirty || w <= 0 {
+			w = l.st.Now
+		}
+		if !ok || w < ms {
+			ms, ok = w, true
+		}
+	}
+	for i := range l.st.Lists {
+		h := l.st.Lists[i].Head
+		if h == noIdx {
+			continue
+		}
+		w := l.st.Res[h].HoldExpMs
+		if !ok || w < ms {
+			ms, ok = w, true
+		}
+	}
+	return ms, ok
+}
+
+// ---- decisions ----
+
+func (l *Ledger) emit(out []Output, r *res, d schemas.Decision) []Output {
+	d.InputPartition = l.st.Partition
+	d.InputOffset = l.offset
+	d.LogTimeMs = l.st.Now
+	return append(out, Output{
+		RequestID: r.RequestID,
+		Attempt:   r.Attempt,
+		Node:      r.Node,
+		Scope:     l.st.Scopes[r.Scope].Name,
+		Tenant:    r.Tenant,
+		KeyID:     r.KeyID,
+		Route:     r.Route,
+		Class:     r.Class,
+		Decision:  d,
+		Index:     int32(len(out) - l.start),
+	})
+}
+
+// refuseEv answers an event that created no reservation.
+func (l *Ledger) refuseEv(ev *schemas.Event, out []Output, reason, retryClass string) []Output {
+	if ev.RequestID == "" {
+		return out
+	}
+	gd := schemas.GDRejectedLocally
+	if retryClass == RetryPolicy {
+		gd = schemas.GDRejectedPolicy
+	}
+	att := ev.Attempt
+	if att <= 0 {
+		att = 1
+	}
+	if ev.Type == schemas.TypeRetryRequested && ev.RetryRequested != nil && ev.Attempt <= 0 {
+		att = ev.RetryRequested.PreviousAttempt + 1
+	}
+	return append(out, Output{
+		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Scope: ev.Scope,
+		Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
+		Decision: schemas.Decision{
+			Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: retryClass,
+			InputPartition: l.st.Partition, InputOffset: l.offset, LogTimeMs: l.st.Now,
+		},
+		Index: int32(len(out) - l.start),
+	})
+}
+
+func (l *Ledger) conflict(ev *schemas.Event, att int32, out []Output) []Output {
+	return append(out, Output{
+		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Scope: ev.Scope,
+		Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
+		Decision: schemas.Decision{
+			Status: schemas.StatusConflict, Reason: "same_id_different_content",
+			GatewayDecision: schemas.GDRejectedLocally, RetryClass: RetryRequestError,
+			InputPartition: l.st.Partition, InputOffset: l.offset, LogTimeMs: l.st.Now,
+		},
+		Index: int32(len(out) - l.start),
+	})
+}
+
+// ---- fingerprints ----
+
+// The fingerprint hash must be deterministic across processes (it is in
+// snapshots), so it cannot use hash/maphash; this is a small 64-bit mixer
+// that reads 8 bytes per round.
+
+const (
+	fnvOffset = 14695981039346656037
+	mixMul    = 0x9e3779b97f4a7c15
+)
+
+func mix(h, v uint64) uint64 {
+	h ^= v
+	h *= mixMul
+	return h ^ (h >> 29)
+}
+
+func fnvStr(h uint64, s string) uint64 {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		v := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		h = mix(h, v)
+	}
+	var v uint64
+	for j := 0; i < len(s); i, j = i+1, j+8 {
+		v |= uint64(s[i]) << j
+	}
+	return mix(h, v^uint64(len(s))<<56)
+}
+
+func fnvInt(h uint64, v int64) uint64 { return mix(h, uint64(v)) }
+
+func fnvBool(h uint64, b bool) uint64 {
+	if b {
+		return mix(h, 1)
+	}
+	return mix(h, 2)
+}
+
+// fingerprint hashes everything of a reserve that the ledger acts on, so
+// that a redelivery (same hash) changes nothing and a different request
+// under the same id and attempt is a conflict.
+func fingerprint(ev *schemas.Event) uint64 {
+	rr := ev.ReserveRequested
+	h := uint64(fnvOffset)
+	h = fnvStr(h, ev.Scope)
+	h = fnvStr(h, ev.Tenant)
+	h = fnvStr(h, ev.KeyID)
+	h = fnvStr(h, ev.Route)
+	h = fnvStr(h, ev.Class)
+	for _, p := range rr.Path {
+		h = fnvStr(h, p.Level)
+		h = fnvStr(h, p.ID)
+	}
+	h = fnvInt(h, int64(len(rr.Path)))
+	h = fnvInt(h, rr.InputTokens)
+	h = fnvInt(h, rr.CachedInputTokens)
+	h = fnvInt(h, rr.OutputTokens)
+	h = fnvInt(h, rr.SpendMicros)
+	h = fnvBool(h, rr.Streaming)
+	h = fnvInt(h, int64(rr.Priority))
+	h = fnvInt(h, rr.MaxWaitMs)
+	h = fnvInt(h, rr.DeadlineMs)
+	h = fnvInt(h, int64(rr.MaxAttempts))
+	h = fnvBool(h, rr.FallbackAllowed)
+	h = fnvBool(h, rr.EmergencyAdmitted)
+	return h
+}
+
+// jitter derives a number in [0, n] from a request id and attempt (splitmix
+// over FNV): the ledger's only "randomness", a pure function of event data.
+func jitter(id string, attempt int32, n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	z := fnvInt(fnvStr(fnvOffset, id), int64(attempt))
+	z += 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int64(z % uint64(n+1))
+}

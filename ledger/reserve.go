@@ -1,0 +1,735 @@
+package ledger
+
+import (
+	"strings"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// ---- scopes and nodes ----
+
+// scopeOf returns the state index of a scope, creating it on first use, or
+// -1 when no scope config (exact or "*") covers the name.
+func (l *Ledger) scopeOf(name string) int32 {
+	if i, ok := l.scopeIdx[name]; ok {
+		return i
+	}
+	if _, ok := l.cc.scopeFor(name); !ok || name == "" || len(name) > maxStrLen {
+		return noIdx
+	}
+	i := int32(len(l.st.Scopes))
+	l.st.Scopes = append(l.st.Scopes, scopeState{
+		Name:       name,
+		Depth:      make([]int32, len(l.st.Config.Classes)),
+		RetryMilli: l.st.Config.Retry.BurstMax * 1000,
+		flows:      map[flowKey]int64{},
+	})
+	l.scopeIdx[name] = i
+	return i
+}
+
+// nodeOf returns the node (scope, level, id), stamping it from the config on
+// first use. It returns -1 when the level has no buckets for id and -2 when
+// the node limit is reached.
+func (l *Ledger) nodeOf(si int32, lv uint8, id string) int32 {
+	if i, ok := l.nodeIdx[nodeKey{si, lv, id}]; ok {
+		return i
+	}
+	ci, ok := l.cc.scopeFor(l.st.Scopes[si].Name)
+	if !ok {
+		return noIdx
+	}
+	specs := l.cc.scopes[ci].specsFor(lv, id)
+	if len(specs) == 0 {
+		return noIdx
+	}
+	if len(l.st.Nodes) >= l.st.Config.NodesMax {
+		return -2
+	}
+	n := node{Scope: si, Lvl: lv, ID: id, First: int32(len(l.st.Buckets)), N: int32(len(specs))}
+	for _, s := range specs {
+		l.st.Buckets = append(l.st.Buckets, l.newBucket(s, si))
+	}
+	ni := int32(len(l.st.Nodes))
+	l.st.Nodes = append(l.st.Nodes, n)
+	l.nodeIdx[nodeKey{si, lv, id}] = ni
+	return ni
+}
+
+// newBucket returns a full bucket of spec s.
+func (l *Ledger) newBucket(s int32, si int32) bucket {
+	sp := &l.cc.specs[s]
+	now := l.st.Now
+	b := bucket{Spec: s, Gen: l.st.Gen, Ext: noIdx, LastMs: now}
+	switch sp.kind {
+	case kToken:
+		b.Level, b.Base = sp.burst, sp.gBurst
+	case kRamp:
+		rate := sp.ramp.StartPerPeriod
+		b.Ext = int32(len(l.st.Ramps))
+		l.st.Ramps = append(l.st.Ramps, rampState{Scope: si, Rate: rate, Period: now / sp.period})
+		b.Level = rampBurst(rate, sp.window)
+	case kFixed:
+		b.Level = sp.capacity
+		b.LastMs = floorDiv(now-sp.offset, sp.period)
+	case kRolling:
+		b.Ext = int32(len(l.st.Rolls))
+		l.st.Rolls = append(l.st.Rolls, rollState{Cur: now / sp.slotMs, Ring: make([]int64, sp.slots+1)})
+	case kConcurrency:
+		b.Level = sp.capacity
+	}
+	return b
+}
+
+// limitPath renders the path of r up to and including node ni, e.g.
+// "scope:sim-openai/tenant:acme/key:k1". It allocates: refusals only.
+func (l *Ledger) limitPath(r *res, ni int32) string {
+	var sb strings.Builder
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		if i > 0 {
+			sb.WriteByte('/')
+		}
+		sb.WriteString(levelNames[n.Lvl])
+		sb.WriteByte(':')
+		sb.WriteString(n.ID)
+		if r.Path[i] == ni {
+			break
+		}
+	}
+	return sb.String()
+}
+
+// ---- reservations ----
+
+func (l *Ledger) allocRes() int32 {
+	if n := len(l.st.Free); n > 0 {
+		i := l.st.Free[n-1]
+		l.st.Free = l.st.Free[:n-1]
+		return i
+	}
+	l.st.Res = append(l.st.Res, res{})
+	return int32(len(l.st.Res) - 1)
+}
+
+func (l *Ledger) liveRes() int { return len(l.st.Res) - len(l.st.Free) }
+
+// finish moves r to a terminal state and remembers it for DedupTTLMs.
+func (l *Ledger) finish(ri int32, state uint8) {
+	r := &l.st.Res[ri]
+	r.State = state
+	r.DoneMs = l.st.Now
+	l.st.Done = append(l.st.Done, ri)
+}
+
+// evictDone forgets finished reservations older than DedupTTLMs.
+func (l *Ledger) evictDone() {
+	ttl := l.st.Config.DedupTTLMs
+	k := 0
+	for k < len(l.st.Done) && l.st.Res[l.st.Done[k]].DoneMs+ttl <= l.st.Now {
+		ri := l.st.Done[k]
+		r := &l.st.Res[ri]
+		delete(l.resIdx, resKey{r.RequestID, r.Attempt})
+		*r = res{}
+		l.st.Free = append(l.st.Free, ri)
+		k++
+	}
+	if k > 0 {
+		l.st.Done = l.st.Done[k:]
+		if len(l.st.Free) == len(l.st.Res) && len(l.st.Res) > 4096 {
+			// Nothing is live: give the slab's memory back after a burst.
+			l.st.Res, l.st.Free, l.st.Done = nil, nil, nil
+		}
+	}
+}
+
+// reserve handles ReserveRequested.
+func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
+	rr := ev.ReserveRequested
+	if ev.RequestID == "" {
+		return out
+	}
+	att := ev.Attempt
+	if att <= 0 {
+		att = 1
+	}
+	fp := fingerprint(ev)
+	if ri, ok := l.resIdx[resKey{ev.RequestID, att}]; ok {
+		if l.st.Res[ri].FP == fp {
+			return out // redelivery: already decided
+		}
+		return l.conflict(ev, att, out)
+	}
+	if len(ev.RequestID) > maxStrLen || len(rr.Path) > maxPathLen ||
+		rr.InputTokens < 0 || rr.InputTokens > maxAmount || rr.OutputTokens < 0 || rr.OutputTokens > maxAmount ||
+		rr.CachedInputTokens < 0 || rr.CachedInputTokens > rr.InputTokens || rr.SpendMicros < 0 || rr.SpendMicros > maxAmount ||
+		rr.MaxWaitMs < 0 || rr.MaxWaitMs > dayMs || rr.DeadlineMs < 0 || rr.DeadlineMs > dayMs || rr.MaxAttempts < 0 {
+		return l.refuseEv(ev, out, "invalid_request", RetryRequestError)
+	}
+	si := l.scopeOf(ev.Scope)
+	if si < 0 {
+		return l.refuseEv(ev, out, "unknown_scope", RetryPolicy)
+	}
+	ci := l.cc.defClass
+	if ev.Class != "" {
+		c, ok := l.cc.classIdx[ev.Class]
+		if !ok {
+			return l.refuseEv(ev, out, "unknown_class", RetryRequestError)
+		}
+		ci = c
+	}
+	if l.liveRes() >= l.st.Config.ReservationsMax {
+		return l.refuseEv(ev, out, "ledger_full", RetryOverload)
+	}
+	// Resolve the path: the scope root, then each configured level once.
+	var path [maxPath]int32
+	np := 0
+	var seen [numLevels]bool
+	root := l.nodeOf(si, 0, ev.Scope)
+	if root == -2 {
+		return l.refuseEv(ev, out, "node_limit", RetryOverload)
+	}
+	if root >= 0 {
+		path[np] = root
+		np++
+	}
+	seen[0] = true
+	for _, p := range rr.Path {
+		lv, ok := levelCode(p.Level)
+		if !ok || seen[lv] || len(p.ID) > maxStrLen {
+			continue
+		}
+		seen[lv] = true
+		ni := l.nodeOf(si, lv, p.ID)
+		if ni == -2 {
+			return l.refuseEv(ev, out, "node_limit", RetryOverload)
+		}
+		if ni >= 0 {
+			path[np] = ni
+			np++
+		}
+	}
+
+	ri := l.allocRes()
+	r := &l.st.Res[ri]
+	l.st.Seq++
+	now := l.st.Now
+	*r = res{
+		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID,
+		Route: ev.Route, Class: l.st.Config.Classes[ci].Name, Scope: si, ClassIdx: ci,
+		State: stQueued, NPath: uint8(np), Path: path, Cached: rr.CachedInputTokens, FP: fp,
+		Seq: l.st.Seq, Priority: max(-maxPriority, min(maxPriority, rr.Priority)),
+		EnqMs: now, FirstMs: now, MaxAtt: rr.MaxAttempts, Gen: l.st.Gen, List: noIdx, Prev: noIdx, Next: noIdx,
+	}
+	if r.MaxAtt == 0 {
+		r.MaxAtt = l.st.Config.Retry.MaxAttempts
+	}
+	if rr.DeadlineMs > 0 {
+		r.Deadline = now + rr.DeadlineMs
+	}
+	r.Need = [numDims]int64{
+		dRequests: 1, dInput: rr.InputTokens, dOutput: rr.OutputTokens, dTotal: rr.InputTokens + rr.OutputTokens,
+		dConcurrency: 1, dRequestsPerDay: 1, dSpend: rr.SpendMicros, dRamp: 1,
+	}
+	if rr.Streaming {
+		r.Flags |= fStreaming
+	}
+	if rr.FallbackAllowed {
+		r.Flags |= fFallback
+	}
+	l.resIdx[resKey{r.RequestID, att}] = ri
+	sc := &l.st.Scopes[si]
+	if att == 1 {
+		sc.RetryMilli = min(l.st.Config.Retry.BurstMax*1000, sc.RetryMilli+l.st.Config.Retry.RatioPermille)
+	}
+	maxWait := rr.MaxWaitMs
+	if maxWait == 0 {
+		maxWait = l.st.Config.Classes[ci].MaxWaitMs
+	}
+	r.ExpireMs = now + maxWait
+	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
+		r.ExpireMs = r.Deadline
+	}
+
+	if rr.EmergencyAdmitted {
+		// The gateway already let it through: account for it, even into debt.
+		r.Flags |= fEmergency
+		l.grant(ri, false)
+		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
+	}
+	return l.arrive(ri, out)
+}
+
+// arrive decides a new reservation (first attempt or retry): granted at
+// once if every bucket covers it and no earlier waiter needs the same
+// capacity; otherwise queued, or denied when waiting cannot help.
+func (l *Ledger) arrive(ri int32, out []Output) []Output {
+	r := &l.st.Res[ri]
+	sc := &l.st.Scopes[r.Scope]
+	var v verdict
+	if len(sc.Queue) == 0 && r.NotBefore <= l.st.Now {
+		v = l.check(r, false, false)
+		if v.ok {
+			l.grant(ri, v.borrowed)
+			return l.emitGrant(out, ri, schemas.GDAdmitted)
+		}
+		l.enqueue(ri)
+	} else {
+		l.enqueue(ri)
+		var granted bool
+		out, v, granted = l.pump(r.Scope, out, ri)
+		if granted {
+			return out
+		}
+	}
+	r = &l.st.Res[ri]
+	if r.NotBefore > l.st.Now && v.why == whyNone {
+		v.why, v.fitMs, v.limNode = whyBackoff, r.NotBefore, noIdx
+	}
+	d, deny := l.decide(r, &v)
+	if !deny {
+		l.st.Stats.Queued++
+		// The pump that computes wake times may not have run (empty queue).
+		for _, w := range [2]int64{v.fitMs, r.ExpireMs} {
+			if w > l.st.Now && (sc.WakeMs <= l.st.Now || w < sc.WakeMs) {
+				sc.WakeMs = w
+			}
+		}
+		return l.emit(out, r, d)
+	}
+	l.dequeue(ri)
+	l.finish(ri, stDenied)
+	l.st.Stats.Denied++
+	out = l.emit(out, r, d)
+	if len(sc.Queue) > 0 {
+		// Its failed check may have held back later waiters in this pump.
+		sc.Dirty = true
+	}
+	return out
+}
+
+// decide turns the verdict of a reservation that was not granted into a
+// queued decision or (deny=true) a denial.
+func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
+	now := l.st.Now
+	cl := &l.st.Config.Classes[r.ClassIdx]
+	d = schemas.Decision{Status: schemas.StatusQueued, GatewayDecision: schemas.GDQueued, RetryClass: RetryCapacity}
+	if v.limNode >= 0 {
+		d.LimitPath = l.limitPath(r, v.limNode)
+		d.LimitDimension = dimension(v.limDim)
+		d.Needed, d.Available = v.needed, v.avail
+	}
+	if v.fitMs > now {
+		d.RetryAfterMs = v.fitMs - now
+	}
+	d.Reason = whyReason[v.why]
+	if v.why == whyCooldown && v.overload {
+		d.Reason = "cooldown_overloaded"
+		d.RetryClass = RetryOverload
+	}
+	refuse := func(reason, class string, gd schemas.GatewayDecision) {
+		d.Status, d.Reason, d.RetryClass, d.GatewayDecision = schemas.StatusDenied, reason, class, gd
+		deny = true
+	}
+	switch {
+	case v.why == whyNever:
+		refuse("exceeds_capacity", RetryRequestError, schemas.GDRejectedLocally)
+		d.RetryAfterMs = 0
+	case v.why == whyPolicy || (v.policyKind && v.fitMs > r.ExpireMs):
+		refuse("quota_exhausted", RetryPolicy, schemas.GDRejectedPolicy)
+	case r.ExpireMs <= now:
+		refuse("no_capacity", d.RetryClass, schemas.GDRejectedLocally)
+	case int(l.st.Scopes[r.Scope].Depth[r.ClassIdx]) > cl.MaxDepth:
+		refuse("queue_full", RetryOverload, schemas.GDRejectedLocally)
+		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
+	case v.fitMs > r.ExpireMs:
+		if r.Deadline > 0 && v.fitMs > r.Deadline {
+			refuse("deadline_exceeded", RetryDeadline, schemas.GDRejectedLocally)
+		} else {
+			refuse("wait_exceeds_max", d.RetryClass, schemas.GDRejectedLocally)
+		}
+		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
+	}
+	return d, deny
+}
+
+func (l *Ledger) emitGrant(out []Output, ri int32, gd schemas.GatewayDecision) []Output {
+	r := &l.st.Res[ri]
+	ttl := l.st.Config.HoldTTLMs
+	if r.Flags&fStreaming != 0 {
+		ttl = l.st.Config.StreamHoldTTLMs
+	}
+	return l.emit(out, r, schemas.Decision{
+		Status:          schemas.StatusGranted,
+		Borrowed:        r.Flags&fBorrowed != 0,
+		GatewayDecision: gd,
+		HoldTTLMs:       ttl,
+	})
+}
+
+// ---- check and grant ----
+
+// Why a reservation was not granted.
+const (
+	whyNone uint8 = iota
+	whyCapacity
+	whyNever
+	whyPolicy
+	whyCooldown
+	whyBlocked
+	whyReclaim
+	whyBackoff
+)
+
+var whyReason = [...]string{
+	whyNone:     "",
+	whyCapacity: "capacity",
+	whyNever:    "exceeds_capacity",
+	whyPolicy:   "quota_exhausted",
+	whyCooldown: "cooldown_rate_limited",
+	whyBlocked:  "waiting_behind_earlier_request",
+	whyReclaim:  "borrowing_reclaimed",
+	whyBackoff:  "retry_backoff",
+}
+
+type verdict struct {
+	ok         bool
+	borrowed   bool
+	why        uint8
+	overload   bool
+	policyKind bool // the limiting bucket is a fixed or rolling window
+	limDim     uint8
+	limNode    int32
+	needed     int64
+	avail      int64
+	fitMs      int64 // when it may fit; 0 = only an event can free capacity
+}
+
+// check evaluates whether r could be granted now. In a pump (marks=true),
+// buckets marked by an earlier waiter block r, and buckets r lacks are
+// marked for later waiters. reclaim forbids borrowing.
+func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
+	now := l.st.Now
+	sc := &l.st.Scopes[r.Scope]
+	v := verdict{limNode: noIdx}
+	if sc.CoolPolicy > now {
+		v.why, v.fitMs = whyPolicy, sc.CoolPolicy
+		return v
+	}
+	cool := sc.CoolAll
+	for d := 0; d < numDims; d++ {
+		if r.Need[d] > 0 && sc.CoolDim[d] > cool {
+			cool = sc.CoolDim[d]
+		}
+	}
+	if cool > now {
+		v.why, v.fitMs = whyCooldown, cool
+		v.overload = sc.CoolAll == cool && sc.CoolAllOverload
+		return v
+	}
+	// One pass: refill, impossibility, borrowing, capacity. A second pass
+	// applies borrow reserves when the grant turned out to be borrowed.
+	unknown := false
+	for pass := 0; pass < 2; pass++ {
+		withReserve := pass == 1
+		for i := 0; i < int(r.NPath); i++ {
+			n := &l.st.Nodes[r.Path[i]]
+			for bi := n.First; bi < n.First+n.N; bi++ {
+				b := &l.st.Buckets[bi]
+				sp := &l.cc.specs[b.Spec]
+				var reserve int64
+				if withReserve {
+					if sp.reserve == 0 {
+						continue
+					}
+					reserve = sp.reserve
+				} else {
+					l.refill(b, sp, now)
+				}
+				a := sp.amount(r)
+				if a <= 0 {
+					continue
+				}
+				if a > sp.maxUnits {
+					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, r.Path[i], sp.dim, a, sp.maxUnits
+					return v
+				}
+				if sp.guaranteed > 0 && b.Base < a*sp.period {
+					v.borrowed = true
+				}
+				if l.fits(b, sp, a, reserve) {
+					if marks && b.mark == l.epoch && v.why == whyNone {
+						v.why, v.limNode, v.limDim, v.needed, v.avail = whyBlocked, r.Path[i], sp.dim, a, l.available(b, sp)
+					}
+					continue
+				}
+				if v.why == whyNone || v.why == whyBlocked {
+					v.why, v.limNode, v.limDim, v.needed, v.avail = whyCapacity, r.Path[i], sp.dim, a, l.available(b, sp)
+					v.policyKind = sp.kind == kFixed || sp.kind == kRolling
+				}
+				if marks {
+					b.mark = l.epoch
+				}
+				if f := l.fitAt(b, sp, a, reserve, now); f == 0 {
+					unknown = true
+				} else if f > v.fitMs {
+					v.fitMs = f
+				}
+			}
+		}
+		if !v.borrowed || !l.cc.anyReserve {
+			break
+		}
+	}
+	if v.why == whyCapacity && unknown {
+		v.fitMs = 0
+	}
+	if v.why != whyNone {
+		return v
+	}
+	if v.borrowed && reclaim {
+		v.why = whyReclaim
+		return v
+	}
+	v.ok = true
+	return v
+}
+
+// grant debits every bucket on r's path (all of them: the caller checked
+// that each covers its amount, or forces an emergency admission).
+func (l *Ledger) grant(ri int32, borrowed bool) {
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			if r.Flags&fEmergency != 0 {
+				l.refill(b, sp, now)
+			}
+			a := sp.amount(r)
+			if a <= 0 {
+				continue
+			}
+			l.debit(b, sp, min(a, sp.maxUnits), now)
+			b.Held += a
+			if sp.guaranteed > 0 && !borrowed {
+				b.Base -= min(a, sp.maxUnits) * sp.period
+			}
+			if sp.kind == kRamp {
+				l.st.Ramps[b.Ext].Grants[0]++
+			}
+		}
+	}
+	r.State = stGranted
+	r.GrantMs = now
+	r.Gen = l.st.Gen
+	if borrowed {
+		r.Flags |= fBorrowed
+		l.st.Stats.Borrowed++
+	}
+	ttl := l.st.Config.HoldTTLMs
+	if r.Flags&fStreaming != 0 {
+		ttl = l.st.Config.StreamHoldTTLMs
+	}
+	r.HoldExpMs = now + ttl
+	l.holdPush(ri, ttl)
+	l.st.Stats.Granted++
+}
+
+// settle ends a grant: each bucket gets back its estimate minus the actual
+// usage (negative: debt) and its held amount drops by the estimate.
+func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state uint8) {
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	l.holdRemove(ri)
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			if b.Gen > r.Gen {
+				continue // created after the grant: never debited
+			}
+			sp := &l.cc.specs[b.Spec]
+			a := sp.amount(r)
+			if a <= 0 {
+				continue
+			}
+			act := actual[sp.dim]
+			if sp.exclCached {
+				act = max(0, act-cached)
+			}
+			l.refill(b, sp, now)
+			l.credit(b, sp, a-act, r.GrantMs, now)
+			b.Held -= a
+		}
+	}
+	l.finish(ri, state)
+	l.st.Scopes[r.Scope].Dirty = true
+}
+
+// ---- hold TTL lists ----
+
+func (l *Ledger) holdPush(ri int32, ttl int64) {
+	li := -1
+	for i := range l.st.Lists {
+		if l.st.Lists[i].TTL == ttl {
+			li = i
+			break
+		}
+	}
+	if li < 0 {
+		l.st.Lists = append(l.st.Lists, holdList{TTL: ttl, Head: noIdx, Tail: noIdx})
+		li = len(l.st.Lists) - 1
+	}
+	hl := &l.st.Lists[li]
+	r := &l.st.Res[ri]
+	r.List, r.Prev, r.Next = int32(li), hl.Tail, noIdx
+	if hl.Tail != noIdx {
+		l.st.Res[hl.Tail].Next = ri
+	} else {
+		hl.Head = ri
+	}
+	hl.Tail = ri
+}
+
+func (l *Ledger) holdRemove(ri int32) {
+	r := &l.st.Res[ri]
+	if r.List < 0 {
+		return
+	}
+	hl := &l.st.Lists[r.List]
+	if r.Prev != noIdx {
+		l.st.Res[r.Prev].Next = r.Next
+	} else {
+		hl.Head = r.Next
+	}
+	if r.Next != noIdx {
+		l.st.Res[r.Next].Prev = r.Prev
+	} else {
+		hl.Tail = r.Prev
+	}
+	r.List, r.Prev, r.Next = noIdx, noIdx, noIdx
+}
+
+// expireHolds expires grants held past their TTL without reconcile or
+// release (abandoned): their full estimate stays charged.
+func (l *Ledger) expireHolds(out []Output) []Output {
+	for li := range l.st.Lists {
+		for {
+			h := l.st.Lists[li].Head
+			if h == noIdx || l.st.Res[h].HoldExpMs > l.st.Now {
+				break
+			}
+			r := &l.st.Res[h]
+			actual := r.Need
+			actual[dConcurrency] = 0
+			l.settle(h, &actual, r.Cached, stExpired)
+			l.st.Stats.Abandoned++
+			out = l.emit(out, r, schemas.Decision{
+				Status: schemas.StatusExpired, Reason: reasonHoldAbandoned,
+				GatewayDecision: admittedGD(r), Borrowed: r.Flags&fBorrowed != 0,
+			})
+		}
+	}
+	return out
+}
+
+func admittedGD(r *res) schemas.GatewayDecision {
+	switch {
+	case r.Flags&fEmergency != 0:
+		return schemas.GDEmergencyAdmitted
+	case r.Flags&fWasQueued != 0:
+		return schemas.GDQueuedThenAdmitted
+	}
+	return schemas.GDAdmitted
+}
+
+// ---- lifecycle events ----
+
+func (l *Ledger) lookup(ev *schemas.Event) (int32, bool) {
+	att := ev.Attempt
+	if att <= 0 {
+		att = 1
+	}
+	ri, ok := l.resIdx[resKey{ev.RequestID, att}]
+	return ri, ok
+}
+
+// reconcile replaces a grant's estimate with the actual usage.
+func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
+	ri, ok := l.lookup(ev)
+	if !ok {
+		return out
+	}
+	r := &l.st.Res[ri]
+	switch r.State {
+	case stGranted:
+		rc := ev.Reconciled
+		in := max(0, min(rc.InputTokens, maxAmount))
+		o := max(0, min(rc.OutputTokens, maxAmount))
+		cached := max(0, min(rc.CachedInputTokens, in))
+		actual := [numDims]int64{
+			dRequests: 1, dInput: in, dOutput: o, dTotal: in + o, dConcurrency: 0,
+			dRequestsPerDay: 1, dSpend: max(0, min(rc.SpendMicros, maxAmount)), dRamp: 1,
+		}
+		if l.cc.anyRamp {
+			l.recordLatency(r, rc.TotalMs)
+		}
+		l.settle(ri, &actual, cached, stReconciled)
+		l.st.Stats.Reconciled++
+	case stQueued:
+		return l.cancel(ri, out)
+	}
+	return out
+}
+
+// release gives back a grant without usage (or with the partial usage
+// given), or cancels a queued reservation.
+func (l *Ledger) release(ev *schemas.Event, out []Output) []Output {
+	ri, ok := l.lookup(ev)
+	if !ok {
+		return out
+	}
+	r := &l.st.Res[ri]
+	switch r.State {
+	case stGranted:
+		rl := ev.Released
+		in := max(0, min(rl.InputTokens, maxAmount))
+		o := max(0, min(rl.OutputTokens, maxAmount))
+		actual := [numDims]int64{dRequests: 1, dInput: in, dOutput: o, dTotal: in + o, dRequestsPerDay: 1, dRamp: 1}
+		if in+o > 0 {
+			actual[dSpend] = r.Need[dSpend]
+		}
+		l.settle(ri, &actual, 0, stReleased)
+		l.st.Stats.Released++
+	case stQueued:
+		return l.cancel(ri, out)
+	}
+	return out
+}
+
+func (l *Ledger) cancel(ri int32, out []Output) []Output {
+	l.dequeue(ri)
+	l.finish(ri, stCancelled)
+	l.st.Stats.Cancelled++
+	r := &l.st.Res[ri]
+	return l.emit(out, r, schemas.Decision{
+		Status: schemas.StatusCancelled, Reason: "released_while_queued",
+		GatewayDecision: schemas.GDQueued, RetryClass: RetryRequestError,
+	})
+}
+
+func (l *Ledger) recordLatency(r *res, totalMs int64) {
+	for i := 0; i < int(r.NPath); i++ {
+		n := &l.st.Nodes[r.Path[i]]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			if sp := &l.cc.specs[b.Spec]; sp.kind == kRamp {
+				rampRoll(&l.st.Ramps[b.Ext], l.st.Now, sp.period)
+				l.st.Ramps[b.Ext].Lat[0][latBin(max(0, totalMs))]++
+			}
+		}
+	}
+}

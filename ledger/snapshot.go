@@ -1,0 +1,285 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// configChanged installs a new configuration at this log position. A
+// configuration that does not parse or validate is refused: the running one
+// stays in force and ConfigError says why.
+func (l *Ledger) configChanged(cc *schemas.ConfigChanged) {
+	cfg, err := ParseConfig(cc.Ledger)
+	if err != nil {
+		msg := err.Error()
+		if cc.ConfigVersion != "" {
+			msg = "config " + cc.ConfigVersion + ": " + msg
+		}
+		l.st.ConfigErr = msg
+		return
+	}
+	l.st.ConfigErr = ""
+	old, _ := json.Marshal(&l.st.Config)
+	neu, _ := json.Marshal(&cfg)
+	if bytes.Equal(old, neu) {
+		return // redelivery or no-op: keep generations as they are
+	}
+	l.install(cfg)
+}
+
+// install replaces the configuration without losing held reservations:
+// every node's buckets are re-stamped from the new config; a bucket whose
+// dimension survives keeps its level (converted to the new unit scale and
+// clamped to the new burst) and its generation; new buckets start full.
+func (l *Ledger) install(cfg Config) {
+	now := l.st.Now
+	oldSpecs := l.cc.specs
+	oldBuckets, oldRolls, oldRamps := l.st.Buckets, l.st.Rolls, l.st.Ramps
+	l.st.Config = cfg
+	l.st.Gen++
+	l.cc = compile(&l.st.Config)
+	l.st.Buckets, l.st.Rolls, l.st.Ramps = nil, nil, nil
+	for ni := range l.st.Nodes {
+		n := &l.st.Nodes[ni]
+		var specs []int32
+		if ci, ok := l.cc.scopeFor(l.st.Scopes[n.Scope].Name); ok {
+			specs = l.cc.scopes[ci].specsFor(n.Lvl, n.ID)
+		}
+		first := int32(len(l.st.Buckets))
+		for _, s := range specs {
+			sp := &l.cc.specs[s]
+			nb := l.newBucket(s, n.Scope)
+			for obi := n.First; obi < n.First+n.N; obi++ {
+				ob := &oldBuckets[obi]
+				osp := &oldSpecs[ob.Spec]
+				if osp.dim != sp.dim || osp.kind != sp.kind {
+					continue
+				}
+				nb.Gen = ob.Gen
+				nb.Held = ob.Held
+				switch sp.kind {
+				case kToken:
+					nb.Level = min(sp.burst, mulSat(floorDiv(ob.Level, osp.period), sp.period))
+					nb.Base = min(sp.gBurst, mulSat(floorDiv(ob.Base, osp.period), sp.period))
+					nb.LastMs = ob.LastMs
+				case kRamp:
+					rs := oldRamps[ob.Ext]
+					rs.Rate = min(rs.Rate, sp.capacity)
+					l.st.Ramps[nb.Ext] = rs
+					nb.Level = min(rampBurst(rs.Rate, sp.window), mulSat(floorDiv(ob.Level, osp.period), sp.period))
+					nb.LastMs = ob.LastMs
+				case kFixed:
+					nb.Level = min(sp.capacity, ob.Level)
+				case kConcurrency:
+					nb.Level = sp.capacity - (osp.capacity - ob.Level)
+				case kRolling:
+					ors := &oldRolls[ob.Ext]
+					nrs := &l.st.Rolls[nb.Ext]
+					if len(ors.Ring) == len(nrs.Ring) && osp.slotMs == sp.slotMs {
+						nrs.Cur, nrs.Sum = ors.Cur, ors.Sum
+						copy(nrs.Ring, ors.Ring)
+					} else {
+						nrs.Sum = ors.Sum
+						nrs.Ring[nrs.Cur%int64(len(nrs.Ring))] = ors.Sum
+					}
+				}
+				break
+			}
+			l.st.Buckets = append(l.st.Buckets, nb)
+		}
+		n.First, n.N = first, int32(len(specs))
+	}
+	// Classes may have been renamed, added or removed.
+	for si := range l.st.Scopes {
+		sc := &l.st.Scopes[si]
+		sc.Depth = make([]int32, len(cfg.Classes))
+		sc.RetryMilli = min(sc.RetryMilli, cfg.Retry.BurstMax*1000)
+	}
+	for ri := range l.st.Res {
+		r := &l.st.Res[ri]
+		if r.State == stFree {
+			continue
+		}
+		ci, ok := l.cc.classIdx[r.Class]
+		if !ok {
+			ci = l.cc.defClass
+		}
+		r.ClassIdx = ci
+		if r.State == stQueued {
+			l.st.Scopes[r.Scope].Depth[ci]++
+			l.st.Scopes[r.Scope].Dirty = true
+		}
+	}
+	// Held amounts follow the new specs (e.g. exclude_cached_input changed).
+	for bi := range l.st.Buckets {
+		l.st.Buckets[bi].Held = 0
+	}
+	for ri := range l.st.Res {
+		r := &l.st.Res[ri]
+		if r.State != stGranted {
+			continue
+		}
+		for i := 0; i < int(r.NPath); i++ {
+			n := &l.st.Nodes[r.Path[i]]
+			for bi := n.First; bi < n.First+n.N; bi++ {
+				b := &l.st.Buckets[bi]
+				if b.Gen <= r.Gen {
+					b.Held += l.cc.specs[b.Spec].amount(r)
+				}
+			}
+		}
+	}
+	_ = now
+}
+
+// snapshotMagic prefixes snapshot bytes so that foreign bytes are refused.
+const snapshotMagic = "sluice-ledger-v1\n"
+
+// MarshalSnapshot serializes the whole state, including the next input
+// offset. The bytes are deterministic: the same state gives the same bytes.
+func (l *Ledger) MarshalSnapshot() ([]byte, error) {
+	st := l.st
+	st.Scopes = slices.Clone(l.st.Scopes)
+	nowUs := l.st.Now * 1000
+	for i := range st.Scopes {
+		sc := &st.Scopes[i]
+		sc.Flows = nil
+		for k, v := range sc.flows {
+			if v > nowUs {
+				sc.Flows = append(sc.Flows, flowEntry{Class: k.class, Tenant: k.tenant, LastUs: v})
+			}
+		}
+		slices.SortFunc(sc.Flows, func(a, b flowEntry) int {
+			if a.Class != b.Class {
+				return int(a.Class - b.Class)
+			}
+			return strings.Compare(a.Tenant, b.Tenant)
+		})
+	}
+	b, err := json.Marshal(&st)
+	if err != nil {
+		return nil, fmt.Errorf("ledger snapshot: %w", err)
+	}
+	return append([]byte(snapshotMagic), b...), nil
+}
+
+// Restore rebuilds a ledger from MarshalSnapshot bytes. It checks the
+// state's internal references so that corrupt bytes give an error, not a
+// ledger that panics later.
+func Restore(b []byte) (*Ledger, error) {
+	if !bytes.HasPrefix(b, []byte(snapshotMagic)) {
+		return nil, errors.New("ledger snapshot: bad magic")
+	}
+	l := &Ledger{}
+	if err := json.Unmarshal(b[len(snapshotMagic):], &l.st); err != nil {
+		return nil, fmt.Errorf("ledger snapshot: %w", err)
+	}
+	l.st.Config.fillDefaults()
+	if err := l.st.Config.Validate(); err != nil {
+		return nil, fmt.Errorf("ledger snapshot: config: %w", err)
+	}
+	l.cc = compile(&l.st.Config)
+	if err := l.verify(); err != nil {
+		return nil, fmt.Errorf("ledger snapshot: %w", err)
+	}
+	l.nodeIdx = make(map[nodeKey]int32, len(l.st.Nodes))
+	for i, n := range l.st.Nodes {
+		l.nodeIdx[nodeKey{n.Scope, n.Lvl, n.ID}] = int32(i)
+	}
+	l.resIdx = make(map[resKey]int32, len(l.st.Res))
+	for i := range l.st.Res {
+		if r := &l.st.Res[i]; r.State != stFree {
+			l.resIdx[resKey{r.RequestID, r.Attempt}] = int32(i)
+		}
+	}
+	l.scopeIdx = make(map[string]int32, len(l.st.Scopes))
+	for i := range l.st.Scopes {
+		sc := &l.st.Scopes[i]
+		l.scopeIdx[sc.Name] = int32(i)
+		sc.flows = make(map[flowKey]int64, len(sc.Flows))
+		for _, f := range sc.Flows {
+			sc.flows[flowKey{f.Class, f.Tenant}] = f.LastUs
+		}
+		sc.Flows = nil
+	}
+	return l, nil
+}
+
+// verify checks every index stored in the state.
+func (l *Ledger) verify() error {
+	st := &l.st
+	nb, nn, nr := int32(len(st.Buckets)), int32(len(st.Nodes)), int32(len(st.Res))
+	ns := int32(len(st.Scopes))
+	for i, n := range st.Nodes {
+		if n.Scope < 0 || n.Scope >= ns || n.First < 0 || n.N < 0 || n.First+n.N > nb || int(n.Lvl) >= numLevels {
+			return fmt.Errorf("node %d out of range", i)
+		}
+	}
+	for i, b := range st.Buckets {
+		if b.Spec < 0 || int(b.Spec) >= len(l.cc.specs) {
+			return fmt.Errorf("bucket %d spec out of range", i)
+		}
+		sp := &l.cc.specs[b.Spec]
+		switch sp.kind {
+		case kRolling:
+			if b.Ext < 0 || int(b.Ext) >= len(st.Rolls) || int64(len(st.Rolls[b.Ext].Ring)) != sp.slots+1 {
+				return fmt.Errorf("bucket %d rolling state out of range", i)
+			}
+		case kRamp:
+			if b.Ext < 0 || int(b.Ext) >= len(st.Ramps) || st.Ramps[b.Ext].Rate <= 0 {
+				return fmt.Errorf("bucket %d ramp state out of range", i)
+			}
+		}
+	}
+	nc := int32(len(st.Config.Classes))
+	for i := range st.Res {
+		r := &st.Res[i]
+		if r.State == stFree {
+			continue
+		}
+		if r.Scope < 0 || r.Scope >= ns || r.ClassIdx < 0 || r.ClassIdx >= nc || int(r.NPath) > maxPath {
+			return fmt.Errorf("reservation %d out of range", i)
+		}
+		for _, p := range r.Path[:r.NPath] {
+			if p < 0 || p >= nn {
+				return fmt.Errorf("reservation %d path out of range", i)
+			}
+		}
+		if r.List >= int32(len(st.Lists)) || r.Prev >= nr || r.Next >= nr {
+			return fmt.Errorf("reservation %d links out of range", i)
+		}
+	}
+	idx := func(v int32) bool { return v >= 0 && v < nr }
+	for _, f := range st.Free {
+		if !idx(f) {
+			return errors.New("free list out of range")
+		}
+	}
+	for _, d := range st.Done {
+		if !idx(d) {
+			return errors.New("done list out of range")
+		}
+	}
+	for _, hl := range st.Lists {
+		if (hl.Head != noIdx && !idx(hl.Head)) || (hl.Tail != noIdx && !idx(hl.Tail)) {
+			return errors.New("hold list out of range")
+		}
+	}
+	for _, sc := range st.Scopes {
+		if len(sc.Depth) != int(nc) {
+			return errors.New("scope depth out of range")
+		}
+		for _, q := range sc.Queue {
+			if !idx(q) {
+				return errors.New("queue out of range")
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,263 @@
+package ledger
+
+import (
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Dimension indices; dimIndex maps schemas.Dimension onto them.
+const (
+	dRequests = iota
+	dInput
+	dOutput
+	dTotal
+	dConcurrency
+	dRequestsPerDay
+	dSpend
+	dRamp
+	numDims
+)
+
+func dimIndex(d schemas.Dimension) (int, bool) {
+	switch d {
+	case schemas.DimRequests:
+		return dRequests, true
+	case schemas.DimInputTokens:
+		return dInput, true
+	case schemas.DimOutputTokens:
+		return dOutput, true
+	case schemas.DimTotalTokens:
+		return dTotal, true
+	case schemas.DimConcurrency:
+		return dConcurrency, true
+	case schemas.DimRequestsPerDay:
+		return dRequestsPerDay, true
+	case schemas.DimSpend:
+		return dSpend, true
+	case schemas.DimRamp:
+		return dRamp, true
+	}
+	return 0, false
+}
+
+// Refill kind codes.
+const (
+	kToken uint8 = iota
+	kFixed
+	kRolling
+	kConcurrency
+	kRamp
+)
+
+func kindCode(s string) uint8 {
+	switch s {
+	case RefillFixed:
+		return kFixed
+	case RefillRolling:
+		return kRolling
+	case RefillConcurrency:
+		return kConcurrency
+	case RefillRamp:
+		return kRamp
+	}
+	return kToken
+}
+
+// Reservation states. Words have exactly the meaning of schemas.Status.
+const (
+	stFree uint8 = iota
+	stQueued
+	stGranted
+	stReconciled
+	stReleased
+	stExpired // queued past its wait, or granted and abandoned
+	stDenied
+	stCancelled
+)
+
+// Reservation flags.
+const (
+	fStreaming uint16 = 1 << iota
+	fBorrowed
+	fWasQueued
+	fFallback
+	fRejected
+	fEmergency
+	fRetry
+)
+
+// maxPath is the most nodes a path can have: the scope root plus one per
+// configured level.
+const maxPath = numLevels
+
+// bucket is one (node, dimension) bucket. Units: token and ramp levels are
+// scaled by the period (units × PeriodMs) so that continuous refill is exact
+// integer arithmetic (capacity scaled-units per ms); fixed and concurrency
+// levels are plain units; rolling buckets keep their sums in Rolls.
+type bucket struct {
+	Spec   int32 `json:"s"`
+	Gen    int32 `json:"g"` // config generation the bucket was created in
+	Ext    int32 `json:"x"` // index into Rolls (rolling) or Ramps (ramp), else -1
+	Level  int64 `json:"l"`
+	LastMs int64 `json:"t"` // last refill time (token, ramp) or window index (fixed)
+	Base   int64 `json:"b"` // guaranteed-baseline level, scaled like Level
+	Held   int64 `json:"h"` // units held by outstanding grants (conservation)
+	mark   uint32
+}
+
+// rollState is a rolling window's ring of Slots+1 slot sums: a charge stays
+// counted until its whole slot has left the window, so the sum never
+// under-counts the last PeriodMs.
+type rollState struct {
+	Cur  int64   `json:"c"` // absolute index of the newest slot
+	Sum  int64   `json:"s"`
+	Ring []int64 `json:"r"`
+}
+
+// rampState is a ramp governor's current admitted rate and its stress
+// statistics over the current and previous period.
+type rampState struct {
+	Scope   int32        `json:"s"`
+	Rate    int64        `json:"r"` // admitted units per period now
+	GrowMs  int64        `json:"g"` // un-paused time not yet turned into growth
+	Period  int64        `json:"p"` // absolute index of the current stats period
+	Grants  [2]int64     `json:"n"` // [current, previous]
+	Rejects [2]int64     `json:"j"`
+	Lat     [2][16]int64 `json:"h"` // log2 histogram of reconciled total_ms
+}
+
+// node is one (scope, level, id) of the hierarchy with its buckets
+// Buckets[First : First+N].
+type node struct {
+	Scope int32  `json:"s"`
+	Lvl   uint8  `json:"v"`
+	ID    string `json:"i"`
+	First int32  `json:"f"`
+	N     int32  `json:"n"`
+}
+
+type nodeKey struct {
+	scope int32
+	lvl   uint8
+	id    string
+}
+
+type resKey struct {
+	id      string
+	attempt int32
+}
+
+// res is one reservation (one attempt of a logical request).
+type res struct {
+	RequestID string         `json:"rid,omitempty"`
+	Attempt   int32          `json:"a,omitempty"`
+	Node      string         `json:"nd,omitempty"`
+	Tenant    string         `json:"tn,omitempty"`
+	KeyID     string         `json:"k,omitempty"`
+	Route     string         `json:"rt,omitempty"`
+	Class     string         `json:"c,omitempty"`
+	Scope     int32          `json:"sc,omitempty"`
+	ClassIdx  int32          `json:"ci,omitempty"`
+	State     uint8          `json:"st"`
+	Flags     uint16         `json:"f,omitempty"`
+	NPath     uint8          `json:"np,omitempty"`
+	Path      [maxPath]int32 `json:"p"`
+	Need      [numDims]int64 `json:"nd8"`
+	Cached    int64          `json:"ca,omitempty"`
+	FP        uint64         `json:"fp,omitempty"`
+	Seq       int64          `json:"q,omitempty"`
+	Key       int64          `json:"key,omitempty"` // queue order, µs
+	Priority  int32          `json:"pr,omitempty"`
+	EnqMs     int64          `json:"eq,omitempty"`
+	ExpireMs  int64          `json:"ex,omitempty"` // queue deadline
+	NotBefore int64          `json:"nb,omitempty"` // retry backoff
+	GrantMs   int64          `json:"gm,omitempty"`
+	HoldExpMs int64          `json:"he,omitempty"`
+	DoneMs    int64          `json:"dm,omitempty"`
+	FirstMs   int64          `json:"fm,omitempty"` // log time of the logical request's first attempt
+	Deadline  int64          `json:"dl,omitempty"` // absolute, 0 = none
+	MaxAtt    int32          `json:"ma,omitempty"`
+	Gen       int32          `json:"g,omitempty"`
+	List      int32          `json:"l,omitempty"` // hold list index
+	Prev      int32          `json:"pv,omitempty"`
+	Next      int32          `json:"nx,omitempty"`
+}
+
+// holdList links granted reservations of one hold TTL in grant order, which
+// is also expiry order.
+type holdList struct {
+	TTL  int64 `json:"ttl"`
+	Head int32 `json:"h"`
+	Tail int32 `json:"t"`
+}
+
+type flowKey struct {
+	class  int32
+	tenant string
+}
+
+// flowEntry is a flow's virtual finish time in a snapshot.
+type flowEntry struct {
+	Class  int32  `json:"c"`
+	Tenant string `json:"t"`
+	LastUs int64  `json:"l"`
+}
+
+// scopeState is one provider scope's queue, cooldowns and retry budget.
+type scopeState struct {
+	Name  string  `json:"name"`
+	Queue []int32 `json:"queue"` // reservations sorted by (Key, Seq)
+	Depth []int32 `json:"depth"` // queued per class
+	// Cooldowns (absolute log ms). Policy closes (quota exhausted) deny;
+	// the others make requests wait.
+	CoolAll int64 `json:"cool_all,omitempty"`
+	// CoolAllOverload: CoolAll was set by a 503 (overload), not a 429.
+	CoolAllOverload bool           `json:"cool_all_overload,omitempty"`
+	CoolDim         [numDims]int64 `json:"cool_dim"`
+	CoolPolicy      int64          `json:"cool_policy,omitempty"`
+	RetryMilli      int64          `json:"retry_milli"` // retry credits × 1000
+	WakeMs          int64          `json:"wake_ms"`     // next time a pump may change something; 0 none
+	Dirty           bool           `json:"dirty,omitempty"`
+	Flows           []flowEntry    `json:"flows,omitempty"` // snapshot only
+	flows           map[flowKey]int64
+	flowsPruned     int
+}
+
+// Stats counts decisions and lifecycle events since the ledger started.
+type Stats struct {
+	Granted    int64 `json:"granted"`
+	Queued     int64 `json:"queued"`
+	Denied     int64 `json:"denied"`
+	Expired    int64 `json:"expired"` // queued past max wait
+	Abandoned  int64 `json:"abandoned"`
+	Cancelled  int64 `json:"cancelled"`
+	Conflicts  int64 `json:"conflicts"`
+	Reconciled int64 `json:"reconciled"`
+	Released   int64 `json:"released"`
+	Duplicates int64 `json:"duplicates"`
+	Ignored    int64 `json:"ignored"` // events that changed nothing (unknown, bad, stale)
+	Borrowed   int64 `json:"borrowed"`
+	Retries    int64 `json:"retries"`
+	BadConfigs int64 `json:"bad_configs"`
+}
+
+// state is everything a snapshot holds. Maps are derived indexes rebuilt on
+// restore; everything here is slices so that encoding is deterministic.
+type state struct {
+	Partition int32        `json:"partition"`
+	Next      int64        `json:"next_offset"`
+	Now       int64        `json:"now_ms"`
+	Gen       int32        `json:"gen"`
+	Seq       int64        `json:"seq"`
+	Config    Config       `json:"config"`
+	ConfigErr string       `json:"config_err,omitempty"`
+	Nodes     []node       `json:"nodes"`
+	Buckets   []bucket     `json:"buckets"`
+	Rolls     []rollState  `json:"rolls"`
+	Ramps     []rampState  `json:"ramps"`
+	Res       []res        `json:"res"`
+	Free      []int32      `json:"free"`
+	Lists     []holdList   `json:"lists"`
+	Done      []int32      `json:"done"` // finished reservations in DoneMs order
+	Scopes    []scopeState `json:"scopes"`
+	Stats     Stats        `json:"stats"`
+}

@@ -1,0 +1,228 @@
+// Package dev runs the whole of Sluice in one process for a quick start:
+// an embedded Kafka (franz-go's kfake), the provider simulator, a ledger
+// member, and the gateway — the walking skeleton of `make run`.
+package dev
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/services/gateway"
+	"github.com/sluice-dev/sluice/services/ledgerd"
+	"github.com/sluice-dev/sluice/services/sim"
+)
+
+// Options configures a dev stack.
+type Options struct {
+	Addr    string // gateway listen address, default 127.0.0.1:8080 (falls back to a free port)
+	Brokers []string
+	// Brokers empty = start an embedded kfake cluster.
+	Partitions int32
+	// Topics names the topics (zero value = defaults); tests use a prefix.
+	Topics bus.Names
+	APIKey string // demo key; random when empty
+	Log    *slog.Logger
+	// Sim configures the provider simulator (default sim.DefaultConfig()).
+	Sim *sim.Config
+	// Config builds the gateway configuration for the simulator's URL
+	// (default DevConfig with APIKey). Load tests use it to set tenants,
+	// keys and limits.
+	Config func(simURL string) (*config.Config, error)
+}
+
+// Stack is a running dev stack.
+type Stack struct {
+	GatewayURL string // http://host:port
+	APIKey     string
+	Brokers    []string
+	SimURL     string
+
+	cluster  *kfake.Cluster
+	closers  []func()
+	ledgerOK chan error
+}
+
+// Close stops everything.
+func (s *Stack) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+}
+
+// Start brings the stack up and returns when the gateway accepts requests.
+func Start(ctx context.Context, o Options) (st *Stack, err error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	o.Topics = o.Topics.OrDefault()
+	if o.Partitions <= 0 {
+		o.Partitions = bus.DefaultTopics().RequestPartitions
+	}
+	if o.APIKey == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		o.APIKey = "sk-sluice-demo-" + hex.EncodeToString(b[:])
+	}
+	st = &Stack{APIKey: o.APIKey, ledgerOK: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	runCtx, cancel := context.WithCancel(context.Background())
+	st.closers = append(st.closers, cancel)
+
+	st.Brokers = o.Brokers
+	if len(st.Brokers) == 0 {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
+		if err != nil {
+			return nil, fmt.Errorf("embedded kafka: %w", err)
+		}
+		st.cluster = c
+		st.closers = append(st.closers, c.Close)
+		st.Brokers = c.ListenAddrs()
+	}
+	admCl, err := bus.NewClient(ctx, st.Brokers, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, admCl.Close)
+	tc := bus.DefaultTopics()
+	tc.RequestPartitions = o.Partitions
+	tc.Names = o.Topics
+	if _, err := bus.Ensure(ctx, kadm.NewClient(admCl), tc.Specs()); err != nil {
+		return nil, fmt.Errorf("topics: %w", err)
+	}
+
+	// Provider simulator.
+	simCfg := sim.DefaultConfig()
+	if o.Sim != nil {
+		simCfg = *o.Sim
+	}
+	simSrv, err := sim.New(simCfg)
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	simURL, stopSim, err := serve("127.0.0.1:0", simSrv)
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	st.closers = append(st.closers, stopSim)
+	st.SimURL = simURL
+
+	build := o.Config
+	if build == nil {
+		build = func(u string) (*config.Config, error) { return DevConfig(u, o.APIKey) }
+	}
+	cfg, err := build(simURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := ledgerd.PublishConfig(ctx, st.Brokers, o.Topics, cfg.LedgerJSON(), "sluice dev"); err != nil {
+		return nil, err
+	}
+
+	// Ledger member.
+	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: o.Topics.Requests + ".ledger", Node: "ledger-dev", Log: o.Log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, err
+	}
+	ledDone := make(chan struct{})
+	go func() {
+		defer close(ledDone)
+		if err := led.Loop(runCtx); err != nil {
+			o.Log.Error("ledger stopped", "err", err)
+		}
+	}()
+	st.closers = append(st.closers, func() { cancel(); <-ledDone; led.Close() })
+
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: st.Brokers, Topics: o.Topics, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: o.Log})
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, rc.Close)
+	gw := gateway.New(cfg, rc, o.Log)
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	url, stopGW, err := serve(addr, gw)
+	if err != nil && o.Addr == "" {
+		url, stopGW, err = serve("127.0.0.1:0", gw)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("gateway listen on %s: %w", addr, err)
+	}
+	st.closers = append(st.closers, stopGW)
+	st.GatewayURL = url
+	return st, nil
+}
+
+// DevConfig is the gateway configuration of the dev stack: one OpenAI-style
+// provider (the simulator), a few routes, one demo tenant and key, and the
+// ledger's dev quota document.
+func DevConfig(simURL, apiKey string) (*config.Config, error) {
+	led, err := json.Marshal(ledger.DefaultDevConfig())
+	if err != nil {
+		return nil, err
+	}
+	y := fmt.Sprintf(`node: gw-dev
+providers:
+  - name: sim-openai
+    kind: openai
+    scope: sim-openai
+    base_url: %s/openai/v1
+routes:
+  - {model: gpt-4o-mini, provider: sim-openai, profile: gpt-4o-mini}
+  - {model: gpt-4o, provider: sim-openai, profile: gpt-4o}
+tenants:
+  - id: demo
+    org: demo-org
+    keys:
+      - {id: demo-key, sha256: %s, team: demo-team, class: interactive}
+ledger: %s
+`, simURL, config.HashKey(apiKey), led)
+	c, err := config.Load(strings.NewReader(y))
+	if err != nil {
+		return nil, fmt.Errorf("dev config: %w", err)
+	}
+	return c, nil
+}
+
+// serve listens on addr and serves h until the returned stop is called.
+func serve(addr string, h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("http server", "addr", addr, "err", err)
+		}
+	}()
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}

@@ -1,0 +1,155 @@
+package ledgerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// idleEnd is how long a partition read waits for more records before it
+// decides that the rest of the range holds only transaction markers.
+const idleEnd = 250 * time.Millisecond
+
+// LatestSnapshot reads sluice.snapshots and returns the newest snapshot of
+// requests partition p, or nil if there is none.
+func LatestSnapshot(ctx context.Context, brokers []string, names bus.Names, p int32) (*schemas.Snapshot, error) {
+	key := string(SnapshotKey(p))
+	var snap *schemas.Snapshot
+	err := ReadPartition(ctx, brokers, names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		if string(r.Key) != key {
+			return nil
+		}
+		var ev schemas.Event
+		if err := schemas.Decode(r.Value, &ev); err != nil || ev.Snapshot == nil {
+			return nil // a snapshot we cannot read is no snapshot
+		}
+		snap = ev.Snapshot
+		return nil
+	})
+	return snap, err
+}
+
+// CatchUp rebuilds partition p's ledger: the newest snapshot, then every
+// committed input record from the snapshot's offset up to (not including)
+// upto. Decisions re-derived here are discarded: they were already
+// published by the member that first applied those records.
+func CatchUp(ctx context.Context, brokers []string, names bus.Names, p int32, upto int64, log *slog.Logger) (*ledger.Ledger, error) {
+	snap, err := LatestSnapshot(ctx, brokers, names, p)
+	if err != nil {
+		return nil, err
+	}
+	l := ledger.New(p, ledger.Config{})
+	from := kgo.NewOffset().AtStart()
+	if snap != nil {
+		if l, err = ledger.Restore(snap.State); err != nil {
+			return nil, fmt.Errorf("restore snapshot at offset %d: %w", snap.InputOffset, err)
+		}
+		from = kgo.NewOffset().At(snap.InputOffset)
+		if snap.InputOffset >= upto {
+			return l, nil
+		}
+	}
+	var outs []ledger.Output
+	var ev schemas.Event
+	n := 0
+	err = ReadPartition(ctx, brokers, names.Requests, p, from, upto, func(r *kgo.Record) error {
+		if r.Offset < l.Offset() {
+			return nil
+		}
+		if err := schemas.Decode(r.Value, &ev); err != nil {
+			ev = schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: "invalid", Tick: &schemas.Tick{Reason: "invalid"}}
+		}
+		outs = l.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, outs[:0])
+		n++
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("partition caught up", "partition", p, "snapshot", snap != nil, "replayed", n, "upto", upto)
+	return l, nil
+}
+
+var errStop = errors.New("stop")
+
+// ReadPartition calls fn for every committed record of topic/p from `from`
+// up to (not including) offset upto, or up to the current last stable
+// offset when upto < 0. It returns when the range is exhausted.
+func ReadPartition(ctx context.Context, brokers []string, topic string, p int32, from kgo.Offset, upto int64, fn func(*kgo.Record) error) error {
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: from}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(50*time.Millisecond),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("list stable offsets of %s: %w", topic, err)
+	}
+	end := int64(-1)
+	if o, ok := lso.Lookup(topic, p); ok && o.Err == nil {
+		end = o.Offset
+	}
+	if upto >= 0 && (end < 0 || upto < end) {
+		end = upto
+	}
+	if end <= 0 {
+		return nil
+	}
+	next := int64(0)
+	for next < end {
+		pctx, cancel := context.WithTimeout(ctx, idleEnd)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		got := 0
+		var ferr error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				ferr = err
+			}
+		})
+		if ferr != nil {
+			return fmt.Errorf("read %s/%d: %w", topic, p, ferr)
+		}
+		stop := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if stop || r.Offset >= end {
+				stop = true
+				return
+			}
+			got++
+			next = r.Offset + 1
+			if err := fn(r); err != nil {
+				ferr = err
+				stop = true
+			}
+		})
+		if ferr != nil {
+			if errors.Is(ferr, errStop) {
+				return nil
+			}
+			return ferr
+		}
+		if stop || got == 0 {
+			// Either we passed the end, or the rest of the range is
+			// transaction markers (or aborted records) only.
+			return nil
+		}
+	}
+	return nil
+}

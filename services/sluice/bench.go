@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+func promHandler() http.Handler { return promhttp.Handler() }
+
+// runBench runs the named benchmark and prints its result as JSON. Timings
+// live here, never in tests.
+func runBench(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: sluice bench ledger|codec [--json]")
+	}
+	fs := newFlags("bench " + args[0])
+	_ = fs.Bool("json", true, "print JSON (the only format)")
+	n := fs.Int("n", 0, "iterations (0 = the benchmark's default)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	var res any
+	var err error
+	switch args[0] {
+	case "ledger":
+		res, err = benchLedger(*n)
+	case "codec":
+		res, err = benchCodec(*n)
+	default:
+		return fmt.Errorf("unknown benchmark %q (ledger, codec)", args[0])
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// measure runs f n times and reports wall time and allocations per op.
+func measure(n int, f func(i int)) (nsPerOp, allocsPerOp float64) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		f(i)
+	}
+	el := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return float64(el.Nanoseconds()) / float64(n), float64(after.Mallocs-before.Mallocs) / float64(n)
+}
+
+func benchCodec(n int) (any, error) {
+	if n <= 0 {
+		n = 200000
+	}
+	ev := schemas.New(schemas.TypeReserveRequested, 1)
+	ev.RequestID, ev.Attempt, ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class = "req-1", 1, "openai:org/proj", "acme", "key-1", "gpt-4o", "interactive"
+	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "o"}, {Level: "tenant", ID: "acme"}, {Level: "key", ID: "key-1"}},
+		InputTokens: 1000, OutputTokens: 500}
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 0, 1024)
+	encNs, encAllocs := measure(n, func(int) { buf, _ = schemas.Append(buf[:0], ev) })
+	var out schemas.Event
+	decNs, decAllocs := measure(n, func(int) { _ = schemas.Decode(b, &out) })
+	return map[string]any{"bench": "codec", "event_bytes": len(b),
+		"encode_ns_per_event": encNs, "encode_allocs_per_event": encAllocs,
+		"decode_ns_per_event": decNs, "decode_allocs_per_event": decAllocs,
+		"go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}, nil
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/analytics"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/services/dev"
+	"github.com/sluice-dev/sluice/services/gateway"
+	"github.com/sluice-dev/sluice/services/ledgerd"
+	"github.com/sluice-dev/sluice/services/sim"
+)
+
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("sluice "+name, flag.ContinueOnError)
+	return fs
+}
+
+func logger(verbose bool) *slog.Logger {
+	lvl := slog.LevelInfo
+	if !verbose {
+		lvl = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+func brokersFlag(fs *flag.FlagSet) *string {
+	return fs.String("brokers", envOr("SLUICE_KAFKA_BROKERS", "127.0.0.1:19092"), "Kafka seed brokers, comma separated (env SLUICE_KAFKA_BROKERS)")
+}
+
+func prefixFlag(fs *flag.FlagSet) *string {
+	return fs.String("topic-prefix", envOr("SLUICE_TOPIC_PREFIX", ""), "prefix of every Sluice topic name, to share a cluster (env SLUICE_TOPIC_PREFIX)")
+}
+
+func runDev(ctx context.Context, args []string) error {
+	fs := newFlags("dev")
+	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
+	key := fs.String("api-key", "", "demo API key (default: random)")
+	verbose := fs.Bool("v", false, "log at info level")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	st, err := dev.Start(ctx, dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fmt.Printf("# Sluice dev stack: embedded Kafka at %s, provider simulator at %s\n", st.Brokers[0], st.SimURL)
+	fmt.Printf("# Point an OpenAI SDK here (eval these lines in a shell); Ctrl-C stops.\n")
+	fmt.Printf("OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
+	fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
+	<-ctx.Done()
+	return nil
+}
+
+func runGateway(ctx context.Context, args []string) error {
+	fs := newFlags("gateway")
+	brokers := brokersFlag(fs)
+	prefix := prefixFlag(fs)
+	cfgPath := fs.String("config", "deploy/examples/sluice.yaml", "gateway configuration file (YAML)")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	publish := fs.Bool("publish-config", true, "publish the ledger section as a ConfigChanged event at start")
+	verbose := fs.Bool("v", false, "log at info level")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := logger(*verbose)
+	cfg, err := config.LoadFile(*cfgPath)
+	if err != nil {
+		return err
+	}
+	bs := bus.SplitBrokers(*brokers)
+	names := bus.NamesWithPrefix(*prefix)
+	if *publish {
+		if err := ledgerd.PublishConfig(ctx, bs, names, cfg.LedgerJSON(), *cfgPath); err != nil {
+			return err
+		}
+	}
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: bs, Topics: names, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond,
+		EmergencyCapPerSec: cfg.EmergencyCapPerSec, Log: log})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	gw := gateway.New(cfg, rc, log)
+	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	fmt.Printf("OPENAI_BASE_URL=http://%s/v1\n", *addr)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}
+
+func runLedger(ctx context.Context, args []string) error {
+	fs := newFlags("ledger")
+	brokers := brokersFlag(fs)
+	host, _ := os.Hostname()
+	node := fs.String("node", fmt.Sprintf("%s-%d", host, os.Getpid()), "unique node id (part of the transactional id)")
+	prefix := prefixFlag(fs)
+	group := fs.String("group", "sluice-ledger", "consumer group")
+	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
+	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9101)")
+	verbose := fs.Bool("v", false, "log at info level")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *metricsAddr != "" {
+		go func() { _ = http.ListenAndServe(*metricsAddr, promHandler()) }()
+	}
+	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Log: logger(*verbose)})
+}
+
+func runSink(ctx context.Context, args []string) error {
+	fs := newFlags("sink")
+	brokers := brokersFlag(fs)
+	ch := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
+	db := fs.String("database", "sluice", "ClickHouse database")
+	prefix := prefixFlag(fs)
+	group := fs.String("group", "sluice-sink", "consumer group")
+	batch := fs.Int("batch-size", 5000, "rows per insert")
+	flush := fs.Duration("flush-interval", time.Second, "insert at least this often when rows are waiting")
+	verbose := fs.Bool("v", false, "log at info level")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return analytics.RunSink(ctx, analytics.SinkConfig{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix).All(), Group: *group,
+		ClickHouseAddr: *ch, Database: *db, BatchSize: *batch, FlushInterval: *flush}, logger(*verbose))
+}
+
+func runTopics(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "ensure" {
+		return errors.New("usage: sluice topics ensure [--brokers …] [--partitions N] [--replication N] [--retention 168h]")
+	}
+	fs := newFlags("topics ensure")
+	brokers := brokersFlag(fs)
+	def := bus.DefaultTopics()
+	parts := fs.Int("partitions", int(def.RequestPartitions), "partitions of sluice.requests / decisions / telemetry (provider-scope partitions)")
+	repl := fs.Int("replication", int(def.Replication), "replication factor")
+	prefix := prefixFlag(fs)
+	ret := fs.Duration("retention", time.Duration(def.RetentionMs)*time.Millisecond, "retention of the request, decision and telemetry logs")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cl, err := bus.NewClient(ctx, bus.SplitBrokers(*brokers), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	tc := bus.TopicsConfig{RequestPartitions: int32(*parts), Replication: int16(*repl), RetentionMs: ret.Milliseconds(), Names: bus.NamesWithPrefix(*prefix)}
+	res, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs())
+	for _, r := range res {
+		fmt.Printf("%-18s %s\n", r.Topic, r.Action)
+	}
+	return err
+}
+
+func runSim(ctx context.Context, args []string) error {
+	return sim.Run(ctx, args, os.Stdout, os.Stderr)
+}
+
+func runKeys(_ context.Context, args []string) error {
+	switch {
+	case len(args) == 2 && args[0] == "hash":
+		fmt.Println(config.HashKey(args[1]))
+		return nil
+	case len(args) == 1 && args[0] == "new":
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		k := "sk-sluice-" + hex.EncodeToString(b[:])
+		fmt.Printf("key:    %s\nsha256: %s\n", k, config.HashKey(k))
+		return nil
+	}
+	return errors.New("usage: sluice keys hash KEY | sluice keys new")
+}

@@ -1,0 +1,79 @@
+// Command sluice is the single binary of Sluice: every service and tool is
+// a subcommand (`sluice help` lists them).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"dev", "run the whole stack in one process (embedded Kafka, simulator, ledger, gateway)", runDev},
+		{"gateway", "run the gateway (admission node) against a Kafka cluster", runGateway},
+		{"ledger", "run a ledger member (single writer per sluice.requests partition)", runLedger},
+		{"sink", "copy every Sluice event into ClickHouse", runSink},
+		{"topics", "manage Kafka topics: `sluice topics ensure`", runTopics},
+		{"sim", "run the provider simulator", runSim},
+		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
+		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
+		{"bench", "benchmarks that print JSON: `sluice bench ledger|codec`", runBench},
+		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
+	}
+}
+
+var version = "0.1.0-dev"
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "sluice — an event-sourced quota governor for LLM APIs\n\nusage: sluice <command> [flags]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(os.Stderr, "\n`sluice <command> -h` shows a command's flags.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
+		usage()
+		if len(os.Args) < 2 {
+			os.Exit(2)
+		}
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	for _, c := range commands {
+		if c.name == os.Args[1] {
+			err := c.run(ctx, os.Args[2:])
+			if err == nil || errors.Is(err, flag.ErrHelp) {
+				return
+			}
+			// One clear line, no stack trace.
+			fmt.Fprintf(os.Stderr, "sluice %s: %v\n", c.name, err)
+			os.Exit(1)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "sluice: unknown command %q\n\n", os.Args[1])
+	usage()
+	os.Exit(2)
+}
+
+// envOr returns the environment variable name, or def.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
