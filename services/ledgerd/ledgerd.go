@@ -37,8 +37,15 @@ type Config struct {
 	// TickMinGap bounds how often Tick records are appended to one
 	// partition (default 5ms).
 	TickMinGap time.Duration
-	Log        *slog.Logger
-	Registerer prometheus.Registerer
+	// SessionTimeout is how long the group waits for a silent member before
+	// giving its partitions to another (default 6s, the broker's minimum).
+	// TransactionTimeout is how long an open transaction of a dead member
+	// holds back read_committed readers of its partitions (default 6s).
+	// Together they bound the takeover time after a crash.
+	SessionTimeout     time.Duration
+	TransactionTimeout time.Duration
+	Log                *slog.Logger
+	Registerer         prometheus.Registerer
 }
 
 func (c *Config) defaults() error {
@@ -57,6 +64,12 @@ func (c *Config) defaults() error {
 	}
 	if c.SnapshotInterval <= 0 {
 		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 6 * time.Second
+	}
+	if c.TransactionTimeout <= 0 {
+		c.TransactionTimeout = 6 * time.Second
 	}
 	if c.TickMinGap <= 0 {
 		c.TickMinGap = 5 * time.Millisecond
@@ -129,7 +142,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s.sess, err = kgo.NewGroupTransactSession(
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.TransactionalID("sluice-ledger-"+cfg.Node),
-		kgo.TransactionTimeout(30*time.Second),
+		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics.Requests),
@@ -137,7 +150,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(20*time.Millisecond),
 		kgo.ProducerLinger(0),
-		kgo.SessionTimeout(6*time.Second),
+		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.OnPartitionsRevoked(drop),
