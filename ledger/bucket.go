@@ -90,6 +90,9 @@ func (l *Ledger) refill(b *bucket, sp *spec, now int64) {
 			} else {
 				// Piecewise: the rate grows by a step at each period of
 				// un-paused time, never retroactively.
+				if rs.GrowMs < 0 || rs.GrowMs >= sp.period {
+					rs.GrowMs = 0
+				}
 				for dt > 0 {
 					seg := min(dt, sp.period-rs.GrowMs)
 					b.Level = fill(b.Level, seg, rs.Rate, rampBurst(rs.Rate, sp.window))

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -92,6 +91,5 @@ func FuzzApply(f *testing.F) {
 				l2.Apply(now+1, l2.Offset(), tick(), nil)
 			}
 		}
-		_ = binary.LittleEndian
 	})
 }

@@ -228,11 +228,12 @@ func (l *Ledger) verify() error {
 		sp := &l.cc.specs[b.Spec]
 		switch sp.kind {
 		case kRolling:
-			if b.Ext < 0 || int(b.Ext) >= len(st.Rolls) || int64(len(st.Rolls[b.Ext].Ring)) != sp.slots+1 {
+			if b.Ext < 0 || int(b.Ext) >= len(st.Rolls) || int64(len(st.Rolls[b.Ext].Ring)) != sp.slots+1 || st.Rolls[b.Ext].Cur < 0 {
 				return fmt.Errorf("bucket %d rolling state out of range", i)
 			}
 		case kRamp:
-			if b.Ext < 0 || int(b.Ext) >= len(st.Ramps) || st.Ramps[b.Ext].Rate <= 0 {
+			if b.Ext < 0 || int(b.Ext) >= len(st.Ramps) || st.Ramps[b.Ext].Rate <= 0 || st.Ramps[b.Ext].Rate > sp.capacity ||
+				st.Ramps[b.Ext].GrowMs < 0 || st.Ramps[b.Ext].GrowMs >= sp.period || st.Ramps[b.Ext].Scope < 0 || st.Ramps[b.Ext].Scope >= ns {
 				return fmt.Errorf("bucket %d ramp state out of range", i)
 			}
 		}
@@ -251,7 +252,7 @@ func (l *Ledger) verify() error {
 				return fmt.Errorf("reservation %d path out of range", i)
 			}
 		}
-		if r.List >= int32(len(st.Lists)) || r.Prev >= nr || r.Next >= nr {
+		if r.List < -1 || r.List >= int32(len(st.Lists)) || r.Prev < -1 || r.Prev >= nr || r.Next < -1 || r.Next >= nr {
 			return fmt.Errorf("reservation %d links out of range", i)
 		}
 	}
@@ -272,7 +273,7 @@ func (l *Ledger) verify() error {
 		}
 	}
 	for _, sc := range st.Scopes {
-		if len(sc.Depth) != int(nc) {
+		if len(sc.Depth) != int(nc) || sc.WakeMs < 0 {
 			return errors.New("scope depth out of range")
 		}
 		for _, q := range sc.Queue {

@@ -21,7 +21,7 @@ func benchLedger(n int) (any, error) {
 	ns, allocs := measure(1, func(int) { res = w.Run(n) })
 	nsPerEvent := ns / float64(res.Events)
 	nsPerDecision := ns / float64(res.Decisions)
-	size := stateSize(100_000, 3)
+	size := ledger.MeasureStateSize(100_000, 3)
 	return map[string]any{
 		"bench":                 "ledger",
 		"workload":              "reserve+reconcile, 6-level path, 4 dimensions per level",
@@ -31,26 +31,8 @@ func benchLedger(n int) (any, error) {
 		"ns_per_decision":       nsPerDecision,
 		"ns_per_event":          nsPerEvent,
 		"allocs_per_decision":   allocs / float64(res.Decisions),
-		"bytes_per_bucket":      size["bytes_per_bucket"],
+		"bytes_per_bucket":      size.BytesPerBucket,
 		"state_100k_tenants_x3": size,
 		"go":                    runtime.Version(),
 	}, nil
-}
-
-// stateSize measures the live heap of a ledger holding tenants × profiles
-// nodes in one scope (GC before and after, so only retained state counts).
-func stateSize(tenants, profiles int) map[string]any {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	l := ledger.NewStateSizeLedger(tenants, profiles)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	heap := after.HeapAlloc - before.HeapAlloc
-	// A tenant node and a tenant×profile node, 4 buckets each (see
-	// ledger.NewStateSizeLedger).
-	buckets := tenants * (1 + profiles) * 4
-	runtime.KeepAlive(l)
-	return map[string]any{"tenants": tenants, "profiles": profiles, "buckets": buckets,
-		"heap_bytes": heap, "heap_mib": float64(heap) / (1 << 20), "bytes_per_bucket": float64(heap) / float64(buckets)}
 }

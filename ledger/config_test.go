@@ -1,0 +1,59 @@
+package ledger
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestExampleConfigParses(t *testing.T) {
+	b, err := os.ReadFile("testdata/example_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Scopes) != 2 || c.Classes[0].Name != "interactive" {
+		t.Fatalf("%+v", c)
+	}
+}
+
+func TestDefaultDevConfigValid(t *testing.T) {
+	c := DefaultDevConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(c)
+	if _, err := ParseConfig(b); err != nil {
+		t.Fatalf("round trip: %v", err)
+	}
+}
+
+func TestParseConfigListsEveryProblem(t *testing.T) {
+	b, err := os.ReadFile("testdata/bad_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseConfig(b)
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	for _, want := range []string{
+		"scopes[0].buckets[0].level: unknown level",
+		"scopes[0].buckets[1].capacity",
+		"scopes[0].buckets[2].window_ms",
+		"scopes[0].buckets[3].refill: unknown refill kind",
+		"classes[1].name: duplicate",
+		"retry.max_ms",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{"scopes":[],"bogus":1}`)); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Errorf("unknown field not reported: %v", err)
+	}
+}
