@@ -14,19 +14,39 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Topic names. sluice.requests is the ledger's only input, keyed by provider
-// scope; decisions go to sluice.decisions; the ledger's state snapshots to
-// the compacted sluice.snapshots; analytics-only events (Dispatched,
-// Outcome) to sluice.telemetry.
-const (
-	TopicRequests  = "sluice.requests"
-	TopicDecisions = "sluice.decisions"
-	TopicSnapshots = "sluice.snapshots"
-	TopicTelemetry = "sluice.telemetry"
-)
+// Names are the topic names of one Sluice installation. sluice.requests is
+// the ledger's only input, keyed by provider scope; decisions go to
+// sluice.decisions; the ledger's state snapshots to the compacted
+// sluice.snapshots; analytics-only events (Dispatched, Outcome) to
+// sluice.telemetry. A prefix lets several installations (or test runs)
+// share one cluster.
+type Names struct {
+	Requests, Decisions, Snapshots, Telemetry string
+}
 
-// AllTopics lists every Sluice topic.
-var AllTopics = []string{TopicRequests, TopicDecisions, TopicSnapshots, TopicTelemetry}
+// DefaultNames are the production topic names.
+func DefaultNames() Names { return NamesWithPrefix("") }
+
+// NamesWithPrefix prepends prefix to every default name.
+func NamesWithPrefix(prefix string) Names {
+	return Names{
+		Requests:  prefix + "sluice.requests",
+		Decisions: prefix + "sluice.decisions",
+		Snapshots: prefix + "sluice.snapshots",
+		Telemetry: prefix + "sluice.telemetry",
+	}
+}
+
+// OrDefault returns n, or the default names if n is the zero value.
+func (n Names) OrDefault() Names {
+	if n == (Names{}) {
+		return DefaultNames()
+	}
+	return n
+}
+
+// All lists every topic.
+func (n Names) All() []string { return []string{n.Requests, n.Decisions, n.Snapshots, n.Telemetry} }
 
 // SplitBrokers turns "a:1,b:2" into a seed list.
 func SplitBrokers(s string) []string {

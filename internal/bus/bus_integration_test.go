@@ -74,10 +74,10 @@ func TestEnsureTwice(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(client(t))
-	suffix := fmt.Sprintf("-%d", time.Now().UnixNano())
-	specs := bus.DefaultTopics().Specs()
+	tc := bus.DefaultTopics()
+	tc.Names = bus.NamesWithPrefix(fmt.Sprintf("test%d.", time.Now().UnixNano()))
+	specs := tc.Specs()
 	for i := range specs {
-		specs[i].Name += suffix
 		defer adm.DeleteTopic(context.Background(), specs[i].Name)
 	}
 	for run, want := range []string{"created", "ok"} {

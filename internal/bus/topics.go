@@ -33,6 +33,8 @@ type TopicsConfig struct {
 	// RetentionMs of the request, decision and telemetry logs. Replay needs
 	// the requests log back to the oldest snapshot it starts from.
 	RetentionMs int64
+	// Names of the topics; zero value = DefaultNames.
+	Names Names
 }
 
 // DefaultTopics is a single-broker development sizing.
@@ -43,23 +45,24 @@ func DefaultTopics() TopicsConfig {
 // Specs returns the wanted topic specs for cfg.
 func (c TopicsConfig) Specs() []TopicSpec {
 	ret := strconv.FormatInt(c.RetentionMs, 10)
+	n := c.Names.OrDefault()
 	return []TopicSpec{
-		{Name: TopicRequests, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+		{Name: n.Requests, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
 			// The ledger's clock is the log's: the broker stamps each record.
 			"message.timestamp.type": "LogAppendTime",
 			"retention.ms":           ret,
 			"cleanup.policy":         "delete",
 		}},
-		{Name: TopicDecisions, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+		{Name: n.Decisions, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
 			"message.timestamp.type": "LogAppendTime",
 			"retention.ms":           ret,
 			"cleanup.policy":         "delete",
 		}},
-		{Name: TopicSnapshots, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
+		{Name: n.Snapshots, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
 			// Only the newest snapshot per partition key matters.
 			"cleanup.policy": "compact",
 		}},
-		{Name: TopicTelemetry, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
+		{Name: n.Telemetry, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
 			"retention.ms":   ret,
 			"cleanup.policy": "delete",
 		}},
