@@ -105,7 +105,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.Decisions: starts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.FetchMaxWait(10*time.Millisecond),
 	)
 	if err != nil {
 		prod.Close()

@@ -167,6 +167,12 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# The ledger commits a transaction per poll; back-to-back transactions hit
+# CONCURRENT_TRANSACTIONS until the previous markers are written, and the
+# broker retries AddPartitionsToTxn after this backoff (default 20 ms, which
+# would put 20 ms into every admission round trip).
+add.partitions.to.txn.retry.backoff.ms=1
+add.partitions.to.txn.retry.backoff.max.ms=20
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1

@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.ConsumeTopics(cfg.Topics.Requests),
 		kgo.RequireStableFetchOffsets(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.FetchMaxWait(20*time.Millisecond),
+		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),

@@ -12,7 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
 func promHandler() http.Handler { return promhttp.Handler() }
@@ -21,11 +23,13 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice bench ledger|codec [--json]")
+		return errors.New("usage: sluice bench ledger|ledger-kafka|codec [--json]")
 	}
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
-	n := fs.Int("n", 0, "iterations (0 = the benchmark's default)")
+	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
+	brokers := brokersFlag(fs)
+	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -36,8 +40,11 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchLedger(*n)
 	case "codec":
 		res, err = benchCodec(*n)
+	case "ledger-kafka":
+		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
+			SustainEvents: *n, Progress: os.Stderr})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, codec)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, codec)", args[0])
 	}
 	if err != nil {
 		return err

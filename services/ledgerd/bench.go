@@ -1,0 +1,266 @@
+package ledgerd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// benchLedgerConfig grants everything: the benchmark measures the path, not
+// the policy.
+const benchLedgerConfig = `{"scopes":[{"name":"*","buckets":[
+ {"level":"key","id":"*","dimension":"requests","capacity":100000000,"period_ms":60000,"window_ms":60000}]}],
+ "hold_ttl_ms":5000}`
+
+// KafkaBenchOptions configures BenchKafka.
+type KafkaBenchOptions struct {
+	Brokers  []string
+	Rates    []int         // open-loop request rates (req/s) for the round-trip runs
+	Duration time.Duration // per rate
+	// SustainEvents is the number of pre-produced requests the single
+	// partition's ledger must decide for the throughput run.
+	SustainEvents int
+	Progress      io.Writer
+}
+
+// RoundTrip is the admission round trip (reserve produced → decision
+// received) at one offered rate.
+type RoundTrip struct {
+	RateOffered  int     `json:"rate_offered"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+	P50Ms        float64 `json:"p50_ms"`
+	P99Ms        float64 `json:"p99_ms"`
+	MaxMs        float64 `json:"max_ms"`
+	RateAchieved float64 `json:"rate_achieved"`
+}
+
+// KafkaBenchResult is what `sluice bench ledger-kafka` prints.
+type KafkaBenchResult struct {
+	Bench                    string      `json:"bench"`
+	Brokers                  string      `json:"brokers"`
+	RoundTrips               []RoundTrip `json:"round_trips"`
+	SustainEvents            int         `json:"sustain_events"`
+	SustainedDecisionsPerSec float64     `json:"sustained_decisions_per_sec_one_partition"`
+}
+
+// BenchKafka measures the ledger service on a real broker: admission round
+// trips at the given rates through an in-process ledger member, and the
+// sustained decision rate of one partition working off a backlog.
+func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, error) {
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if len(o.Rates) == 0 {
+		o.Rates = []int{1000, 5000}
+	}
+	if o.SustainEvents <= 0 {
+		o.SustainEvents = 100_000
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	res := &KafkaBenchResult{Bench: "ledger-kafka", Brokers: fmt.Sprint(o.Brokers), SustainEvents: o.SustainEvents}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	// Round trips: 4 partitions, one in-process ledger member.
+	names, cleanup, err := benchTopics(ctx, o.Brokers, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: quiet, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, err
+	}
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = svc.Loop(lctx) }()
+	defer func() { stop(); wg.Wait(); svc.Close() }()
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: o.Brokers, Topics: names, Node: "bench-gw", AnswerTimeout: 10 * time.Second, Log: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	// Warm up: the group join and the first transaction.
+	for i := 0; i < 20; i++ {
+		if _, err := rc.Reserve(ctx, benchReserve(fmt.Sprintf("warm-%d", i))); err != nil {
+			return nil, fmt.Errorf("warm-up reserve: %w", err)
+		}
+	}
+	for _, rate := range o.Rates {
+		fmt.Fprintf(o.Progress, "round trip at %d req/s for %v…\n", rate, o.Duration)
+		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration))
+	}
+
+	// Sustained: a backlog on one partition, decided by a fresh member.
+	fmt.Fprintf(o.Progress, "sustained: %d requests on one partition…\n", o.SustainEvents)
+	rate, err := sustained(ctx, o.Brokers, o.SustainEvents, quiet)
+	if err != nil {
+		return nil, err
+	}
+	res.SustainedDecisionsPerSec = rate
+	return res, nil
+}
+
+func benchReserve(id string) *schemas.Event {
+	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	scope := "bench-" + id[len(id)-1:]
+	ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, 1, "bench-gw", scope, "t", "k", "interactive"
+	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k"}}, InputTokens: 100, OutputTokens: 100}
+	return ev
+}
+
+func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Duration) RoundTrip {
+	var mu sync.Mutex
+	var lat []float64
+	errs := 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	interval := time.Second / time.Duration(rate)
+	for i := 0; time.Since(start) < d; i++ {
+		// Open loop: send on schedule whatever the answers do.
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ev := benchReserve(fmt.Sprintf("rt-%d-%d", rate, i))
+			t0 := time.Now()
+			dec, err := rc.Reserve(ctx, ev)
+			el := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil || dec.Status != schemas.StatusGranted {
+				errs++
+				return
+			}
+			lat = append(lat, float64(el.Microseconds())/1000)
+		}(i)
+	}
+	wg.Wait()
+	el := time.Since(start)
+	sort.Float64s(lat)
+	rt := RoundTrip{RateOffered: rate, Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
+	if len(lat) > 0 {
+		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+	}
+	return rt
+}
+
+func pct(sorted []float64, q float64) float64 {
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+// sustained pre-produces n requests onto a one-partition topic, then starts
+// a ledger member and measures its decision rate from the log append times
+// of the first and last decisions.
+func sustained(ctx context.Context, brokers []string, n int, log *slog.Logger) (float64, error) {
+	names, cleanup, err := benchTopics(ctx, brokers, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer cleanup()
+	prod, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		return 0, err
+	}
+	defer prod.Close()
+	var perr error
+	var pmu sync.Mutex
+	for i := 0; i < n; i++ {
+		b, err := schemas.Encode(benchReserve(fmt.Sprintf("s-%d", i)))
+		if err != nil {
+			return 0, err
+		}
+		prod.Produce(ctx, &kgo.Record{Topic: names.Requests, Value: b}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				pmu.Lock()
+				perr = err
+				pmu.Unlock()
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return 0, err
+	}
+	if perr != nil {
+		return 0, perr
+	}
+	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench-s", Log: log,
+		Registerer: prometheus.NewRegistry(), SnapshotEvery: 1 << 30, SnapshotInterval: time.Hour})
+	if err != nil {
+		return 0, err
+	}
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = svc.Loop(lctx) }()
+	defer func() { stop(); wg.Wait(); svc.Close() }()
+
+	cons, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ConsumeTopics(names.Decisions),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return 0, err
+	}
+	defer cons.Close()
+	var first, last time.Time
+	got := 0
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for got < n && wctx.Err() == nil {
+		fs := cons.PollFetches(wctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			if got == 0 {
+				first = r.Timestamp
+			}
+			last = r.Timestamp
+			got++
+		})
+	}
+	if got < n {
+		return 0, fmt.Errorf("sustained run: only %d of %d decisions arrived", got, n)
+	}
+	return float64(got-1) / last.Sub(first).Seconds(), nil
+}
+
+// benchTopics creates a throwaway set of topics and publishes the bench
+// config on them.
+func benchTopics(ctx context.Context, brokers []string, partitions int32) (bus.Names, func(), error) {
+	names := bus.NamesWithPrefix(fmt.Sprintf("bench%d.", time.Now().UnixNano()))
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return names, nil, err
+	}
+	tc := bus.DefaultTopics()
+	tc.RequestPartitions, tc.Names = partitions, names
+	adm := kadm.NewClient(cl)
+	if _, err := bus.Ensure(ctx, adm, tc.Specs()); err != nil {
+		cl.Close()
+		return names, nil, err
+	}
+	cleanup := func() {
+		_, _ = adm.DeleteTopics(context.Background(), names.All()...)
+		cl.Close()
+	}
+	if err := PublishConfig(ctx, brokers, names, []byte(benchLedgerConfig), "bench"); err != nil {
+		cleanup()
+		return names, nil, err
+	}
+	return names, cleanup, nil
+}
