@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -61,7 +62,8 @@ func main() {
 				return
 			}
 			// One clear line, no stack trace.
-			fmt.Fprintf(os.Stderr, "sluice %s: %v\n", c.name, err)
+			msg := oneLine(strings.TrimPrefix(err.Error(), c.name+": "))
+			fmt.Fprintf(os.Stderr, "sluice %s: %s\n", c.name, msg)
 			os.Exit(1)
 		}
 	}
@@ -76,4 +78,16 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// oneLine folds a multi-line error (a validation list, a YAML error) into
+// one line, so that the failure is a single greppable line.
+func oneLine(s string) string {
+	var parts []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
 }

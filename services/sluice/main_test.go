@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-cli")
+	if err != nil {
+		panic(err)
+	}
+	bin = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// TestBadInputIsOneClearLine: a broken config, an unreachable Kafka and an
+// unreachable ClickHouse each end with exactly one line on stderr that names
+// the problem and the fix, no stack trace, and a non-zero exit.
+func TestBadInputIsOneClearLine(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.yaml")
+	if err := os.WriteFile(broken, []byte("providers:\n  - name: a\n    kind: openaii\nroutes: [{model: m, provider: b}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notYAML := filepath.Join(dir, "notyaml.yaml")
+	if err := os.WriteFile(notYAML, []byte("providers: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want []string // substrings of the one line
+	}{
+		{"invalid config", []string{"gateway", "--config", broken, "--brokers", "127.0.0.1:1"}, []string{"broken.yaml", `"openaii"`, `unknown provider "b"`}},
+		{"unparsable config", []string{"gateway", "--config", notYAML, "--brokers", "127.0.0.1:1"}, []string{"notyaml.yaml", "parse"}},
+		{"missing config", []string{"gateway", "--config", filepath.Join(dir, "nope.yaml")}, []string{"nope.yaml", "no such file"}},
+		{"unreachable kafka", []string{"topics", "ensure", "--brokers", "127.0.0.1:1"}, []string{"kafka at 127.0.0.1:1 unreachable", "make up"}},
+		{"unreachable clickhouse", []string{"sink", "--brokers", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1"}, []string{"127.0.0.1:1", "unreachable", "make up"}},
+		{"unknown command", []string{"frobnicate"}, []string{"unknown command"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd := exec.Command(bin, c.args...)
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if err == nil {
+				t.Fatal("exit status 0")
+			}
+			out := strings.TrimRight(stderr.String(), "\n")
+			first := strings.SplitN(out, "\n", 2)[0]
+			if c.name != "unknown command" && strings.Contains(out, "\n") {
+				t.Errorf("more than one line:\n%s", out)
+			}
+			if strings.Contains(out, "goroutine ") || strings.Contains(out, "panic") {
+				t.Errorf("stack trace:\n%s", out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(first, w) {
+					t.Errorf("line %q does not mention %q", first, w)
+				}
+			}
+		})
+	}
+}
