@@ -168,6 +168,8 @@ func (s *Service) Close() { s.sess.Close() }
 // Loop polls, applies and commits until ctx ends.
 func (s *Service) Loop(ctx context.Context) error {
 	var outs []ledger.Output
+	var qbuf []ledger.QueueStat
+	var lastObserve time.Time
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -270,6 +272,14 @@ func (s *Service) Loop(ctx context.Context) error {
 			continue
 		}
 		s.m.applied.Add(float64(n))
+		if time.Since(lastObserve) >= 500*time.Millisecond {
+			// Gauges are sampled, not kept exact: walking the queues on
+			// every round would tax the hot loop.
+			lastObserve = time.Now()
+			for p, ps := range s.parts {
+				qbuf = s.m.observe(p, ps.l, time.Since(ps.lastSnapshot), qbuf)
+			}
+		}
 	}
 }
 

@@ -1,6 +1,10 @@
 package ledgerd
 
 import (
+	"errors"
+	"strconv"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/ledger"
@@ -15,6 +19,9 @@ type metrics struct {
 	snapshots prometheus.Counter
 	lag       *prometheus.GaugeVec
 	catchUp   prometheus.Histogram
+	queue     *prometheus.GaugeVec
+	oldest    *prometheus.GaugeVec
+	snapAge   *prometheus.GaugeVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -26,12 +33,49 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		ticks:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
 		snapshots: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots written."}),
 		lag:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_partition_lag", Help: "High watermark minus next offset to apply."}, []string{"partition"}),
+		queue:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_depth", Help: "Queued requests per partition and traffic class."}, []string{"partition", "class"}),
+		oldest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
+		snapAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
 		catchUp:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.applied, m.invalid, m.aborts, m.ticks, m.snapshots, m.lag, m.catchUp} {
-		_ = r.Register(c) // a second service in one process shares the first's collectors
-	}
+	m.decisions = register(r, m.decisions)
+	m.applied = register(r, m.applied)
+	m.invalid = register(r, m.invalid)
+	m.aborts = register(r, m.aborts)
+	m.ticks = register(r, m.ticks)
+	m.snapshots = register(r, m.snapshots)
+	m.lag = register(r, m.lag)
+	m.catchUp = register(r, m.catchUp)
+	m.queue = register(r, m.queue)
+	m.oldest = register(r, m.oldest)
+	m.snapAge = register(r, m.snapAge)
 	return m
+}
+
+// register registers c, or returns the collector already registered under
+// its name (a second service in one process shares the first's).
+func register[C prometheus.Collector](r prometheus.Registerer, c C) C {
+	if err := r.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
+// observe updates the per-partition gauges after a committed round.
+func (m *metrics) observe(p int32, l *ledger.Ledger, sinceSnapshot time.Duration, buf []ledger.QueueStat) []ledger.QueueStat {
+	ps := strconv.Itoa(int(p))
+	buf = l.Queues(buf[:0])
+	for _, q := range buf {
+		m.queue.WithLabelValues(ps, q.Class).Set(float64(q.Depth))
+		m.oldest.WithLabelValues(ps, q.Class).Set(float64(q.OldestWaitMs) / 1000)
+	}
+	m.snapAge.WithLabelValues(ps).Set(sinceSnapshot.Seconds())
+	return buf
 }
 
 func (m *metrics) decision(o *ledger.Output) {
