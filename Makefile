@@ -28,9 +28,10 @@ test-unit: ## unit, property and golden tests (no external services)
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m ./...
 
-bench: build ## benchmarks that print JSON
+bench: build up ## benchmarks that print JSON (pure ledger, codec, ledger on the real broker)
 	$(BIN) bench ledger --json
 	$(BIN) bench codec --json
+	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
 
 up: ## start (or reuse) Kafka and ClickHouse on loopback; prints their env lines
 	@deploy/local/up.sh
