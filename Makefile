@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Integration tests run against the real Kafka and ClickHouse started by deploy/local.
 LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 
-.PHONY: help build run test test-unit test-integration bench up down lint fuzz clean
+.PHONY: help build run test test-unit test-integration bench up down lint fuzz clean sdk-deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -18,6 +18,7 @@ run: build ## run the whole stack in one process (embedded Kafka, simulator, led
 	$(BIN) dev
 
 test: ## start real Kafka + ClickHouse on loopback (installs them if missing) and run every test
+	$(MAKE) sdk-deps
 	$(MAKE) test-unit
 	$(MAKE) test-integration
 
@@ -31,7 +32,11 @@ test-integration: up ## integration tests against the real Kafka broker and Clic
 bench: build up ## benchmarks that print JSON (pure ledger, codec, ledger on the real broker)
 	$(BIN) bench ledger --json
 	$(BIN) bench codec --json
+	$(BIN) bench gateway --json
 	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
+
+sdk-deps: ## install the pinned openai/anthropic Python SDKs for the black-box tests
+	bash sdktest/setup.sh
 
 up: ## start (or reuse) Kafka and ClickHouse on loopback; prints their env lines
 	@deploy/local/up.sh

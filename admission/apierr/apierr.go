@@ -33,6 +33,19 @@ const (
 	CodeMethodNotAllowed  = "method_not_allowed"
 	CodeNotFound          = "not_found"
 	CodeCancelled         = "cancelled"
+	// The request parsers' codes (admission/estimate), used as they are.
+	CodeMissingField = "missing_field"
+	CodeInvalidType  = "invalid_type"
+	CodeInvalidValue = "invalid_value"
+
+	CodeInvalidHeader        = "invalid_header"
+	CodeUnsupportedAPI       = "unsupported_api"
+	CodeIdempotencyInFlight  = "idempotency_in_flight"
+	CodeIdempotencyReused    = "idempotency_key_reused"
+	CodeDeadlineExceeded     = "deadline_exceeded"
+	CodeUpstreamRequestError = "upstream_request_error"
+	CodeUpstreamOverloaded   = "upstream_overloaded"
+	CodeInternal             = "internal_error"
 )
 
 // Sluice is the normalised object attached to every error.
@@ -112,9 +125,10 @@ func Write(w http.ResponseWriter, e *Error, anthropic bool) {
 		}{"error", struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
+			Param   string `json:"param,omitempty"`
 			Code    string `json:"code"`
 			Sluice  Sluice `json:"sluice"`
-		}{anthropicType(e.Status), e.Message, e.Code, e.Sluice}}
+		}{anthropicType(e.Status), e.Message, e.Param, e.Code, e.Sluice}}
 	} else {
 		body = struct {
 			Error *Error `json:"error"`

@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -45,6 +47,14 @@ type Config struct {
 	// EmergencyCapPerSec admits this many requests per second locally when
 	// the ledger is unavailable (default 0: fail closed).
 	EmergencyCapPerSec int `yaml:"emergency_cap_per_sec"`
+	// UpstreamTimeoutMs bounds one upstream attempt, headers and body
+	// (default 600000: long generations stream for minutes).
+	UpstreamTimeoutMs int64 `yaml:"upstream_timeout_ms"`
+	// Idempotency bounds the Idempotency-Key replay store.
+	Idempotency Idempotency `yaml:"idempotency"`
+	// ReloadIntervalMs is how often `sluice gateway` polls its config file
+	// for changes (default 5000; SIGHUP reloads at once).
+	ReloadIntervalMs int64 `yaml:"reload_interval_ms"`
 
 	Providers []Provider `yaml:"providers"`
 	Routes    []Route    `yaml:"routes"`
@@ -54,6 +64,7 @@ type Config struct {
 	Ledger yaml.Node `yaml:"ledger"`
 
 	ledgerJSON []byte
+	classes    map[string]bool
 	keys       map[string]*Identity // sha256 hex → identity
 	routes     map[string]*Route
 	providers  map[string]*Provider
@@ -70,9 +81,11 @@ type Provider struct {
 	BaseURL string `yaml:"base_url"`
 	// APIKeyEnv names the environment variable holding the credential; the
 	// credential itself never appears in config, events, logs or errors.
-	APIKeyEnv  string `yaml:"api_key_env"`
-	APIVersion string `yaml:"api_version,omitempty"` // Azure
-	Deployment string `yaml:"deployment,omitempty"`  // Azure deployment name
+	APIKeyEnv string `yaml:"api_key_env"`
+	// APIVersion is Azure's api-version query parameter (required there)
+	// or Anthropic's anthropic-version header (default 2023-06-01).
+	APIVersion string `yaml:"api_version,omitempty"`
+	Deployment string `yaml:"deployment,omitempty"` // Azure deployment name
 
 	apiKey string
 }
@@ -80,7 +93,11 @@ type Provider struct {
 // APIKey returns the provider credential read from the environment.
 func (p *Provider) APIKey() string { return p.apiKey }
 
-// Route maps a public model name to a provider and upstream model.
+// Route maps a public model name to ordered upstream candidates. The first
+// candidate is the primary; the others are fallbacks, used only when the
+// ledger allows a fallback and only if they keep the route's Contract.
+//
+// The short form (provider, upstream_model, profile) is one candidate.
 type Route struct {
 	Model         string `yaml:"model"`
 	Provider      string `yaml:"provider"`
@@ -89,6 +106,59 @@ type Route struct {
 	// DefaultMaxOutputTokens is reserved when the request does not say
 	// (default 4096).
 	DefaultMaxOutputTokens int64 `yaml:"default_max_output_tokens"`
+	// P95OutputTokens is the route's observed p95 output (from the
+	// calibration report); 0 = unknown. It caps the output reservation.
+	P95OutputTokens int64 `yaml:"p95_output_tokens"`
+	// Contract is what every candidate of the route must keep.
+	Contract Contract `yaml:"contract"`
+	// Candidates replaces the short form with an ordered list.
+	Candidates []Candidate `yaml:"candidates"`
+}
+
+// Contract is the route policy a fallback must preserve (DESIGN.md §1:
+// fallback only to routes that keep context length, tools, structured
+// output, residency and cost). Zero values impose nothing.
+type Contract struct {
+	MinContextTokens int64    `yaml:"min_context_tokens"`
+	Tools            bool     `yaml:"tools"`
+	StructuredOutput bool     `yaml:"structured_output"`
+	Residency        []string `yaml:"residency"` // allowed regions; empty = any
+	// Cost ceilings in USD per million tokens; 0 = no ceiling.
+	MaxInputCostPerMTok  float64 `yaml:"max_input_cost_per_mtok"`
+	MaxOutputCostPerMTok float64 `yaml:"max_output_cost_per_mtok"`
+}
+
+// Candidate is one upstream a route may send to, with what it offers.
+type Candidate struct {
+	Provider      string `yaml:"provider"`
+	UpstreamModel string `yaml:"upstream_model"` // default: the route's model
+	Profile       string `yaml:"profile"`        // default: the route's profile
+	// ContextTokens is the model's context window (0 = unknown: never
+	// chosen as a fallback for a request that must fit a window).
+	ContextTokens    int64  `yaml:"context_tokens"`
+	Tools            bool   `yaml:"tools"`
+	StructuredOutput bool   `yaml:"structured_output"`
+	Residency        string `yaml:"residency"`
+	// Prices in USD per million tokens; they give the spend estimate.
+	InputCostPerMTok  float64 `yaml:"input_cost_per_mtok"`
+	OutputCostPerMTok float64 `yaml:"output_cost_per_mtok"`
+}
+
+// SpendMicros is the cost of in input and out output tokens in micro-USD
+// (USD per million tokens = micro-USD per token).
+func (c *Candidate) SpendMicros(in, out int64) int64 {
+	return int64(math.Ceil(float64(in)*c.InputCostPerMTok + float64(out)*c.OutputCostPerMTok))
+}
+
+// Idempotency bounds the in-memory Idempotency-Key store of one gateway
+// node. Zero values take the defaults.
+type Idempotency struct {
+	WindowMs   int64 `yaml:"window_ms"`   // how long a key is remembered (default 600000)
+	EntriesMax int   `yaml:"entries_max"` // keys remembered at once (default 10000)
+	// BodyBytesMax is the largest response stored for replay (default
+	// 1 MiB); a larger response is remembered without its body, and a
+	// repeat gets 409.
+	BodyBytesMax int `yaml:"body_bytes_max"`
 }
 
 // Tenant is a customer of the gateway with its keys.
@@ -101,19 +171,29 @@ type Tenant struct {
 
 // Key is one API key, known only by its SHA-256 hash.
 type Key struct {
-	ID       string `yaml:"id"`
-	SHA256   string `yaml:"sha256"`
-	Team     string `yaml:"team"`
-	App      string `yaml:"app"`
-	Class    string `yaml:"class"` // default traffic class
-	Disabled bool   `yaml:"disabled"`
-	Paused   bool   `yaml:"paused"`
+	ID     string `yaml:"id"`
+	SHA256 string `yaml:"sha256"`
+	Team   string `yaml:"team"`
+	App    string `yaml:"app"`
+	Class  string `yaml:"class"` // default traffic class
+	// Priority is the default X-Sluice-Priority (-100…100, higher first).
+	Priority int32 `yaml:"priority"`
+	// DeadlineMs is the default X-Sluice-Deadline-Ms (0: the class's).
+	DeadlineMs int64 `yaml:"deadline_ms"`
+	// FallbackAllowed lets this key's requests go to fallback candidates
+	// (default true; X-Sluice-Fallback: false turns it off per request).
+	FallbackAllowed *bool `yaml:"fallback_allowed"`
+	Disabled        bool  `yaml:"disabled"`
+	Paused          bool  `yaml:"paused"`
 }
 
 // Identity is what an API key resolves to.
 type Identity struct {
 	Org, Tenant, Team, App, KeyID, Class string
+	Priority                             int32
+	DeadlineMs                           int64
 	Disabled, Paused, TenantPaused       bool
+	FallbackAllowed                      bool
 }
 
 // HashKey returns the hex SHA-256 of an API key, the only form in which keys
@@ -202,6 +282,9 @@ func (c *Config) finish(getenv func(string) string) error {
 		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
 			add("%s.base_url: %q must start with http:// or https://", at, p.BaseURL)
 		}
+		if p.Kind == KindAnthropic && p.APIVersion == "" {
+			p.APIVersion = "2023-06-01"
+		}
 		if p.Kind == KindAzure && (p.APIVersion == "" || p.Deployment == "") {
 			add("%s: azure providers need api_version and deployment", at)
 		}
@@ -211,6 +294,37 @@ func (c *Config) finish(getenv func(string) string) error {
 				add("%s.api_key_env: environment variable %s is empty or unset", at, p.APIKeyEnv)
 			}
 		}
+	}
+	if c.UpstreamTimeoutMs == 0 {
+		c.UpstreamTimeoutMs = 600_000
+	}
+	if c.UpstreamTimeoutMs < 0 {
+		add("upstream_timeout_ms: must be positive")
+	}
+	if c.ReloadIntervalMs == 0 {
+		c.ReloadIntervalMs = 5000
+	}
+	if c.ReloadIntervalMs < 100 {
+		add("reload_interval_ms: %d is below the 100 ms minimum", c.ReloadIntervalMs)
+	}
+	id := &c.Idempotency
+	if id.WindowMs == 0 {
+		id.WindowMs = 600_000
+	}
+	if id.EntriesMax == 0 {
+		id.EntriesMax = 10_000
+	}
+	if id.BodyBytesMax == 0 {
+		id.BodyBytesMax = 1 << 20
+	}
+	if id.WindowMs < 0 || id.WindowMs > 7*24*3_600_000 {
+		add("idempotency.window_ms: %d out of [1, 604800000]", id.WindowMs)
+	}
+	if id.EntriesMax < 0 || id.EntriesMax > 10_000_000 {
+		add("idempotency.entries_max: %d out of [1, 10000000]", id.EntriesMax)
+	}
+	if id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20 {
+		add("idempotency.body_bytes_max: %d out of [1, 67108864]", id.BodyBytesMax)
 	}
 	c.routes = map[string]*Route{}
 	for i := range c.Routes {
@@ -222,14 +336,16 @@ func (c *Config) finish(getenv func(string) string) error {
 			add("%s.model: duplicate route for %q", at, r.Model)
 		}
 		c.routes[r.Model] = r
-		if c.providers[r.Provider] == nil {
-			add("%s.provider: unknown provider %q", at, r.Provider)
-		}
-		if r.UpstreamModel == "" {
-			r.UpstreamModel = r.Model
-		}
 		if r.Profile == "" {
 			r.Profile = r.Model
+		}
+		switch {
+		case r.Provider != "" && len(r.Candidates) > 0:
+			add("%s: give either provider (one candidate) or candidates, not both", at)
+		case r.Provider == "" && len(r.Candidates) == 0:
+			add("%s.provider: required (or a candidates list)", at)
+		case r.Provider != "":
+			r.Candidates = []Candidate{{Provider: r.Provider, UpstreamModel: r.UpstreamModel, Profile: r.Profile}}
 		}
 		if r.DefaultMaxOutputTokens == 0 {
 			r.DefaultMaxOutputTokens = 4096
@@ -237,8 +353,45 @@ func (c *Config) finish(getenv func(string) string) error {
 		if r.DefaultMaxOutputTokens < 0 {
 			add("%s.default_max_output_tokens: must be positive", at)
 		}
+		if r.P95OutputTokens < 0 {
+			add("%s.p95_output_tokens: must not be negative", at)
+		}
+		ct := &r.Contract
+		if ct.MinContextTokens < 0 || ct.MaxInputCostPerMTok < 0 || ct.MaxOutputCostPerMTok < 0 {
+			add("%s.contract: limits must not be negative", at)
+		}
+		for j := range r.Candidates {
+			cd := &r.Candidates[j]
+			cat := fmt.Sprintf("%s.candidates[%d]", at, j)
+			if r.Provider != "" {
+				cat = at // the short form: report at the route itself
+			}
+			if cd.UpstreamModel == "" {
+				cd.UpstreamModel = r.Model
+			}
+			if cd.Profile == "" {
+				cd.Profile = r.Profile
+			}
+			if c.providers[cd.Provider] == nil {
+				add("%s.provider: unknown provider %q", cat, cd.Provider)
+			}
+			if cd.ContextTokens < 0 || cd.InputCostPerMTok < 0 || cd.OutputCostPerMTok < 0 {
+				add("%s: context_tokens and costs must not be negative", cat)
+			}
+			for _, why := range ct.Violations(cd) {
+				add("%s: breaks the route contract: %s", cat, why)
+			}
+		}
+		if len(r.Candidates) > 0 {
+			r.Provider, r.UpstreamModel = r.Candidates[0].Provider, r.Candidates[0].UpstreamModel
+		}
 	}
 	c.keys = map[string]*Identity{}
+	type keyClass struct {
+		at string
+		k  *Key
+	}
+	var keyClasses []keyClass
 	tenants := map[string]bool{}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
@@ -261,11 +414,17 @@ func (c *Config) finish(getenv func(string) string) error {
 			} else if c.keys[k.SHA256] != nil {
 				add("%s.sha256: the same key is configured twice", kat)
 			}
-			if k.Class == "" {
-				k.Class = "interactive"
+			if k.Priority < -100 || k.Priority > 100 {
+				add("%s.priority: %d out of [-100, 100]", kat, k.Priority)
 			}
+			if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
+				add("%s.deadline_ms: %d out of [0, %d]", kat, k.DeadlineMs, DeadlineMsMax)
+			}
+			fb := k.FallbackAllowed == nil || *k.FallbackAllowed
 			c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
+				Priority: k.Priority, DeadlineMs: k.DeadlineMs, FallbackAllowed: fb,
 				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused}
+			keyClasses = append(keyClasses, keyClass{kat, k})
 		}
 	}
 	if c.Ledger.Kind == 0 {
@@ -284,12 +443,66 @@ func (c *Config) finish(getenv func(string) string) error {
 			}
 		} else if c.ledgerJSON, err = json.Marshal(lc); err != nil {
 			add("ledger: %v", err)
+		} else {
+			c.classes = map[string]bool{}
+			for _, cl := range lc.Classes {
+				c.classes[cl.Name] = true
+			}
+			// A key without a class takes the ledger's default class.
+			for _, kc := range keyClasses {
+				if kc.k.Class == "" {
+					kc.k.Class = lc.DefaultClass
+					c.keys[kc.k.SHA256].Class = lc.DefaultClass
+				} else if !c.classes[kc.k.Class] {
+					add("%s.class: %q is not a class of the ledger document (%s)", kc.at, kc.k.Class, strings.Join(c.ClassNames(), ", "))
+				}
+			}
 		}
 	}
 	if len(probs) > 0 {
 		return &ValidationError{Problems: probs}
 	}
 	return nil
+}
+
+// DeadlineMsMax bounds deadlines from keys and X-Sluice-Deadline-Ms (24 h).
+const DeadlineMsMax = 24 * 3_600_000
+
+// Violations lists how cd breaks the contract (nil when it keeps it).
+func (ct *Contract) Violations(cd *Candidate) []string {
+	var out []string
+	if ct.MinContextTokens > 0 && cd.ContextTokens < ct.MinContextTokens {
+		out = append(out, fmt.Sprintf("context_tokens %d below min_context_tokens %d", cd.ContextTokens, ct.MinContextTokens))
+	}
+	if ct.Tools && !cd.Tools {
+		out = append(out, "tools required")
+	}
+	if ct.StructuredOutput && !cd.StructuredOutput {
+		out = append(out, "structured_output required")
+	}
+	if len(ct.Residency) > 0 && !slices.Contains(ct.Residency, cd.Residency) {
+		out = append(out, fmt.Sprintf("residency %q not in %v", cd.Residency, ct.Residency))
+	}
+	if ct.MaxInputCostPerMTok > 0 && cd.InputCostPerMTok > ct.MaxInputCostPerMTok {
+		out = append(out, fmt.Sprintf("input cost %g above the ceiling %g", cd.InputCostPerMTok, ct.MaxInputCostPerMTok))
+	}
+	if ct.MaxOutputCostPerMTok > 0 && cd.OutputCostPerMTok > ct.MaxOutputCostPerMTok {
+		out = append(out, fmt.Sprintf("output cost %g above the ceiling %g", cd.OutputCostPerMTok, ct.MaxOutputCostPerMTok))
+	}
+	return out
+}
+
+// HasClass reports whether name is a traffic class of the ledger document.
+func (c *Config) HasClass(name string) bool { return c.classes[name] }
+
+// ClassNames lists the traffic classes, sorted.
+func (c *Config) ClassNames() []string {
+	out := make([]string, 0, len(c.classes))
+	for n := range c.classes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // LedgerJSON is the validated ledger document, defaults filled, as JSON.

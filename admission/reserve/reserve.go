@@ -260,6 +260,8 @@ func (c *Client) emergency(ev *schemas.Event) (schemas.Decision, bool) {
 		return schemas.Decision{}, false
 	}
 	c.emUsed++
-	ev.ReserveRequested.EmergencyAdmitted = true
+	if ev.ReserveRequested != nil {
+		ev.ReserveRequested.EmergencyAdmitted = true
+	}
 	return schemas.Decision{Status: schemas.StatusGranted, Reason: "emergency_cap", GatewayDecision: schemas.GDEmergencyAdmitted}, true
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/dashboards/live"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/services/gateway"
@@ -54,6 +55,7 @@ type Stack struct {
 	APIKey     string
 	Brokers    []string
 	SimURL     string
+	ViewURL    string // live quota view (dashboards/live), loopback only
 
 	cluster  *kfake.Cluster
 	closers  []func()
@@ -82,9 +84,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		o.APIKey = "sk-sluice-demo-" + hex.EncodeToString(b[:])
 	}
 	st = &Stack{APIKey: o.APIKey, ledgerOK: make(chan error, 1)}
+	// The error returns below say `return nil, err`, which clears st
+	// before deferred calls run: close through a copy.
+	started := st
 	defer func() {
 		if err != nil {
-			st.Close()
+			started.Close()
 		}
 	}()
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -173,32 +178,59 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.closers = append(st.closers, stopGW)
 	st.GatewayURL = url
+
+	// Live quota view: open operator view on loopback; an API key narrows
+	// it to the key's tenant.
+	viewURL, stopView, err := live.Listen(ctx, live.Config{Brokers: st.Brokers, Topics: o.Topics, Addr: "127.0.0.1:0", Log: o.Log,
+		Lookup: func(key string) (string, bool) {
+			if id := cfg.Lookup(key); id != nil && !id.Disabled {
+				return id.Tenant, true
+			}
+			return "", false
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("live view: %w", err)
+	}
+	st.closers = append(st.closers, stopView)
+	st.ViewURL = viewURL
 	return st, nil
 }
 
-// DevConfig is the gateway configuration of the dev stack: one OpenAI-style
-// provider (the simulator), a few routes, one demo tenant and key, and the
-// ledger's dev quota document.
+// DevConfig is the gateway configuration of the dev stack: the simulator
+// behind four providers (OpenAI, Azure OpenAI, Anthropic, Gemini styles),
+// a route per model family, one demo tenant and key, and the ledger's dev
+// quota document with a scope per provider.
 func DevConfig(simURL, apiKey string) (*config.Config, error) {
-	led, err := json.Marshal(ledger.DefaultDevConfig())
+	lc := ledger.DefaultDevConfig()
+	for _, sc := range []string{"sim-azure", "sim-anthropic", "sim-gemini"} {
+		c := lc.Scopes[0]
+		c.Name = sc
+		lc.Scopes = append(lc.Scopes, c)
+	}
+	led, err := json.Marshal(lc)
 	if err != nil {
 		return nil, err
 	}
 	y := fmt.Sprintf(`node: gw-dev
 providers:
-  - name: sim-openai
-    kind: openai
-    scope: sim-openai
-    base_url: %s/openai/v1
+  - {name: sim-openai, kind: openai, scope: sim-openai, base_url: %[1]s/openai/v1}
+  - {name: sim-azure, kind: azure, scope: sim-azure, base_url: %[1]s/azure, deployment: gpt-4o-mini, api_version: 2024-10-21}
+  - {name: sim-anthropic, kind: anthropic, scope: sim-anthropic, base_url: %[1]s/anthropic/v1}
+  - {name: sim-gemini, kind: gemini, scope: sim-gemini, base_url: %[1]s/gemini/v1beta}
 routes:
   - {model: gpt-4o-mini, provider: sim-openai, profile: gpt-4o-mini}
   - {model: gpt-4o, provider: sim-openai, profile: gpt-4o}
+  - {model: text-embedding-3-small, provider: sim-openai, profile: text-embedding-3-small}
+  - {model: azure-gpt-4o-mini, provider: sim-azure, upstream_model: gpt-4o-mini, profile: gpt-4o-mini}
+  - {model: claude-sonnet-4-5, provider: sim-anthropic, profile: claude-sonnet-4-5}
+  - {model: claude-3-5-haiku-latest, provider: sim-anthropic, profile: claude-3-5-haiku}
+  - {model: gemini-2.0-flash, provider: sim-gemini, profile: gemini-2.0-flash}
 tenants:
   - id: demo
     org: demo-org
     keys:
-      - {id: demo-key, sha256: %s, team: demo-team, class: interactive}
-ledger: %s
+      - {id: demo-key, sha256: %[2]s, team: demo-team, class: interactive}
+ledger: %[3]s
 `, simURL, config.HashKey(apiKey), led)
 	c, err := config.Load(strings.NewReader(y))
 	if err != nil {

@@ -23,7 +23,7 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice bench ledger|ledger-kafka|codec [--json]")
+		return errors.New("usage: sluice bench ledger|ledger-kafka|gateway|codec [--json]")
 	}
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
@@ -40,11 +40,13 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchLedger(*n)
 	case "codec":
 		res, err = benchCodec(*n)
+	case "gateway":
+		res, err = benchGateway(ctx, *n)
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
 			SustainEvents: *n, Progress: os.Stderr})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, codec)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec)", args[0])
 	}
 	if err != nil {
 		return err

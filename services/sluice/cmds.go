@@ -4,17 +4,22 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/analytics"
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -62,6 +67,7 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("# Point an OpenAI SDK here (eval these lines in a shell); Ctrl-C stops.\n")
 	fmt.Printf("OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
 	fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
 	return nil
@@ -97,6 +103,16 @@ func runGateway(ctx context.Context, args []string) error {
 	}
 	defer rc.Close()
 	gw := gateway.New(cfg, rc, log)
+	// Hot reload: SIGHUP, or a change of the file seen by polling. A bad
+	// file keeps the running config (and says why); a good one whose
+	// ledger section changed is published as ConfigChanged first.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reloader := gateway.NewReloader(*cfgPath, gw, func(ctx context.Context, ledgerJSON []byte, source string) error {
+		return ledgerd.PublishConfig(ctx, bs, names, ledgerJSON, source)
+	}, log)
+	go reloader.Run(ctx, time.Duration(cfg.ReloadIntervalMs)*time.Millisecond, hup)
 	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
@@ -193,4 +209,32 @@ func runKeys(_ context.Context, args []string) error {
 		return nil
 	}
 	return errors.New("usage: sluice keys hash KEY | sluice keys new")
+}
+
+// runEstimate prints the gateway's pre-flight estimate of the request on
+// stdin as JSON. (Registered in main.go as "estimate".)
+func runEstimate(_ context.Context, args []string) error {
+	fs := newFlags("estimate")
+	api := fs.String("api", "", "request shape: chat, messages or embeddings (default: guessed from the body)")
+	p95 := fs.Int64("p95", 0, "the route's p95 output tokens (0: unknown)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+	if err != nil {
+		return fmt.Errorf("read stdin: %w", err)
+	}
+	est := estimate.New(estimate.Options{})
+	rep, err := gateway.EstimateBody(est, body, *api, *p95)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// benchGateway runs `sluice bench gateway` (wired in bench.go).
+func benchGateway(ctx context.Context, n int) (any, error) {
+	return gateway.BenchGateway(ctx, gateway.BenchOptions{Requests: n})
 }

@@ -29,8 +29,9 @@ func init() {
 		{"topics", "manage Kafka topics: `sluice topics ensure`", runTopics},
 		{"sim", "run the provider simulator", runSim},
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
+		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
-		{"bench", "benchmarks that print JSON: `sluice bench ledger|codec`", runBench},
+		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 	}
 }

@@ -1,0 +1,145 @@
+package config_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/admission/config"
+)
+
+const base = `providers:
+  - {name: oa, kind: openai, scope: s1, base_url: "https://api.openai.com/v1"}
+  - {name: az, kind: azure, scope: s2, base_url: "https://x.openai.azure.com", deployment: d, api_version: "2024-10-21"}
+  - {name: an, kind: anthropic, scope: s3, base_url: "https://api.anthropic.com/v1"}
+routes:
+ROUTES
+tenants:
+  - id: t
+    keys:
+      - {id: k, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08KEYEXTRA}
+ledger:
+  scopes:
+    - {name: s1, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
+`
+
+func doc(routes, keyExtra string) string {
+	return strings.NewReplacer("ROUTES", routes, "KEYEXTRA", keyExtra).Replace(base)
+}
+
+func TestLoadValidation(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		probs []string // substrings, one per expected problem (order of the file)
+	}{
+		{"short form", doc(`  - {model: m, provider: oa}`, ""), nil},
+		{"candidates keeping the contract", doc(`  - model: m
+    contract: {min_context_tokens: 100000, tools: true, residency: [eu], max_input_cost_per_mtok: 3}
+    candidates:
+      - {provider: oa, context_tokens: 128000, tools: true, residency: eu, input_cost_per_mtok: 2.5}
+      - {provider: az, upstream_model: gpt-4o, context_tokens: 128000, tools: true, residency: eu, input_cost_per_mtok: 2.5}`, ""), nil},
+		{"candidate breaking the contract", doc(`  - model: m
+    contract: {min_context_tokens: 100000, tools: true, structured_output: true, residency: [eu], max_output_cost_per_mtok: 10}
+    candidates:
+      - {provider: az, context_tokens: 8000, residency: us, output_cost_per_mtok: 60}`, ""), []string{
+			"routes[0].candidates[0]: breaks the route contract: context_tokens 8000 below min_context_tokens 100000",
+			"routes[0].candidates[0]: breaks the route contract: tools required",
+			"routes[0].candidates[0]: breaks the route contract: structured_output required",
+			`routes[0].candidates[0]: breaks the route contract: residency "us" not in [eu]`,
+			"routes[0].candidates[0]: breaks the route contract: output cost 60 above the ceiling 10",
+		}},
+		{"both forms", doc(`  - {model: m, provider: oa, candidates: [{provider: az}]}`, ""), []string{"routes[0]: give either provider"}},
+		{"neither form", doc(`  - {model: m}`, ""), []string{"routes[0].provider: required"}},
+		{"unknown candidate provider", doc(`  - {model: m, candidates: [{provider: nope}]}`, ""), []string{`routes[0].candidates[0].provider: unknown provider "nope"`}},
+		{"unknown key class", doc(`  - {model: m, provider: oa}`, ", class: gold"), []string{`tenants[0].keys[0].class: "gold" is not a class of the ledger document`}},
+		{"key priority out of range", doc(`  - {model: m, provider: oa}`, ", priority: 500"), []string{"tenants[0].keys[0].priority: 500 out of [-100, 100]"}},
+		{"every problem at once", doc(`  - {model: m}
+  - {model: m, provider: zz, default_max_output_tokens: -1}`, ", deadline_ms: -5"), []string{
+			"routes[0].provider: required",
+			`routes[1].model: duplicate route for "m"`,
+			"routes[1].default_max_output_tokens: must be positive",
+			`routes[1].provider: unknown provider "zz"`,
+			"tenants[0].keys[0].deadline_ms: -5 out of",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := config.Load(strings.NewReader(tc.yaml))
+			if len(tc.probs) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.Route("m") == nil || len(c.Route("m").Candidates) == 0 || c.Route("m").Candidates[0].UpstreamModel == "" {
+					t.Fatalf("route not resolved: %+v", c.Route("m"))
+				}
+				return
+			}
+			var ve *config.ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("err %v, want a ValidationError", err)
+			}
+			if len(ve.Problems) != len(tc.probs) {
+				t.Fatalf("%d problems, want %d:\n%s", len(ve.Problems), len(tc.probs), err)
+			}
+			for i, want := range tc.probs {
+				if !strings.Contains(ve.Problems[i], want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i], want)
+				}
+			}
+		})
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := config.Load(strings.NewReader(doc(`  - {model: m, provider: an}`, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.Lookup("test") // sha256("test") is the key's hash
+	if id == nil || id.Class != "interactive" || !id.FallbackAllowed {
+		t.Fatalf("identity %+v: want the ledger's default class and fallback allowed", id)
+	}
+	if p := c.Provider("an"); p.APIVersion != "2023-06-01" {
+		t.Errorf("anthropic version %q", p.APIVersion)
+	}
+	if c.BodyLimitBytes != 10<<20 || c.Idempotency.EntriesMax == 0 || c.UpstreamTimeoutMs == 0 {
+		t.Errorf("defaults not filled: %+v", c)
+	}
+	if got := c.ClassNames(); len(got) != 3 || !c.HasClass("batch") {
+		t.Errorf("classes %v", got)
+	}
+}
+
+func TestExampleConfigLoads(t *testing.T) {
+	t.Setenv("OPENAI_UPSTREAM_KEY", "x")
+	t.Setenv("AZURE_OPENAI_KEY", "x")
+	t.Setenv("ANTHROPIC_UPSTREAM_KEY", "x")
+	t.Setenv("GEMINI_API_KEY", "x")
+	if _, err := config.LoadFile("../../deploy/examples/sluice.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzLoad: any bytes either load or fail with an error; never a panic.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(doc(`  - {model: m, provider: oa}`, "")))
+	f.Add([]byte(doc(`  - {model: m, candidates: [{provider: az, context_tokens: 1}], contract: {min_context_tokens: 2}}`, "")))
+	if b, err := os.ReadFile("../../deploy/examples/sluice.yaml"); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("ledger: [1, {a: b}]\nroutes: {x: 1}"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := config.Load(strings.NewReader(string(b)))
+		if err != nil {
+			return
+		}
+		for _, m := range c.Models() {
+			r := c.Route(m)
+			if r == nil || len(r.Candidates) == 0 || c.Provider(r.Candidates[0].Provider) == nil {
+				t.Fatalf("loaded config with an unresolved route %q", m)
+			}
+		}
+	})
+}

@@ -1,0 +1,711 @@
+package live
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Limits that keep the projection's memory bounded whatever the traffic.
+const (
+	// RecentDecisions is the length of the recent-decision rings (one
+	// global, one per tenant).
+	RecentDecisions = 50
+	// MaxSeries bounds the number of (scope, tenant, key, class) series;
+	// events of new series beyond it are counted in dropped_events.
+	MaxSeries = 2000
+	// maxTenantRings bounds the per-tenant decision rings.
+	maxTenantRings = 2000
+	// flightTTL forgets a grant that was never settled (the ledger expires
+	// abandoned holds much sooner; this only guards memory).
+	flightTTL = 15 * time.Minute
+	// tombTTL is how long a settlement that arrived before its grant (the
+	// topics are read independently) is remembered.
+	tombTTL  = 2 * time.Minute
+	maxTombs = 100000
+	// observedTTL drops provider observations nobody refreshed.
+	observedTTL = 10 * time.Minute
+)
+
+// Counter slots of one time bucket.
+const (
+	cReceived = iota
+	cGranted
+	cQueued
+	cDenied
+	cExpired
+	cCancelled
+	cDispatched
+	cRetries
+	cProv429
+	cProv503
+	cProvOther
+	cReconciled
+	cReleased
+	cEstIn
+	cActIn
+	cEstOut
+	cActOut
+	cOutSuccess
+	cOutCancelled
+	cOutTimeout
+	cOutFailure
+	cOutOther
+	cDeniedDim  // first of deniedSlots slots, indexed like dimSlot
+	deniedSlots = 16
+	nCounters   = cDeniedDim + deniedSlots
+)
+
+// otherSlot counts denials without a limiting dimension (policy, cooldown…)
+// or with a dimension this build does not know.
+const otherSlot = deniedSlots - 1
+
+var dimSlot = func() map[schemas.Dimension]int {
+	m := map[schemas.Dimension]int{}
+	for i, d := range schemas.Dimensions {
+		if i < otherSlot {
+			m[d] = i
+		}
+	}
+	return m
+}()
+
+func slotName(i int) string {
+	if i == otherSlot {
+		return "other"
+	}
+	for d, j := range dimSlot {
+		if j == i {
+			return string(d)
+		}
+	}
+	return "other"
+}
+
+type vec [nCounters]int64
+
+// SeriesKey identifies one rolling-counter series.
+type SeriesKey struct {
+	Scope, Tenant, KeyID, Class string
+}
+
+type bucket struct {
+	sec int64 // unix second
+	v   vec
+}
+
+type series struct {
+	key      SeriesKey
+	buckets  []bucket // ascending sec, at most window+1 of them
+	inFlight int64
+}
+
+type flight struct {
+	s    *series
+	atMs int64
+}
+
+type obsKey struct {
+	scope, deployment string
+	dim               schemas.Dimension
+}
+
+type observed struct {
+	ObservedRow
+	tenant string
+}
+
+type ring struct {
+	buf  []DecisionRow
+	next int
+	n    int
+}
+
+func (r *ring) push(d DecisionRow) {
+	if r.buf == nil {
+		r.buf = make([]DecisionRow, RecentDecisions)
+	}
+	r.buf[r.next] = d
+	r.next = (r.next + 1) % len(r.buf)
+	if r.n < len(r.buf) {
+		r.n++
+	}
+}
+
+// newestFirst returns the ring's contents, newest first.
+func (r *ring) newestFirst() []DecisionRow {
+	out := make([]DecisionRow, 0, r.n)
+	for i := 1; i <= r.n; i++ {
+		out = append(out, r.buf[(r.next-i+len(r.buf))%len(r.buf)])
+	}
+	return out
+}
+
+// Projection is the view's in-memory state: rolling per-series counters
+// over the window, the in-flight set, the last provider observations and
+// the recent decisions. It is safe for concurrent use. The clock is
+// injectable so that tests can move time without sleeping.
+type Projection struct {
+	mu       sync.Mutex
+	now      func() time.Time
+	window   int64 // seconds
+	series   map[SeriesKey]*series
+	flights  map[string]flight
+	tombs    map[string]int64
+	observed map[obsKey]observed
+	recent   ring
+	byTenant map[string]*ring
+
+	events, invalid, dropped int64
+	lastEventMs              int64
+	lastPruneSec             int64
+}
+
+// NewProjection returns an empty projection over a rolling window (0 means
+// 60 s) reading time from now (nil means time.Now).
+func NewProjection(window time.Duration, now func() time.Time) *Projection {
+	if window <= 0 {
+		window = 60 * time.Second
+	}
+	if now == nil {
+		now = time.Now
+	}
+	w := int64(window / time.Second)
+	if w < 1 {
+		w = 1
+	}
+	return &Projection{
+		now: now, window: w,
+		series:   map[SeriesKey]*series{},
+		flights:  map[string]flight{},
+		tombs:    map[string]int64{},
+		observed: map[obsKey]observed{},
+		byTenant: map[string]*ring{},
+	}
+}
+
+// ApplyRecord decodes one Kafka record value and applies it; undecodable
+// records are counted and skipped.
+func (p *Projection) ApplyRecord(b []byte) {
+	var ev schemas.Event
+	err := schemas.Decode(b, &ev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.invalid++
+		return
+	}
+	p.apply(&ev, p.now())
+}
+
+// Apply applies events in order at the projection clock's current time.
+func (p *Projection) Apply(evs ...*schemas.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	for _, ev := range evs {
+		p.apply(ev, now)
+	}
+}
+
+// CountInvalid records n undecodable records.
+func (p *Projection) CountInvalid(n int) {
+	p.mu.Lock()
+	p.invalid += int64(n)
+	p.mu.Unlock()
+}
+
+func flightKey(ev *schemas.Event) string {
+	a := ev.Attempt
+	if a <= 0 {
+		a = 1
+	}
+	return ev.RequestID + "\x00" + itoa(int64(a))
+}
+
+func itoa(n int64) string {
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+func (p *Projection) apply(ev *schemas.Event, now time.Time) {
+	nowMs := now.UnixMilli()
+	sec := now.Unix()
+	p.events++
+	p.lastEventMs = nowMs
+	if sec-p.lastPruneSec >= 5 {
+		p.prune(now)
+	}
+	switch ev.Type {
+	case schemas.TypeReserveRequested:
+		p.add(ev, sec, cReceived, 1)
+	case schemas.TypeDecision:
+		p.decision(ev, now)
+	case schemas.TypeDispatched:
+		p.add(ev, sec, cDispatched, 1)
+	case schemas.TypeRetryRequested:
+		p.add(ev, sec, cRetries, 1)
+	case schemas.TypeReconciled:
+		s := p.add(ev, sec, cReconciled, 1)
+		if r := ev.Reconciled; r != nil && s != nil && !r.Partial {
+			v := &s.buckets[len(s.buckets)-1].v
+			if r.EstimatedInputTokens > 0 {
+				v[cEstIn] += r.EstimatedInputTokens
+				v[cActIn] += r.InputTokens
+			}
+			if r.EstimatedOutputTokens > 0 {
+				v[cEstOut] += r.EstimatedOutputTokens
+				v[cActOut] += r.OutputTokens
+			}
+		}
+		p.settle(ev, nowMs)
+	case schemas.TypeReleased:
+		p.add(ev, sec, cReleased, 1)
+		p.settle(ev, nowMs)
+	case schemas.TypeProviderRejected:
+		c := cProvOther
+		if r := ev.ProviderRejected; r != nil {
+			switch r.HTTPStatus {
+			case 429:
+				c = cProv429
+			case 503:
+				c = cProv503
+			}
+		}
+		p.add(ev, sec, c, 1)
+		p.settle(ev, nowMs)
+	case schemas.TypeProviderObserved:
+		if o := ev.ProviderObserved; o != nil {
+			for _, ob := range o.Observations {
+				k := obsKey{ev.Scope, o.Deployment, ob.Dimension}
+				p.observed[k] = observed{tenant: ev.Tenant, ObservedRow: ObservedRow{
+					Scope: ev.Scope, Deployment: o.Deployment, Dimension: string(ob.Dimension),
+					Limit: ob.Limit, Remaining: ob.Remaining, ResetMs: ob.ResetMs, ObservedAtMs: nowMs,
+				}}
+			}
+		}
+	case schemas.TypeOutcome:
+		c := cOutOther
+		if o := ev.Outcome; o != nil {
+			switch o.Status {
+			case "success":
+				c = cOutSuccess
+			case "cancelled":
+				c = cOutCancelled
+			case "timeout":
+				c = cOutTimeout
+			case "failure":
+				c = cOutFailure
+			}
+		}
+		p.add(ev, sec, c, 1)
+	}
+}
+
+func (p *Projection) decision(ev *schemas.Event, now time.Time) {
+	d := ev.Decision
+	if d == nil {
+		return
+	}
+	sec, nowMs := now.Unix(), now.UnixMilli()
+	switch d.Status {
+	case schemas.StatusGranted:
+		if s := p.add(ev, sec, cGranted, 1); s != nil {
+			k := flightKey(ev)
+			if _, settled := p.tombs[k]; settled {
+				delete(p.tombs, k)
+			} else if _, dup := p.flights[k]; !dup {
+				p.flights[k] = flight{s: s, atMs: nowMs}
+				s.inFlight++
+			}
+		}
+	case schemas.StatusQueued:
+		p.add(ev, sec, cQueued, 1)
+	case schemas.StatusDenied:
+		if s := p.add(ev, sec, cDenied, 1); s != nil {
+			i, ok := dimSlot[d.LimitDimension]
+			if !ok {
+				i = otherSlot
+			}
+			s.buckets[len(s.buckets)-1].v[cDeniedDim+i]++
+		}
+	case schemas.StatusExpired:
+		p.add(ev, sec, cExpired, 1)
+		if _, held := p.flights[flightKey(ev)]; held {
+			p.settle(ev, nowMs) // a grant abandoned and expired by the ledger
+		}
+	case schemas.StatusCancelled:
+		p.add(ev, sec, cCancelled, 1)
+	}
+	row := DecisionRow{
+		AtMs: nowMs, LogTimeMs: d.LogTimeMs, RequestID: ev.RequestID, Attempt: ev.Attempt,
+		Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
+		Status: string(d.Status), Reason: d.Reason, LimitPath: d.LimitPath,
+		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
+		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
+		RetryClass: d.RetryClass, Borrowed: d.Borrowed,
+	}
+	p.recent.push(row)
+	r := p.byTenant[ev.Tenant]
+	if r == nil {
+		if len(p.byTenant) >= maxTenantRings {
+			return
+		}
+		r = &ring{}
+		p.byTenant[ev.Tenant] = r
+	}
+	r.push(row)
+}
+
+// settle ends an attempt's in-flight hold (reconciled, released, rejected
+// by the provider, or expired). A settlement seen before its grant leaves
+// a tombstone so the late grant is not counted as in flight.
+func (p *Projection) settle(ev *schemas.Event, nowMs int64) {
+	k := flightKey(ev)
+	if f, ok := p.flights[k]; ok {
+		f.s.inFlight--
+		delete(p.flights, k)
+		return
+	}
+	if len(p.tombs) < maxTombs {
+		p.tombs[k] = nowMs
+	}
+}
+
+// add bumps counter c of ev's series in the bucket of second sec and
+// returns the series (nil if the series cap dropped it).
+func (p *Projection) add(ev *schemas.Event, sec int64, c int, n int64) *series {
+	k := SeriesKey{Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Class: ev.Class}
+	s := p.series[k]
+	if s == nil {
+		if len(p.series) >= MaxSeries && p.lastPruneSec != sec {
+			p.prune(time.Unix(sec, 0))
+		}
+		if len(p.series) >= MaxSeries {
+			p.dropped++
+			return nil
+		}
+		s = &series{key: k}
+		p.series[k] = s
+	}
+	if nb := len(s.buckets); nb == 0 || sec > s.buckets[nb-1].sec {
+		s.buckets = append(s.buckets, bucket{sec: sec})
+		// Drop buckets that left the window (keeps the slice short).
+		cut := 0
+		for cut < len(s.buckets) && s.buckets[cut].sec <= sec-p.window {
+			cut++
+		}
+		if cut > 0 {
+			s.buckets = append(s.buckets[:0], s.buckets[cut:]...)
+		}
+	}
+	// A clock that stepped back adds to the newest bucket.
+	s.buckets[len(s.buckets)-1].v[c] += n
+	return s
+}
+
+// prune forgets what left the window: empty series, stale holds, old
+// tombstones and observations.
+func (p *Projection) prune(now time.Time) {
+	sec, nowMs := now.Unix(), now.UnixMilli()
+	p.lastPruneSec = sec
+	for k, f := range p.flights {
+		if nowMs-f.atMs > flightTTL.Milliseconds() {
+			f.s.inFlight--
+			delete(p.flights, k)
+		}
+	}
+	for k, s := range p.series {
+		cut := 0
+		for cut < len(s.buckets) && s.buckets[cut].sec <= sec-p.window {
+			cut++
+		}
+		if cut > 0 {
+			s.buckets = append(s.buckets[:0], s.buckets[cut:]...)
+		}
+		if len(s.buckets) == 0 && s.inFlight == 0 {
+			delete(p.series, k)
+		}
+	}
+	for k, at := range p.tombs {
+		if nowMs-at > tombTTL.Milliseconds() {
+			delete(p.tombs, k)
+		}
+	}
+	for k, o := range p.observed {
+		if nowMs-o.ObservedAtMs > observedTTL.Milliseconds() {
+			delete(p.observed, k)
+		}
+	}
+}
+
+// ---- snapshot (the JSON contract; see dashboards/README.md) ----
+
+// Counters are one series' (or an aggregate's) counts over the window.
+type Counters struct {
+	Received          int64            `json:"received"`
+	Granted           int64            `json:"granted"`
+	Queued            int64            `json:"queued"`
+	Denied            int64            `json:"denied"`
+	DeniedByDimension map[string]int64 `json:"denied_by_dimension"`
+	Expired           int64            `json:"expired"`
+	Cancelled         int64            `json:"cancelled"`
+	Dispatched        int64            `json:"dispatched"`
+	Retries           int64            `json:"retries"`
+	Provider429       int64            `json:"provider_429"`
+	Provider503       int64            `json:"provider_503"`
+	ProviderOther     int64            `json:"provider_rejected_other"`
+	Reconciled        int64            `json:"reconciled"`
+	Released          int64            `json:"released"`
+	EstInputTokens    int64            `json:"estimated_input_tokens"`
+	ActInputTokens    int64            `json:"actual_input_tokens"`
+	EstOutputTokens   int64            `json:"estimated_output_tokens"`
+	ActOutputTokens   int64            `json:"actual_output_tokens"`
+	// Estimation errors are (estimate − actual) ÷ actual over the window's
+	// reconciled attempts that carried an estimate; null when undefined.
+	InputEstimationError  *float64         `json:"input_estimation_error"`
+	OutputEstimationError *float64         `json:"output_estimation_error"`
+	Outcomes              map[string]int64 `json:"outcomes"`
+	// InFlight is granted − reconciled − released − rejected − expired:
+	// attempts holding quota now (a gauge, not windowed).
+	InFlight int64 `json:"in_flight"`
+}
+
+// SeriesRow is one (scope, tenant, key, class) series.
+type SeriesRow struct {
+	Scope  string `json:"scope"`
+	Tenant string `json:"tenant"`
+	KeyID  string `json:"key_id"`
+	Class  string `json:"class"`
+	Counters
+}
+
+// TenantRow aggregates a tenant's series.
+type TenantRow struct {
+	Tenant string `json:"tenant"`
+	Counters
+}
+
+// ObservedRow is the last remaining level a provider reported for one
+// dimension of a scope/deployment.
+type ObservedRow struct {
+	Scope        string `json:"scope"`
+	Deployment   string `json:"deployment"`
+	Dimension    string `json:"dimension"`
+	Limit        int64  `json:"limit"`
+	Remaining    int64  `json:"remaining"`
+	ResetMs      int64  `json:"reset_ms"`
+	ObservedAtMs int64  `json:"observed_at_ms"`
+}
+
+// DecisionRow is one ledger decision with its explanation.
+type DecisionRow struct {
+	AtMs            int64  `json:"at_ms"` // when the view saw it
+	LogTimeMs       int64  `json:"log_time_ms"`
+	RequestID       string `json:"request_id"`
+	Attempt         int32  `json:"attempt"`
+	Scope           string `json:"scope"`
+	Tenant          string `json:"tenant"`
+	KeyID           string `json:"key_id"`
+	Route           string `json:"route"`
+	Class           string `json:"class"`
+	Status          string `json:"status"`
+	Reason          string `json:"reason,omitempty"`
+	LimitPath       string `json:"limit_path,omitempty"`
+	LimitDimension  string `json:"limit_dimension,omitempty"`
+	Needed          int64  `json:"needed,omitempty"`
+	Available       int64  `json:"available,omitempty"`
+	RetryAfterMs    int64  `json:"retry_after_ms,omitempty"`
+	GatewayDecision string `json:"gateway_decision"`
+	RetryClass      string `json:"retry_class,omitempty"`
+	Borrowed        bool   `json:"borrowed,omitempty"`
+}
+
+// StreamStats describes the consumed stream (operator view only).
+type StreamStats struct {
+	Events         int64 `json:"events"`
+	InvalidRecords int64 `json:"invalid_records"`
+	DroppedEvents  int64 `json:"dropped_events"`
+	LastEventMs    int64 `json:"last_event_ms"`
+	Series         int   `json:"series"`
+	InFlightHolds  int   `json:"in_flight_holds"`
+}
+
+// Snapshot is what /api/snapshot returns and /ws pushes.
+type Snapshot struct {
+	GeneratedAtMs int64  `json:"generated_at_ms"`
+	WindowS       int64  `json:"window_s"`
+	View          string `json:"view"` // "operator" or "tenant"
+	Tenant        string `json:"tenant,omitempty"`
+
+	Totals           Counters      `json:"totals"`
+	Tenants          []TenantRow   `json:"tenants"`
+	Series           []SeriesRow   `json:"series"`
+	ProviderObserved []ObservedRow `json:"provider_observed"`
+	RecentDecisions  []DecisionRow `json:"recent_decisions"`
+	Stream           *StreamStats  `json:"stream,omitempty"`
+}
+
+// Snapshot returns the operator view: every tenant, provider observations
+// and stream statistics.
+func (p *Projection) Snapshot() Snapshot { return p.snapshot("", false) }
+
+// TenantSnapshot returns the view of one tenant: only its series and its
+// decisions; no provider observations (they are scope-wide and reveal
+// other tenants' usage) and no stream statistics.
+func (p *Projection) TenantSnapshot(tenant string) Snapshot { return p.snapshot(tenant, true) }
+
+func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	sec := now.Unix()
+	snap := Snapshot{
+		GeneratedAtMs: now.UnixMilli(), WindowS: p.window, View: "operator",
+		Tenants: []TenantRow{}, Series: []SeriesRow{},
+		ProviderObserved: []ObservedRow{}, RecentDecisions: []DecisionRow{},
+	}
+	if filter {
+		snap.View, snap.Tenant = "tenant", tenant
+	}
+	var total vec
+	var totalInFlight int64
+	tenants := map[string]*struct {
+		v        vec
+		inFlight int64
+	}{}
+	for _, s := range p.series {
+		if filter && s.key.Tenant != tenant {
+			continue
+		}
+		var v vec
+		for i := range s.buckets {
+			b := &s.buckets[i]
+			if b.sec <= sec-p.window || b.sec > sec {
+				continue
+			}
+			for j := range v {
+				v[j] += b.v[j]
+			}
+		}
+		if v == (vec{}) && s.inFlight == 0 {
+			continue
+		}
+		snap.Series = append(snap.Series, SeriesRow{
+			Scope: s.key.Scope, Tenant: s.key.Tenant, KeyID: s.key.KeyID, Class: s.key.Class,
+			Counters: counters(&v, s.inFlight),
+		})
+		t := tenants[s.key.Tenant]
+		if t == nil {
+			t = &struct {
+				v        vec
+				inFlight int64
+			}{}
+			tenants[s.key.Tenant] = t
+		}
+		for j := range v {
+			t.v[j] += v[j]
+			total[j] += v[j]
+		}
+		t.inFlight += s.inFlight
+		totalInFlight += s.inFlight
+	}
+	sort.Slice(snap.Series, func(i, j int) bool {
+		a, b := snap.Series[i], snap.Series[j]
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		if a.Scope != b.Scope {
+			return a.Scope < b.Scope
+		}
+		if a.KeyID != b.KeyID {
+			return a.KeyID < b.KeyID
+		}
+		return a.Class < b.Class
+	})
+	for name, t := range tenants {
+		snap.Tenants = append(snap.Tenants, TenantRow{Tenant: name, Counters: counters(&t.v, t.inFlight)})
+	}
+	sort.Slice(snap.Tenants, func(i, j int) bool { return snap.Tenants[i].Tenant < snap.Tenants[j].Tenant })
+	snap.Totals = counters(&total, totalInFlight)
+
+	if filter {
+		if r := p.byTenant[tenant]; r != nil {
+			snap.RecentDecisions = r.newestFirst()
+		}
+		return snap
+	}
+	snap.RecentDecisions = p.recent.newestFirst()
+	for _, o := range p.observed {
+		snap.ProviderObserved = append(snap.ProviderObserved, o.ObservedRow)
+	}
+	sort.Slice(snap.ProviderObserved, func(i, j int) bool {
+		a, b := snap.ProviderObserved[i], snap.ProviderObserved[j]
+		if a.Scope != b.Scope {
+			return a.Scope < b.Scope
+		}
+		if a.Deployment != b.Deployment {
+			return a.Deployment < b.Deployment
+		}
+		return a.Dimension < b.Dimension
+	})
+	snap.Stream = &StreamStats{
+		Events: p.events, InvalidRecords: p.invalid, DroppedEvents: p.dropped,
+		LastEventMs: p.lastEventMs, Series: len(p.series), InFlightHolds: len(p.flights),
+	}
+	return snap
+}
+
+func counters(v *vec, inFlight int64) Counters {
+	c := Counters{
+		Received: v[cReceived], Granted: v[cGranted], Queued: v[cQueued], Denied: v[cDenied],
+		Expired: v[cExpired], Cancelled: v[cCancelled], Dispatched: v[cDispatched], Retries: v[cRetries],
+		Provider429: v[cProv429], Provider503: v[cProv503], ProviderOther: v[cProvOther],
+		Reconciled: v[cReconciled], Released: v[cReleased],
+		EstInputTokens: v[cEstIn], ActInputTokens: v[cActIn],
+		EstOutputTokens: v[cEstOut], ActOutputTokens: v[cActOut],
+		InputEstimationError:  ratio(v[cEstIn], v[cActIn]),
+		OutputEstimationError: ratio(v[cEstOut], v[cActOut]),
+		DeniedByDimension:     map[string]int64{},
+		Outcomes:              map[string]int64{},
+		InFlight:              inFlight,
+	}
+	for i := 0; i < deniedSlots; i++ {
+		if n := v[cDeniedDim+i]; n != 0 {
+			c.DeniedByDimension[slotName(i)] += n
+		}
+	}
+	for name, i := range map[string]int{"success": cOutSuccess, "cancelled": cOutCancelled, "timeout": cOutTimeout, "failure": cOutFailure, "other": cOutOther} {
+		if n := v[i]; n != 0 {
+			c.Outcomes[name] = n
+		}
+	}
+	return c
+}
+
+func ratio(est, act int64) *float64 {
+	if act == 0 {
+		return nil
+	}
+	r := float64(est-act) / float64(act)
+	return &r
+}

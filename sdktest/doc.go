@@ -1,0 +1,5 @@
+// Package sdktest holds the black-box tests that drive the gateway with the
+// official openai and anthropic Python SDKs (sdk_integration_test.go, build
+// tag integration; test_sdk.py; setup.sh installs the pinned SDKs into
+// $HOME/.cache/sluice/venv).
+package sdktest

@@ -1,0 +1,302 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+var shared *stack
+
+// TestMain starts one dev stack against the simulator, shared by the tests
+// that only need the simulator (each uses its own request ids).
+func TestMain(m *testing.M) {
+	st, err := newStack(nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dev stack:", err)
+		os.Exit(1)
+	}
+	shared = st
+	code := m.Run()
+	st.Close()
+	os.Exit(code)
+}
+
+func simStack(*testing.T) *stack { return shared }
+
+func TestErrorContract(t *testing.T) {
+	st := startStack(t, nil)
+	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		name      string
+		method    string
+		path      string
+		key       string
+		body      string
+		hdr       []string
+		status    int
+		code      string
+		param     string
+		anthropic bool
+		decision  string
+	}{
+		{name: "no key", path: "/v1/chat/completions", body: chat, status: 401, code: "missing_api_key"},
+		{name: "unknown key", path: "/v1/chat/completions", key: "sk-nope", body: chat, status: 401, code: "invalid_api_key"},
+		{name: "disabled key", path: "/v1/chat/completions", key: keyDisabled, body: chat, status: 401, code: "api_key_disabled"},
+		{name: "paused key", path: "/v1/chat/completions", key: keyPaused, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
+		{name: "paused tenant", path: "/v1/chat/completions", key: keyPausedT, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
+		{name: "malformed JSON", path: "/v1/chat/completions", key: keyDemo, body: `{"model":`, status: 400, code: "invalid_json"},
+		{name: "not an object", path: "/v1/chat/completions", key: keyDemo, body: `[1,2]`, status: 400, code: "invalid_type"},
+		{name: "messages wrong type", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-4o-mini","messages":"hi"}`, status: 400, code: "invalid_type", param: "messages"},
+		{name: "model missing", path: "/v1/chat/completions", key: keyDemo, body: `{"messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "missing_field", param: "model"},
+		{name: "negative max_tokens", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-4o-mini","max_tokens":-1,"messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "invalid_value", param: "max_tokens"},
+		{name: "absurd max_tokens", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-4o-mini","max_tokens":1000000000,"messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "invalid_value", param: "max_tokens"},
+		{name: "string max_tokens", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-4o-mini","max_tokens":"10","messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "invalid_type", param: "max_tokens"},
+		{name: "body over limit", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + strings.Repeat("x", 70_000) + `"}]}`, status: 413, code: "body_too_large"},
+		{name: "unknown model", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, status: 404, code: "model_not_found", param: "model"},
+		{name: "unknown class", path: "/v1/chat/completions", key: keyDemo, body: chat, hdr: []string{"X-Sluice-Class", "vip"}, status: 400, code: "invalid_header", param: "X-Sluice-Class"},
+		{name: "priority out of range", path: "/v1/chat/completions", key: keyDemo, body: chat, hdr: []string{"X-Sluice-Priority", "101"}, status: 400, code: "invalid_header", param: "X-Sluice-Priority"},
+		{name: "deadline not a number", path: "/v1/chat/completions", key: keyDemo, body: chat, hdr: []string{"X-Sluice-Deadline-Ms", "soon"}, status: 400, code: "invalid_header", param: "X-Sluice-Deadline-Ms"},
+		{name: "embeddings on an anthropic model", path: "/v1/embeddings", key: keyDemo, body: `{"model":"claude-sonnet-4-5","input":"hi"}`, status: 400, code: "unsupported_api", param: "model"},
+		{name: "chat on an anthropic model", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "unsupported_api"},
+		{name: "messages without max_tokens", path: "/v1/messages", key: keyDemo, body: `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "missing_field", param: "max_tokens", anthropic: true},
+		{name: "messages unknown model", path: "/v1/messages", key: keyDemo, body: `{"model":"claude-9","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 404, code: "model_not_found", anthropic: true},
+		{name: "messages bad key", path: "/v1/messages", key: "sk-nope", body: `{}`, status: 401, code: "invalid_api_key", anthropic: true},
+		{name: "wrong method", method: http.MethodGet, path: "/v1/chat/completions", key: keyDemo, status: 405, code: "method_not_allowed"},
+		{name: "unknown path", method: http.MethodGet, path: "/v2/whatever", key: keyDemo, status: 404, code: "not_found"},
+		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 0}, // uses the key's only request
+		{name: "local 429", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 429, code: "", decision: "rejected_locally|queued_then_expired"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.method
+			if m == "" {
+				m = http.MethodPost
+			}
+			resp, b := st.do(t, m, tc.path, tc.key, tc.body, tc.hdr...)
+			if tc.status == 0 {
+				if resp.StatusCode != 200 {
+					t.Fatalf("status %d: %s", resp.StatusCode, b)
+				}
+				return
+			}
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			e := decodeError(t, b, tc.anthropic)
+			if tc.code != "" && e.Code != tc.code {
+				t.Errorf("code %q, want %q (%s)", e.Code, tc.code, b)
+			}
+			if tc.param != "" && e.Param != tc.param {
+				t.Errorf("param %q, want %q", e.Param, tc.param)
+			}
+			if tc.decision != "" && !strings.Contains("|"+tc.decision+"|", "|"+e.Sluice.GatewayDecision+"|") {
+				t.Errorf("gateway_decision %q, want %s", e.Sluice.GatewayDecision, tc.decision)
+			}
+			if e.Message == "" || e.Type == "" {
+				t.Errorf("incomplete envelope: %s", b)
+			}
+			if tc.status == 429 {
+				if resp.Header.Get("Retry-After") == "" && e.Code != "queue_timeout" {
+					t.Errorf("429 without Retry-After: %v", resp.Header)
+				}
+				if e.Sluice.RequestID == "" || e.Sluice.Type != "local_limit" {
+					t.Errorf("429 sluice object incomplete: %s", b)
+				}
+				// Nothing stays reserved: the ledger settled the attempt
+				// (denied or expired), so no grant is waiting for a release.
+				evs := st.events(t, e.Sluice.RequestID, func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeDecision)) })
+				if has(evs, func(e schemas.Event) bool { return e.Decision != nil && e.Decision.Status == schemas.StatusGranted }) {
+					t.Errorf("a refused request holds a grant: %s", describe(evs))
+				}
+			}
+		})
+	}
+}
+
+func TestChatCompletionPlainAndStreaming(t *testing.T) {
+	st := simStack(t)
+	resp, b := st.do(t, "POST", "/v1/chat/completions", keyDemo, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Say hi"}],"max_tokens":16}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	var out struct {
+		Object string                                         `json:"object"`
+		Usage  struct{ PromptTokens, CompletionTokens int64 } `json:"usage"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || out.Object != "chat.completion" {
+		t.Fatalf("not a chat completion: %s", b)
+	}
+	reqID := resp.Header.Get("X-Sluice-Request-Id")
+	evs := st.events(t, reqID, func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeReconciled)) })
+	for _, e := range evs {
+		if e.Type == schemas.TypeReserveRequested && (e.ReserveRequested.InputTokens < 5 || e.ReserveRequested.OutputTokens != 16) {
+			t.Errorf("estimate %+v: want tokenizer input and max_tokens output", e.ReserveRequested)
+		}
+	}
+
+	tests := []struct {
+		name      string
+		body      string
+		wantUsage bool
+	}{
+		{"usage not asked: the forced usage chunk is withheld", `{"model":"gpt-4o-mini","stream":true,"max_tokens":12,"messages":[{"role":"user","content":"hi"}]}`, false},
+		{"usage asked: passed through", `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"max_tokens":12,"messages":[{"role":"user","content":"hi"}]}`, true},
+		{"azure adapter", `{"model":"azure-gpt-4o-mini","stream":true,"max_tokens":12,"messages":[{"role":"user","content":"hi"}]}`, false},
+		{"gemini translated", `{"model":"gemini-2.0-flash","stream":true,"stream_options":{"include_usage":true},"max_tokens":12,"messages":[{"role":"user","content":"hi"}]}`, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := st.do(t, "POST", "/v1/chat/completions", keyDemo, tc.body)
+			if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Fatalf("status %d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+			}
+			s := string(b)
+			if !strings.Contains(s, "chat.completion.chunk") || !strings.HasSuffix(strings.TrimSpace(s), "data: [DONE]") {
+				t.Fatalf("not an OpenAI stream: %s", s)
+			}
+			if got := strings.Contains(s, `"choices":[]`); got != tc.wantUsage {
+				t.Errorf("usage chunk present = %v, want %v:\n%s", got, tc.wantUsage, s)
+			}
+			reqID := resp.Header.Get("X-Sluice-Request-Id")
+			evs := st.events(t, reqID, func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeReconciled)) })
+			for _, e := range evs {
+				if rc := e.Reconciled; rc != nil && (!rc.Streaming || rc.Partial || rc.OutputTokens == 0 || rc.InputTokens == 0) {
+					t.Errorf("stream reconcile %+v: want complete streamed usage", rc)
+				}
+			}
+		})
+	}
+}
+
+func TestEmbeddingsMessagesModels(t *testing.T) {
+	st := simStack(t)
+	tests := []struct {
+		name, path, body, want string
+		stream                 bool
+	}{
+		{"embeddings", "/v1/embeddings", `{"model":"text-embedding-3-small","input":["a","b"]}`, `"embedding"`, false},
+		{"messages", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`, `"type":"message"`, false},
+		{"messages stream", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, "event: message_stop", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := st.do(t, "POST", tc.path, keyDemo, tc.body)
+			if resp.StatusCode != 200 || !strings.Contains(string(b), tc.want) {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			reqID := resp.Header.Get("X-Sluice-Request-Id")
+			evs := st.events(t, reqID, func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeReconciled)) })
+			for _, e := range evs {
+				if rc := e.Reconciled; rc != nil && (rc.InputTokens == 0 || rc.Streaming != tc.stream || rc.Partial) {
+					t.Errorf("reconcile %+v", rc)
+				}
+			}
+		})
+	}
+	resp, b := st.do(t, "GET", "/v1/models", keyDemo, "")
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"list"`) {
+		t.Fatalf("models: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := st.do(t, "GET", "/v1/models", "", ""); resp.StatusCode != 401 {
+		t.Fatalf("models without a key: %d", resp.StatusCode)
+	}
+}
+
+// TestProviderObserved checks that each adapter's rate-limit headers (as
+// the simulator sends them in each provider's format) reach the ledger as
+// ProviderObserved with the provider's dimensions.
+func TestProviderObserved(t *testing.T) {
+	st := simStack(t)
+	tests := []struct {
+		name, path, body string
+		dim              schemas.Dimension
+	}{
+		{"openai", "/v1/chat/completions", `{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, schemas.DimTotalTokens},
+		{"azure", "/v1/chat/completions", `{"model":"azure-gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, schemas.DimTotalTokens},
+		{"anthropic", "/v1/messages", `{"model":"claude-sonnet-4-5","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, schemas.DimOutputTokens},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := st.do(t, "POST", tc.path, keyDemo, tc.body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			st.events(t, resp.Header.Get("X-Sluice-Request-Id"), func(evs []schemas.Event) bool {
+				return has(evs, func(e schemas.Event) bool {
+					if e.ProviderObserved == nil {
+						return false
+					}
+					for _, o := range e.ProviderObserved.Observations {
+						if o.Dimension == tc.dim {
+							return true
+						}
+					}
+					return false
+				})
+			})
+		})
+	}
+}
+
+func TestClassPriorityDeadlineReachTheLedger(t *testing.T) {
+	st := simStack(t)
+	tests := []struct {
+		name     string
+		key      string
+		hdr      []string
+		class    string
+		priority int32
+		deadline bool
+	}{
+		{"key defaults", keyBatch, nil, "batch", -5, false},
+		{"headers override", keyBatch, []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "7", "X-Sluice-Deadline-Ms", "30000"}, "agent", 7, true},
+		{"demo key default class", keyDemo, nil, "interactive", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := st.do(t, "POST", "/v1/chat/completions", tc.key, `{"model":"gpt-4o-mini","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, tc.hdr...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("status %d: %s", resp.StatusCode, b)
+			}
+			evs := st.events(t, resp.Header.Get("X-Sluice-Request-Id"), func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeReserveRequested)) })
+			for _, e := range evs {
+				if rr := e.ReserveRequested; rr != nil {
+					if e.Class != tc.class || rr.Priority != tc.priority || (rr.DeadlineMs > 0) != tc.deadline {
+						t.Errorf("class %q priority %d deadline %d; want %q %d deadline=%v", e.Class, rr.Priority, rr.DeadlineMs, tc.class, tc.priority, tc.deadline)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestIdempotencyKeyReplays(t *testing.T) {
+	st := simStack(t)
+	body := `{"model":"gpt-4o-mini","max_tokens":8,"messages":[{"role":"user","content":"once"}]}`
+	r1, b1 := st.do(t, "POST", "/v1/chat/completions", keyDemo, body, "Idempotency-Key", "idem-1")
+	if r1.StatusCode != 200 {
+		t.Fatalf("first: %d %s", r1.StatusCode, b1)
+	}
+	r2, b2 := st.do(t, "POST", "/v1/chat/completions", keyDemo, body, "Idempotency-Key", "idem-1")
+	if r2.StatusCode != 200 || string(b1) != string(b2) || r2.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %v\n%s\nvs\n%s", r2.StatusCode, r2.Header, b2, b1)
+	}
+	if r2.Header.Get("X-Sluice-Request-Id") != r1.Header.Get("X-Sluice-Request-Id") {
+		t.Errorf("replay carries another request id")
+	}
+	r3, b3 := st.do(t, "POST", "/v1/chat/completions", keyDemo, strings.Replace(body, "once", "twice", 1), "Idempotency-Key", "idem-1")
+	if r3.StatusCode != 409 || decodeError(t, b3, false).Code != "idempotency_key_reused" {
+		t.Fatalf("reuse with another body: %d %s", r3.StatusCode, b3)
+	}
+	// Another tenant's key space is separate: the same key runs afresh.
+	r4, _ := st.do(t, "POST", "/v1/chat/completions", keyBatch, body, "Idempotency-Key", "idem-1")
+	if r4.StatusCode != 200 || r4.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("other tenant: %d %v", r4.StatusCode, r4.Header)
+	}
+}

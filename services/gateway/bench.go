@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/ledgerd"
+	"github.com/sluice-dev/sluice/services/sim"
+)
+
+// BenchOptions sizes `sluice bench gateway`. Zero values take defaults.
+type BenchOptions struct {
+	Requests    int           // sequential requests per latency series (default 2000)
+	Concurrency int           // clients of the throughput run (default 4 × GOMAXPROCS)
+	Duration    time.Duration // throughput run length (default 5s)
+	Log         *slog.Logger
+}
+
+// BenchResult is what `sluice bench gateway --json` prints.
+type BenchResult struct {
+	Bench       string `json:"bench"`
+	Requests    int    `json:"requests"`
+	GoMaxProcs  int    `json:"gomaxprocs"`
+	Go          string `json:"go"`
+	Description string `json:"description"`
+	// Latency of a small non-streaming chat completion, sequential.
+	DirectP50Ms  float64 `json:"direct_p50_ms"`
+	DirectP99Ms  float64 `json:"direct_p99_ms"`
+	GatewayP50Ms float64 `json:"gateway_p50_ms"`
+	GatewayP99Ms float64 `json:"gateway_p99_ms"`
+	AddedP50Ms   float64 `json:"added_p50_ms"`
+	AddedP99Ms   float64 `json:"added_p99_ms"`
+	// Throughput through the gateway with the ledger in process.
+	Concurrency       int     `json:"concurrency"`
+	RequestsPerSec    float64 `json:"requests_per_sec"`
+	RequestsPerSecCPU float64 `json:"requests_per_sec_per_core"`
+	Errors            int64   `json:"errors"`
+	// Estimation of a 4,000-token chat prompt.
+	EstimatePromptTokens int64   `json:"estimate_prompt_tokens"`
+	EstimateUsPerOp      float64 `json:"estimate_us_per_op"`
+	EstimateAllocsPerOp  float64 `json:"estimate_allocs_per_op"`
+}
+
+const benchKey = "sk-sluice-bench"
+
+// BenchGateway measures the gateway's added latency against calling the
+// provider simulator directly (p50, p99), its throughput for small
+// non-streaming requests, and the cost of estimating a 4,000-token prompt.
+// Everything runs in this process: kfake Kafka, a ledger member, the
+// simulator (no modelled latency, limits out of the way) and the gateway,
+// all on loopback. Timings belong here, never in tests.
+func BenchGateway(ctx context.Context, o BenchOptions) (*BenchResult, error) {
+	if o.Requests <= 0 {
+		o.Requests = 2000
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 4 * runtime.GOMAXPROCS(0)
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	res := &BenchResult{Bench: "gateway", Requests: o.Requests, GoMaxProcs: runtime.GOMAXPROCS(0), Go: runtime.Version(), Concurrency: o.Concurrency,
+		Description: "small non-streaming chat completion; in-process kfake Kafka, ledger, simulator without modelled latency; loopback HTTP"}
+
+	env, err := startBenchEnv(ctx, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to Sluice in five words."}]}`)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
+	call := func(url, key string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	}
+	series := func(url, key string) ([]time.Duration, error) {
+		for i := 0; i < 50; i++ { // warm connections, tokenizer, ledger nodes
+			if err := call(url, key); err != nil {
+				return nil, fmt.Errorf("warm-up %s: %w", url, err)
+			}
+		}
+		out := make([]time.Duration, 0, o.Requests)
+		for i := 0; i < o.Requests; i++ {
+			t0 := time.Now()
+			if err := call(url, key); err != nil {
+				return nil, fmt.Errorf("%s: %w", url, err)
+			}
+			out = append(out, time.Since(t0))
+		}
+		return out, nil
+	}
+	direct, err := series(env.simURL+"/openai/v1/chat/completions", "unused")
+	if err != nil {
+		return nil, err
+	}
+	viaGW, err := series(env.gwURL+"/v1/chat/completions", benchKey)
+	if err != nil {
+		return nil, err
+	}
+	res.DirectP50Ms, res.DirectP99Ms = quantileMs(direct, 0.50), quantileMs(direct, 0.99)
+	res.GatewayP50Ms, res.GatewayP99Ms = quantileMs(viaGW, 0.50), quantileMs(viaGW, 0.99)
+	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
+
+	var done, errs atomic.Int64
+	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < o.Concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for runCtx.Err() == nil {
+				if err := call(env.gwURL+"/v1/chat/completions", benchKey); err != nil {
+					if runCtx.Err() == nil {
+						errs.Add(1)
+					}
+					continue
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	el := time.Since(start).Seconds()
+	res.RequestsPerSec = float64(done.Load()) / el
+	res.RequestsPerSecCPU = res.RequestsPerSec / float64(runtime.GOMAXPROCS(0))
+	res.Errors = errs.Load()
+
+	res.EstimatePromptTokens, res.EstimateUsPerOp, res.EstimateAllocsPerOp, err = benchEstimate(env.gw.est)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// benchEstimate times the estimate of a chat prompt of about 4,000 tokens.
+func benchEstimate(est *estimate.Estimator) (int64, float64, float64, error) {
+	words := strings.Fields("the quick brown fox jumps over the lazy dog while quota governors reserve tokens and reconcile usage")
+	var sb strings.Builder
+	for i := 0; sb.Len() < 23_500; i++ {
+		sb.WriteString(words[i%len(words)])
+		sb.WriteByte(' ')
+	}
+	b, _ := json.Marshal(map[string]any{"model": "gpt-4o", "max_tokens": 512, "messages": []map[string]string{
+		{"role": "system", "content": "You are a careful assistant."}, {"role": "user", "content": sb.String()}}})
+	req, err := estimate.ParseOpenAIChat(b)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("bench prompt: %w", err)
+	}
+	e := est.Estimate(req, 0)
+	const n = 2000
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		e = est.Estimate(req, 0)
+	}
+	el := time.Since(t0)
+	runtime.ReadMemStats(&after)
+	return e.InputTokens, float64(el.Microseconds()) / n, float64(after.Mallocs-before.Mallocs) / n, nil
+}
+
+func quantileMs(ds []time.Duration, q float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := min(len(s)-1, int(q*float64(len(s))))
+	return float64(s[i].Microseconds()) / 1000
+}
+
+type benchEnv struct {
+	simURL, gwURL string
+	gw            *Server
+	closers       []func()
+}
+
+func (e *benchEnv) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// startBenchEnv brings up kfake, the simulator, a ledger and a gateway with
+// limits far above what the bench sends, so every request is granted.
+func startBenchEnv(ctx context.Context, log *slog.Logger) (env *benchEnv, err error) {
+	env = &benchEnv{}
+	defer func() {
+		if err != nil {
+			env.close()
+		}
+	}()
+	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
+	if err != nil {
+		return nil, fmt.Errorf("embedded kafka: %w", err)
+	}
+	env.closers = append(env.closers, cl.Close)
+	brokers := cl.ListenAddrs()
+	names := bus.DefaultNames()
+	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, adm.Close)
+	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), bus.DefaultTopics().Specs()); err != nil {
+		return nil, fmt.Errorf("topics: %w", err)
+	}
+
+	sc := sim.DefaultConfig()
+	sc.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
+	oa := sc.Providers[sim.OpenAI]
+	oa.Limits = sim.Limits{RPM: 1 << 40, TPM: 1 << 40}
+	sc.Providers[sim.OpenAI] = oa
+	simSrv, err := sim.New(sc)
+	if err != nil {
+		return nil, fmt.Errorf("simulator: %w", err)
+	}
+	var stop func()
+	if env.simURL, stop, err = benchServe(simSrv); err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, stop)
+
+	lc := ledger.DefaultDevConfig()
+	lc.Scopes[0].Buckets = []ledger.BucketConfig{{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 1 << 40, PeriodMs: 60_000}}
+	led, err := json.Marshal(lc)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(strings.NewReader(fmt.Sprintf(`node: gw-bench
+providers:
+  - {name: sim-openai, kind: openai, scope: sim-openai, base_url: %s/openai/v1}
+routes:
+  - {model: gpt-4o-mini, provider: sim-openai}
+tenants:
+  - id: bench
+    keys:
+      - {id: bench-key, sha256: %s}
+ledger: %s
+`, env.simURL, config.HashKey(benchKey), led)))
+	if err != nil {
+		return nil, fmt.Errorf("bench config: %w", err)
+	}
+	if err := ledgerd.PublishConfig(ctx, brokers, names, cfg.LedgerJSON(), "bench"); err != nil {
+		return nil, err
+	}
+	ld, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: "bench-ledger", Node: "ledger-bench", Log: log, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	ldDone := make(chan struct{})
+	go func() {
+		defer close(ldDone)
+		_ = ld.Loop(runCtx)
+	}()
+	env.closers = append(env.closers, func() { cancel(); <-ldDone; ld.Close() })
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: cfg.Node, AnswerTimeout: 5 * time.Second, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, rc.Close)
+	env.gw = New(cfg, rc, log)
+	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, stop)
+	return env, nil
+}
+
+func benchServe(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			slog.Error("bench server", "err", err)
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

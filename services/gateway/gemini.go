@@ -1,0 +1,256 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/sluice-dev/sluice/admission/estimate"
+)
+
+// Gemini routes are served by translation, not passthrough: callers speak
+// OpenAI chat completions (the SDK they already have), and the gateway
+// turns the request into generateContent (streamGenerateContent?alt=sse for
+// streams) and the answer back into chat.completion / chat.completion.chunk.
+// Only what maps one to one is translated — text messages, system prompts,
+// max tokens, temperature, top_p, stop — so a request with tools, images or
+// other parts never goes to a Gemini candidate (see geminiTranslatable).
+
+// geminiTranslatable reports whether a chat request maps onto Gemini.
+func geminiTranslatable(req estimate.Request) bool {
+	if len(req.Tools) > 0 || req.N > 1 || (req.ResponseFormat != nil && req.ResponseFormat.Type != "text") {
+		return false
+	}
+	for _, m := range req.Messages {
+		if len(m.ToolCalls) > 0 || m.Role == "tool" || m.Role == "function" {
+			return false
+		}
+		for _, p := range m.Parts {
+			if p.Type != estimate.PartText {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+type geminiPart struct {
+	Text string `json:"text"`
+}
+
+type geminiContent struct {
+	Role  string       `json:"role,omitempty"`
+	Parts []geminiPart `json:"parts"`
+}
+
+// geminiRequest translates an OpenAI chat body into generateContent.
+func geminiRequest(req estimate.Request, body []byte) ([]byte, error) {
+	var opt struct {
+		Temperature *float64        `json:"temperature"`
+		TopP        *float64        `json:"top_p"`
+		Stop        json.RawMessage `json:"stop"`
+	}
+	_ = json.Unmarshal(body, &opt) // the parser already validated the body
+	out := struct {
+		Contents          []geminiContent `json:"contents"`
+		SystemInstruction *geminiContent  `json:"systemInstruction,omitempty"`
+		GenerationConfig  map[string]any  `json:"generationConfig,omitempty"`
+	}{}
+	var system []geminiPart
+	for _, m := range req.Messages {
+		var parts []geminiPart
+		for _, p := range m.Parts {
+			parts = append(parts, geminiPart{Text: p.Text})
+		}
+		switch m.Role {
+		case "system", "developer":
+			system = append(system, parts...)
+			continue
+		case "assistant":
+			out.Contents = append(out.Contents, geminiContent{Role: "model", Parts: parts})
+		default:
+			out.Contents = append(out.Contents, geminiContent{Role: "user", Parts: parts})
+		}
+	}
+	if len(system) > 0 {
+		out.SystemInstruction = &geminiContent{Parts: system}
+	}
+	gc := map[string]any{}
+	if req.MaxTokens > 0 {
+		gc["maxOutputTokens"] = req.MaxTokens
+	}
+	if opt.Temperature != nil {
+		gc["temperature"] = *opt.Temperature
+	}
+	if opt.TopP != nil {
+		gc["topP"] = *opt.TopP
+	}
+	if len(opt.Stop) > 0 && string(opt.Stop) != "null" {
+		var one string
+		var many []string
+		if json.Unmarshal(opt.Stop, &one) == nil {
+			gc["stopSequences"] = []string{one}
+		} else if json.Unmarshal(opt.Stop, &many) == nil {
+			gc["stopSequences"] = many
+		}
+	}
+	if len(gc) > 0 {
+		out.GenerationConfig = gc
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("translate to gemini: %w", err)
+	}
+	return b, nil
+}
+
+type geminiResponse struct {
+	Candidates []struct {
+		Content struct {
+			Parts []geminiPart `json:"parts"`
+		} `json:"content"`
+		FinishReason string `json:"finishReason"`
+	} `json:"candidates"`
+	UsageMetadata *struct {
+		PromptTokenCount     int64 `json:"promptTokenCount"`
+		CandidatesTokenCount int64 `json:"candidatesTokenCount"`
+		TotalTokenCount      int64 `json:"totalTokenCount"`
+	} `json:"usageMetadata"`
+}
+
+type openAIUsage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+func (g *geminiResponse) text() (string, string) {
+	if len(g.Candidates) == 0 {
+		return "", ""
+	}
+	var sb strings.Builder
+	for _, p := range g.Candidates[0].Content.Parts {
+		sb.WriteString(p.Text)
+	}
+	return sb.String(), finishReason(g.Candidates[0].FinishReason)
+}
+
+func (g *geminiResponse) usage() *openAIUsage {
+	if g.UsageMetadata == nil {
+		return nil
+	}
+	u := g.UsageMetadata
+	return &openAIUsage{PromptTokens: u.PromptTokenCount, CompletionTokens: u.CandidatesTokenCount, TotalTokens: u.PromptTokenCount + u.CandidatesTokenCount}
+}
+
+func finishReason(r string) string {
+	switch r {
+	case "":
+		return ""
+	case "STOP":
+		return "stop"
+	case "MAX_TOKENS":
+		return "length"
+	case "SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII":
+		return "content_filter"
+	}
+	return "stop"
+}
+
+// geminiToOpenAI translates a generateContent response to chat.completion.
+func geminiToOpenAI(body []byte, model, reqID string) ([]byte, error) {
+	var g geminiResponse
+	if err := json.Unmarshal(body, &g); err != nil {
+		return nil, fmt.Errorf("gemini response: %w", err)
+	}
+	text, fr := g.text()
+	if fr == "" {
+		fr = "stop"
+	}
+	type msg struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	type choice struct {
+		Index        int    `json:"index"`
+		Message      msg    `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	}
+	return json.Marshal(struct {
+		ID      string       `json:"id"`
+		Object  string       `json:"object"`
+		Created int64        `json:"created"`
+		Model   string       `json:"model"`
+		Choices []choice     `json:"choices"`
+		Usage   *openAIUsage `json:"usage,omitempty"`
+	}{"chatcmpl-" + reqID, "chat.completion", 0, model, []choice{{0, msg{"assistant", text}, fr}}, g.usage()})
+}
+
+// geminiStream turns Gemini SSE chunks into chat.completion.chunk events.
+type geminiStream struct {
+	model, id    string
+	includeUsage bool
+	started      bool
+	stop         string
+	usage        *openAIUsage
+}
+
+type chunkDelta struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content,omitempty"`
+}
+
+type chunkChoice struct {
+	Index        int        `json:"index"`
+	Delta        chunkDelta `json:"delta"`
+	FinishReason *string    `json:"finish_reason"`
+}
+
+func (t *geminiStream) chunk(choices []chunkChoice, usage *openAIUsage) []byte {
+	b, _ := json.Marshal(struct {
+		ID      string        `json:"id"`
+		Object  string        `json:"object"`
+		Created int64         `json:"created"`
+		Model   string        `json:"model"`
+		Choices []chunkChoice `json:"choices"`
+		Usage   *openAIUsage  `json:"usage,omitempty"`
+	}{t.id, "chat.completion.chunk", 0, t.model, choices, usage})
+	return append(append([]byte("data: "), b...), '\n', '\n')
+}
+
+// translate turns one Gemini event's data into zero or more OpenAI events.
+func (t *geminiStream) translate(data []byte) []byte {
+	var g geminiResponse
+	if json.Unmarshal(data, &g) != nil {
+		return nil
+	}
+	if u := g.usage(); u != nil {
+		t.usage = u
+	}
+	text, fr := g.text()
+	var out []byte
+	if !t.started {
+		t.started = true
+		out = append(out, t.chunk([]chunkChoice{{Delta: chunkDelta{Role: "assistant"}}}, nil)...)
+	}
+	if text != "" {
+		out = append(out, t.chunk([]chunkChoice{{Delta: chunkDelta{Content: text}}}, nil)...)
+	}
+	if fr != "" {
+		t.stop = fr
+	}
+	return out
+}
+
+// finish writes the closing chunks: finish_reason, usage if asked, [DONE].
+func (t *geminiStream) finish() []byte {
+	fr := t.stop
+	if fr == "" {
+		fr = "stop"
+	}
+	out := t.chunk([]chunkChoice{{FinishReason: &fr}}, nil)
+	if t.includeUsage && t.usage != nil {
+		out = append(out, t.chunk([]chunkChoice{}, t.usage)...)
+	}
+	return append(out, "data: [DONE]\n\n"...)
+}

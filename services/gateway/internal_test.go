@@ -1,0 +1,214 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/admission/config"
+)
+
+const minimalYAML = `providers:
+  - {name: p, kind: openai, scope: s, base_url: "http://127.0.0.1:1/v1"}
+routes:
+  - {model: m, provider: p}
+tenants:
+  - id: t
+    keys:
+      - {id: k, sha256: 0000000000000000000000000000000000000000000000000000000000000000, class: batch, priority: 3, deadline_ms: 900}
+ledger:
+  scopes:
+    - name: s
+      buckets:
+        - {level: key, id: "*", dimension: requests, capacity: CAP}
+`
+
+func minimal(capacity string) string { return strings.Replace(minimalYAML, "CAP", capacity, 1) }
+
+func mustLoad(t *testing.T, y string) *config.Config {
+	t.Helper()
+	c, err := config.Load(strings.NewReader(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestParseAdmission(t *testing.T) {
+	cfg := mustLoad(t, minimal("600"))
+	id := &config.Identity{Class: "batch", Priority: 3, DeadlineMs: 900, FallbackAllowed: true}
+	noFallback := &config.Identity{Class: "batch", FallbackAllowed: false}
+	tests := []struct {
+		name string
+		id   *config.Identity
+		hdr  map[string]string
+		want admission
+		bad  string // param of the expected error
+	}{
+		{"key defaults", id, nil, admission{"batch", 3, 900, true}, ""},
+		{"all headers", id, map[string]string{HeaderClass: "agent", HeaderPriority: "-7", HeaderDeadlineMs: "2500", HeaderFallback: "false"}, admission{"agent", -7, 2500, false}, ""},
+		{"blank headers are absent", id, map[string]string{HeaderClass: "  ", HeaderPriority: ""}, admission{"batch", 3, 900, true}, ""},
+		{"fallback true cannot override a key that forbids it", noFallback, map[string]string{HeaderFallback: "true"}, admission{"batch", 0, 0, false}, ""},
+		{"unknown class", id, map[string]string{HeaderClass: "gold"}, admission{}, HeaderClass},
+		{"priority too high", id, map[string]string{HeaderPriority: "101"}, admission{}, HeaderPriority},
+		{"priority not a number", id, map[string]string{HeaderPriority: "high"}, admission{}, HeaderPriority},
+		{"deadline zero", id, map[string]string{HeaderDeadlineMs: "0"}, admission{}, HeaderDeadlineMs},
+		{"deadline over a day", id, map[string]string{HeaderDeadlineMs: "86400001"}, admission{}, HeaderDeadlineMs},
+		{"fallback not a bool", id, map[string]string{HeaderFallback: "maybe"}, admission{}, HeaderFallback},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tc.hdr {
+				h.Set(k, v)
+			}
+			got, e := parseAdmission(h, tc.id, cfg.HasClass)
+			if tc.bad != "" {
+				if e == nil || e.Param != tc.bad || e.Status != 400 || e.Code != "invalid_header" {
+					t.Fatalf("got %+v, %+v; want a 400 on %s", got, e, tc.bad)
+				}
+				return
+			}
+			if e != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, e, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParseAdmission: any header values give either a 400 naming a header
+// or an admission within the bounds the ledger accepts.
+func FuzzParseAdmission(f *testing.F) {
+	for _, s := range [][4]string{{"batch", "3", "100", "true"}, {"", "-100", "86400000", "0"}, {"x", "1e3", "-1", "yes"}} {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	cfg, err := config.Load(strings.NewReader(minimal("600")))
+	if err != nil {
+		f.Fatal(err)
+	}
+	id := &config.Identity{Class: "interactive", FallbackAllowed: true}
+	f.Fuzz(func(t *testing.T, class, prio, deadline, fallback string) {
+		h := http.Header{}
+		h[HeaderClass] = []string{class}
+		h[HeaderPriority] = []string{prio}
+		h[HeaderDeadlineMs] = []string{deadline}
+		h[HeaderFallback] = []string{fallback}
+		a, e := parseAdmission(h, id, cfg.HasClass)
+		if e != nil {
+			if e.Status != 400 || !strings.HasPrefix(e.Param, "X-Sluice-") {
+				t.Fatalf("error %+v", e)
+			}
+			return
+		}
+		if !cfg.HasClass(a.Class) || a.Priority < priorityMin || a.Priority > priorityMax || a.DeadlineMs < 0 || a.DeadlineMs > config.DeadlineMsMax {
+			t.Fatalf("admission out of bounds: %+v", a)
+		}
+	})
+}
+
+func TestIdemStore(t *testing.T) {
+	t0 := time.Unix(1_000, 0)
+	fpA, fpB := idemFingerprint("/v1/x", []byte("a")), idemFingerprint("/v1/x", []byte("b"))
+	s := newIdemStore(config.Idempotency{WindowMs: 1000, EntriesMax: 2, BodyBytesMax: 4})
+	type step struct {
+		name     string
+		key      string
+		fp       [32]byte
+		at       time.Duration
+		want     idemState
+		complete int // status to complete a fresh entry with (0: leave in flight)
+		body     string
+	}
+	var entries = map[string]*idemEntry{}
+	steps := []step{
+		{"first sight", "k1", fpA, 0, idemFresh, 0, ""},
+		{"repeat in flight", "k1", fpA, 10 * time.Millisecond, idemInFlight, 0, ""},
+		{"other body", "k1", fpB, 20 * time.Millisecond, idemMismatch, 0, ""},
+		{"second key, completes", "k2", fpA, 30 * time.Millisecond, idemFresh, 200, "ok"},
+		{"replay", "k2", fpA, 40 * time.Millisecond, idemReplay, 0, ""},
+		{"refusals are forgotten", "k3", fpA, 50 * time.Millisecond, idemFresh, 429, "no"},
+		{"k3 runs again (evicts k1, the oldest)", "k3", fpA, 60 * time.Millisecond, idemFresh, 200, "too-long"},
+		{"response too large to keep", "k3", fpA, 70 * time.Millisecond, idemTooLarge, 0, ""},
+		{"k1 was evicted", "k1", fpA, 80 * time.Millisecond, idemFresh, 0, ""},
+		{"window passed", "k1", fpB, 2 * time.Second, idemFresh, 0, ""},
+	}
+	for _, st := range steps {
+		e, got := s.begin(st.key, st.fp, t0.Add(st.at))
+		if got != st.want {
+			t.Fatalf("step %q: state %d, want %d", st.name, got, st.want)
+		}
+		if got == idemFresh {
+			entries[st.key] = e
+			if st.complete != 0 {
+				s.complete(e, st.complete, http.Header{}, []byte(st.body), false)
+			}
+		}
+		if n := s.len(); n > 2 {
+			t.Fatalf("step %q: %d entries, bound is 2", st.name, n)
+		}
+	}
+}
+
+func TestReloader(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sluice.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(minimal("600"))
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	srv := New(mustLoad(t, minimal("600")), nil, log)
+	var published [][]byte
+	publishErr := error(nil)
+	r := NewReloader(path, srv, func(_ context.Context, b []byte, _ string) error {
+		if publishErr != nil {
+			return publishErr
+		}
+		published = append(published, b)
+		return nil
+	}, log)
+	tests := []struct {
+		name       string
+		file       string
+		publishErr error
+		wantErr    bool
+		wantCap    string // the running config's bucket capacity afterwards
+		published  int
+	}{
+		{"invalid YAML keeps the running config", "providers: [", nil, true, "600", 0},
+		{"validation error keeps it too", minimal("-1"), nil, true, "600", 0},
+		{"a failed publish keeps it", minimal("1200"), errors.New("broker down"), true, "600", 0},
+		{"good reload publishes ConfigChanged and swaps", minimal("1800"), nil, false, "1800", 1},
+		{"same ledger section: no new ConfigChanged", minimal("1800"), nil, false, "1800", 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			write(tc.file)
+			publishErr = tc.publishErr
+			logs.Reset()
+			err := r.Reload(context.Background())
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err %v, want error %v", err, tc.wantErr)
+			}
+			if tc.wantErr && !strings.Contains(logs.String(), "keeping the running config") {
+				t.Errorf("refusal not logged: %s", logs.String())
+			}
+			if got := string(srv.Config().LedgerJSON()); !strings.Contains(got, `"capacity":`+tc.wantCap+`,`) {
+				t.Errorf("running ledger section %s, want capacity %s", got, tc.wantCap)
+			}
+			if len(published) != tc.published {
+				t.Errorf("%d ConfigChanged published, want %d", len(published), tc.published)
+			}
+		})
+	}
+}
