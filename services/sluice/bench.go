@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,8 +31,21 @@ func runBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
 	brokers := brokersFlag(fs)
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
+	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var res any
 	var err error
@@ -41,7 +55,7 @@ func runBench(ctx context.Context, args []string) error {
 	case "codec":
 		res, err = benchCodec(*n)
 	case "gateway":
-		res, err = benchGateway(ctx, *n)
+		res, err = benchGateway(ctx, *n, *conc)
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
 			SustainEvents: *n, Progress: os.Stderr})

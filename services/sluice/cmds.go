@@ -235,6 +235,6 @@ func runEstimate(_ context.Context, args []string) error {
 }
 
 // benchGateway runs `sluice bench gateway` (wired in bench.go).
-func benchGateway(ctx context.Context, n int) (any, error) {
-	return gateway.BenchGateway(ctx, gateway.BenchOptions{Requests: n})
+func benchGateway(ctx context.Context, n, concurrency int) (any, error) {
+	return gateway.BenchGateway(ctx, gateway.BenchOptions{Requests: n, Concurrency: concurrency})
 }
