@@ -161,6 +161,38 @@ func (c *Client) Produce(ctx context.Context, ev *schemas.Event) error {
 	return c.produce(ctx, c.cfg.Topics.Requests, ev)
 }
 
+// Send queues ev for sluice.requests without waiting for the broker's ack.
+// Events of one scope sent through one Client keep their order, so a
+// reconcile sent before the next reserve is applied before it. done, if not
+// nil, receives the outcome. Send blocks only when the client's buffer is
+// full (backpressure, never loss).
+func (c *Client) Send(ev *schemas.Event, done func(error)) {
+	c.send(c.cfg.Topics.Requests, ev, done)
+}
+
+// SendTelemetry is Send for analytics-only events (Dispatched, Outcome).
+func (c *Client) SendTelemetry(ev *schemas.Event, done func(error)) {
+	c.send(c.cfg.Topics.Telemetry, ev, done)
+}
+
+func (c *Client) send(topic string, ev *schemas.Event, done func(error)) {
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	c.prod.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) {
+		if done != nil {
+			if err != nil {
+				err = fmt.Errorf("produce %s to %s: %w", ev.Type, topic, err)
+			}
+			done(err)
+		}
+	})
+}
+
 // Telemetry writes an analytics-only event (Dispatched, Outcome).
 func (c *Client) Telemetry(ctx context.Context, ev *schemas.Event) error {
 	return c.produce(ctx, c.cfg.Topics.Telemetry, ev)

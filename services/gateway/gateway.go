@@ -38,9 +38,6 @@ type Server struct {
 	ready    atomic.Bool
 	m        *metrics
 	idem     *idemStore
-	// bg bounds the goroutines that send analytics-only events (Dispatched,
-	// Outcome, ProviderObserved) off the request path.
-	bg chan struct{}
 }
 
 // Option configures a Server.
@@ -50,10 +47,6 @@ type Option func(*Server)
 // (tests and benchmarks use it to count or intercept upstream calls).
 func WithUpstreamClient(c *http.Client) Option { return func(s *Server) { s.upstream = c } }
 
-// bgMax bounds concurrent background event sends; beyond it analytics
-// events are dropped (counted) rather than holding request goroutines.
-const bgMax = 4096
-
 // New returns a gateway serving cfg through the ledger client rc. It loads
 // the tokenizer encodings before returning so the first request does not
 // pay for them.
@@ -62,8 +55,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 		log = slog.Default()
 	}
 	s := &Server{rc: rc, log: log, reg: prometheus.NewRegistry(), est: estimate.New(estimate.Options{}),
-		upstream: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}},
-		bg:       make(chan struct{}, bgMax)}
+		upstream: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -198,7 +190,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_requests_total", Help: "Requests by outcome or error code."}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_upstream_attempts_total", Help: "Upstream attempts by provider and HTTP status."}, []string{"provider", "status"}),
-		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_gateway_events_dropped_total", Help: "Analytics events dropped because the background sender was saturated."}),
+		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_gateway_events_dropped_total", Help: "Events that could not be produced (logged with their type and request id)."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_gateway_request_seconds", Help: "End-to-end request latency by API.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"api"}),
 	}

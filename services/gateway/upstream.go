@@ -316,37 +316,27 @@ func retryClass(rej schemas.ProviderRejected) string {
 // rejection). It is synchronous so that the caller's next request sees the
 // capacity returned, and uses a fresh context: the request's is often done.
 func (s *Server) report(ev *schemas.Event) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.rc.Produce(ctx, ev); err != nil {
-		s.log.Error("report to ledger failed; the hold will expire by TTL", "type", ev.Type, "request_id", ev.RequestID, "err", err)
-	}
+	s.rc.Send(ev, func(err error) {
+		if err != nil {
+			s.log.Error("report to ledger failed; the hold will expire by TTL", "type", ev.Type, "request_id", ev.RequestID, "err", err)
+		}
+	})
 }
 
 // background sends an event off the request path: analytics events
-// (Dispatched, Outcome) to sluice.telemetry, provider observations (ledger
-// = true) to sluice.requests. When bgMax sends are already pending the
-// event is dropped and counted: losing an observation or an analytics row
-// is better than stalling requests behind Kafka.
+// (Dispatched, Outcome) to sluice.telemetry, provider observations (toLedger)
+// to sluice.requests. It does not wait for the broker; the producer's buffer
+// gives backpressure when Kafka is slow, and a failure is logged and counted.
 func (s *Server) background(ev *schemas.Event, toLedger bool) {
-	select {
-	case s.bg <- struct{}{}:
-	default:
-		s.m.dropped.Inc()
-		return
-	}
-	go func() {
-		defer func() { <-s.bg }()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var err error
-		if toLedger {
-			err = s.rc.Produce(ctx, ev)
-		} else {
-			err = s.rc.Telemetry(ctx, ev)
-		}
+	done := func(err error) {
 		if err != nil {
+			s.m.dropped.Inc()
 			s.log.Warn("event lost", "type", ev.Type, "request_id", ev.RequestID, "err", err)
 		}
-	}()
+	}
+	if toLedger {
+		s.rc.Send(ev, done)
+	} else {
+		s.rc.SendTelemetry(ev, done)
+	}
 }
