@@ -1,5 +1,7 @@
 package ledger
 
+import "math/bits"
+
 // Saturating arithmetic keeps every level inside ±maxScaled whatever the
 // events say, so no input can overflow a bucket.
 
@@ -14,7 +16,10 @@ func mulSat(a, b int64) int64 {
 	if b < 0 {
 		b = -b
 	}
-	if a > maxScaled/b {
+	// a×b > maxScaled ⟺ a > maxScaled/b for positive a, b; the 128-bit
+	// product says so without a division (this runs for every bucket of
+	// every reconcile).
+	if hi, lo := bits.Mul64(uint64(a), uint64(b)); hi != 0 || lo > uint64(maxScaled) {
 		if neg {
 			return -maxScaled
 		}
@@ -53,28 +58,46 @@ func fill(level, dt, rate, burst int64) int64 {
 	if dt <= 0 || rate <= 0 {
 		return level
 	}
+	// dt ≥ ⌈gap/rate⌉ ⟺ dt×rate ≥ gap; the 128-bit product avoids both
+	// the division and an overflow of dt×rate after a long idle time.
 	gap := burst - level
-	if dt >= (gap+rate-1)/rate {
+	hi, lo := bits.Mul64(uint64(dt), uint64(rate))
+	if hi != 0 || lo >= uint64(gap) {
 		return burst
 	}
-	return level + dt*rate
+	return level + int64(lo)
 }
 
 // rampRate returns the current rate of a ramp bucket and its scaled burst.
 func rampBurst(rate, window int64) int64 { return rate * window }
 
-// refill brings bucket b up to log time now.
+// refill brings bucket b up to log time now. The common cases that change
+// nothing (a token bucket already refilled at this time, a concurrency
+// bucket) return before the call to refillKind, so that this inlines.
 func (l *Ledger) refill(b *bucket, sp *spec, now int64) {
+	if (sp.kind == kToken && now <= b.LastMs) || sp.kind == kConcurrency {
+		return
+	}
+	l.refillKind(b, sp, now)
+}
+
+// refillToken is refill of a token bucket (small enough to inline into the
+// hot loops).
+func refillToken(b *bucket, sp *spec, now int64) {
+	if now > b.LastMs {
+		dt := now - b.LastMs
+		b.Level = fill(b.Level, dt, sp.capacity, sp.burst)
+		if sp.guaranteed > 0 {
+			b.Base = fill(b.Base, dt, sp.guaranteed, sp.gBurst)
+		}
+		b.LastMs = now
+	}
+}
+
+func (l *Ledger) refillKind(b *bucket, sp *spec, now int64) {
 	switch sp.kind {
 	case kToken:
-		if now > b.LastMs {
-			dt := now - b.LastMs
-			b.Level = fill(b.Level, dt, sp.capacity, sp.burst)
-			if sp.guaranteed > 0 {
-				b.Base = fill(b.Base, dt, sp.guaranteed, sp.gBurst)
-			}
-			b.LastMs = now
-		}
+		refillToken(b, sp, now)
 	case kRamp:
 		rs := &l.st.Ramps[b.Ext]
 		if now > b.LastMs {

@@ -187,13 +187,14 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	}
 	att := rq.PreviousAttempt + 1
 	fp := fnvInt(fnvStr(fnvStr(fnvOffset, "retry"), rq.Reason), rq.RetryAfterMs)
-	if ri, ok := l.resIdx[resKey{ev.RequestID, att}]; ok {
+	rh := resHash(ev.RequestID, att)
+	if ri, ok := l.resIdx.get(l.st.Res, rh, ev.RequestID, att); ok {
 		if r := &l.st.Res[ri]; r.Flags&fRetry != 0 && r.FP == fp {
 			return out // redelivery
 		}
 		return l.conflict(ev, att, out)
 	}
-	pi, ok := l.resIdx[resKey{ev.RequestID, rq.PreviousAttempt}]
+	pi, ok := l.resFind(ev.RequestID, rq.PreviousAttempt)
 	if !ok {
 		return l.refuseEv(ev, out, "unknown_previous_attempt", RetryRequestError)
 	}
@@ -225,7 +226,7 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	if ev.Node != "" {
 		r.Node = ev.Node
 	}
-	l.resIdx[resKey{r.RequestID, att}] = ri
+	l.resIdx.put(rh, ri)
 	sc := &l.st.Scopes[r.Scope]
 	cfg := &l.st.Config.Retry
 

@@ -61,7 +61,7 @@ func (l *Ledger) checkInvariants() error {
 			continue
 		}
 		live++
-		if got, ok := l.resIdx[resKey{r.RequestID, r.Attempt}]; !ok || got != ri {
+		if got, ok := l.resFind(r.RequestID, r.Attempt); !ok || got != ri {
 			return fmt.Errorf("reservation %d (%s/%d) missing from index", ri, r.RequestID, r.Attempt)
 		}
 		switch r.State {
@@ -83,8 +83,8 @@ func (l *Ledger) checkInvariants() error {
 			}
 		}
 	}
-	if live != len(l.resIdx) {
-		return fmt.Errorf("index has %d reservations, state %d", len(l.resIdx), live)
+	if live != l.resIdx.n {
+		return fmt.Errorf("index has %d reservations, state %d", l.resIdx.n, live)
 	}
 	for bi := range st.Buckets {
 		b := &st.Buckets[bi]

@@ -20,9 +20,15 @@ type Ledger struct {
 	st       state
 	cc       *compiled
 	nodeIdx  map[nodeKey]int32
-	resIdx   map[resKey]int32
+	resIdx   resIndex
 	scopeIdx map[string]int32
-	epoch    uint32
+	paths    *pathCache // resolved request paths; reset with the config
+	// lastScope is the scope index scopeOf returned last (a one-entry
+	// cache in front of scopeIdx), or -1.
+	lastScope int32
+	// doneBuf is the whole backing array of st.Done (see pushDone).
+	doneBuf []int32
+	epoch   uint32
 
 	// Per-Apply context.
 	offset int64
@@ -40,7 +46,7 @@ const (
 // (see ConfigError) and replaced by a configuration without scopes, under
 // which every request is denied as unknown_scope.
 func New(partition int32, cfg Config) *Ledger {
-	l := &Ledger{}
+	l := &Ledger{lastScope: noIdx}
 	l.st.Partition = partition
 	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -51,7 +57,6 @@ func New(partition int32, cfg Config) *Ledger {
 	l.st.Config = cfg
 	l.cc = compile(&l.st.Config)
 	l.nodeIdx = map[nodeKey]int32{}
-	l.resIdx = map[resKey]int32{}
 	l.scopeIdx = map[string]int32{}
 	return l
 }
@@ -241,17 +246,51 @@ func mix(h, v uint64) uint64 {
 }
 
 func fnvStr(h uint64, s string) uint64 {
+	if len(s) < 8 {
+		// Most ids and level names: one round, inlined.
+		return mix(h, loadShort(s)^uint64(len(s))<<56)
+	}
+	return fnvStrLong(h, s)
+}
+
+func fnvStrLong(h uint64, s string) uint64 {
+	n := len(s)
 	i := 0
-	for ; i+8 <= len(s); i += 8 {
-		v := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		h = mix(h, v)
+	for ; i+8 <= n; i += 8 {
+		h = mix(h, load64(s, i))
 	}
 	var v uint64
-	for j := 0; i < len(s); i, j = i+1, j+8 {
-		v |= uint64(s[i]) << j
+	if rem := n - i; rem > 0 {
+		// The last rem < 8 bytes, from the word that ends the string.
+		v = load64(s, n-8) >> (8 * (8 - rem))
 	}
-	return mix(h, v^uint64(len(s))<<56)
+	return mix(h, v^uint64(n)<<56)
+}
+
+// loadShort returns the bytes of s (len(s) < 8) little-endian, read with
+// whole-word loads rather than byte by byte (the same value).
+func loadShort(s string) uint64 {
+	n := len(s)
+	if n >= 4 {
+		return load32(s, 0) | load32(s, n-4)<<(8*(n-4))
+	}
+	if n == 0 {
+		return 0
+	}
+	return uint64(s[0]) | uint64(s[n/2])<<(8*(n/2)) | uint64(s[n-1])<<(8*(n-1))
+}
+
+// load64 and load32 read s[i:i+8] and s[i:i+4] little-endian (the compiler
+// turns each into one load).
+func load64(s string, i int) uint64 {
+	s = s[i : i+8]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func load32(s string, i int) uint64 {
+	s = s[i : i+4]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
 }
 
 func fnvInt(h uint64, v int64) uint64 { return mix(h, uint64(v)) }
@@ -266,7 +305,11 @@ func fnvBool(h uint64, b bool) uint64 {
 // fingerprint hashes everything of a reserve that the ledger acts on, so
 // that a redelivery (same hash) changes nothing and a different request
 // under the same id and attempt is a conflict.
-func fingerprint(ev *schemas.Event) uint64 {
+//
+// It also returns pathHash, a hash of the request path alone (the key of
+// the path cache, never stored): computed in the same loop as an
+// independent chain, it costs next to nothing.
+func fingerprint(ev *schemas.Event) (fp, pathHash uint64) {
 	rr := ev.ReserveRequested
 	h := uint64(fnvOffset)
 	h = fnvStr(h, ev.Scope)
@@ -274,9 +317,11 @@ func fingerprint(ev *schemas.Event) uint64 {
 	h = fnvStr(h, ev.KeyID)
 	h = fnvStr(h, ev.Route)
 	h = fnvStr(h, ev.Class)
+	ph := fnvInt(fnvOffset, int64(len(rr.Path)))
 	for _, p := range rr.Path {
 		h = fnvStr(h, p.Level)
 		h = fnvStr(h, p.ID)
+		ph = fnvStr(ph+uint64(len(p.Level)), p.ID) // level names: their length will do
 	}
 	h = fnvInt(h, int64(len(rr.Path)))
 	h = fnvInt(h, rr.InputTokens)
@@ -290,7 +335,7 @@ func fingerprint(ev *schemas.Event) uint64 {
 	h = fnvInt(h, int64(rr.MaxAttempts))
 	h = fnvBool(h, rr.FallbackAllowed)
 	h = fnvBool(h, rr.EmergencyAdmitted)
-	return h
+	return h, ph
 }
 
 // jitter derives a number in [0, n] from a request id and attempt (splitmix

@@ -11,7 +11,13 @@ import (
 // scopeOf returns the state index of a scope, creating it on first use, or
 // -1 when no scope config (exact or "*") covers the name.
 func (l *Ledger) scopeOf(name string) int32 {
+	// Scope indexes never change once assigned: most events of a partition
+	// name the scope of the one before.
+	if i := l.lastScope; i >= 0 && int(i) < len(l.st.Scopes) && l.st.Scopes[i].Name == name {
+		return i
+	}
 	if i, ok := l.scopeIdx[name]; ok {
+		l.lastScope = i
 		return i
 	}
 	if _, ok := l.cc.scopeFor(name); !ok || name == "" || len(name) > maxStrLen {
@@ -119,7 +125,32 @@ func (l *Ledger) finish(ri int32, state uint8) {
 	r := &l.st.Res[ri]
 	r.State = state
 	r.DoneMs = l.st.Now
-	l.st.Done = append(l.st.Done, ri)
+	l.pushDone(ri)
+}
+
+// pushDone appends ri to the done list. evictDone drops the list's head by
+// reslicing, which leaves the front of the backing array unused; instead of
+// letting append allocate a new array each time the tail reaches the end,
+// the live part slides back to the front once half of the array is free
+// (amortized O(1), and no allocation in a steady state). A full array
+// doubles.
+func (l *Ledger) pushDone(ri int32) {
+	d := l.st.Done
+	if len(d) == cap(d) {
+		if len(d) <= cap(l.doneBuf)/2 && (len(d) == 0 || sameArrayEnd(l.doneBuf, d)) {
+			d = l.doneBuf[:copy(l.doneBuf, d)]
+		} else {
+			l.doneBuf = make([]int32, 2*len(d)+64)
+			d = l.doneBuf[:copy(l.doneBuf, d)]
+		}
+	}
+	l.st.Done = append(d, ri)
+}
+
+// sameArrayEnd reports whether the non-empty slices a and b end their
+// capacity at the same element, i.e. b is a tail window of a's array.
+func sameArrayEnd(a, b []int32) bool {
+	return cap(a) > 0 && cap(b) > 0 && &a[:cap(a)][cap(a)-1] == &b[:cap(b)][cap(b)-1]
 }
 
 // evictDone forgets finished reservations older than DedupTTLMs.
@@ -129,7 +160,7 @@ func (l *Ledger) evictDone() {
 	for k < len(l.st.Done) && l.st.Res[l.st.Done[k]].DoneMs+ttl <= l.st.Now {
 		ri := l.st.Done[k]
 		r := &l.st.Res[ri]
-		delete(l.resIdx, resKey{r.RequestID, r.Attempt})
+		l.resIdx.del(resHash(r.RequestID, r.Attempt), ri)
 		*r = res{}
 		l.st.Free = append(l.st.Free, ri)
 		k++
@@ -138,9 +169,42 @@ func (l *Ledger) evictDone() {
 		l.st.Done = l.st.Done[k:]
 		if len(l.st.Free) == len(l.st.Res) && len(l.st.Res) > 4096 {
 			// Nothing is live: give the slab's memory back after a burst.
-			l.st.Res, l.st.Free, l.st.Done = nil, nil, nil
+			l.st.Res, l.st.Free, l.st.Done, l.doneBuf = nil, nil, nil, nil
 		}
 	}
+}
+
+// resolvePath resolves a request path to its node chain: the scope root,
+// then each configured level once (unknown levels, repeated levels and
+// over-long ids are skipped, as are levels without buckets). Nodes are
+// created on first use; limit reports that the node limit was reached.
+func (l *Ledger) resolvePath(si int32, scope string, levels []schemas.PathLevel) (path [maxPath]int32, np int, limit bool) {
+	var seen [numLevels]bool
+	root := l.nodeOf(si, 0, scope)
+	if root == -2 {
+		return path, 0, true
+	}
+	if root >= 0 {
+		path[np] = root
+		np++
+	}
+	seen[0] = true
+	for _, p := range levels {
+		lv, ok := levelCode(p.Level)
+		if !ok || seen[lv] || len(p.ID) > maxStrLen {
+			continue
+		}
+		seen[lv] = true
+		ni := l.nodeOf(si, lv, p.ID)
+		if ni == -2 {
+			return path, 0, true
+		}
+		if ni >= 0 {
+			path[np] = ni
+			np++
+		}
+	}
+	return path, np, false
 }
 
 // reserve handles ReserveRequested.
@@ -153,8 +217,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if att <= 0 {
 		att = 1
 	}
-	fp := fingerprint(ev)
-	if ri, ok := l.resIdx[resKey{ev.RequestID, att}]; ok {
+	fp, pathHash := fingerprint(ev)
+	rh := resHash(ev.RequestID, att)
+	if ri, ok := l.resIdx.get(l.st.Res, rh, ev.RequestID, att); ok {
 		if l.st.Res[ri].FP == fp {
 			return out // redelivery: already decided
 		}
@@ -181,33 +246,21 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if l.liveRes() >= l.st.Config.ReservationsMax {
 		return l.refuseEv(ev, out, "ledger_full", RetryOverload)
 	}
-	// Resolve the path: the scope root, then each configured level once.
 	var path [maxPath]int32
-	np := 0
-	var seen [numLevels]bool
-	root := l.nodeOf(si, 0, ev.Scope)
-	if root == -2 {
-		return l.refuseEv(ev, out, "node_limit", RetryOverload)
+	var np int
+	if l.paths == nil {
+		l.paths = new(pathCache)
 	}
-	if root >= 0 {
-		path[np] = root
-		np++
-	}
-	seen[0] = true
-	for _, p := range rr.Path {
-		lv, ok := levelCode(p.Level)
-		if !ok || seen[lv] || len(p.ID) > maxStrLen {
-			continue
-		}
-		seen[lv] = true
-		ni := l.nodeOf(si, lv, p.ID)
-		if ni == -2 {
+	ph := pathKey(si, pathHash)
+	if e, ok := l.paths.lookup(ph, si, rr.Path); ok {
+		path, np = e.nodes, int(e.np)
+	} else {
+		var limit bool
+		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)
+		if limit {
 			return l.refuseEv(ev, out, "node_limit", RetryOverload)
 		}
-		if ni >= 0 {
-			path[np] = ni
-			np++
-		}
+		l.paths.store(ph, si, rr.Path, &path, np)
 	}
 
 	ri := l.allocRes()
@@ -237,7 +290,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
 	}
-	l.resIdx[resKey{r.RequestID, att}] = ri
+	l.resIdx.put(rh, ri)
 	sc := &l.st.Scopes[si]
 	if att == 1 {
 		sc.RetryMilli = min(l.st.Config.Retry.BurstMax*1000, sc.RetryMilli+l.st.Config.Retry.RatioPermille)
@@ -268,6 +321,9 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 	sc := &l.st.Scopes[r.Scope]
 	var v verdict
 	if len(sc.Queue) == 0 && r.NotBefore <= l.st.Now {
+		if l.grantFast(ri) {
+			return l.emitGrant(out, ri, schemas.GDAdmitted)
+		}
 		v = l.check(r, false, false)
 		if v.ok {
 			l.grant(ri, v.borrowed)
@@ -429,14 +485,19 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	}
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
 	// applies borrow reserves when the grant turned out to be borrowed.
+	// The loops below run for every bucket of every request: the slices
+	// are held in locals (nothing here appends to them) so that their
+	// headers are not reloaded through l on every bucket.
 	unknown := false
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs
 	for pass := 0; pass < 2; pass++ {
 		withReserve := pass == 1
-		for i := 0; i < int(r.NPath); i++ {
-			n := &l.st.Nodes[r.Path[i]]
-			for bi := n.First; bi < n.First+n.N; bi++ {
-				b := &l.st.Buckets[bi]
-				sp := &l.cc.specs[b.Spec]
+		for _, ni := range r.Path[:r.NPath] {
+			n := &nodes[ni]
+			bs := buckets[n.First : n.First+n.N]
+			for k := range bs {
+				b := &bs[k]
+				sp := &specs[b.Spec]
 				var reserve int64
 				if withReserve {
 					if sp.reserve == 0 {
@@ -451,7 +512,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 					continue
 				}
 				if a > sp.maxUnits {
-					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, r.Path[i], sp.dim, a, sp.maxUnits
+					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, ni, sp.dim, a, sp.maxUnits
 					return v
 				}
 				if sp.guaranteed > 0 && b.Base < a*sp.period {
@@ -459,12 +520,12 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 				}
 				if l.fits(b, sp, a, reserve) {
 					if marks && b.mark == l.epoch && v.why == whyNone {
-						v.why, v.limNode, v.limDim, v.needed, v.avail = whyBlocked, r.Path[i], sp.dim, a, l.available(b, sp)
+						v.why, v.limNode, v.limDim, v.needed, v.avail = whyBlocked, ni, sp.dim, a, l.available(b, sp)
 					}
 					continue
 				}
 				if v.why == whyNone || v.why == whyBlocked {
-					v.why, v.limNode, v.limDim, v.needed, v.avail = whyCapacity, r.Path[i], sp.dim, a, l.available(b, sp)
+					v.why, v.limNode, v.limDim, v.needed, v.avail = whyCapacity, ni, sp.dim, a, l.available(b, sp)
 					v.policyKind = sp.kind == kFixed || sp.kind == kRolling
 				}
 				if marks {
@@ -500,20 +561,32 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 func (l *Ledger) grant(ri int32, borrowed bool) {
 	r := &l.st.Res[ri]
 	now := l.st.Now
-	for i := 0; i < int(r.NPath); i++ {
-		n := &l.st.Nodes[r.Path[i]]
-		for bi := n.First; bi < n.First+n.N; bi++ {
-			b := &l.st.Buckets[bi]
-			sp := &l.cc.specs[b.Spec]
-			if r.Flags&fEmergency != 0 {
+	emergency := r.Flags&fEmergency != 0
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	for _, ni := range r.Path[:r.NPath] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		for k := range bs {
+			b := &bs[k]
+			sp := &specs[b.Spec]
+			if emergency {
 				l.refill(b, sp, now)
 			}
 			a := sp.amount(r)
 			if a <= 0 {
 				continue
 			}
-			l.debit(b, sp, min(a, sp.maxUnits), now)
 			b.Held += a
+			if sp.kind == kToken {
+				// debit's token case, inline: the hot path.
+				d := min(a, sp.maxUnits) * sp.period
+				b.Level = clampSat(b.Level - d)
+				if sp.guaranteed > 0 && !borrowed {
+					b.Base -= d
+				}
+				continue
+			}
+			l.debit(b, sp, min(a, sp.maxUnits), now)
 			if sp.guaranteed > 0 && !borrowed {
 				b.Base -= min(a, sp.maxUnits) * sp.period
 			}
@@ -522,6 +595,111 @@ func (l *Ledger) grant(ri int32, borrowed bool) {
 			}
 		}
 	}
+	l.granted(ri, borrowed)
+}
+
+// grantFast is arrive's fast path for a reservation with nobody waiting
+// ahead of it: one pass over the path refills each bucket, checks that it
+// covers its amount and debits it, which is what check followed by grant
+// does in two (the buckets of a path are distinct, so the order of the
+// per-bucket steps does not matter). It handles the common case only: no
+// cooldown, no borrowing, token, fixed and concurrency buckets. On anything
+// else, or a bucket that cannot cover its amount, it gives back what it
+// debited (exactly: a covered debit never saturates) and returns false,
+// leaving the decision to check and grant; the refills it did are the ones
+// check does first, and refilling again at the same time changes nothing.
+func (l *Ledger) grantFast(ri int32) bool {
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	sc := &l.st.Scopes[r.Scope]
+	if sc.CoolPolicy > now || sc.CoolAll > now {
+		return false
+	}
+	for d := range numDims {
+		if r.Need[d] > 0 && sc.CoolDim[d] > now {
+			return false
+		}
+	}
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	for i, ni := range r.Path[:r.NPath] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		for k := range bs {
+			b := &bs[k]
+			sp := &specs[b.Spec]
+			// Refill first, whatever the amount, as check does.
+			switch sp.kind {
+			case kToken:
+				refillToken(b, sp, now)
+			case kConcurrency, kFixed:
+				l.refill(b, sp, now)
+			default:
+				l.ungrantFast(r, i, k)
+				return false
+			}
+			a := sp.amount(r)
+			if a <= 0 {
+				continue
+			}
+			ok := a <= sp.maxUnits
+			if ok && sp.kind == kToken {
+				d := a * sp.period
+				if ok = b.Level >= d && (sp.guaranteed == 0 || b.Base >= d); ok {
+					b.Level -= d
+					if sp.guaranteed > 0 {
+						b.Base -= d
+					}
+				}
+			} else if ok {
+				if ok = b.Level >= a; ok {
+					b.Level -= a
+				}
+			}
+			if !ok {
+				l.ungrantFast(r, i, k)
+				return false
+			}
+			b.Held += a
+		}
+	}
+	l.granted(ri, false)
+	return true
+}
+
+// ungrantFast gives back the debits grantFast made on r's path before
+// bucket k of path node i.
+func (l *Ledger) ungrantFast(r *res, i, k int) {
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs
+	for pi, ni := range r.Path[:i+1] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		if pi == i {
+			bs = bs[:k]
+		}
+		for k := range bs {
+			b := &bs[k]
+			sp := &specs[b.Spec]
+			a := sp.amount(r)
+			if a <= 0 {
+				continue
+			}
+			b.Held -= a
+			if sp.kind == kToken {
+				b.Level += a * sp.period
+				if sp.guaranteed > 0 {
+					b.Base += a * sp.period
+				}
+			} else {
+				b.Level += a
+			}
+		}
+	}
+}
+
+// granted moves r to granted once its path is debited.
+func (l *Ledger) granted(ri int32, borrowed bool) {
+	r := &l.st.Res[ri]
+	now := l.st.Now
 	r.State = stGranted
 	r.GrantMs = now
 	r.Gen = l.st.Gen
@@ -544,14 +722,16 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
-	for i := 0; i < int(r.NPath); i++ {
-		n := &l.st.Nodes[r.Path[i]]
-		for bi := n.First; bi < n.First+n.N; bi++ {
-			b := &l.st.Buckets[bi]
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	for _, ni := range r.Path[:r.NPath] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		for k := range bs {
+			b := &bs[k]
 			if b.Gen > r.Gen {
 				continue // created after the grant: never debited
 			}
-			sp := &l.cc.specs[b.Spec]
+			sp := &specs[b.Spec]
 			a := sp.amount(r)
 			if a <= 0 {
 				continue
@@ -560,9 +740,17 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			if sp.exclCached {
 				act = max(0, act-cached)
 			}
+			b.Held -= a
+			if sp.kind == kToken {
+				// refill and credit's token case, inline: the hot path.
+				refillToken(b, sp, now)
+				if delta := a - act; delta != 0 {
+					b.Level = min(sp.burst, clampSat(b.Level+mulSat(delta, sp.period)))
+				}
+				continue
+			}
 			l.refill(b, sp, now)
 			l.credit(b, sp, a-act, r.GrantMs, now)
-			b.Held -= a
 		}
 	}
 	l.finish(ri, state)
@@ -653,8 +841,7 @@ func (l *Ledger) lookup(ev *schemas.Event) (int32, bool) {
 	if att <= 0 {
 		att = 1
 	}
-	ri, ok := l.resIdx[resKey{ev.RequestID, att}]
-	return ri, ok
+	return l.resFind(ev.RequestID, att)
 }
 
 // reconcile replaces a grant's estimate with the actual usage.

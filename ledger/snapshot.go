@@ -44,6 +44,7 @@ func (l *Ledger) install(cfg Config) {
 	l.st.Config = cfg
 	l.st.Gen++
 	l.cc = compile(&l.st.Config)
+	l.paths = nil // levels with and without buckets may have changed
 	l.st.Buckets, l.st.Rolls, l.st.Ramps = nil, nil, nil
 	for ni := range l.st.Nodes {
 		n := &l.st.Nodes[ni]
@@ -176,7 +177,7 @@ func Restore(b []byte) (*Ledger, error) {
 	if !bytes.HasPrefix(b, []byte(snapshotMagic)) {
 		return nil, errors.New("ledger snapshot: bad magic")
 	}
-	l := &Ledger{}
+	l := &Ledger{lastScope: noIdx}
 	if err := json.Unmarshal(b[len(snapshotMagic):], &l.st); err != nil {
 		return nil, fmt.Errorf("ledger snapshot: %w", err)
 	}
@@ -192,10 +193,13 @@ func Restore(b []byte) (*Ledger, error) {
 	for i, n := range l.st.Nodes {
 		l.nodeIdx[nodeKey{n.Scope, n.Lvl, n.ID}] = int32(i)
 	}
-	l.resIdx = make(map[resKey]int32, len(l.st.Res))
+	l.resIdx = resIndex{}
 	for i := range l.st.Res {
 		if r := &l.st.Res[i]; r.State != stFree {
-			l.resIdx[resKey{r.RequestID, r.Attempt}] = int32(i)
+			if _, dup := l.resFind(r.RequestID, r.Attempt); dup {
+				return nil, fmt.Errorf("ledger snapshot: reservation %s/%d appears twice", r.RequestID, r.Attempt)
+			}
+			l.resIdx.put(resHash(r.RequestID, r.Attempt), int32(i))
 		}
 	}
 	l.scopeIdx = make(map[string]int32, len(l.st.Scopes))

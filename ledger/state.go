@@ -94,14 +94,14 @@ const maxPath = numLevels
 // integer arithmetic (capacity scaled-units per ms); fixed and concurrency
 // levels are plain units; rolling buckets keep their sums in Rolls.
 type bucket struct {
-	Spec   int32 `json:"s"`
-	Gen    int32 `json:"g"` // config generation the bucket was created in
-	Ext    int32 `json:"x"` // index into Rolls (rolling) or Ramps (ramp), else -1
-	Level  int64 `json:"l"`
-	LastMs int64 `json:"t"` // last refill time (token, ramp) or window index (fixed)
-	Base   int64 `json:"b"` // guaranteed-baseline level, scaled like Level
-	Held   int64 `json:"h"` // units held by outstanding grants (conservation)
-	mark   uint32
+	Spec   int32  `json:"s"`
+	Gen    int32  `json:"g"` // config generation the bucket was created in
+	Ext    int32  `json:"x"` // index into Rolls (rolling) or Ramps (ramp), else -1
+	mark   uint32 // pump epoch that last found the bucket short (fills padding: 48 bytes)
+	Level  int64  `json:"l"`
+	LastMs int64  `json:"t"` // last refill time (token, ramp) or window index (fixed)
+	Base   int64  `json:"b"` // guaranteed-baseline level, scaled like Level
+	Held   int64  `json:"h"` // units held by outstanding grants (conservation)
 }
 
 // rollState is a rolling window's ring of Slots+1 slot sums: a charge stays
