@@ -22,6 +22,10 @@ type TopicSpec struct {
 	Configs     map[string]string
 }
 
+// SnapshotMaxBytes is the largest snapshot record the snapshots topic and
+// the ledger's producer accept (compressed, as the broker counts it).
+const SnapshotMaxBytes = 64 << 20
+
 // TopicsConfig sizes Sluice's topics. Its zero value is not valid; use
 // DefaultTopics and override.
 type TopicsConfig struct {
@@ -61,6 +65,9 @@ func (c TopicsConfig) Specs() []TopicSpec {
 		{Name: n.Snapshots, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
 			// Only the newest snapshot per partition key matters.
 			"cleanup.policy": "compact",
+			// A partition's state is one record; the broker default (1 MiB)
+			// is far too small for it.
+			"max.message.bytes": strconv.Itoa(SnapshotMaxBytes),
 		}},
 		{Name: n.Telemetry, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
 			"retention.ms":   ret,

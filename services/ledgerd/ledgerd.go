@@ -150,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),
+		kgo.ProducerBatchMaxBytes(bus.SnapshotMaxBytes),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
@@ -367,9 +368,16 @@ func (s *Service) snapshot(ctx context.Context, p int32, ps *partState, promise 
 	if err != nil {
 		return err
 	}
-	s.sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Snapshots, Partition: 0, Key: SnapshotKey(p), Value: b}, promise)
 	ps.sinceSnapshot = 0
 	ps.lastSnapshot = time.Now()
+	if len(b) > bus.SnapshotMaxBytes {
+		// Too big for one record: skip it rather than abort the round's
+		// decisions with it. Takeover replays a longer tail meanwhile.
+		s.m.snapshotsSkipped.Inc()
+		s.log.Warn("snapshot too large; skipped", "partition", p, "bytes", len(b), "max", bus.SnapshotMaxBytes)
+		return nil
+	}
+	s.sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Snapshots, Partition: 0, Key: SnapshotKey(p), Value: b}, promise)
 	s.m.snapshots.Inc()
 	return nil
 }

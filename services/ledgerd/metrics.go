@@ -17,26 +17,29 @@ type metrics struct {
 	aborts    prometheus.Counter
 	ticks     prometheus.Counter
 	snapshots prometheus.Counter
-	lag       *prometheus.GaugeVec
-	catchUp   prometheus.Histogram
-	queue     *prometheus.GaugeVec
-	oldest    *prometheus.GaugeVec
-	snapAge   *prometheus.GaugeVec
+	// snapshotsSkipped counts snapshots larger than bus.SnapshotMaxBytes.
+	snapshotsSkipped prometheus.Counter
+	lag              *prometheus.GaugeVec
+	catchUp          prometheus.Histogram
+	queue            *prometheus.GaugeVec
+	oldest           *prometheus.GaugeVec
+	snapAge          *prometheus.GaugeVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
 	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_decisions_total", Help: "Decisions by status and limiting dimension."}, []string{"status", "dimension"}),
-		applied:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_events_applied_total", Help: "Input events applied and committed."}),
-		invalid:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_invalid_records_total", Help: "Undecodable input records (applied as no-op ticks)."}),
-		aborts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transaction_aborts_total", Help: "Aborted ledger transactions."}),
-		ticks:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
-		snapshots: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots written."}),
-		lag:       prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_partition_lag", Help: "High watermark minus next offset to apply."}, []string{"partition"}),
-		queue:     prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_depth", Help: "Queued requests per partition and traffic class."}, []string{"partition", "class"}),
-		oldest:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
-		snapAge:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
-		catchUp:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
+		decisions:        prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_decisions_total", Help: "Decisions by status and limiting dimension."}, []string{"status", "dimension"}),
+		applied:          prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_events_applied_total", Help: "Input events applied and committed."}),
+		invalid:          prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_invalid_records_total", Help: "Undecodable input records (applied as no-op ticks)."}),
+		aborts:           prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transaction_aborts_total", Help: "Aborted ledger transactions."}),
+		ticks:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
+		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots written."}),
+		snapshotsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_skipped_total", Help: "Snapshots not written because they exceeded the record size limit."}),
+		lag:              prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_partition_lag", Help: "High watermark minus next offset to apply."}, []string{"partition"}),
+		queue:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_depth", Help: "Queued requests per partition and traffic class."}, []string{"partition", "class"}),
+		oldest:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
+		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
+		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 	}
 	m.decisions = register(r, m.decisions)
 	m.applied = register(r, m.applied)
@@ -44,6 +47,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.aborts = register(r, m.aborts)
 	m.ticks = register(r, m.ticks)
 	m.snapshots = register(r, m.snapshots)
+	m.snapshotsSkipped = register(r, m.snapshotsSkipped)
 	m.lag = register(r, m.lag)
 	m.catchUp = register(r, m.catchUp)
 	m.queue = register(r, m.queue)
