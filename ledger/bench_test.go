@@ -41,9 +41,6 @@ func TestGrantHotPathAllocFree(t *testing.T) {
 }
 
 func TestStateSizeTarget(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds 400k nodes")
-	}
 	s := MeasureStateSize(100_000, 3)
 	t.Logf("%+v (%.1f MiB)", s, float64(s.HeapBytes)/(1<<20))
 	if s.HeapBytes > 256<<20 {
