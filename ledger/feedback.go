@@ -256,6 +256,14 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	if c := max(sc.CoolAll, sc.CoolPolicy) - now; c > delay {
 		delay = c
 	}
+	// A provider 429 that named its dimension closes only that dimension;
+	// a retry needing it is not due before it reopens (otherwise it would
+	// wait in the queue past its class's max wait and expire).
+	for d := range sc.CoolDim {
+		if r.Need[d] > 0 && sc.CoolDim[d]-now > delay {
+			delay = sc.CoolDim[d] - now
+		}
+	}
 	if r.Deadline > 0 && now+delay >= r.Deadline {
 		return refuse("deadline_exceeded", RetryDeadline)
 	}

@@ -379,3 +379,26 @@ func TestStaleOffsetIgnoredAndClockNeverBackwards(t *testing.T) {
 		t.Fatalf("clock went back: %d", out[0].Decision.LogTimeMs)
 	}
 }
+
+// TestRetryWaitsForDimensionCooldown: a provider 429 that names its
+// dimension closes that dimension; a retry needing it is due when the
+// dimension reopens, not at the (shorter) jittered backoff, so it does not
+// sit in the queue past its class's max wait and expire.
+func TestRetryWaitsForDimensionCooldown(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	cfg.Retry = RetryConfig{MaxAttempts: 3, BaseMs: 100, MaxMs: 1000, RatioPermille: 1000, BurstMax: 1}
+	cfg.Cooldown.RateLimitedMs = 1000
+	limited := rejected("a", 1, KindRateLimited, 0)
+	limited.ProviderRejected.Limiter = schemas.DimInputTokens
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
+		{At: 10, Ev: limited},
+		{At: 20, Ev: retryEv("a", 1, RetryCapacity, 0), Want: []string{"a/2 queued retry_backoff queued"},
+			Check: func(t *testing.T, l *Ledger, out []Output) {
+				if got := out[0].Decision.RetryAfterMs; got != 990 {
+					t.Fatalf("retry_after %d ms, want 990 (the input_tokens cooldown until 1010)", got)
+				}
+			}},
+		{At: 1010, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
+	})
+}
