@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
@@ -561,4 +562,12 @@ func (r *recorder) savedHeader() http.Header {
 		}
 	}
 	return h
+}
+
+// setSluiceHeaders adds the request id, queue wait and attempt count to a
+// successful response.
+func (c *call) setSluiceHeaders(h http.Header) {
+	h.Set(HeaderRequestID, c.reqID)
+	h.Set(HeaderQueueMs, strconv.FormatInt(c.queueMs, 10))
+	h.Set(HeaderAttempts, strconv.FormatInt(int64(c.attempts), 10))
 }

@@ -11,11 +11,16 @@ import (
 
 // Request headers a caller may send to steer admission.
 const (
-	HeaderClass       = "X-Sluice-Class"
-	HeaderPriority    = "X-Sluice-Priority"
-	HeaderDeadlineMs  = "X-Sluice-Deadline-Ms"
-	HeaderFallback    = "X-Sluice-Fallback"
-	HeaderRequestID   = "X-Sluice-Request-Id"
+	HeaderClass      = "X-Sluice-Class"
+	HeaderPriority   = "X-Sluice-Priority"
+	HeaderDeadlineMs = "X-Sluice-Deadline-Ms"
+	HeaderFallback   = "X-Sluice-Fallback"
+	HeaderRequestID  = "X-Sluice-Request-Id"
+	// Response headers: how long the request waited for capacity
+	// (enqueue → first upstream attempt) and how many upstream attempts it
+	// took, so clients and load tests see the governor's cost directly.
+	HeaderQueueMs     = "X-Sluice-Queue-Ms"
+	HeaderAttempts    = "X-Sluice-Attempts"
 	HeaderIdempotency = "Idempotency-Key"
 )
 

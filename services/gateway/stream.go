@@ -40,7 +40,7 @@ func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, se
 			h.Set(k, v)
 		}
 	}
-	h.Set(HeaderRequestID, c.reqID)
+	c.setSluiceHeaders(h)
 	c.w.WriteHeader(http.StatusOK)
 	c.w.Flush()
 

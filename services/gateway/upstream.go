@@ -203,7 +203,7 @@ func (c *call) dispatch(cand candidate, ev *schemas.Event, d schemas.Decision) a
 			c.w.Header().Set(h, v)
 		}
 	}
-	c.w.Header().Set(HeaderRequestID, c.reqID)
+	c.setSluiceHeaders(c.w.Header())
 	c.w.WriteHeader(resp.StatusCode)
 	_, _ = c.w.Write(body)
 	c.w.Flush()

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
+	"github.com/sluice-dev/sluice/services/loadtest"
 	"github.com/sluice-dev/sluice/services/sim"
 )
 
@@ -190,6 +191,10 @@ func runTopics(ctx context.Context, args []string) error {
 		fmt.Printf("%-18s %s\n", r.Topic, r.Action)
 	}
 	return err
+}
+
+func runLoadtest(ctx context.Context, args []string) error {
+	return loadtest.Run(ctx, args, os.Stdout, os.Stderr)
 }
 
 func runSim(ctx context.Context, args []string) error {

@@ -28,6 +28,7 @@ func init() {
 		{"sink", "copy every Sluice event into ClickHouse", runSink},
 		{"topics", "manage Kafka topics: `sluice topics ensure`", runTopics},
 		{"sim", "run the provider simulator", runSim},
+		{"loadtest", "run a load scenario against a gateway, the embedded stack or the bare simulator", runLoadtest},
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
 		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},

@@ -1,0 +1,885 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/services/dev"
+	"github.com/sluice-dev/sluice/services/sim"
+)
+
+const usage = `usage: sluice loadtest --scenario NAME|FILE [--embedded | --url URL --api-key K... | --baseline] [flags]
+
+Runs a scenario (deploy/scenarios/NAME.yaml or a file) as open-loop Poisson
+arrivals per tenant and prints a report (text, or JSON with --json).
+
+  --embedded   start the whole stack in process (kfake, simulator, ledger, gateway)
+               with the scenario's simulator limits and a generated gateway config
+  --url URL    an existing gateway; --api-key once per tenant (in scenario order)
+               or once for all; --sim-url for the simulator's /sim/stats
+  --baseline   the same load straight to the simulator (/openai/v1/chat/completions)
+               with a usual client policy: up to 3 retries, exponential backoff with
+               full jitter, Retry-After honoured; no governor
+
+flags:
+`
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// Options are the parsed flags of `sluice loadtest`.
+type Options struct {
+	Scenario     string
+	ScenariosDir string
+	JSON         bool
+	Embedded     bool
+	URL          string
+	APIKeys      []string
+	SimURL       string
+	Baseline     bool
+	Duration     time.Duration
+	Seed         uint64
+	Retries      int // -1 = mode default
+	Drain        time.Duration
+	MaxInFlight  int
+	Verbose      bool
+}
+
+// Run implements `sluice loadtest`.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o Options
+	var keys stringList
+	fs.StringVar(&o.Scenario, "scenario", "", "scenario name (deploy/scenarios/NAME.yaml) or file")
+	fs.StringVar(&o.ScenariosDir, "scenarios-dir", "", "directory of scenario files (default: deploy/scenarios found from the working directory up; env SLUICE_SCENARIOS_DIR)")
+	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	fs.BoolVar(&o.Embedded, "embedded", false, "start a whole Sluice stack in process (kfake + simulator)")
+	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
+	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
+	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
+	fs.BoolVar(&o.Baseline, "baseline", false, "send the load straight to the simulator with a client-side retry policy, no governor")
+	fs.DurationVar(&o.Duration, "duration", 0, "override the scenario's duration")
+	seed := fs.Uint64("seed", 0, "override the scenario's arrival seed")
+	fs.IntVar(&o.Retries, "retries", -1, "client retries per logical request (default: 3 with --baseline, 0 through Sluice)")
+	fs.DurationVar(&o.Drain, "drain", 0, "how long to wait for in-flight requests after the arrival window (default: the longest class deadline, at most 2m)")
+	fs.IntVar(&o.MaxInFlight, "max-in-flight", 20000, "client-side cap on concurrent requests (arrivals above it are counted as dropped)")
+	fs.BoolVar(&o.Verbose, "v", false, "log the embedded stack at info level")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sluice loadtest: unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	o.APIKeys = keys
+	o.Seed = *seed
+	if o.Scenario == "" {
+		return errors.New("sluice loadtest: --scenario NAME|FILE is required")
+	}
+	modes := 0
+	for _, b := range []bool{o.Embedded, o.URL != "", o.Baseline} {
+		if b {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return errors.New("sluice loadtest: choose exactly one of --embedded, --url URL, --baseline")
+	}
+	if o.URL != "" && len(o.APIKeys) == 0 {
+		return errors.New("sluice loadtest: --url needs --api-key")
+	}
+	sc, err := LoadScenario(o.Scenario, o.ScenariosDir)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.URL != "" && len(o.APIKeys) != 1 && len(o.APIKeys) != len(sc.Tenants) {
+		return fmt.Errorf("sluice loadtest: %d --api-key values for %d tenants (give one per tenant, or one for all)", len(o.APIKeys), len(sc.Tenants))
+	}
+	rep, err := Execute(ctx, sc, o, stderr)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// target is where the load goes.
+type target struct {
+	mode     string
+	chatURL  string
+	keys     []string // per tenant
+	simURL   string
+	ownSim   bool
+	quota    *SluiceQuota
+	retries  int
+	routeTag string
+}
+
+// Execute runs scenario sc with options o and returns the report. progress
+// goes to stderr.
+func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*Report, error) {
+	if o.Seed != 0 {
+		sc.Seed = o.Seed
+	}
+	dur := sc.Duration.D()
+	if o.Duration > 0 {
+		dur = o.Duration
+	}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = 20000
+	}
+	tg := target{}
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        8192,
+		MaxIdleConnsPerHost: 8192,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	defer hc.CloseIdleConnections()
+
+	switch {
+	case o.Embedded:
+		tg.mode = "embedded"
+		keys := NewKeys(sc)
+		simCfg := sc.SimConfig
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		if o.Verbose {
+			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+		st, err := dev.Start(ctx, dev.Options{
+			Addr:   "127.0.0.1:0",
+			APIKey: keys[warmupTenant] + "-dev",
+			Sim:    &simCfg,
+			Config: func(simURL string) (*config.Config, error) { return GatewayConfig(sc, simURL, keys) },
+			Log:    log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded stack: %w", err)
+		}
+		defer st.Close()
+		tg.chatURL = st.GatewayURL + "/v1/chat/completions"
+		tg.simURL, tg.ownSim = st.SimURL, true
+		for _, t := range sc.Tenants {
+			tg.keys = append(tg.keys, keys[t.ID])
+		}
+		q := EffectiveQuota(sc)
+		tg.quota = &q
+		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
+			return nil, err
+		}
+	case o.URL != "":
+		tg.mode = "gateway"
+		base := strings.TrimRight(o.URL, "/")
+		base = strings.TrimSuffix(base, "/v1")
+		tg.chatURL = base + "/v1/chat/completions"
+		tg.simURL = strings.TrimRight(o.SimURL, "/")
+		for i := range sc.Tenants {
+			tg.keys = append(tg.keys, o.APIKeys[min(i, len(o.APIKeys)-1)])
+		}
+		q := EffectiveQuota(sc)
+		tg.quota = &q
+	case o.Baseline:
+		tg.mode = "baseline"
+		if o.SimURL != "" {
+			tg.simURL = strings.TrimRight(o.SimURL, "/")
+		} else {
+			srv, err := sim.New(sc.SimConfig)
+			if err != nil {
+				return nil, fmt.Errorf("simulator: %w", err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return nil, err
+			}
+			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = hs.Serve(ln) }()
+			defer hs.Close()
+			tg.simURL, tg.ownSim = "http://"+ln.Addr().String(), true
+		}
+		tg.chatURL = tg.simURL + "/openai/v1/chat/completions"
+		for range sc.Tenants {
+			tg.keys = append(tg.keys, "sk-baseline")
+		}
+	}
+	tg.retries = o.Retries
+	if tg.retries < 0 {
+		tg.retries = 0
+		if tg.mode == "baseline" {
+			tg.retries = 3
+		}
+	}
+	tg.routeTag = sc.Model
+	if tg.mode == "baseline" {
+		tg.routeTag = "sim:" + sc.Provider + "/" + sc.Model
+	}
+	drain := o.Drain
+	if drain <= 0 {
+		for _, t := range sc.Tenants {
+			drain = max(drain, sc.Classes[t.Class].Deadline.D())
+		}
+		drain = min(drain+time.Second, 2*time.Minute)
+	}
+	return execute(ctx, sc, tg, hc, dur, drain, o.MaxInFlight, stderr)
+}
+
+// warmup waits until the gateway serves a request end to end (the ledger
+// member may still be joining its group right after start).
+func warmup(ctx context.Context, hc *http.Client, url, key, model string) error {
+	body := []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"warm up"}],"max_tokens":1}`)
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("embedded stack never served a warm-up request: %s", last)
+}
+
+func fetchStats(ctx context.Context, hc *http.Client, simURL string) (*sim.Stats, error) {
+	if simURL == "" {
+		return nil, errors.New("no simulator URL")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, simURL+"/sim/stats", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/sim/stats: HTTP %d", resp.StatusCode)
+	}
+	var s sim.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func resetSim(ctx context.Context, hc *http.Client, simURL string) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, simURL+"/sim/reset", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/sim/reset: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// statsDelta is b − a for one provider (nil when either is missing).
+func statsDelta(a, b *sim.Stats, provider string) *sim.ProviderStats {
+	if a == nil || b == nil {
+		return nil
+	}
+	pa, pb := a.Providers[provider], b.Providers[provider]
+	if pb == nil {
+		return &sim.ProviderStats{RateLimitedBy: map[string]int64{}}
+	}
+	if pa == nil {
+		pa = &sim.ProviderStats{}
+	}
+	d := &sim.ProviderStats{
+		Requests: pb.Requests - pa.Requests, OK: pb.OK - pa.OK, RateLimited: pb.RateLimited - pa.RateLimited,
+		Overloaded: pb.Overloaded - pa.Overloaded, BadRequests: pb.BadRequests - pa.BadRequests,
+		Streams: pb.Streams - pa.Streams, Cancelled: pb.Cancelled - pa.Cancelled,
+		RateLimitedBy: map[string]int64{},
+		Tokens: sim.TokenStats{Input: pb.Tokens.Input - pa.Tokens.Input, Output: pb.Tokens.Output - pa.Tokens.Output,
+			Total: pb.Tokens.Total - pa.Tokens.Total, CacheRead: pb.Tokens.CacheRead - pa.Tokens.CacheRead, CacheWrite: pb.Tokens.CacheWrite - pa.Tokens.CacheWrite},
+	}
+	for k, v := range pb.RateLimitedBy {
+		if x := v - pa.RateLimitedBy[k]; x != 0 {
+			d.RateLimitedBy[k] = x
+		}
+	}
+	return d
+}
+
+// Cancellation causes.
+var (
+	errClientCancel = errors.New("client cancelled the request")
+	errRunOver      = errors.New("drain period over")
+)
+
+type progress struct {
+	sent, done, ok, n429 atomic.Int64
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur, drain time.Duration, maxInFlight int, stderr io.Writer) (*Report, error) {
+	sched := Schedule(sc, sc.Seed, dur)
+	bodies := make([][]byte, len(sc.Tenants))
+	for i, t := range sc.Tenants {
+		bodies[i] = requestBody(sc.Model, &t)
+	}
+	if tg.ownSim {
+		if err := resetSim(ctx, hc, tg.simURL); err != nil {
+			return nil, err
+		}
+	}
+	before, statsErr := fetchStats(ctx, hc, tg.simURL)
+	// Goodput is measured after the first enforcement window, so the
+	// provider's initially full buckets do not count as sustained capacity.
+	skip := sc.ProviderLimits().Window.D()
+	if skip <= 0 || skip > dur/2 {
+		skip = 0
+	}
+	var gStartP atomic.Pointer[sim.Stats]
+
+	// Requests run under runCtx; it is cancelled when the drain period ends.
+	runCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abort(nil)
+	go func() {
+		select {
+		case <-ctx.Done():
+			abort(errRunOver)
+		case <-runCtx.Done():
+		}
+	}()
+
+	var (
+		pr       progress
+		inflight atomic.Int64
+		maxIn    atomic.Int64
+		wg       sync.WaitGroup
+		records  = make([]record, len(sched))
+	)
+	start := time.Now()
+	stopProgress := startProgress(stderr, &pr, start, dur, len(sched))
+
+	var atEndP atomic.Pointer[sim.Stats]
+	endTimer := time.AfterFunc(dur, func() {
+		if s, err := fetchStats(ctx, hc, tg.simURL); err == nil {
+			atEndP.Store(s)
+		}
+	})
+	defer endTimer.Stop()
+	if skip > 0 {
+		t := time.AfterFunc(skip, func() {
+			if s, err := fetchStats(ctx, hc, tg.simURL); err == nil {
+				gStartP.Store(s)
+			}
+		})
+		defer t.Stop()
+	} else {
+		gStartP.Store(before)
+	}
+
+	interrupted := false
+	for i := range sched {
+		a := sched[i]
+		if wait := time.Until(start.Add(a.At)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				interrupted = true
+			case <-t.C:
+			}
+		}
+		if interrupted {
+			for j := i; j < len(sched); j++ {
+				records[j] = record{tenant: sched[j].Tenant, class: sc.Tenants[sched[j].Tenant].Class, route: tg.routeTag, outcome: OutUnfinished}
+			}
+			break
+		}
+		pr.sent.Add(1)
+		if int(inflight.Load()) >= maxInFlight {
+			records[i] = record{tenant: a.Tenant, class: sc.Tenants[a.Tenant].Class, route: tg.routeTag, outcome: OutDropped}
+			pr.done.Add(1)
+			continue
+		}
+		n := inflight.Add(1)
+		for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
+		}
+		wg.Add(1)
+		go func(i int, a Arrival) {
+			defer wg.Done()
+			defer inflight.Add(-1)
+			records[i] = doRequest(runCtx, sc, tg, hc, bodies[a.Tenant], a, start, &pr)
+			pr.done.Add(1)
+		}(i, a)
+	}
+	// Arrival window over: wait for in-flight requests up to the drain.
+	if w := time.Until(start.Add(dur)); w > 0 && !interrupted {
+		select {
+		case <-ctx.Done():
+		case <-time.After(w):
+		}
+	}
+	waitDone := make(chan struct{})
+	go func() { wg.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-time.After(drain):
+		abort(errRunOver)
+		<-waitDone
+	case <-ctx.Done():
+		abort(errRunOver)
+		<-waitDone
+	}
+	end := time.Now()
+	stopProgress()
+	endTimer.Stop()
+	final, _ := fetchStats(context.WithoutCancel(ctx), hc, tg.simURL)
+	atEnd := atEndP.Load()
+	if atEnd == nil {
+		atEnd = final
+	}
+
+	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
+	return rep, nil
+}
+
+func startProgress(w io.Writer, pr *progress, start time.Time, dur time.Duration, total int) func() {
+	term := isTerminal(w)
+	every := 5 * time.Second
+	if term {
+		every = 250 * time.Millisecond
+	}
+	line := func() string {
+		el := time.Since(start).Truncate(time.Second)
+		return fmt.Sprintf("loadtest %s/%s  sent %d/%d  done %d  ok %d  429s %d", el, dur, pr.sent.Load(), total, pr.done.Load(), pr.ok.Load(), pr.n429.Load())
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				if term {
+					fmt.Fprintf(w, "\r\033[K%s\n", line())
+				} else {
+					fmt.Fprintln(w, line())
+				}
+				return
+			case <-t.C:
+				if term {
+					fmt.Fprintf(w, "\r\033[K%s", line())
+				} else {
+					fmt.Fprintln(w, line())
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(stop); <-done }) }
+}
+
+// requestBody is tenant t's chat request: one user message of about
+// PromptTokens tokens by the simulator's count (4 bytes per token, 8 tokens
+// of overhead and role) and max_tokens.
+func requestBody(model string, t *TenantSpec) []byte {
+	n := max(1, t.PromptTokens-8)
+	m := map[string]any{
+		"model":      model,
+		"messages":   []map[string]string{{"role": "user", "content": strings.Repeat("tok ", int(n))}},
+		"max_tokens": t.MaxTokens,
+	}
+	if t.Stream {
+		m["stream"] = true
+		m["stream_options"] = map[string]bool{"include_usage": true}
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// errorBody is the part of an error response the client reads.
+type errorBody struct {
+	Error struct {
+		Code   any `json:"code"`
+		Sluice *struct {
+			Type            string `json:"type"`
+			GatewayDecision string `json:"gateway_decision"`
+			RetryAfterMs    int64  `json:"retry_after_ms"`
+		} `json:"sluice"`
+	} `json:"error"`
+}
+
+const (
+	backoffBase = 500 * time.Millisecond
+	backoffCap  = 8 * time.Second
+)
+
+// doRequest runs one logical request with its own deadline, optional
+// client cancel and the client retry policy.
+func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client, body []byte, a Arrival, runStart time.Time, pr *progress) (rec record) {
+	t := &sc.Tenants[a.Tenant]
+	rec = record{tenant: a.Tenant, class: t.Class, route: tg.routeTag}
+	deadline := sc.Classes[t.Class].Deadline.D()
+	cctx, cancel := context.WithCancelCause(runCtx)
+	defer cancel(nil)
+	ctx, cancelDL := context.WithTimeout(cctx, deadline)
+	defer cancelDL()
+	if a.Cancel {
+		tm := time.AfterFunc(a.CancelAt, func() { cancel(errClientCancel) })
+		defer tm.Stop()
+	}
+	rng := rand.New(rand.NewPCG(a.Seed, uint64(a.Tenant)))
+	start := time.Now()
+	endedBy := func() string {
+		switch {
+		case context.Cause(cctx) == errClientCancel:
+			return OutCancelled
+		case context.Cause(runCtx) != nil:
+			return OutUnfinished
+		case ctx.Err() != nil:
+			return OutTimeout
+		}
+		return ""
+	}
+	defer func() { rec.latency, rec.doneAt = time.Since(start), time.Since(runStart) }()
+	for attempt := 0; ; attempt++ {
+		rec.attempts++
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.chatURL, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tg.keys[a.Tenant])
+		if tg.mode != "baseline" {
+			req.Header.Set("X-Sluice-Class", t.Class)
+			if left := time.Until(start.Add(deadline)); left > time.Millisecond {
+				req.Header.Set("X-Sluice-Deadline-Ms", strconv.FormatInt(left.Milliseconds(), 10))
+			}
+		}
+		resp, err := hc.Do(req)
+		headersAt := time.Now()
+		var rb []byte
+		if err == nil {
+			rb, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if err != nil {
+			if out := endedBy(); out != "" {
+				rec.outcome = out
+				return rec
+			}
+			rec.outcome, rec.code = OutFinalFailure, "transport_error"
+			if attempt < tg.retries && sleepBackoff(ctx, rng, attempt, 0) {
+				continue
+			}
+			if out := endedBy(); out != "" {
+				rec.outcome = out
+			}
+			return rec
+		}
+		rec.status = resp.StatusCode
+		gwAttempts := 1
+		if v, err := strconv.Atoi(resp.Header.Get("X-Sluice-Attempts")); err == nil && v >= 0 {
+			gwAttempts = v
+		}
+		if resp.StatusCode < 300 {
+			rec.outcome = OutSuccess
+			rec.upstream += gwAttempts
+			rec.dispatched = true
+			pr.ok.Add(1)
+			if q := resp.Header.Get("X-Sluice-Queue-Ms"); q != "" {
+				if v, err := strconv.ParseFloat(q, 64); err == nil {
+					rec.queueMs, rec.queueKnown = v, true
+				}
+			}
+			if !rec.queueKnown {
+				// No queue header: the caller's wait until the response
+				// headers of this success (retries and backoff included).
+				rec.queueMs = float64(headersAt.Sub(start).Microseconds()) / 1000
+			}
+			return rec
+		}
+		var eb errorBody
+		_ = json.Unmarshal(rb, &eb)
+		code := ""
+		switch c := eb.Error.Code.(type) {
+		case string:
+			code = c
+		case float64:
+			code = strconv.Itoa(int(c))
+		}
+		rec.code = code
+		local := false
+		decision := ""
+		if s := eb.Error.Sluice; s != nil && tg.mode != "baseline" {
+			decision = s.GatewayDecision
+			local = decision != "admitted_then_provider_rejected" && decision != "admitted" && decision != "queued_then_admitted"
+		}
+		rec.decision = decision
+		if resp.StatusCode == http.StatusTooManyRequests {
+			pr.n429.Add(1)
+		}
+		if !local {
+			rec.upstream += max(1, gwAttempts)
+			rec.dispatched = true
+			switch {
+			case resp.StatusCode == http.StatusTooManyRequests:
+				rec.p429++
+			case resp.StatusCode >= 500:
+				rec.p503++
+			}
+		} else if resp.StatusCode == http.StatusTooManyRequests {
+			rec.l429++
+		}
+		rec.outcome = OutFinalFailure
+		if decision == "queued_then_expired" {
+			rec.outcome = OutTimeout
+		}
+		retryable := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == 500 || resp.StatusCode == 502 ||
+			resp.StatusCode == 503 || resp.StatusCode == 504 || resp.StatusCode == 529
+		if code == "quota_exhausted" || code == "cancelled" {
+			retryable = false
+		}
+		if retryable && attempt < tg.retries {
+			if sleepBackoff(ctx, rng, attempt, retryAfter(resp.Header)) {
+				continue
+			}
+			if out := endedBy(); out != "" {
+				rec.outcome = out
+			}
+		}
+		return rec
+	}
+}
+
+// retryAfter reads retry-after-ms or Retry-After (seconds or HTTP date).
+func retryAfter(h http.Header) time.Duration {
+	if v := h.Get("retry-after-ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			return time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	if v := h.Get("Retry-After"); v != "" {
+		if s, err := strconv.ParseFloat(v, 64); err == nil && s > 0 {
+			return time.Duration(s * float64(time.Second))
+		}
+		if t, err := http.ParseTime(v); err == nil {
+			return time.Until(t)
+		}
+	}
+	return 0
+}
+
+// sleepBackoff waits max(Retry-After, full-jitter exponential backoff) and
+// reports whether the request may try again (false when its context ended).
+func sleepBackoff(ctx context.Context, rng *rand.Rand, attempt int, ra time.Duration) bool {
+	ceil := min(backoffCap, backoffBase*time.Duration(math.Pow(2, float64(attempt))))
+	d := time.Duration(rng.Int64N(int64(ceil) + 1))
+	d = max(d, ra)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += "+" + s.Value[:12]
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "-dirty"
+		}
+	}
+	return v
+}
+
+func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEnd, final *sim.Stats, statsErr error,
+	start, end time.Time, dur, drain time.Duration, maxIn, limit int) *Report {
+	rep := &Report{Schema: ReportSchema, Scenario: sc.Name, Description: sc.Description, Mode: tg.mode,
+		Classes: map[string]*Group{}, Routes: map[string]*Group{}}
+	c := &rep.Conditions
+	c.Version, c.GoVersion, c.Seed = version(), runtime.Version(), sc.Seed
+	c.StartedAt, c.EndedAt = start.UTC().Truncate(time.Millisecond), end.UTC().Truncate(time.Millisecond)
+	c.DurationS, c.DrainS = round3(dur.Seconds()), round3(drain.Seconds())
+	c.Target, c.SimURL = tg.chatURL, tg.simURL
+	c.Routes = []string{tg.routeTag}
+	c.Model, c.Provider = sc.Model, sc.Provider
+	c.Streaming = sc.Streaming()
+	c.Arrivals = "open-loop Poisson per tenant (non-homogeneous by thinning for ramps and bursts)"
+	c.Concurrency.MaxInFlight, c.Concurrency.Limit = maxIn, limit
+	c.Timeouts = map[string]ClassConditions{}
+	for name, cl := range sc.Classes {
+		c.Timeouts[name] = ClassConditions{DeadlineMs: cl.Deadline.D().Milliseconds(), MaxWaitMs: cl.MaxWait.D().Milliseconds(),
+			MaxDepth: cl.MaxDepth, AgeOffsetMs: cl.AgeOffset.D().Milliseconds()}
+	}
+	c.ClientRetries = tg.retries
+	c.ClientBackoff = fmt.Sprintf("full jitter: uniform [0, min(%s, %s×2^attempt)], at least Retry-After; retries 429/5xx and transport errors, not quota_exhausted", backoffCap, backoffBase)
+	c.ProviderLimits = sc.ProviderLimits()
+	c.SluiceQuota = tg.quota
+	c.Storms = sc.SimConfig.Storms
+	c.SimLatency, c.SimOutput = sc.SimConfig.Latency, sc.SimConfig.Output
+	c.QueueWaitSource = "client_ttfb: the gateway sends no X-Sluice-Queue-Ms header, so queue_wait_ms is the client-measured time from sending to the response headers of a success (retries and backoff included; for non-streaming responses the whole response); it bounds the gateway queue wait from above"
+	for _, r := range records {
+		if r.queueKnown {
+			c.QueueWaitSource = "header: X-Sluice-Queue-Ms of successful responses"
+			break
+		}
+	}
+
+	// Offered load.
+	offered := make([]float64, len(sc.Tenants))
+	var offRPS, offTPS, offIn, offOut float64
+	for i := range sc.Tenants {
+		t := &sc.Tenants[i]
+		offered[i] = OfferedRate(t, dur)
+		offRPS += offered[i]
+		offIn += offered[i] * float64(t.PromptTokens)
+		offOut += offered[i] * float64(t.MaxTokens)
+	}
+	offTPS = offIn + offOut
+
+	tAcc := make([]groupAcc, len(sc.Tenants))
+	for i := range tAcc {
+		tAcc[i].window = dur
+	}
+	cAcc := map[string]*groupAcc{}
+	rAcc := map[string]*groupAcc{}
+	all := groupAcc{window: dur}
+	cOff := map[string]float64{}
+	for i, t := range sc.Tenants {
+		cOff[t.Class] += offered[i]
+	}
+	for i := range records {
+		r := &records[i]
+		tAcc[r.tenant].add(r)
+		if cAcc[r.class] == nil {
+			cAcc[r.class] = &groupAcc{window: dur}
+		}
+		cAcc[r.class].add(r)
+		if rAcc[r.route] == nil {
+			rAcc[r.route] = &groupAcc{window: dur}
+		}
+		rAcc[r.route].add(r)
+		all.add(r)
+	}
+	for k, a := range cAcc {
+		rep.Classes[k] = a.finish(dur, cOff[k])
+	}
+	for k, a := range rAcc {
+		rep.Routes[k] = a.finish(dur, offRPS)
+	}
+	rep.Totals = *all.finish(dur, offRPS)
+
+	// Tenants and fair shares.
+	var served float64
+	weights := make([]float64, len(sc.Tenants))
+	for i := range sc.Tenants {
+		g := tAcc[i].finish(dur, offered[i])
+		rep.Tenants = append(rep.Tenants, TenantReport{ID: sc.Tenants[i].ID, Weight: sc.Tenants[i].Weight, Class: sc.Tenants[i].Class, Group: *g})
+		served += g.ThroughputRPS
+		weights[i] = float64(sc.Tenants[i].Weight)
+	}
+	// Demand = the requests that actually arrived (so Poisson noise is not
+	// counted as unfairness), less those the client itself cancelled.
+	demand := make([]float64, len(sc.Tenants))
+	for i := range rep.Tenants {
+		g := &rep.Tenants[i].Group
+		demand[i] = float64(g.Requests-g.Outcomes.Cancelled-g.Outcomes.Dropped) / dur.Seconds()
+	}
+	shares := FairShares(served, demand, weights)
+	for i := range rep.Tenants {
+		rep.Tenants[i].FairShareRPS = round3(shares[i])
+		rep.Tenants[i].FairRatio = ratio(rep.Tenants[i].ThroughputRPS, shares[i])
+	}
+	rep.Fairness, rep.JainFairness = fairness(sc, rep.Tenants)
+
+	// Provider counts: the simulator's own, else the client's view.
+	rep.Local429 = int64(rep.Totals.Local429)
+	if d := statsDelta(before, final, sc.Provider); d != nil {
+		rep.Simulator = d
+		rep.Provider429, rep.Provider503, rep.Provider429Source = d.RateLimited, d.Overloaded, "simulator"
+		rep.UpstreamAttempts = d.Requests
+	} else {
+		rep.Provider429, rep.Provider503, rep.Provider429Source = int64(rep.Totals.Provider429), int64(rep.Totals.Provider503), "client"
+		rep.UpstreamAttempts = int64(rep.Totals.UpstreamAttempts)
+	}
+	rep.RetryAmplification = ratio(float64(rep.UpstreamAttempts), float64(rep.Totals.Requests))
+	window := dur
+	var gd *sim.ProviderStats
+	if gStart == nil {
+		gStart = before
+	}
+	if atEnd != nil && gStart != nil {
+		gd = statsDelta(gStart, atEnd, sc.Provider)
+		if s, e := atEnd.Now, gStart.Now; !s.IsZero() && !e.IsZero() && s.After(e) {
+			window = s.Sub(e)
+		}
+	}
+	rep.Goodput = computeGoodput(sc, gd, window, offRPS, offTPS, offIn, offOut, tg.quota, rep.Totals.Outcomes.Success)
+	if statsErr != nil && gd == nil {
+		rep.Goodput.Note = strings.TrimSpace(rep.Goodput.Note + " (" + statsErr.Error() + ")")
+	}
+	rep.GoodputRatio = rep.Goodput.Ratio
+	return rep
+}
