@@ -187,6 +187,12 @@ func (s *Service) Loop(ctx context.Context) error {
 			}
 		})
 		s.applyDrops()
+		if fs.NumRecords() == 0 && !s.tickDue(time.Now()) {
+			// Nothing to apply and no time-driven work due: no transaction.
+			// (An empty transaction is not free: its commit round trips
+			// would run every poll wait, 10 per second per idle member.)
+			continue
+		}
 
 		if err := s.sess.Begin(); err != nil {
 			return fmt.Errorf("begin transaction: %w", err)
@@ -332,14 +338,7 @@ func (s *Service) ensure(ctx context.Context, p int32, upto int64) (*partState, 
 func (s *Service) ticks(ctx context.Context, promise func(*kgo.Record, error)) {
 	now := time.Now()
 	for p, ps := range s.parts {
-		at, ok := ps.l.NextWakeMs()
-		if !ok || now.UnixMilli() < at {
-			continue
-		}
-		if ps.tickInFlight && now.Sub(ps.lastTickSentAt) < time.Second {
-			continue
-		}
-		if now.Sub(ps.lastTickSentAt) < s.cfg.TickMinGap {
+		if !s.needsTick(ps, now) {
 			continue
 		}
 		ev := schemas.New(schemas.TypeTick, now.UnixMilli())
@@ -354,6 +353,29 @@ func (s *Service) ticks(ctx context.Context, promise func(*kgo.Record, error)) {
 		ps.lastTickSentAt = now
 		s.m.ticks.Inc()
 	}
+}
+
+// needsTick says whether partition ps has time-driven work due at now and
+// no recent Tick of ours still on its way through the log.
+func (s *Service) needsTick(ps *partState, now time.Time) bool {
+	at, ok := ps.l.NextWakeMs()
+	if !ok || now.UnixMilli() < at {
+		return false
+	}
+	if ps.tickInFlight && now.Sub(ps.lastTickSentAt) < time.Second {
+		return false
+	}
+	return now.Sub(ps.lastTickSentAt) >= s.cfg.TickMinGap
+}
+
+// tickDue says whether any owned partition needs a Tick now.
+func (s *Service) tickDue(now time.Time) bool {
+	for _, ps := range s.parts {
+		if s.needsTick(ps, now) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Service) snapshot(ctx context.Context, p int32, ps *partState, promise func(*kgo.Record, error)) error {
