@@ -95,10 +95,11 @@ type partState struct {
 
 // Service is a running ledger member.
 type Service struct {
-	cfg  Config
-	sess *kgo.GroupTransactSession
-	m    *metrics
-	log  *slog.Logger
+	cfg      Config
+	sess     *kgo.GroupTransactSession
+	tickProd *kgo.Client // non-transactional: see ticks
+	m        *metrics
+	log      *slog.Logger
 
 	// parts is touched only by the poll loop, except that rebalance
 	// callbacks (which franz-go may run on another goroutine) record
@@ -160,11 +161,19 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger transactional session: %w", err)
 	}
+	s.tickProd, err = kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		s.sess.Close()
+		return nil, fmt.Errorf("ledger tick producer: %w", err)
+	}
 	return s, nil
 }
 
 // Close leaves the group.
-func (s *Service) Close() { s.sess.Close() }
+func (s *Service) Close() {
+	s.sess.Close()
+	s.tickProd.Close()
+}
 
 // Loop polls, applies and commits until ctx ends.
 func (s *Service) Loop(ctx context.Context) error {
@@ -187,10 +196,11 @@ func (s *Service) Loop(ctx context.Context) error {
 			}
 		})
 		s.applyDrops()
-		if fs.NumRecords() == 0 && !s.tickDue(time.Now()) {
-			// Nothing to apply and no time-driven work due: no transaction.
-			// (An empty transaction is not free: its commit round trips
-			// would run every poll wait, 10 per second per idle member.)
+		if fs.NumRecords() == 0 {
+			// Nothing to apply: no transaction. (A transaction that
+			// consumed nothing is not free: on kfake its commit took
+			// 500 ms, stalling every decision behind it.)
+			s.ticks(ctx)
 			continue
 		}
 
@@ -251,9 +261,6 @@ func (s *Service) Loop(ctx context.Context) error {
 				}
 			}
 		})
-		if stepErr == nil {
-			s.ticks(ctx, promise)
-		}
 		if err := s.sess.Client().Flush(ctx); err != nil && stepErr == nil {
 			stepErr = err
 		}
@@ -279,6 +286,7 @@ func (s *Service) Loop(ctx context.Context) error {
 			continue
 		}
 		s.m.applied.Add(float64(n))
+		s.ticks(ctx)
 		if time.Since(lastObserve) >= 500*time.Millisecond {
 			// Gauges are sampled, not kept exact: walking the queues on
 			// every round would tax the hot loop.
@@ -335,7 +343,13 @@ func (s *Service) ensure(ctx context.Context, p int32, upto int64) (*partState, 
 
 // ticks appends a Tick to every owned partition whose ledger has pending
 // time-driven work that is due, so that time advances through the log.
-func (s *Service) ticks(ctx context.Context, promise func(*kgo.Record, error)) {
+//
+// Ticks are produced outside the transaction, by a plain idempotent
+// producer: a Tick carries no decision, so a duplicate or one left behind
+// by a crashed member only advances time, which any later record would do
+// as well. Keeping them out of the transaction means a round with nothing
+// to apply needs no transaction at all.
+func (s *Service) ticks(ctx context.Context) {
 	now := time.Now()
 	for p, ps := range s.parts {
 		if !s.needsTick(ps, now) {
@@ -348,7 +362,11 @@ func (s *Service) ticks(ctx context.Context, promise func(*kgo.Record, error)) {
 		if err != nil {
 			continue
 		}
-		s.sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Requests, Partition: p, Value: b}, promise)
+		s.tickProd.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Requests, Partition: p, Value: b}, func(_ *kgo.Record, err error) {
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("tick not appended; the next one will be", "partition", p, "err", err)
+			}
+		})
 		ps.tickInFlight = true
 		ps.lastTickSentAt = now
 		s.m.ticks.Inc()
@@ -366,16 +384,6 @@ func (s *Service) needsTick(ps *partState, now time.Time) bool {
 		return false
 	}
 	return now.Sub(ps.lastTickSentAt) >= s.cfg.TickMinGap
-}
-
-// tickDue says whether any owned partition needs a Tick now.
-func (s *Service) tickDue(now time.Time) bool {
-	for _, ps := range s.parts {
-		if s.needsTick(ps, now) {
-			return true
-		}
-	}
-	return false
 }
 
 func (s *Service) snapshot(ctx context.Context, p int32, ps *partState, promise func(*kgo.Record, error)) error {
