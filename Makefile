@@ -17,7 +17,8 @@ build: ## build bin/sluice
 run: build ## run the whole stack in one process (embedded Kafka, simulator, ledger, gateway) and print where to point an SDK
 	$(BIN) dev
 
-test: ## start real Kafka + ClickHouse on loopback (installs them if missing) and run every test
+test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missing) and run every test
+	$(MAKE) lint
 	$(MAKE) sdk-deps
 	$(MAKE) test-unit
 	$(MAKE) test-integration

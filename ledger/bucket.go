@@ -238,9 +238,6 @@ func (l *Ledger) available(b *bucket, sp *spec) int64 {
 	return b.Level
 }
 
-// maxUnits is the most a single request can ever take from the bucket.
-func (l *Ledger) maxUnits(_ *bucket, sp *spec) int64 { return sp.maxUnits }
-
 // fitAt estimates the log time at which bucket b could cover amount units
 // (plus reserve), or 0 when only an event (not time) can free capacity.
 func (l *Ledger) fitAt(b *bucket, sp *spec, amount, reserve, now int64) int64 {

@@ -147,7 +147,6 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics.Requests),
-		kgo.RequireStableFetchOffsets(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),

@@ -41,13 +41,6 @@ func stringBytes(v any) int64 {
 	return 0
 }
 
-func countEntries(v any) int64 {
-	if a, ok := v.([]any); ok {
-		return int64(len(a))
-	}
-	return 0
-}
-
 func (s *Server) estimateInput(bytes, entries int64) int64 {
 	return ceilDiv4(bytes) + s.cfg.PromptOverheadTokens + s.cfg.PerMessageOverheadTokens*entries
 }
