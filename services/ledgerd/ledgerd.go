@@ -204,7 +204,13 @@ func (s *Service) Loop(ctx context.Context) error {
 		}
 
 		if err := s.sess.Begin(); err != nil {
-			return fmt.Errorf("begin transaction: %w", err)
+			// Only possible if an earlier transaction is still open;
+			// clean up and retry the round rather than exit.
+			s.log.Warn("begin transaction", "err", err)
+			s.m.aborts.Inc()
+			s.parts = map[int32]*partState{}
+			s.abortOpen(ctx)
+			continue
 		}
 		var produceErr error
 		var perr sync.Mutex
@@ -279,6 +285,12 @@ func (s *Service) Loop(ctx context.Context) error {
 			s.m.aborts.Inc()
 			s.log.Warn("ledger transaction aborted; rebuilding partition state", "err", errors.Join(stepErr, err))
 			s.parts = map[int32]*partState{}
+			if err != nil {
+				// The End request itself failed (e.g. the broker is
+				// down): the transaction may still be open, and Begin
+				// would refuse. Abort until the session is clean.
+				s.abortOpen(ctx)
+			}
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -294,6 +306,24 @@ func (s *Service) Loop(ctx context.Context) error {
 				qbuf = s.m.observe(p, ps.l, time.Since(ps.lastSnapshot), qbuf)
 			}
 		}
+	}
+}
+
+// abortOpen retries aborting the session's transaction, with capped
+// backoff, until it succeeds or ctx ends.
+func (s *Service) abortOpen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		if _, err := s.sess.End(ctx, kgo.TryAbort); err == nil {
+			return
+		} else {
+			s.log.Warn("aborting the open ledger transaction failed; retrying", "err", err, "backoff", backoff)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
