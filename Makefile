@@ -5,6 +5,8 @@ BIN := bin/sluice
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Integration tests run against the real Kafka and ClickHouse started by deploy/local.
 LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
+# Packages that have integration tests (files tagged `integration`).
+INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
 .PHONY: help build run test test-unit test-integration bench up down lint fuzz clean sdk-deps
 
@@ -28,9 +30,9 @@ test-unit: ## unit, property and golden tests (no external services)
 	$(GO) test -count=1 ./...
 
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
-	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m ./...
+	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
 
-bench: build up ## benchmarks that print JSON (pure ledger, codec, ledger on the real broker)
+bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger on the real broker)
 	$(BIN) bench ledger --json
 	$(BIN) bench codec --json
 	$(BIN) bench gateway --json
