@@ -65,9 +65,7 @@ func CatchUp(ctx context.Context, brokers []string, names bus.Names, p int32, up
 		if r.Offset < l.Offset() {
 			return nil
 		}
-		if err := schemas.Decode(r.Value, &ev); err != nil {
-			ev = schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: "invalid", Tick: &schemas.Tick{Reason: "invalid"}}
-		}
+		_ = decodeInput(r.Value, &ev) // a bad record is the same no-op here as live
 		outs = l.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, outs[:0])
 		n++
 		return nil
@@ -79,7 +77,16 @@ func CatchUp(ctx context.Context, brokers []string, names bus.Names, p int32, up
 	return l, nil
 }
 
-var errStop = errors.New("stop")
+// decodeInput decodes an input record of sluice.requests. A record that does
+// not decode is applied as a no-op Tick, so that the live loop, catch-up and
+// replay all apply exactly the same sequence (and advance the offset past it).
+func decodeInput(b []byte, ev *schemas.Event) error {
+	err := schemas.Decode(b, ev)
+	if err != nil {
+		*ev = schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: "invalid", Tick: &schemas.Tick{Reason: "invalid"}}
+	}
+	return err
+}
 
 // ReadPartition calls fn for every committed record of topic/p from `from`
 // up to (not including) offset upto, or up to the current last stable
@@ -140,9 +147,6 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 			}
 		})
 		if ferr != nil {
-			if errors.Is(ferr, errStop) {
-				return nil
-			}
 			return ferr
 		}
 		if stop || got == 0 {

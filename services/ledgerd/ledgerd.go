@@ -237,10 +237,9 @@ func (s *Service) Loop(ctx context.Context) error {
 				if r.Offset < ps.l.Offset() {
 					continue // already reflected (replayed during catch-up)
 				}
-				if err := schemas.Decode(r.Value, &ev); err != nil {
+				if err := decodeInput(r.Value, &ev); err != nil {
 					s.m.invalid.Inc()
 					s.log.Warn("undecodable request record skipped", "partition", fp.Partition, "offset", r.Offset, "err", err)
-					ev = schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: "invalid", Tick: &schemas.Tick{Reason: "invalid"}}
 				}
 				if ev.Type == schemas.TypeTick && ev.Node == s.cfg.Node {
 					ps.tickInFlight = false
