@@ -193,11 +193,6 @@ func (c *Client) send(topic string, ev *schemas.Event, done func(error)) {
 	})
 }
 
-// Telemetry writes an analytics-only event (Dispatched, Outcome).
-func (c *Client) Telemetry(ctx context.Context, ev *schemas.Event) error {
-	return c.produce(ctx, c.cfg.Topics.Telemetry, ev)
-}
-
 func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) error {
 	b, err := schemas.Encode(ev)
 	if err != nil {

@@ -57,9 +57,7 @@ type Stack struct {
 	SimURL     string
 	ViewURL    string // live quota view (dashboards/live), loopback only
 
-	cluster  *kfake.Cluster
-	closers  []func()
-	ledgerOK chan error
+	closers []func()
 }
 
 // Close stops everything.
@@ -83,7 +81,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		_, _ = rand.Read(b[:])
 		o.APIKey = "sk-sluice-demo-" + hex.EncodeToString(b[:])
 	}
-	st = &Stack{APIKey: o.APIKey, ledgerOK: make(chan error, 1)}
+	st = &Stack{APIKey: o.APIKey}
 	// The error returns below say `return nil, err`, which clears st
 	// before deferred calls run: close through a copy.
 	started := st
@@ -101,7 +99,6 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded kafka: %w", err)
 		}
-		st.cluster = c
 		st.closers = append(st.closers, c.Close)
 		st.Brokers = c.ListenAddrs()
 	}
