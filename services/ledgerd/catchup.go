@@ -22,8 +22,17 @@ const idleEnd = 250 * time.Millisecond
 // LatestSnapshot reads sluice.snapshots and returns the newest snapshot of
 // requests partition p, or nil if there is none.
 func LatestSnapshot(ctx context.Context, brokers []string, names bus.Names, p int32) (*schemas.Snapshot, error) {
+	snap, _, err := latestSnapshot(ctx, brokers, names, p)
+	return snap, err
+}
+
+// latestSnapshot is LatestSnapshot plus the wall time the snapshot was
+// written, so a rebuilt partition keeps its snapshot clock instead of
+// restarting it.
+func latestSnapshot(ctx context.Context, brokers []string, names bus.Names, p int32) (*schemas.Snapshot, time.Time, error) {
 	key := string(SnapshotKey(p))
 	var snap *schemas.Snapshot
+	var at time.Time
 	err := ReadPartition(ctx, brokers, names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
 		if string(r.Key) != key {
 			return nil
@@ -32,10 +41,10 @@ func LatestSnapshot(ctx context.Context, brokers []string, names bus.Names, p in
 		if err := schemas.Decode(r.Value, &ev); err != nil || ev.Snapshot == nil {
 			return nil // a snapshot we cannot read is no snapshot
 		}
-		snap = ev.Snapshot
+		snap, at = ev.Snapshot, r.Timestamp
 		return nil
 	})
-	return snap, err
+	return snap, at, err
 }
 
 // CatchUp rebuilds partition p's ledger: the newest snapshot, then every
@@ -43,38 +52,52 @@ func LatestSnapshot(ctx context.Context, brokers []string, names bus.Names, p in
 // upto. Decisions re-derived here are discarded: they were already
 // published by the member that first applied those records.
 func CatchUp(ctx context.Context, brokers []string, names bus.Names, p int32, upto int64, log *slog.Logger) (*ledger.Ledger, error) {
-	snap, err := LatestSnapshot(ctx, brokers, names, p)
+	r, err := catchUp(ctx, brokers, names, p, upto, log)
+	return r.l, err
+}
+
+// caughtUp is a rebuilt partition and what its snapshot clock needs: how
+// many inputs were replayed past the snapshot, and when the snapshot was
+// written (zero without one).
+type caughtUp struct {
+	l          *ledger.Ledger
+	replayed   int
+	snapshotAt time.Time
+}
+
+func catchUp(ctx context.Context, brokers []string, names bus.Names, p int32, upto int64, log *slog.Logger) (caughtUp, error) {
+	snap, at, err := latestSnapshot(ctx, brokers, names, p)
 	if err != nil {
-		return nil, err
+		return caughtUp{}, err
 	}
-	l := ledger.New(p, ledger.Config{})
+	res := caughtUp{l: ledger.New(p, ledger.Config{}), snapshotAt: at}
 	from := kgo.NewOffset().AtStart()
 	if snap != nil {
-		if l, err = ledger.Restore(snap.State); err != nil {
-			return nil, fmt.Errorf("restore snapshot at offset %d: %w", snap.InputOffset, err)
+		if res.l, err = ledger.Restore(snap.State); err != nil {
+			return caughtUp{}, fmt.Errorf("restore snapshot at offset %d: %w", snap.InputOffset, err)
 		}
 		from = kgo.NewOffset().At(snap.InputOffset)
 		if snap.InputOffset >= upto {
-			return l, nil
+			return res, nil
 		}
 	}
 	var outs []ledger.Output
 	var ev schemas.Event
-	n := 0
+	l := res.l
 	err = ReadPartition(ctx, brokers, names.Requests, p, from, upto, func(r *kgo.Record) error {
 		if r.Offset < l.Offset() {
 			return nil
 		}
 		_ = decodeInput(r.Value, &ev) // a bad record is the same no-op here as live
 		outs = l.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, outs[:0])
-		n++
+		res.replayed++
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return caughtUp{}, err
 	}
-	log.Info("partition caught up", "partition", p, "snapshot", snap != nil, "replayed", n, "upto", upto)
-	return l, nil
+	log.Info("partition caught up", "partition", p, "snapshot", snap != nil, "replayed", res.replayed, "upto", upto)
+	return res, nil
 }
 
 // decodeInput decodes an input record of sluice.requests. A record that does

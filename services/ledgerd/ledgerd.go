@@ -1,9 +1,9 @@
 // Package ledgerd runs the ledger state machine on Kafka: a consumer-group
 // member on sluice.requests whose single poll loop is the one writer of every
-// partition it owns. Decisions, Tick records and snapshots are produced in
-// the same Kafka transaction as the consumed offsets (GroupTransactSession),
-// so a crash or a fenced zombie can never publish a decision twice or lose
-// one: whatever did not commit is re-derived, identically, by the next owner.
+// partition it owns. Decisions and snapshots are produced in the same Kafka
+// transaction as the applied input offsets (GroupTransactSession), so a crash
+// or a fenced zombie can never publish a decision twice or lose one: whatever
+// did not commit is re-derived, identically, by the next owner.
 package ledgerd
 
 import (
@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
@@ -83,14 +84,32 @@ func (c *Config) defaults() error {
 	return nil
 }
 
-// partState is one owned partition: its ledger and bookkeeping for ticks
+// partState is one owned partition: its ledger, the outputs of applied
+// inputs that no transaction has committed yet, and bookkeeping for ticks
 // and snapshots.
 type partState struct {
-	l              *ledger.Ledger
+	l *ledger.Ledger
+	// pending holds, in order, every record (decisions, snapshots) derived
+	// from inputs below l.Offset() that is not yet committed. An aborted
+	// transaction leaves them here and the next one produces them again:
+	// the state after a round is a pure function of the inputs, so the
+	// outputs are the ones any owner would produce, byte for byte.
+	pending []output
+	// pendingInputs counts the inputs applied since the last commit.
+	pendingInputs  int
 	sinceSnapshot  int
 	lastSnapshot   time.Time
 	tickInFlight   bool
 	lastTickSentAt time.Time
+}
+
+// output is a record to produce in the partition's next transaction.
+type output struct {
+	topic     string
+	partition int32
+	key       []byte
+	value     []byte
+	snapshot  bool
 }
 
 // Service is a running ledger member.
@@ -107,6 +126,10 @@ type Service struct {
 	parts   map[int32]*partState
 	mu      sync.Mutex
 	dropped map[int32]bool
+
+	// Scratch reused by every round of the poll loop.
+	ev   schemas.Event
+	outs []ledger.Output
 }
 
 // Run runs the ledger member until ctx ends.
@@ -175,10 +198,22 @@ func (s *Service) Close() {
 }
 
 // Loop polls, applies and commits until ctx ends.
+//
+// A round is: poll, rebuild newly assigned partitions (outside any
+// transaction), apply every record to its partition's ledger, and — only if
+// some partition has outputs to publish — one transaction that produces them
+// and commits exactly the applied input offsets. A round whose inputs decide
+// nothing (reconciles, most ticks) opens no transaction: its offsets ride on
+// the next one, and a crash before then only makes the next owner re-derive
+// the same nothing. That also keeps a transaction's first request a produce,
+// never the offset commit: on a Kafka 4 broker (transaction version 2) a
+// TxnOffsetCommit sent while the previous transaction's markers are still
+// being written fails with CONCURRENT_TRANSACTIONS, which franz-go treats as
+// abortable, whereas a produce in that window is retried by the broker and
+// the client until the previous transaction is complete.
 func (s *Service) Loop(ctx context.Context) error {
-	var outs []ledger.Output
-	var qbuf []ledger.QueueStat
 	var lastObserve time.Time
+	var qbuf []ledger.QueueStat
 	for {
 		if ctx.Err() != nil {
 			return nil
@@ -195,107 +230,20 @@ func (s *Service) Loop(ctx context.Context) error {
 			}
 		})
 		s.applyDrops()
-		if fs.NumRecords() == 0 {
-			// Nothing to apply: no transaction. (A transaction that
-			// consumed nothing is not free: on kfake its commit took
-			// 500 ms, stalling every decision behind it.)
-			s.ticks(ctx)
-			continue
-		}
-
-		if err := s.sess.Begin(); err != nil {
-			// Only possible if an earlier transaction is still open;
-			// clean up and retry the round rather than exit.
-			s.log.Warn("begin transaction", "err", err)
-			s.m.aborts.Inc()
-			s.parts = map[int32]*partState{}
-			s.abortOpen(ctx)
-			continue
-		}
-		var produceErr error
-		var perr sync.Mutex
-		promise := func(_ *kgo.Record, err error) {
-			if err != nil {
-				perr.Lock()
-				produceErr = err
-				perr.Unlock()
+		if fs.NumRecords() > 0 {
+			s.rebuildNew(ctx, fs)
+			if err := s.apply(fs); err != nil {
+				// Only a programmer error (an output that does not
+				// encode) gets here; the state is suspect.
+				s.log.Error("ledger apply failed; rebuilding every partition", "err", err)
+				s.rewindAll()
 			}
 		}
-		n := 0
-		var stepErr error
-		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if stepErr != nil || len(fp.Records) == 0 {
-				return
-			}
-			ps, err := s.ensure(ctx, fp.Partition, fp.Records[0].Offset)
-			if err != nil {
-				stepErr = err
-				return
-			}
-			var ev schemas.Event
-			for _, r := range fp.Records {
-				if r.Offset < ps.l.Offset() {
-					continue // already reflected (replayed during catch-up)
-				}
-				if err := decodeInput(r.Value, &ev); err != nil {
-					s.m.invalid.Inc()
-					s.log.Warn("undecodable request record skipped", "partition", fp.Partition, "offset", r.Offset, "err", err)
-				}
-				if ev.Type == schemas.TypeTick && ev.Node == s.cfg.Node {
-					ps.tickInFlight = false
-				}
-				outs = ps.l.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, outs[:0])
-				n++
-				ps.sinceSnapshot++
-				for i := range outs {
-					d := &outs[i]
-					s.m.decision(d)
-					b, err := schemas.Encode(d.Event())
-					if err != nil {
-						stepErr = fmt.Errorf("encode decision: %w", err)
-						return
-					}
-					s.sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Decisions, Partition: fp.Partition, Key: []byte(d.Scope), Value: b}, promise)
-				}
-			}
-			s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))
-			if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
-				if err := s.snapshot(ctx, fp.Partition, ps, promise); err != nil {
-					stepErr = err
-				}
-			}
-		})
-		if err := s.sess.Client().Flush(ctx); err != nil && stepErr == nil {
-			stepErr = err
-		}
-		perr.Lock()
-		if stepErr == nil {
-			stepErr = produceErr
-		}
-		perr.Unlock()
-		try := kgo.TryCommit
-		if stepErr != nil {
-			try = kgo.TryAbort
-		}
-		committed, err := s.sess.End(ctx, try)
-		if err != nil || !committed {
-			// Nothing of this round is visible; throw the in-memory state
-			// away so it is rebuilt from the committed log.
-			s.m.aborts.Inc()
-			s.log.Warn("ledger transaction aborted; rebuilding partition state", "err", errors.Join(stepErr, err))
-			s.parts = map[int32]*partState{}
-			if err != nil {
-				// The End request itself failed (e.g. the broker is
-				// down): the transaction may still be open, and Begin
-				// would refuse. Abort until the session is clean.
-				s.abortOpen(ctx)
-			}
-			if ctx.Err() != nil {
+		if s.hasPending() {
+			if done := s.commit(ctx); !done && ctx.Err() != nil {
 				return nil
 			}
-			continue
 		}
-		s.m.applied.Add(float64(n))
 		s.ticks(ctx)
 		if time.Since(lastObserve) >= 500*time.Millisecond {
 			// Gauges are sampled, not kept exact: walking the queues on
@@ -306,6 +254,209 @@ func (s *Service) Loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// rebuildNew restores every partition of fs that has records but no state
+// (newly assigned, or thrown away after an unknown transaction outcome),
+// before any transaction opens: a long replay of one partition must not
+// hold, and time out, the transaction of the partitions already owned. A
+// partition whose rebuild fails is rewound to its first fetched record, so
+// it is fetched (and rebuilt) again; it has no state, so nothing of it is
+// committed meanwhile.
+func (s *Service) rebuildNew(ctx context.Context, fs kgo.Fetches) {
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if len(fp.Records) == 0 || s.parts[fp.Partition] != nil {
+			return
+		}
+		from := fp.Records[0].Offset
+		start := time.Now()
+		r, err := catchUp(ctx, s.cfg.Brokers, s.cfg.Topics, fp.Partition, from, s.log)
+		if err != nil {
+			s.log.Warn("catch up failed; retrying", "partition", fp.Partition, "err", err)
+			s.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.cfg.Topics.Requests: {fp.Partition: {Epoch: -1, Offset: from}}})
+			return
+		}
+		s.m.catchUp.Observe(time.Since(start).Seconds())
+		s.m.rebuilds.Inc()
+		// The snapshot clock continues from the snapshot that was read:
+		// a rebuild does not postpone the next snapshot, so the tail a
+		// later takeover replays stays bounded by the snapshot settings.
+		last := r.snapshotAt
+		if last.IsZero() {
+			last = time.Now().Add(-s.cfg.SnapshotInterval)
+		}
+		s.parts[fp.Partition] = &partState{l: r.l, sinceSnapshot: r.replayed, lastSnapshot: last}
+	})
+}
+
+// apply applies every fetched record to its partition's ledger and queues
+// the outputs, and the snapshots that are due, as the partition's pending
+// records.
+func (s *Service) apply(fs kgo.Fetches) error {
+	var applyErr error
+	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+		ps := s.parts[fp.Partition]
+		if applyErr != nil || len(fp.Records) == 0 || ps == nil {
+			return
+		}
+		for _, r := range fp.Records {
+			if r.Offset < ps.l.Offset() {
+				continue // already applied (replayed in catch-up, or redelivered after an abort)
+			}
+			if err := decodeInput(r.Value, &s.ev); err != nil {
+				s.m.invalid.Inc()
+				s.log.Warn("undecodable request record skipped", "partition", fp.Partition, "offset", r.Offset, "err", err)
+			}
+			if s.ev.Type == schemas.TypeTick && s.ev.Node == s.cfg.Node {
+				ps.tickInFlight = false
+			}
+			s.outs = ps.l.Apply(r.Timestamp.UnixMilli(), r.Offset, &s.ev, s.outs[:0])
+			ps.pendingInputs++
+			ps.sinceSnapshot++
+			for i := range s.outs {
+				d := &s.outs[i]
+				s.m.decision(d)
+				b, err := schemas.Encode(d.Event())
+				if err != nil {
+					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
+					return
+				}
+				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: fp.Partition, key: []byte(d.Scope), value: b})
+			}
+		}
+		s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))
+		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
+			if err := s.snapshot(fp.Partition, ps); err != nil {
+				applyErr = err
+			}
+		}
+	})
+	return applyErr
+}
+
+func (s *Service) hasPending() bool {
+	for _, ps := range s.parts {
+		if len(ps.pending) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// commit produces every partition's pending records in one transaction and
+// commits each owned partition's applied input offset with them. It
+// reports whether the transaction committed.
+//
+// A clean abort (the broker refused the offset commit, a rebalance began)
+// keeps every partition's state and pending records: the next round
+// produces them again. Only an unknown outcome (End itself failed, so the
+// transaction may have committed) or a fenced producer throws the state
+// away and rebuilds it from the committed log.
+func (s *Service) commit(ctx context.Context) bool {
+	if err := s.sess.Begin(); err != nil {
+		// Only possible if an earlier transaction is still open.
+		s.log.Warn("begin transaction", "err", err)
+		s.m.aborts.Inc()
+		s.rewindAll()
+		s.abortOpen(ctx)
+		return false
+	}
+	var produceErr error
+	var perr sync.Mutex
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			perr.Lock()
+			produceErr = err
+			perr.Unlock()
+		}
+	}
+	offsets := make(map[int32]int64, len(s.parts))
+	for p, ps := range s.parts {
+		offsets[p] = ps.l.Offset()
+		for _, o := range ps.pending {
+			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
+		}
+	}
+	try := kgo.TryCommit
+	if err := s.sess.Client().Flush(ctx); err != nil {
+		produceErr = err
+	}
+	perr.Lock()
+	if produceErr != nil {
+		try = kgo.TryAbort
+	}
+	perr.Unlock()
+	endCtx := kgo.PreTxnCommitFnContext(ctx, commitOffsets(s.cfg.Topics.Requests, offsets))
+	committed, err := s.sess.End(endCtx, try)
+	switch {
+	case err == nil && committed:
+		s.m.transactions.Inc()
+		for _, ps := range s.parts {
+			for _, o := range ps.pending {
+				if o.snapshot {
+					s.m.snapshots.Inc()
+				}
+			}
+			s.m.applied.Add(float64(ps.pendingInputs))
+			ps.pending, ps.pendingInputs = ps.pending[:0], 0
+		}
+		return true
+	case err == nil:
+		s.m.aborts.Inc()
+		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr)
+		return false
+	default:
+		s.m.aborts.Inc()
+		s.log.Warn("ledger transaction outcome unknown; rebuilding partition state", "err", errors.Join(produceErr, err))
+		s.rewindAll()
+		// The transaction may still be open, and Begin would refuse.
+		s.abortOpen(ctx)
+		return false
+	}
+}
+
+// commitOffsets returns the PreTxnCommit hook that sets the committed offset
+// of every partition of topic to the next input its ledger will apply, and
+// drops partitions without state. The consumer's own position can differ
+// from what was applied (records fetched but not yet applied, redelivery
+// after an abort); the ledger's offset is what its outputs reflect, and only
+// that may be committed with them.
+func commitOffsets(topic string, offsets map[int32]int64) func(*kmsg.TxnOffsetCommitRequest) error {
+	return func(req *kmsg.TxnOffsetCommitRequest) error {
+		for i := range req.Topics {
+			t := &req.Topics[i]
+			if t.Topic != topic {
+				continue
+			}
+			seen := make(map[int32]bool, len(t.Partitions))
+			kept := t.Partitions[:0]
+			for _, p := range t.Partitions {
+				off, ok := offsets[p.Partition]
+				if !ok {
+					continue
+				}
+				seen[p.Partition] = true
+				p.Offset = off
+				kept = append(kept, p)
+			}
+			for p, off := range offsets {
+				if !seen[p] {
+					np := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+					np.Partition, np.Offset, np.LeaderEpoch = p, off, -1
+					kept = append(kept, np)
+				}
+			}
+			t.Partitions = kept
+		}
+		return nil
+	}
+}
+
+// rewindAll throws away every partition's state; each is rebuilt from its
+// snapshot and the committed log when its records are fetched again (franz-go
+// rewinds the consumer to the committed offsets after an abort).
+func (s *Service) rewindAll() {
+	s.parts = map[int32]*partState{}
 }
 
 // abortOpen retries aborting the session's transaction, with capped
@@ -349,24 +500,6 @@ func (s *Service) applyDrops() {
 		delete(s.parts, p)
 	}
 	clear(s.dropped)
-}
-
-// ensure returns the state of partition p, rebuilding it from the latest
-// snapshot and the committed log before upto when the partition is new to
-// this member (assignment) or its state was thrown away (abort).
-func (s *Service) ensure(ctx context.Context, p int32, upto int64) (*partState, error) {
-	if ps := s.parts[p]; ps != nil {
-		return ps, nil
-	}
-	start := time.Now()
-	l, err := CatchUp(ctx, s.cfg.Brokers, s.cfg.Topics, p, upto, s.log)
-	if err != nil {
-		return nil, fmt.Errorf("catch up partition %d: %w", p, err)
-	}
-	s.m.catchUp.Observe(time.Since(start).Seconds())
-	ps := &partState{l: l, lastSnapshot: time.Now()}
-	s.parts[p] = ps
-	return ps, nil
 }
 
 // ticks appends a Tick to every owned partition whose ledger has pending
@@ -414,7 +547,9 @@ func (s *Service) needsTick(ps *partState, now time.Time) bool {
 	return now.Sub(ps.lastTickSentAt) >= s.cfg.TickMinGap
 }
 
-func (s *Service) snapshot(ctx context.Context, p int32, ps *partState, promise func(*kgo.Record, error)) error {
+// snapshot queues partition p's snapshot with the round's outputs, in the
+// same transaction as the input offset it reflects.
+func (s *Service) snapshot(p int32, ps *partState) error {
 	state, err := ps.l.MarshalSnapshot()
 	if err != nil {
 		return fmt.Errorf("snapshot partition %d: %w", p, err)
@@ -435,8 +570,14 @@ func (s *Service) snapshot(ctx context.Context, p int32, ps *partState, promise 
 		s.log.Warn("snapshot too large; skipped", "partition", p, "bytes", len(b), "max", bus.SnapshotMaxBytes)
 		return nil
 	}
-	s.sess.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Snapshots, Partition: 0, Key: SnapshotKey(p), Value: b}, promise)
-	s.m.snapshots.Inc()
+	// A newer snapshot of the partition supersedes a pending one.
+	kept := ps.pending[:0]
+	for _, o := range ps.pending {
+		if !o.snapshot {
+			kept = append(kept, o)
+		}
+	}
+	ps.pending = append(kept, output{topic: s.cfg.Topics.Snapshots, partition: 0, key: SnapshotKey(p), value: b, snapshot: true})
 	return nil
 }
 

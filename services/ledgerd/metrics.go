@@ -15,8 +15,13 @@ type metrics struct {
 	applied   prometheus.Counter
 	invalid   prometheus.Counter
 	aborts    prometheus.Counter
-	ticks     prometheus.Counter
-	snapshots prometheus.Counter
+	// transactions counts committed transactions; rebuilds counts
+	// partitions restored from a snapshot and the log (assignment, or an
+	// abort whose outcome was unknown).
+	transactions prometheus.Counter
+	rebuilds     prometheus.Counter
+	ticks        prometheus.Counter
+	snapshots    prometheus.Counter
 	// snapshotsSkipped counts snapshots larger than bus.SnapshotMaxBytes.
 	snapshotsSkipped prometheus.Counter
 	lag              *prometheus.GaugeVec
@@ -32,8 +37,10 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		applied:          prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_events_applied_total", Help: "Input events applied and committed."}),
 		invalid:          prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_invalid_records_total", Help: "Undecodable input records (applied as no-op ticks)."}),
 		aborts:           prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transaction_aborts_total", Help: "Aborted ledger transactions."}),
+		transactions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transactions_total", Help: "Committed ledger transactions."}),
+		rebuilds:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_partition_rebuilds_total", Help: "Partitions restored from snapshot and log (assignment or unknown transaction outcome)."}),
 		ticks:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
-		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots written."}),
+		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots committed."}),
 		snapshotsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_skipped_total", Help: "Snapshots not written because they exceeded the record size limit."}),
 		lag:              prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_partition_lag", Help: "High watermark minus next offset to apply."}, []string{"partition"}),
 		queue:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_depth", Help: "Queued requests per partition and traffic class."}, []string{"partition", "class"}),
@@ -46,6 +53,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.invalid = register(r, m.invalid)
 	m.aborts = register(r, m.aborts)
 	m.ticks = register(r, m.ticks)
+	m.transactions = register(r, m.transactions)
+	m.rebuilds = register(r, m.rebuilds)
 	m.snapshots = register(r, m.snapshots)
 	m.snapshotsSkipped = register(r, m.snapshotsSkipped)
 	m.lag = register(r, m.lag)
