@@ -30,7 +30,7 @@ type Report struct {
 	Schema      string     `json:"schema"`
 	Scenario    string     `json:"scenario"`
 	Description string     `json:"description,omitempty"`
-	Mode        string     `json:"mode"` // embedded | gateway | baseline
+	Mode        string     `json:"mode"` // embedded | stack | gateway | baseline
 	Conditions  Conditions `json:"conditions"`
 
 	// Provider429 counts 429s the provider sent: the simulator's own count
@@ -62,6 +62,8 @@ type Report struct {
 	// Simulator is the /sim/stats delta over the whole run (nil when the
 	// simulator was not reachable).
 	Simulator *sim.ProviderStats `json:"simulator,omitempty"`
+	// Stack is the ledger service's health in a --brokers run.
+	Stack *StackReport `json:"stack,omitempty"`
 }
 
 // Conditions records how the run was made.
@@ -344,6 +346,15 @@ func (r *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  jain_fairness %.3f\n", *r.JainFairness)
 	} else {
 		b.WriteString("  jain_fairness n/a (no two tenants of equal weight)\n")
+	}
+	if st := r.Stack; st != nil {
+		fmt.Fprintf(&b, "  stack on %s (%d ledgers, prefix %s): transaction_aborts %d · snapshots_written %d · partition_rebuilds %d · ledger_unavailable %d\n",
+			st.Brokers, st.Ledgers, st.TopicPrefix, st.TransactionAborts, st.SnapshotsWritten, st.Rebuilds, st.LedgerUnavailable)
+		fmt.Fprintf(&b, "  decisions %d · longest gap %d ms · doubled %d · undecided %d · snapshots of busiest partition %d: %d · logs %s\n",
+			st.Decisions, st.LongestDecisionGapMs, st.DecisionsDoubled, st.RequestsUndecided, st.BusiestPartition, st.BusiestSnapshots, st.LogsDir)
+		for _, f := range st.Faults {
+			fmt.Fprintf(&b, "  fault: %s\n", f)
+		}
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

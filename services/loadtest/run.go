@@ -23,17 +23,22 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/sim"
 )
 
-const usage = `usage: sluice loadtest --scenario NAME|FILE [--embedded | --url URL --api-key K... | --baseline] [flags]
+const usage = `usage: sluice loadtest --scenario NAME|FILE [--embedded | --brokers ADDR | --url URL --api-key K... | --baseline] [flags]
 
 Runs a scenario (deploy/scenarios/NAME.yaml or a file) as open-loop Poisson
 arrivals per tenant and prints a report (text, or JSON with --json).
 
   --embedded   start the whole stack in process (kfake, simulator, ledger, gateway)
                with the scenario's simulator limits and a generated gateway config
+  --brokers ADDR  start the scenario's stack as separate processes on that Kafka
+               cluster (simulator, two ledgers at the default settings, a gateway),
+               under a fresh topic prefix, and report the ledgers' transaction
+               aborts, snapshots, ledger_unavailable answers and decision gaps
   --url URL    an existing gateway; --api-key once per tenant (in scenario order)
                or once for all; --sim-url for the simulator's /sim/stats
   --baseline   the same load straight to the simulator (/openai/v1/chat/completions)
@@ -54,6 +59,12 @@ type Options struct {
 	ScenariosDir string
 	JSON         bool
 	Embedded     bool
+	// Brokers selects the real-stack mode; SluiceBin is the binary it
+	// starts (default: this executable); KillLedgerAt, if > 0, sends
+	// SIGKILL to the first ledger that long after the arrivals start.
+	Brokers      []string
+	SluiceBin    string
+	KillLedgerAt time.Duration
 	URL          string
 	APIKeys      []string
 	SimURL       string
@@ -76,6 +87,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ScenariosDir, "scenarios-dir", "", "directory of scenario files (default: deploy/scenarios found from the working directory up; env SLUICE_SCENARIOS_DIR)")
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
 	fs.BoolVar(&o.Embedded, "embedded", false, "start a whole Sluice stack in process (kfake + simulator)")
+	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
+	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
+	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the first ledger this long into the run")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
 	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
@@ -100,17 +114,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	o.APIKeys = keys
 	o.Seed = *seed
+	if *brokers != "" {
+		o.Brokers = bus.SplitBrokers(*brokers)
+	}
 	if o.Scenario == "" {
 		return errors.New("sluice loadtest: --scenario NAME|FILE is required")
 	}
 	modes := 0
-	for _, b := range []bool{o.Embedded, o.URL != "", o.Baseline} {
+	for _, b := range []bool{o.Embedded, o.URL != "", o.Baseline, len(o.Brokers) > 0} {
 		if b {
 			modes++
 		}
 	}
 	if modes != 1 {
-		return errors.New("sluice loadtest: choose exactly one of --embedded, --url URL, --baseline")
+		return errors.New("sluice loadtest: choose exactly one of --embedded, --brokers ADDR, --url URL, --baseline")
+	}
+	if o.KillLedgerAt > 0 && len(o.Brokers) == 0 {
+		return errors.New("sluice loadtest: --kill-ledger-at needs --brokers")
 	}
 	if o.URL != "" && len(o.APIKeys) == 0 {
 		return errors.New("sluice loadtest: --url needs --api-key")
@@ -144,6 +164,9 @@ type target struct {
 	quota    *SluiceQuota
 	retries  int
 	routeTag string
+	// stack and killLedgerAt: the --brokers mode's processes and fault.
+	stack        *stack
+	killLedgerAt time.Duration
 }
 
 // Execute runs scenario sc with options o and returns the report. progress
@@ -198,6 +221,31 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		tg.quota = &q
 		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
 			return nil, err
+		}
+	case len(o.Brokers) > 0:
+		tg.mode = "stack"
+		keys := NewKeys(sc)
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		if o.Verbose {
+			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}
+		fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
+		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, log)
+		if err != nil {
+			return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
+		}
+		defer st.Close()
+		tg.stack = st
+		tg.killLedgerAt = o.KillLedgerAt
+		tg.chatURL = st.gwURL + "/v1/chat/completions"
+		tg.simURL, tg.ownSim = st.simURL, true
+		for _, t := range sc.Tenants {
+			tg.keys = append(tg.keys, keys[t.ID])
+		}
+		q := EffectiveQuota(sc)
+		tg.quota = &q
+		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
+			return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
 		}
 	case o.URL != "":
 		tg.mode = "gateway"
@@ -407,6 +455,17 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	)
 	start := time.Now()
 	stopProgress := startProgress(stderr, &pr, start, dur, len(sched))
+	var faults []string
+	var faultMu sync.Mutex
+	if tg.stack != nil && tg.killLedgerAt > 0 {
+		t := time.AfterFunc(tg.killLedgerAt, func() {
+			err := tg.stack.killLedger(1)
+			faultMu.Lock()
+			faults = append(faults, fmt.Sprintf("kill -9 ledger-1 at %s (err: %v)", time.Since(start).Truncate(time.Millisecond), err))
+			faultMu.Unlock()
+		})
+		defer t.Stop()
+	}
 
 	var atEndP atomic.Pointer[sim.Stats]
 	endTimer := time.AfterFunc(dur, func() {
@@ -489,6 +548,16 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	}
 
 	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
+	if tg.stack != nil {
+		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep)
+		faultMu.Lock()
+		sr.Faults = faults
+		faultMu.Unlock()
+		rep.Stack = sr
+		if err != nil {
+			return rep, fmt.Errorf("audit the run's log: %w", err)
+		}
+	}
 	return rep, nil
 }
 

@@ -1,0 +1,452 @@
+package loadtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/ledgerd"
+)
+
+// stackLedgers is how many `sluice ledger` processes a --brokers run starts:
+// two, so the group has a standby that takes over on a crash.
+const stackLedgers = 2
+
+// StackReport is what a run on a real broker (--brokers) adds to the
+// report: the ledger service's health over the run, read from the ledgers'
+// own metrics and from the committed decision log.
+type StackReport struct {
+	Brokers     string `json:"brokers"`
+	TopicPrefix string `json:"topic_prefix"`
+	Ledgers     int    `json:"ledgers"`
+	LogsDir     string `json:"logs_dir"`
+	// TransactionAborts and SnapshotsWritten are summed over the ledgers
+	// (the last value scraped from each, so a killed ledger still counts).
+	TransactionAborts int64 `json:"transaction_aborts"`
+	SnapshotsWritten  int64 `json:"snapshots_written"`
+	Rebuilds          int64 `json:"partition_rebuilds"`
+	// LedgerUnavailable counts requests answered 503 ledger_unavailable.
+	LedgerUnavailable int `json:"ledger_unavailable"`
+	// Decisions is the number of committed decisions of the run;
+	// LongestDecisionGapMs the longest log-time gap between two
+	// consecutive decisions of the busiest partition during the arrival
+	// window.
+	Decisions            int   `json:"decisions"`
+	LongestDecisionGapMs int64 `json:"longest_decision_gap_ms"`
+	// DecisionsDoubled counts decision ids committed more than once;
+	// RequestsUndecided counts reserve requests with no decision at all.
+	DecisionsDoubled  int `json:"decisions_doubled"`
+	RequestsUndecided int `json:"requests_undecided"`
+	// BusiestPartition is the partition with the most decisions, and
+	// BusiestSnapshots the snapshots committed of it.
+	BusiestPartition int32 `json:"busiest_partition"`
+	BusiestSnapshots int   `json:"busiest_partition_snapshots"`
+	// Faults lists the faults injected, with their wall time from the
+	// run start.
+	Faults []string `json:"faults,omitempty"`
+}
+
+// stack is a Sluice installation started as separate processes on a real
+// broker: the simulator, two ledgers at the default settings and a gateway.
+type stack struct {
+	bin     string
+	brokers []string
+	prefix  string
+	names   bus.Names
+	dir     string
+	log     *slog.Logger
+
+	procs   []*proc
+	ledgers []*proc
+	simURL  string
+	gwURL   string
+
+	mu      sync.Mutex
+	scraped map[string]map[string]float64 // ledger metrics URL → metric → value
+	stop    chan struct{}
+}
+
+type proc struct {
+	name       string
+	cmd        *exec.Cmd
+	metricsURL string
+	exited     chan struct{}
+}
+
+// startStack starts the scenario's stack on brokers. The topics get a
+// fresh prefix, so concurrent runs and earlier runs never mix.
+func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, log *slog.Logger) (st *stack, err error) {
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the sluice binary (set --sluice-bin): %w", err)
+		}
+	}
+	dir, err := os.MkdirTemp("", "sluice-loadtest-")
+	if err != nil {
+		return nil, err
+	}
+	st = &stack{bin: bin, brokers: brokers, dir: dir, log: log,
+		prefix:  fmt.Sprintf("lt%d.", time.Now().UnixNano()),
+		scraped: map[string]map[string]float64{}, stop: make(chan struct{})}
+	st.names = bus.NamesWithPrefix(st.prefix)
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	if err := st.topics(ctx); err != nil {
+		return st, err
+	}
+	simYAML, err := yaml.Marshal(sc.SimConfig)
+	if err != nil {
+		return st, fmt.Errorf("simulator config: %w", err)
+	}
+	simCfg := filepath.Join(dir, "sim.yaml")
+	if err := os.WriteFile(simCfg, simYAML, 0o600); err != nil {
+		return st, err
+	}
+	_, line, err := st.start(ctx, "sim", "sim", "--config", simCfg, "--addr", "127.0.0.1:0")
+	if err != nil {
+		return st, err
+	}
+	st.simURL = strings.TrimSpace(line)
+	for i := 1; i <= stackLedgers; i++ {
+		maddr, err := freeAddr()
+		if err != nil {
+			return st, err
+		}
+		name := "ledger-" + strconv.Itoa(i)
+		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
+			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr)
+		if err != nil {
+			return st, err
+		}
+		p.metricsURL = "http://" + maddr + "/metrics"
+		st.ledgers = append(st.ledgers, p)
+	}
+	gwYAML, err := GatewayConfigYAML(sc, st.simURL, keys)
+	if err != nil {
+		return st, err
+	}
+	gwCfg := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(gwCfg, gwYAML, 0o600); err != nil {
+		return st, err
+	}
+	gaddr, err := freeAddr()
+	if err != nil {
+		return st, err
+	}
+	if _, _, err := st.start(ctx, "gateway", "gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
+		"--config", gwCfg, "--addr", gaddr); err != nil {
+		return st, err
+	}
+	st.gwURL = "http://" + gaddr
+	go st.scrapeLoop()
+	return st, nil
+}
+
+func (st *stack) topics(ctx context.Context) error {
+	cl, err := bus.NewClient(ctx, st.brokers, 20*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	tc := bus.DefaultTopics()
+	tc.Names = st.names
+	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
+		return fmt.Errorf("create the run's topics: %w", err)
+	}
+	return nil
+}
+
+// start runs `sluice <args>` with its output in the run's log directory and
+// waits for its first stdout line (the simulator's URL, the gateway's
+// OPENAI_BASE_URL) when it prints one; a ledger prints nothing, so its start
+// is not awaited here (warm-up waits for the ledger to serve).
+func (st *stack) start(ctx context.Context, name string, args ...string) (*proc, string, error) {
+	logf, err := os.Create(filepath.Join(st.dir, name+".log"))
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(st.bin, args...)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, "", fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, exited: make(chan struct{})}
+	st.procs = append(st.procs, p)
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		first := true
+		for sc.Scan() {
+			if first {
+				lines <- sc.Text()
+				first = false
+			}
+			fmt.Fprintln(logf, sc.Text())
+		}
+		close(lines)
+	}()
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	if args[0] == "ledger" {
+		return p, "", nil
+	}
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			return p, "", fmt.Errorf("%s exited at start; see %s", name, logf.Name())
+		}
+		return p, l, nil
+	case <-time.After(30 * time.Second):
+		return p, "", fmt.Errorf("%s printed nothing in 30s; see %s", name, logf.Name())
+	case <-ctx.Done():
+		return p, "", ctx.Err()
+	}
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// scrapeLoop reads every ledger's metrics each second and keeps the last
+// values, so a ledger killed during the run still counts.
+func (st *stack) scrapeLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		st.scrape()
+		select {
+		case <-st.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (st *stack) scrape() {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, p := range st.ledgers {
+		resp, err := hc.Get(p.metricsURL)
+		if err != nil {
+			continue
+		}
+		vals := parseMetrics(resp.Body)
+		resp.Body.Close()
+		st.mu.Lock()
+		st.scraped[p.metricsURL] = vals
+		st.mu.Unlock()
+	}
+}
+
+// parseMetrics reads unlabelled samples of the Prometheus text format.
+func parseMetrics(r io.Reader) map[string]float64 {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.ContainsRune(line, '{') {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+func (st *stack) sum(metric string) int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var n float64
+	for _, vals := range st.scraped {
+		n += vals[metric]
+	}
+	return int64(n)
+}
+
+// killLedger sends SIGKILL to ledger i (1-based): a crash, not a shutdown.
+func (st *stack) killLedger(i int) error {
+	if i < 1 || i > len(st.ledgers) {
+		return fmt.Errorf("no ledger %d", i)
+	}
+	st.scrape()
+	return st.ledgers[i-1].cmd.Process.Signal(syscall.SIGKILL)
+}
+
+// report fills the stack's part of the report: metrics, and an audit of the
+// committed decision log over the run.
+func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, rep *Report) (*StackReport, error) {
+	st.scrape()
+	sr := &StackReport{Brokers: strings.Join(st.brokers, ","), TopicPrefix: st.prefix, Ledgers: len(st.ledgers), LogsDir: st.dir,
+		TransactionAborts: st.sum("sluice_ledger_transaction_aborts_total"),
+		SnapshotsWritten:  st.sum("sluice_ledger_snapshots_total"),
+		Rebuilds:          st.sum("sluice_ledger_partition_rebuilds_total"),
+		LedgerUnavailable: rep.Totals.GatewayDecisions[string(schemas.GDLedgerUnavailable)],
+	}
+	a, err := st.audit(ctx, runStart, arrivalsEnd)
+	if err != nil {
+		return sr, err
+	}
+	sr.Decisions, sr.LongestDecisionGapMs, sr.DecisionsDoubled, sr.RequestsUndecided = a.decisions, a.longestGapMs, a.doubled, a.undecided
+	sr.BusiestPartition, sr.BusiestSnapshots = a.busiest, a.busiestSnapshots
+	return sr, nil
+}
+
+type auditResult struct {
+	decisions, doubled, undecided int
+	longestGapMs                  int64
+	busiest                       int32
+	busiestSnapshots              int
+}
+
+// audit reads the run's committed requests and decisions.
+func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (auditResult, error) {
+	var a auditResult
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return a, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	type attempt struct {
+		id string
+		n  int32
+	}
+	reserved := map[attempt]bool{}
+	decided := map[attempt]bool{}
+	seen := map[string]bool{}
+	times := map[int32][]int64{}
+	for _, topic := range []string{st.names.Requests, st.names.Decisions} {
+		td, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return a, err
+		}
+		for _, p := range td[topic].Partitions.Numbers() {
+			var ev schemas.Event
+			err := ledgerd.ReadPartition(ctx, st.brokers, topic, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+				if schemas.Decode(r.Value, &ev) != nil {
+					return nil
+				}
+				switch {
+				case ev.ReserveRequested != nil:
+					reserved[attempt{ev.RequestID, ev.Attempt}] = true
+				case ev.RetryRequested != nil:
+					reserved[attempt{ev.RequestID, ev.Attempt}] = true
+				case ev.Decision != nil:
+					a.decisions++
+					if seen[ev.ID] {
+						a.doubled++
+					}
+					seen[ev.ID] = true
+					decided[attempt{ev.RequestID, ev.Attempt}] = true
+					if ts := r.Timestamp; !ts.Before(runStart) && ts.Before(arrivalsEnd) {
+						times[p] = append(times[p], ts.UnixMilli())
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return a, fmt.Errorf("audit %s/%d: %w", topic, p, err)
+			}
+		}
+	}
+	for k := range reserved {
+		if !decided[k] {
+			a.undecided++
+		}
+	}
+	busiest := int32(-1)
+	for p, ts := range times {
+		if busiest < 0 || len(ts) > len(times[busiest]) {
+			busiest = p
+		}
+	}
+	a.busiest = max(busiest, 0)
+	key := string(ledgerd.SnapshotKey(a.busiest))
+	err = ledgerd.ReadPartition(ctx, st.brokers, st.names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		if string(r.Key) == key {
+			a.busiestSnapshots++
+		}
+		return nil
+	})
+	if err != nil {
+		return a, fmt.Errorf("audit %s: %w", st.names.Snapshots, err)
+	}
+	if ts := times[busiest]; len(ts) > 1 {
+		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+		for i := 1; i < len(ts); i++ {
+			a.longestGapMs = max(a.longestGapMs, ts[i]-ts[i-1])
+		}
+	}
+	return a, nil
+}
+
+// Close stops every process (SIGTERM, then SIGKILL after 5 s) and deletes
+// the run's topics. The logs stay in LogsDir.
+func (st *stack) Close() {
+	select {
+	case <-st.stop:
+	default:
+		close(st.stop)
+	}
+	for i := len(st.procs) - 1; i >= 0; i-- {
+		p := st.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(5 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+	if len(st.brokers) > 0 && st.names.Requests != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cl, err := bus.NewClient(ctx, st.brokers, 5*time.Second); err == nil {
+			if _, err := kadm.NewClient(cl).DeleteTopics(ctx, st.names.All()...); err != nil && !errors.Is(err, context.Canceled) {
+				st.log.Warn("delete the run's topics", "prefix", st.prefix, "err", err)
+			}
+			cl.Close()
+		}
+	}
+}
