@@ -114,11 +114,13 @@ func newRig(t *testing.T, partitions int32) *rig {
 	return r
 }
 
-// ledger starts a `sluice ledger` process.
+// ledger starts a `sluice ledger` process at the default snapshot, session
+// and transaction settings: shortened values would hide how takeover and
+// snapshots behave in production.
 func (r *rig) ledger(node string) *exec.Cmd {
 	r.t.Helper()
 	cmd := exec.Command(sluiceBin, "ledger", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix,
-		"--group", r.group, "--node", node, "--snapshot-every", "200", "--snapshot-interval", "2s", "-v")
+		"--group", r.group, "--node", node, "-v")
 	logf, err := os.Create(filepath.Join(r.t.TempDir(), node+".log"))
 	if err != nil {
 		r.t.Fatal(err)
