@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -91,4 +93,59 @@ func (r *rig) awaitDecisions(partitions int, timeout time.Duration) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	r.t.Fatalf("no decision within %v", timeout)
+}
+
+// deploymentLedgerConfig has deployment buckets, so by default every path
+// of its scopes must name the deployment (and the key: it has a "*" bucket).
+const deploymentLedgerConfig = `{"scopes":[{"name":"*","buckets":[
+ {"level":"key","id":"*","dimension":"requests","refill":"fixed","capacity":20,"period_ms":1000},
+ {"level":"deployment","id":"dep1","dimension":"requests","capacity":600}]}]}`
+
+// TestForgedPathRefused: a ReserveRequested produced straight to
+// sluice.requests (not by a gateway) whose path leaves out the deployment
+// is refused by the ledger on the real broker, naming the level; the same
+// request with the deployment is granted; replay agrees.
+func TestForgedPathRefused(t *testing.T) {
+	r := newRig(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := ledgerd.PublishConfig(ctx, r.brokers, r.names, []byte(deploymentLedgerConfig), "test"); err != nil {
+		t.Fatal(err)
+	}
+	r.ledger("ledger-p")
+	actx, stopAudit := context.WithCancel(context.Background())
+	defer stopAudit()
+	go r.audit(actx)
+
+	forge := func(id string, path ...schemas.PathLevel) {
+		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, 1, "forger", "scope-x", "t", "k-x", "interactive"
+		ev.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: 10, OutputTokens: 10}
+		if err := r.produce(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		r.mu.Lock()
+		r.sent[id] = true
+		r.mu.Unlock()
+	}
+	forge("forged-no-deployment", schemas.PathLevel{Level: "key", ID: "k-x"})
+	forge("with-deployment", schemas.PathLevel{Level: "key", ID: "k-x"}, schemas.PathLevel{Level: "deployment", ID: "dep1"})
+	r.settle(60 * time.Second)
+	stopAudit()
+
+	r.mu.Lock()
+	forged, good := r.terminal["forged-no-deployment"], r.terminal["with-deployment"]
+	r.mu.Unlock()
+	if len(forged) != 1 {
+		t.Fatalf("forged request: %d terminal decisions, want 1: %+v", len(forged), forged)
+	}
+	d := forged[0].Decision
+	if d.Status != schemas.StatusDenied || d.Reason != string(schemas.ReasonPathMissingLevel) ||
+		d.LimitPath != ledger.LevelDeployment || d.RetryClass != ledger.RetryRequestError {
+		t.Errorf("forged request decided %+v, want denied %s on %q (%s)", d, schemas.ReasonPathMissingLevel, ledger.LevelDeployment, ledger.RetryRequestError)
+	}
+	if len(good) != 1 || good[0].Decision.Status != schemas.StatusGranted {
+		t.Errorf("request with the deployment: %+v, want one grant", good)
+	}
+	r.verifyReplay()
 }
