@@ -29,7 +29,7 @@ func runReplay(ctx context.Context, args []string) error {
 	override := fs.String("ledger-config", "", "what-if: replace every ConfigChanged ledger document by this JSON file")
 	group := fs.String("group", "sluice-ledger", "the ledger's consumer group: only inputs it has committed are verified")
 	asJSON := fs.Bool("json", false, "print the report (verified ranges, divergences) as JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if !*verify {
