@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 // Sink defaults.
@@ -193,8 +195,7 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 		ctx:       ctx,
 		batchSize: cfg.BatchSize,
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.Brokers...),
+	cl, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -203,7 +204,7 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("sink: kafka client: %w", err)
 	}
@@ -223,7 +224,7 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 
 func pingKafka(ctx context.Context, brokers []string) error {
 	addr := strings.Join(brokers, ",")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DialTimeout(3*time.Second))
+	cl, err := kgo.NewClient(bus.Opts(brokers, kgo.DialTimeout(3*time.Second))...)
 	if err != nil {
 		return fmt.Errorf("kafka at %s: %w (check --brokers)", addr, err)
 	}

@@ -31,7 +31,13 @@ type scopeCfg struct {
 	exact    [numLevels]map[string][]int32
 	weights  map[string]int64
 	defW     int64
+	// required has bit lv set for every level a request path must name
+	// (ScopeConfig.RequiredLevels).
+	required uint8
 }
+
+// The required-level mask has a bit per level.
+var _ [8 - numLevels]struct{}
 
 // compiled is the derived, read-only form of a Config.
 type compiled struct {
@@ -58,6 +64,11 @@ func compile(c *Config) *compiled {
 		sc := scopeCfg{name: s.Name, weights: map[string]int64{}, defW: s.DefaultTenantWeight}
 		for _, t := range s.Tenants {
 			sc.weights[t.ID] = t.Weight
+		}
+		for _, name := range s.RequiredLevels {
+			if lv, ok := levelCode(name); ok && lv != 0 {
+				sc.required |= 1 << lv
+			}
 		}
 		// Templates first, then exact ids merged over their level's template
 		// (an exact entry replaces the template's bucket of its dimension).

@@ -103,6 +103,37 @@ type ScopeConfig struct {
 	Tenants []TenantConfig `json:"tenants,omitempty"`
 	// DefaultTenantWeight is the fair-share weight of unlisted tenants.
 	DefaultTenantWeight int64 `json:"default_tenant_weight"`
+	// RequiredLevels are the levels every request path of this scope must
+	// name, with a non-empty id: the ledger, not the caller, decides which
+	// buckets a request passes. A ReserveRequested whose path lacks one is
+	// denied (reason path_missing_level, nothing reserved). Absent means
+	// the default: every level with a "*" bucket, and the deployment if it
+	// has any bucket (defaultRequiredLevels); [] requires none.
+	RequiredLevels []string `json:"required_levels"`
+}
+
+// defaultRequiredLevels are the levels a scope requires when its config
+// does not say: every level with a template ("*") bucket — it limits every
+// id of the level, so a path that leaves the level out would skip a limit
+// meant for all — and the deployment level when it has any bucket: it is
+// the provider's quota itself. A level with exact-id buckets only (a limit
+// for team "search") is not required by default: it does not mean that
+// every request belongs to a team. Levels come in path order.
+func defaultRequiredLevels(s *ScopeConfig) []string {
+	var need [numLevels]bool
+	for _, b := range s.Buckets {
+		lv, ok := levelCode(b.Level)
+		if ok && lv != 0 && (b.ID == "*" || b.Level == LevelDeployment) {
+			need[lv] = true
+		}
+	}
+	out := []string{}
+	for lv, n := range need {
+		if n {
+			out = append(out, levelNames[lv])
+		}
+	}
+	return out
 }
 
 // TenantConfig sets one tenant's fair-share weight in its scope.
@@ -270,6 +301,9 @@ func (c *Config) fillDefaults() {
 	for si := range c.Scopes {
 		s := &c.Scopes[si]
 		setDef(&s.DefaultTenantWeight, 1)
+		if s.RequiredLevels == nil {
+			s.RequiredLevels = defaultRequiredLevels(s)
+		}
 		for bi := range s.Buckets {
 			b := &s.Buckets[bi]
 			if b.Refill == "" {
@@ -408,12 +442,31 @@ func (c Config) Validate() error {
 			tSeen[t.ID] = true
 			pos(tloc+".weight", t.Weight, 1_000_000)
 		}
+		validateRequiredLevels(sloc+".required_levels", s.RequiredLevels, bad)
 		bSeen := map[string]bool{}
 		for bi, b := range s.Buckets {
 			validateBucket(fmt.Sprintf("%s.buckets[%d]", sloc, bi), s.Name, b, bSeen, bad)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateRequiredLevels checks a scope's required_levels: known levels
+// other than the implicit scope level, each once.
+func validateRequiredLevels(loc string, levels []string, bad func(loc, format string, a ...any)) {
+	seen := map[string]bool{}
+	for i, lv := range levels {
+		l := fmt.Sprintf("%s[%d]", loc, i)
+		switch _, ok := levelCode(lv); {
+		case !ok:
+			bad(l, "unknown level %q (want one of %s)", lv, strings.Join(levelNames[1:], ", "))
+		case lv == LevelScope:
+			bad(l, "the scope level is on every path already; list only org, tenant, team, key, profile or deployment")
+		case seen[lv]:
+			bad(l, "duplicate level %q", lv)
+		}
+		seen[lv] = true
+	}
 }
 
 // maxScaled bounds a token bucket's scaled level (units × period).

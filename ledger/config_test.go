@@ -43,6 +43,7 @@ func TestParseConfigListsEveryProblem(t *testing.T) {
 	}
 	for _, want := range []string{
 		"scopes[0].buckets[0].level: unknown level",
+		`scopes[0].required_levels[1]: unknown level "galaxy"`,
 		"scopes[0].buckets[1].capacity",
 		"scopes[0].buckets[2].window_ms",
 		"scopes[0].buckets[3].refill: unknown refill kind",

@@ -34,6 +34,9 @@ func FuzzApply(f *testing.F) {
 				ev.ReserveRequested.EmergencyAdmitted = c%17 == 0
 				ev.ReserveRequested.Streaming = c%3 == 0
 				ev.ReserveRequested.MaxWaitMs = int64(int8(b)) * 100
+				if c%7 != 0 { // the rest: path_missing_level (simConfig requires the deployment)
+					ev.ReserveRequested.Path = append(ev.ReserveRequested.Path, schemas.PathLevel{Level: "deployment", ID: "d1"})
+				}
 				if c%5 == 0 {
 					ev.ReserveRequested.Path = append(ev.ReserveRequested.Path, schemas.PathLevel{Level: "deployment", ID: "d1"},
 						schemas.PathLevel{Level: "profile", ID: string(rune(c))}, schemas.PathLevel{Level: "tenant", ID: "dup"})

@@ -174,6 +174,40 @@ func (l *Ledger) evictDone() {
 	}
 }
 
+// missingLevels returns, as a bit per level, the levels that scope si
+// requires and path does not name. A level is named when resolvePath would
+// use it: a known level with a non-empty id of at most maxStrLen bytes.
+func (l *Ledger) missingLevels(si int32, levels []schemas.PathLevel) uint8 {
+	ci, ok := l.cc.scopeFor(l.st.Scopes[si].Name)
+	if !ok || l.cc.scopes[ci].required == 0 {
+		return 0
+	}
+	var named uint8
+	for _, p := range levels {
+		if lv, ok := levelCode(p.Level); ok && p.ID != "" && len(p.ID) <= maxStrLen {
+			named |= 1 << lv
+		}
+	}
+	return l.cc.scopes[ci].required &^ named
+}
+
+// refuseMissingLevels denies a request whose path lacks required levels,
+// naming them in LimitPath ("/" separated, in path order).
+func (l *Ledger) refuseMissingLevels(ev *schemas.Event, out []Output, missing uint8) []Output {
+	var names []string
+	for lv, name := range levelNames {
+		if missing&(1<<lv) != 0 {
+			names = append(names, name)
+		}
+	}
+	n := len(out)
+	out = l.refuseEv(ev, out, string(schemas.ReasonPathMissingLevel), RetryRequestError)
+	if len(out) > n {
+		out[n].Decision.LimitPath = strings.Join(names, "/")
+	}
+	return out
+}
+
 // resolvePath resolves a request path to its node chain: the scope root,
 // then each configured level once (unknown levels, repeated levels and
 // over-long ids are skipped, as are levels without buckets). Nodes are
@@ -255,6 +289,11 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if e, ok := l.paths.lookup(ph, si, rr.Path); ok {
 		path, np = e.nodes, int(e.np)
 	} else {
+		// Checked on a cache miss only: a cached path passed under the
+		// same config (the cache is reset with it).
+		if missing := l.missingLevels(si, rr.Path); missing != 0 {
+			return l.refuseMissingLevels(ev, out, missing)
+		}
 		var limit bool
 		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)
 		if limit {

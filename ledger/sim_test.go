@@ -102,7 +102,7 @@ func genLog(t testing.TB, seed uint64, n int) []simRecord {
 				tokens(int64(rng.IntN(3000)), int64(rng.IntN(2000))), spend(int64(rng.IntN(200_000))))
 			p := ev.ReserveRequested.Path
 			p = append(p, schemas.PathLevel{Level: "profile", ID: fmt.Sprintf("p%d", rng.IntN(3))})
-			if rng.IntN(3) == 0 {
+			if rng.IntN(10) != 0 { // the rest is denied: path_missing_level
 				p = append(p, schemas.PathLevel{Level: "deployment", ID: "d1"})
 			}
 			ev.ReserveRequested.Path = p
@@ -247,7 +247,8 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 			continue // answers the conflicting copy, not the reservation
 		}
 		switch o.Decision.Reason {
-		case "invalid_request", "malformed_event", "unknown_scope", "unknown_class", "bad_attempt", "unknown_previous_attempt":
+		case "invalid_request", "malformed_event", "unknown_scope", "unknown_class", "bad_attempt", "unknown_previous_attempt",
+			string(schemas.ReasonPathMissingLevel):
 			continue // refusals of an event that created no reservation
 		}
 		if os.Getenv("DEBUG_ID") == o.RequestID {

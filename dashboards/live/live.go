@@ -162,12 +162,11 @@ func (v *View) Start(ctx context.Context) error {
 			return fmt.Errorf("live: topic %s has no partitions (run `sluice topics ensure`)", t)
 		}
 	}
-	cons, err := kgo.NewClient(
-		kgo.SeedBrokers(v.cfg.Brokers...),
+	cons, err := kgo.NewClient(bus.Opts(v.cfg.Brokers,
 		kgo.ConsumePartitions(starts),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(100*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("live: consumer: %w", err)
 	}

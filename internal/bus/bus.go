@@ -59,15 +59,15 @@ func SplitBrokers(s string) []string {
 	return out
 }
 
-// NewClient creates a client and checks within timeout that the cluster
-// answers a metadata request, so that an unreachable broker is reported at
+// NewClient creates a client with the security installed by Configure and
+// checks within timeout that the cluster answers a metadata request, so
+// that an unreachable broker (or refused credentials) is reported at
 // start, once and clearly, instead of as endless retries later.
 func NewClient(ctx context.Context, brokers []string, timeout time.Duration, opts ...kgo.Opt) (*kgo.Client, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("no Kafka brokers given (set --brokers or SLUICE_KAFKA_BROKERS)")
 	}
-	all := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)
-	cl, err := kgo.NewClient(all...)
+	cl, err := kgo.NewClient(Opts(brokers, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", strings.Join(brokers, ","), err)
 	}

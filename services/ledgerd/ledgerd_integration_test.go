@@ -287,7 +287,7 @@ func (r *rig) check() {
 
 // replay runs `sluice replay --verify` over the rig's log.
 func (r *rig) replay(extra ...string) (string, error) {
-	args := append([]string{"replay", "--verify", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix}, extra...)
+	args := append([]string{"replay", "--verify", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix, "--group", r.group}, extra...)
 	var out bytes.Buffer
 	cmd := exec.Command(sluiceBin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out

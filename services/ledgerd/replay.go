@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -21,6 +22,10 @@ type ReplayOptions struct {
 	Brokers    []string
 	Topics     bus.Names // zero value = bus.DefaultNames()
 	Partitions []int32   // empty = all partitions of sluice.requests
+	// Group is the ledger's consumer group (default "sluice-ledger"). Its
+	// committed offsets bound the verified range: an input the ledger has
+	// not committed may have no recorded decision yet.
+	Group string
 	// FromSnapshot starts from the partition's newest snapshot instead of
 	// the start of the log.
 	FromSnapshot bool
@@ -36,35 +41,79 @@ type ReplayOptions struct {
 // Divergence is the first difference between recorded and re-derived
 // decisions of a partition.
 type Divergence struct {
-	Partition   int32
-	Index       int    // position in the partition's decision sequence
-	InputOffset int64  // input that produced the decision, if known
-	Recorded    string // encoded recorded decision, or "" if missing
-	Replayed    string // encoded re-derived decision, or "" if missing
-	Context     []string
+	Partition   int32    `json:"partition"`
+	Index       int      `json:"index"`        // position in the partition's decision sequence
+	InputOffset int64    `json:"input_offset"` // input that produced the decision, if known
+	Recorded    string   `json:"recorded"`     // encoded recorded decision, or "" if missing
+	Replayed    string   `json:"replayed"`     // encoded re-derived decision, or "" if missing
+	Context     []string `json:"context,omitempty"`
+}
+
+// End bounds of a verified range: what fixed PartitionRange.To.
+const (
+	BoundStable    = "stable_offset"    // the last stable offset of sluice.requests
+	BoundCommitted = "committed_offset" // the ledger group's committed offset
+	BoundToOffset  = "to_offset"        // --to-offset
+)
+
+// PartitionRange is the input range [From, To) of one partition that a
+// verification replayed, and whose decisions it compared. Decisions of
+// inputs outside it were ignored.
+type PartitionRange struct {
+	Partition int32  `json:"partition"`
+	From      int64  `json:"from_offset"`
+	To        int64  `json:"to_offset"` // exclusive
+	Bound     string `json:"bound"`     // what fixed To: BoundStable, BoundCommitted or BoundToOffset
+	Inputs    int    `json:"inputs"`
+	Decisions int    `json:"decisions"`
 }
 
 // ReplayReport summarises a verification.
 type ReplayReport struct {
-	Partitions  int           `json:"partitions"`
-	Inputs      int           `json:"inputs"`
-	Decisions   int           `json:"decisions"`
-	Divergences []*Divergence `json:"divergences,omitempty"`
+	Partitions  int              `json:"partitions"`
+	Inputs      int              `json:"inputs"`
+	Decisions   int              `json:"decisions"`
+	Ranges      []PartitionRange `json:"ranges"`
+	Divergences []*Divergence    `json:"divergences,omitempty"`
 }
 
-// Verify re-reads each partition's inputs, re-runs the state machine and
-// compares every decision, byte for byte, with the decisions recorded on
-// sluice.decisions for that partition.
+// inputEnd fixes where the verification of one partition stops (exclusive):
+// below the last stable offset of sluice.requests (nothing above it can be
+// read), below the ledger group's committed offset (decisions are committed
+// in the same transaction as the consumed offsets, so every decision of an
+// input below it is on sluice.decisions, and none of an input above it need
+// be yet), and below to when to > 0. A negative stable or committed offset
+// (unknown, or nothing committed) verifies nothing.
+func inputEnd(stable, committed, to int64) (end int64, bound string) {
+	end, bound = max(stable, 0), BoundStable
+	if c := max(committed, 0); c < end {
+		end, bound = c, BoundCommitted
+	}
+	if to > 0 && to < end {
+		end, bound = to, BoundToOffset
+	}
+	return end, bound
+}
+
+// Verify fixes, per partition, the input range to check (see inputEnd),
+// re-reads those inputs, re-runs the state machine and compares every
+// decision, byte for byte, with the decisions recorded on sluice.decisions
+// for the inputs of that range. It works on a live system: the ranges are
+// fixed before anything is read, and decisions of later inputs are ignored.
 func Verify(ctx context.Context, o ReplayOptions) (*ReplayReport, error) {
 	o.Topics = o.Topics.OrDefault()
+	if o.Group == "" {
+		o.Group = "sluice-ledger"
+	}
 	cl, err := bus.NewClient(ctx, o.Brokers, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	parts := o.Partitions
 	if len(parts) == 0 {
-		td, err := kadm.NewClient(cl).ListTopics(ctx, o.Topics.Requests)
+		td, err := adm.ListTopics(ctx, o.Topics.Requests)
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", o.Topics.Requests, err)
 		}
@@ -74,15 +123,30 @@ func Verify(ctx context.Context, o ReplayOptions) (*ReplayReport, error) {
 		}
 		parts = t.Partitions.Numbers()
 	}
+	// Snapshots first: each is committed with the group offset it reflects,
+	// so the offsets read next are at or past it.
+	snaps := map[int32]*schemas.Snapshot{}
+	if o.FromSnapshot {
+		for _, p := range parts {
+			if snaps[p], err = LatestSnapshot(ctx, o.Brokers, o.Topics, p); err != nil {
+				return nil, fmt.Errorf("partition %d: %w", p, err)
+			}
+		}
+	}
+	ends, err := inputEnds(ctx, adm, o, parts)
+	if err != nil {
+		return nil, err
+	}
 	rep := &ReplayReport{}
 	for _, p := range parts {
-		d, in, n, err := verifyPartition(ctx, o, p)
+		pr, d, err := verifyPartition(ctx, o, p, ends[p], snaps[p])
 		if err != nil {
 			return rep, fmt.Errorf("partition %d: %w", p, err)
 		}
 		rep.Partitions++
-		rep.Inputs += in
-		rep.Decisions += n
+		rep.Inputs += pr.Inputs
+		rep.Decisions += pr.Decisions
+		rep.Ranges = append(rep.Ranges, pr)
 		if d != nil {
 			rep.Divergences = append(rep.Divergences, d)
 		}
@@ -90,31 +154,72 @@ func Verify(ctx context.Context, o ReplayOptions) (*ReplayReport, error) {
 	return rep, nil
 }
 
-func verifyPartition(ctx context.Context, o ReplayOptions, p int32) (*Divergence, int, int, error) {
+// inputEnds reads, once and before any input, the stable offsets of
+// sluice.requests and the ledger group's committed offsets, and fixes the
+// end of each partition's range. The committed offsets are read first, so
+// that the stable offset of sluice.decisions read later covers their
+// decisions.
+func inputEnds(ctx context.Context, adm *kadm.Client, o ReplayOptions, parts []int32) (map[int32]PartitionRange, error) {
+	committed, err := adm.FetchOffsets(ctx, o.Group)
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of ledger group %q: %w", o.Group, err)
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, o.Topics.Requests)
+	if err != nil {
+		return nil, fmt.Errorf("stable offsets of %s: %w", o.Topics.Requests, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, o.Topics.Requests)
+	if err != nil {
+		return nil, fmt.Errorf("start offsets of %s: %w", o.Topics.Requests, err)
+	}
+	out := map[int32]PartitionRange{}
+	anyCommitted := false
+	for _, p := range parts {
+		c := int64(-1)
+		if r, ok := committed.Lookup(o.Topics.Requests, p); ok && r.Err == nil {
+			c = r.At
+			anyCommitted = anyCommitted || c >= 0
+		}
+		s := int64(-1)
+		if r, ok := stable.Lookup(o.Topics.Requests, p); ok && r.Err == nil {
+			s = r.Offset
+		}
+		from := int64(0)
+		if r, ok := starts.Lookup(o.Topics.Requests, p); ok && r.Err == nil && r.Offset > 0 {
+			from = r.Offset
+		}
+		to, bound := inputEnd(s, c, o.ToOffset)
+		out[p] = PartitionRange{Partition: p, From: from, To: to, Bound: bound}
+	}
+	if !anyCommitted {
+		return nil, fmt.Errorf("ledger group %q has no committed offset on %s: nothing can be verified (is --group the ledger's group? has a ledger run?)", o.Group, o.Topics.Requests)
+	}
+	return out, nil
+}
+
+// verifyPartition replays the inputs of pr (from snap, when not nil) and
+// compares their decisions with the recorded ones.
+func verifyPartition(ctx context.Context, o ReplayOptions, p int32, pr PartitionRange, snap *schemas.Snapshot) (PartitionRange, *Divergence, error) {
 	l := ledger.New(p, ledger.Config{})
 	from := kgo.NewOffset().AtStart()
-	if o.FromSnapshot {
-		snap, err := LatestSnapshot(ctx, o.Brokers, o.Topics, p)
-		if err != nil {
-			return nil, 0, 0, err
+	if snap != nil {
+		var err error
+		if l, err = ledger.Restore(snap.State); err != nil {
+			return pr, nil, fmt.Errorf("restore snapshot: %w", err)
 		}
-		if snap != nil {
-			if l, err = ledger.Restore(snap.State); err != nil {
-				return nil, 0, 0, fmt.Errorf("restore snapshot: %w", err)
-			}
-			from = kgo.NewOffset().At(snap.InputOffset)
-		}
+		from = kgo.NewOffset().At(snap.InputOffset)
+		pr.From = snap.InputOffset
 	}
-	upto := int64(-1)
-	if o.ToOffset > 0 {
-		upto = o.ToOffset
+	if pr.From >= pr.To {
+		// Nothing to verify (e.g. a snapshot at or past the end).
+		pr.From = pr.To
+		return pr, nil, nil
 	}
 	var replayed []string
 	var outs []ledger.Output
 	var ev schemas.Event
-	inputs := 0
 	last := time.Now()
-	err := ReadPartition(ctx, o.Brokers, o.Topics.Requests, p, from, upto, func(r *kgo.Record) error {
+	err := ReadPartition(ctx, o.Brokers, o.Topics.Requests, p, from, pr.To, func(r *kgo.Record) error {
 		if r.Offset < l.Offset() {
 			return nil
 		}
@@ -130,41 +235,115 @@ func verifyPartition(ctx context.Context, o ReplayOptions, p int32) (*Divergence
 			}
 			replayed = append(replayed, string(b))
 		}
-		inputs++
+		pr.Inputs++
 		if o.Progress != nil && time.Since(last) > 200*time.Millisecond {
-			fmt.Fprintf(o.Progress, "\rreplay partition %d: %d inputs, %d decisions", p, inputs, len(replayed))
+			fmt.Fprintf(o.Progress, "\rreplay partition %d: %d inputs, %d decisions", p, pr.Inputs, len(replayed))
 			last = time.Now()
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, inputs, 0, err
+		return pr, nil, err
 	}
+	pr.Decisions = len(replayed)
 	if o.Progress != nil {
-		fmt.Fprintf(o.Progress, "\rreplay partition %d: %d inputs, %d decisions\n", p, inputs, len(replayed))
+		fmt.Fprintf(o.Progress, "\rreplay partition %d: %d inputs, %d decisions\n", p, pr.Inputs, len(replayed))
 	}
-	// The recorded decisions of inputs in the replayed range.
-	lo := int64(-1)
-	if o.FromSnapshot {
-		lo = from.EpochOffset().Offset
-	}
-	var recorded []string
-	err = ReadPartition(ctx, o.Brokers, o.Topics.Decisions, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
-		var d schemas.Event
-		if schemas.Decode(r.Value, &d) != nil || d.Decision == nil {
-			recorded = append(recorded, string(r.Value))
-			return nil
-		}
-		if d.Decision.InputOffset < lo || (upto >= 0 && d.Decision.InputOffset >= upto) {
-			return nil
-		}
-		recorded = append(recorded, string(r.Value))
-		return nil
-	})
+	recorded, err := recordedDecisions(ctx, o, p, pr.From, pr.To, len(replayed))
 	if err != nil {
-		return nil, inputs, 0, err
+		return pr, nil, err
 	}
-	return compare(p, recorded, replayed), inputs, len(replayed), nil
+	return pr, compare(p, recorded, replayed), nil
+}
+
+// decisionsSettle is how long the stable offset of a decisions partition
+// may stand still, with fewer recorded decisions than replayed ones, before
+// the missing ones are reported as missing rather than awaited.
+const decisionsSettle = 3 * time.Second
+
+// errPastEnd stops a read of sluice.decisions at the first decision of an
+// input at or after the range's end.
+var errPastEnd = errors.New("past the verified range")
+
+// window selects the recorded decisions of the inputs [lo, end) of one
+// partition. Decisions are recorded in input order, so the first decision
+// of an input at or after end closes the window.
+type window struct {
+	lo, end  int64
+	recorded []string
+	next     int64 // next decisions offset to read
+	closed   bool  // a decision of an input ≥ end was seen
+}
+
+// add takes one record of sluice.decisions. A record that is not a
+// decision is kept, so that it shows as a divergence.
+func (w *window) add(r *kgo.Record) error {
+	w.next = r.Offset + 1
+	var d schemas.Event
+	if schemas.Decode(r.Value, &d) != nil || d.Decision == nil {
+		w.recorded = append(w.recorded, string(r.Value))
+		return nil
+	}
+	switch off := d.Decision.InputOffset; {
+	case off >= w.end:
+		w.closed = true
+		return errPastEnd
+	case off >= w.lo:
+		w.recorded = append(w.recorded, string(r.Value))
+	}
+	return nil
+}
+
+// recordedDecisions reads the recorded decisions of the inputs [lo, end)
+// of partition p, where want decisions were re-derived. It stops at the
+// first decision of a later input, or once it has read, up to a stable
+// offset, at least want decisions: then the transaction of the last of them
+// is complete too. With fewer, it waits (the commit markers of the last
+// transaction may still be on their way) until the stable offset stands
+// still for decisionsSettle.
+func recordedDecisions(ctx context.Context, o ReplayOptions, p int32, lo, end int64, want int) ([]string, error) {
+	w := &window{lo: lo, end: end}
+	lastStable, still := int64(-1), time.Now()
+	for {
+		err := ReadPartition(ctx, o.Brokers, o.Topics.Decisions, p, kgo.NewOffset().At(w.next), -1, w.add)
+		if err != nil && !errors.Is(err, errPastEnd) {
+			return nil, err
+		}
+		if w.closed || len(w.recorded) >= want {
+			return w.recorded, nil
+		}
+		s, err := stableOffset(ctx, o.Brokers, o.Topics.Decisions, p)
+		if err != nil {
+			return nil, err
+		}
+		if s != lastStable {
+			lastStable, still = s, time.Now()
+		} else if time.Since(still) > decisionsSettle {
+			return w.recorded, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stableOffset returns the last stable offset of topic/p.
+func stableOffset(ctx context.Context, brokers []string, topic string, p int32) (int64, error) {
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("stable offsets of %s: %w", topic, err)
+	}
+	if r, ok := lso.Lookup(topic, p); ok && r.Err == nil {
+		return r.Offset, nil
+	}
+	return -1, nil
 }
 
 // compare finds the first position where the sequences differ.

@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if *cpuprofile != "" {

@@ -43,8 +43,45 @@ func logger(verbose bool) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
+// brokersFlag registers --brokers and the Kafka security flags; a command
+// that uses it parses with parseFlags.
 func brokersFlag(fs *flag.FlagSet) *string {
+	securityFlags(fs)
 	return fs.String("brokers", envOr("SLUICE_KAFKA_BROKERS", "127.0.0.1:19092"), "Kafka seed brokers, comma separated (env SLUICE_KAFKA_BROKERS)")
+}
+
+// kafkaSec is this process's Kafka security: the environment, overridden
+// by the flags of securityFlags. There is no password flag (a command line
+// is visible to every user of the machine): use the environment or a file.
+var kafkaSec, kafkaSecEnvErr = bus.SecurityFromEnv(os.Getenv)
+
+func securityFlags(fs *flag.FlagSet) {
+	fs.StringVar(&kafkaSec.Mechanism, "kafka-sasl-mechanism", kafkaSec.Mechanism,
+		"SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (env "+bus.EnvSASLMechanism+"; password in env "+bus.EnvSASLPassword+")")
+	fs.StringVar(&kafkaSec.User, "kafka-sasl-user", kafkaSec.User, "SASL user (env "+bus.EnvSASLUser+")")
+	fs.StringVar(&kafkaSec.PasswordFile, "kafka-sasl-password-file", kafkaSec.PasswordFile, "file holding the SASL password (env "+bus.EnvSASLPasswordFile+")")
+	fs.BoolVar(&kafkaSec.TLS, "kafka-tls", kafkaSec.TLS, "dial Kafka with TLS (env "+bus.EnvTLS+"; implied by the other --kafka-tls-* flags)")
+	fs.StringVar(&kafkaSec.CAFile, "kafka-tls-ca", kafkaSec.CAFile, "PEM CA bundle of the brokers' certificates (env "+bus.EnvTLSCA+"; default: system roots)")
+	fs.StringVar(&kafkaSec.CertFile, "kafka-tls-cert", kafkaSec.CertFile, "PEM client certificate for mutual TLS (env "+bus.EnvTLSCert+")")
+	fs.StringVar(&kafkaSec.KeyFile, "kafka-tls-key", kafkaSec.KeyFile, "PEM key of --kafka-tls-cert (env "+bus.EnvTLSKey+")")
+	fs.StringVar(&kafkaSec.ServerName, "kafka-tls-server-name", kafkaSec.ServerName, "name the brokers' certificates must carry (env "+bus.EnvTLSServerName+"; default: the host dialed)")
+	fs.BoolVar(&kafkaSec.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", kafkaSec.InsecureSkipVerify, "accept any broker certificate: tests only (env "+bus.EnvTLSInsecure+")")
+}
+
+// parseFlags parses a command's flags; for a command that talks to Kafka
+// (it called brokersFlag) it then installs the Kafka security, before the
+// command creates its first client.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.Lookup("kafka-sasl-mechanism") == nil {
+		return nil
+	}
+	if kafkaSecEnvErr != nil {
+		return kafkaSecEnvErr
+	}
+	return bus.Configure(kafkaSec)
 }
 
 func prefixFlag(fs *flag.FlagSet) *string {
@@ -56,7 +93,7 @@ func runDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
 	key := fs.String("api-key", "", "demo API key (default: random)")
 	verbose := fs.Bool("v", false, "log at info level")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	st, err := dev.Start(ctx, dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)})
@@ -82,7 +119,7 @@ func runGateway(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	publish := fs.Bool("publish-config", true, "publish the ledger section as a ConfigChanged event at start")
 	verbose := fs.Bool("v", false, "log at info level")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	log := logger(*verbose)
@@ -139,7 +176,7 @@ func runLedger(ctx context.Context, args []string) error {
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9101)")
 	verbose := fs.Bool("v", false, "log at info level")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *metricsAddr != "" {
@@ -159,7 +196,7 @@ func runSink(ctx context.Context, args []string) error {
 	batch := fs.Int("batch-size", 5000, "rows per insert")
 	flush := fs.Duration("flush-interval", time.Second, "insert at least this often when rows are waiting")
 	verbose := fs.Bool("v", false, "log at info level")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return analytics.RunSink(ctx, analytics.SinkConfig{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix).All(), Group: *group,
@@ -177,7 +214,7 @@ func runTopics(ctx context.Context, args []string) error {
 	repl := fs.Int("replication", int(def.Replication), "replication factor")
 	prefix := prefixFlag(fs)
 	ret := fs.Duration("retention", time.Duration(def.RetentionMs)*time.Millisecond, "retention of the request, decision and telemetry logs")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	cl, err := bus.NewClient(ctx, bus.SplitBrokers(*brokers), 10*time.Second)
@@ -222,7 +259,7 @@ func runEstimate(_ context.Context, args []string) error {
 	fs := newFlags("estimate")
 	api := fs.String("api", "", "request shape: chat, messages or embeddings (default: guessed from the body)")
 	p95 := fs.Int64("p95", 0, "the route's p95 output tokens (0: unknown)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	body, err := io.ReadAll(io.LimitReader(os.Stdin, 64<<20))

@@ -76,3 +76,43 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaSecurityIsOneClearLine: a bad Kafka security setting, from a
+// flag or the environment, ends in one line that lists the valid choices
+// and never shows the password.
+func TestKafkaSecurityIsOneClearLine(t *testing.T) {
+	const pw = "s3cret-password-value"
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"bad mechanism flag", []string{"topics", "ensure", "--brokers", "127.0.0.1:1", "--kafka-sasl-mechanism", "GSSAPI", "--kafka-sasl-user", "u"},
+			[]string{"SLUICE_KAFKA_SASL_PASSWORD=" + pw}, []string{`unknown mechanism "GSSAPI"`, "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"}},
+		{"password without mechanism", []string{"replay", "--verify", "--brokers", "127.0.0.1:1"},
+			[]string{"SLUICE_KAFKA_SASL_USER=u", "SLUICE_KAFKA_SASL_PASSWORD=" + pw}, []string{"no mechanism"}},
+		{"bad tls boolean", []string{"ledger", "--brokers", "127.0.0.1:1", "--node", "n"},
+			[]string{"SLUICE_KAFKA_TLS=maybe"}, []string{"SLUICE_KAFKA_TLS", "not a boolean"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd := exec.Command(bin, c.args...)
+			cmd.Env = append(os.Environ(), c.env...)
+			cmd.Stderr = &stderr
+			if err := cmd.Run(); err == nil {
+				t.Fatal("exit status 0")
+			}
+			out := strings.TrimRight(stderr.String(), "\n")
+			if strings.Contains(out, "\n") || strings.Contains(out, pw) {
+				t.Errorf("not one line, or shows the password:\n%s", out)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%q does not mention %q", out, w)
+				}
+			}
+		})
+	}
+}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -25,13 +27,15 @@ func runReplay(ctx context.Context, args []string) error {
 	fromSnap := fs.Bool("from-snapshot", false, "start from each partition's newest snapshot instead of the log start")
 	to := fs.Int64("to-offset", 0, "stop before this input offset (default: the current end)")
 	override := fs.String("ledger-config", "", "what-if: replace every ConfigChanged ledger document by this JSON file")
-	if err := fs.Parse(args); err != nil {
+	group := fs.String("group", "sluice-ledger", "the ledger's consumer group: only inputs it has committed are verified")
+	asJSON := fs.Bool("json", false, "print the report (verified ranges, divergences) as JSON")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if !*verify {
-		return errors.New("only --verify is implemented: sluice replay --verify [--partitions 0,1] [--from-snapshot] [--to-offset N]")
+		return errors.New("only --verify is implemented: sluice replay --verify [--partitions 0,1] [--from-snapshot] [--to-offset N] [--group G] [--json]")
 	}
-	o := ledgerd.ReplayOptions{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), FromSnapshot: *fromSnap, ToOffset: *to}
+	o := ledgerd.ReplayOptions{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), FromSnapshot: *fromSnap, ToOffset: *to, Group: *group}
 	for _, s := range strings.Split(*parts, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
@@ -59,13 +63,34 @@ func runReplay(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("replayed %d partitions, %d inputs, %d decisions\n", rep.Partitions, rep.Inputs, rep.Decisions)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printReplay(os.Stdout, rep)
+	}
+	if len(rep.Divergences) > 0 {
+		return errDiverged
+	}
+	return nil
+}
+
+// printReplay writes the verified range of every partition, then the first
+// divergence of each diverging partition, or "no divergence".
+func printReplay(w io.Writer, rep *ledgerd.ReplayReport) {
+	for _, r := range rep.Ranges {
+		fmt.Fprintf(w, "partition %d: verified inputs [%d, %d) (end: %s): %d inputs, %d decisions\n",
+			r.Partition, r.From, r.To, r.Bound, r.Inputs, r.Decisions)
+	}
+	fmt.Fprintf(w, "replayed %d partitions, %d inputs, %d decisions\n", rep.Partitions, rep.Inputs, rep.Decisions)
 	if len(rep.Divergences) == 0 {
-		fmt.Println("no divergence")
-		return nil
+		fmt.Fprintln(w, "no divergence")
+		return
 	}
 	for _, d := range rep.Divergences {
-		fmt.Print(d.String())
+		fmt.Fprint(w, d.String())
 	}
-	return errDiverged
 }

@@ -1,0 +1,47 @@
+package ledger
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"testing"
+)
+
+// FuzzParseConfig: any document is refused with an error or accepted as a
+// config that validates, compiles, and survives a JSON round trip (the
+// form it takes in snapshots) unchanged.
+func FuzzParseConfig(f *testing.F) {
+	for _, name := range []string{"testdata/example_config.json", "testdata/bad_config.json"} {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"scopes":[{"name":"*","required_levels":["tenant","deployment"],"buckets":[{"level":"deployment","id":"d","dimension":"requests","capacity":5}]}]}`))
+	f.Add([]byte(`{"scopes":[{"name":"s","required_levels":[],"buckets":[]}]}`))
+	f.Add([]byte(`{"scopes":[{"name":"s","required_levels":null}]}`))
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		c, err := ParseConfig(doc)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("parsed config does not validate: %v", err)
+		}
+		compile(&c)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := ParseConfig(b)
+		if err != nil {
+			t.Fatalf("round trip refused: %v", err)
+		}
+		for i := range c.Scopes {
+			if !reflect.DeepEqual(c.Scopes[i].RequiredLevels, c2.Scopes[i].RequiredLevels) {
+				t.Fatalf("scope %d required_levels %q became %q", i, c.Scopes[i].RequiredLevels, c2.Scopes[i].RequiredLevels)
+			}
+		}
+	})
+}
