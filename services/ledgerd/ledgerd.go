@@ -163,8 +163,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			s.dropped[p] = true
 		}
 	}
-	s.sess, err = kgo.NewGroupTransactSession(
-		kgo.SeedBrokers(cfg.Brokers...),
+	s.sess, err = kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
 		kgo.TransactionalID("sluice-ledger-"+cfg.Node),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -179,11 +178,11 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.OnPartitionsRevoked(drop),
 		kgo.OnPartitionsLost(drop),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("ledger transactional session: %w", err)
 	}
-	s.tickProd, err = kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))...)
 	if err != nil {
 		s.sess.Close()
 		return nil, fmt.Errorf("ledger tick producer: %w", err)

@@ -162,7 +162,48 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	}
 	st.gwURL = "http://" + gaddr
 	go st.scrapeLoop()
+	if err := st.waitLedgersJoined(ctx); err != nil {
+		return st, err
+	}
 	return st, nil
+}
+
+// waitLedgersJoined waits until every ledger is a member of the group and
+// the group is stable with every requests partition assigned. Load that
+// starts while the second ledger is still joining measures a rebalance,
+// not the steady state a production system is in.
+func (st *stack) waitLedgersJoined(ctx context.Context) error {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, st.names.Requests)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", st.names.Requests, err)
+	}
+	parts := len(td[st.names.Requests].Partitions)
+	group := st.prefix + "ledger"
+	deadline := time.Now().Add(60 * time.Second)
+	last := "not described"
+	for time.Now().Before(deadline) {
+		if gs, err := adm.DescribeGroups(ctx, group); err == nil {
+			if g, ok := gs[group]; ok && g.Err == nil {
+				assigned := len(g.AssignedPartitions()[st.names.Requests])
+				last = fmt.Sprintf("state %s, %d members, %d of %d partitions assigned", g.State, len(g.Members), assigned, parts)
+				if g.State == "Stable" && len(g.Members) == len(st.ledgers) && assigned == parts {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("the %d ledgers did not form a stable group %s in 60s (%s); logs in %s", len(st.ledgers), group, last, st.dir)
 }
 
 func (st *stack) topics(ctx context.Context) error {
