@@ -61,7 +61,7 @@ type Options struct {
 	Embedded     bool
 	// Brokers selects the real-stack mode; SluiceBin is the binary it
 	// starts (default: this executable); KillLedgerAt, if > 0, sends
-	// SIGKILL to the first ledger that long after the arrivals start.
+	// SIGKILL to the busiest ledger that long after the arrivals start.
 	Brokers      []string
 	SluiceBin    string
 	KillLedgerAt time.Duration
@@ -89,7 +89,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.Embedded, "embedded", false, "start a whole Sluice stack in process (kfake + simulator)")
 	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
-	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the first ledger this long into the run")
+	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the busiest ledger this long into the run")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
 	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
@@ -459,9 +459,9 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	var faultMu sync.Mutex
 	if tg.stack != nil && tg.killLedgerAt > 0 {
 		t := time.AfterFunc(tg.killLedgerAt, func() {
-			err := tg.stack.killLedger(1)
+			name, err := tg.stack.killBusiestLedger()
 			faultMu.Lock()
-			faults = append(faults, fmt.Sprintf("kill -9 ledger-1 at %s (err: %v)", time.Since(start).Truncate(time.Millisecond), err))
+			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), err))
 			faultMu.Unlock()
 		})
 		defer t.Stop()

@@ -345,13 +345,24 @@ func (st *stack) sum(metric string) int64 {
 	return int64(n)
 }
 
-// killLedger sends SIGKILL to ledger i (1-based): a crash, not a shutdown.
-func (st *stack) killLedger(i int) error {
-	if i < 1 || i > len(st.ledgers) {
-		return fmt.Errorf("no ledger %d", i)
-	}
+// killBusiestLedger sends SIGKILL to the ledger that has applied the most
+// inputs (so the one owning the busy partition): a crash, not a shutdown.
+// It returns the ledger's name.
+func (st *stack) killBusiestLedger() (string, error) {
 	st.scrape()
-	return st.ledgers[i-1].cmd.Process.Signal(syscall.SIGKILL)
+	st.mu.Lock()
+	var victim *proc
+	best := -1.0
+	for _, p := range st.ledgers {
+		if v := st.scraped[p.metricsURL]["sluice_ledger_events_applied_total"]; v > best {
+			victim, best = p, v
+		}
+	}
+	st.mu.Unlock()
+	if victim == nil {
+		return "", errors.New("no ledger to kill")
+	}
+	return victim.name, victim.cmd.Process.Signal(syscall.SIGKILL)
 }
 
 // report fills the stack's part of the report: metrics, and an audit of the
