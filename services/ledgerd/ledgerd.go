@@ -127,6 +127,13 @@ type Service struct {
 	mu      sync.Mutex
 	dropped map[int32]bool
 
+	// catching maps a partition being rebuilt in the background to the
+	// token of its rebuild; rebuilt delivers finished rebuilds. Both are
+	// the poll loop's.
+	catching   map[int32]uint64
+	rebuildSeq uint64
+	rebuilt    chan rebuildResult
+
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
 	outs []ledger.Output
@@ -154,7 +161,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	probe.Close()
 
-	s := &Service{cfg: cfg, log: cfg.Log, parts: map[int32]*partState{}, dropped: map[int32]bool{}}
+	s := &Service{cfg: cfg, log: cfg.Log, parts: map[int32]*partState{}, dropped: map[int32]bool{},
+		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64)}
 	s.m = newMetrics(cfg.Registerer)
 	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		s.mu.Lock()
@@ -229,6 +237,7 @@ func (s *Service) Loop(ctx context.Context) error {
 			}
 		})
 		s.applyDrops()
+		s.installRebuilt()
 		if fs.NumRecords() > 0 {
 			s.rebuildNew(ctx, fs)
 			if err := s.apply(fs); err != nil {
@@ -255,37 +264,89 @@ func (s *Service) Loop(ctx context.Context) error {
 	}
 }
 
-// rebuildNew restores every partition of fs that has records but no state
-// (newly assigned, or thrown away after an unknown transaction outcome),
-// before any transaction opens: a long replay of one partition must not
-// hold, and time out, the transaction of the partitions already owned. A
-// partition whose rebuild fails is rewound to its first fetched record, so
-// it is fetched (and rebuilt) again; it has no state, so nothing of it is
-// committed meanwhile.
+// rebuildNew starts, in the background, the rebuild of every partition of
+// fs that has records but no state (newly assigned, or thrown away after an
+// unknown transaction outcome). The partition is paused and rewound to its
+// first fetched record meanwhile, and, having no state, none of it is
+// committed: the partitions already owned go on deciding, and a long replay
+// of one partition can neither stall them nor time out their transaction.
 func (s *Service) rebuildNew(ctx context.Context, fs kgo.Fetches) {
 	fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-		if len(fp.Records) == 0 || s.parts[fp.Partition] != nil {
+		p := fp.Partition
+		if len(fp.Records) == 0 || s.parts[p] != nil || s.catching[p] != 0 {
 			return
 		}
 		from := fp.Records[0].Offset
-		start := time.Now()
-		r, err := catchUp(ctx, s.cfg.Brokers, s.cfg.Topics, fp.Partition, from, s.log)
-		if err != nil {
-			s.log.Warn("catch up failed; retrying", "partition", fp.Partition, "err", err)
-			s.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.cfg.Topics.Requests: {fp.Partition: {Epoch: -1, Offset: from}}})
+		tp := map[string][]int32{s.cfg.Topics.Requests: {p}}
+		s.sess.Client().PauseFetchPartitions(tp)
+		s.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.cfg.Topics.Requests: {p: {Epoch: -1, Offset: from}}})
+		s.rebuildSeq++
+		token := s.rebuildSeq
+		s.catching[p] = token
+		go func() {
+			start := time.Now()
+			r, err := catchUp(ctx, s.cfg.Brokers, s.cfg.Topics, p, from, s.log)
+			select {
+			case s.rebuilt <- rebuildResult{p: p, token: token, r: r, err: err, took: time.Since(start)}:
+			case <-ctx.Done():
+			}
+		}()
+	})
+}
+
+// rebuildResult is a finished background rebuild of partition p.
+type rebuildResult struct {
+	p     int32
+	token uint64
+	r     caughtUp
+	err   error
+	took  time.Duration
+}
+
+// installRebuilt installs the partitions whose rebuild finished and resumes
+// fetching them. A result for a partition that was revoked, or whose rebuild
+// was invalidated since, is dropped.
+func (s *Service) installRebuilt() {
+	for {
+		var res rebuildResult
+		select {
+		case res = <-s.rebuilt:
+		default:
 			return
 		}
-		s.m.catchUp.Observe(time.Since(start).Seconds())
+		if s.catching[res.p] != res.token {
+			continue
+		}
+		delete(s.catching, res.p)
+		s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {res.p}})
+		if res.err != nil {
+			// Resumed from its first unapplied record, so it is
+			// fetched, and rebuilt, again.
+			s.log.Warn("catch up failed; retrying", "partition", res.p, "err", res.err)
+			continue
+		}
+		s.m.catchUp.Observe(res.took.Seconds())
 		s.m.rebuilds.Inc()
 		// The snapshot clock continues from the snapshot that was read:
 		// a rebuild does not postpone the next snapshot, so the tail a
 		// later takeover replays stays bounded by the snapshot settings.
-		last := r.snapshotAt
+		last := res.r.snapshotAt
 		if last.IsZero() {
 			last = time.Now().Add(-s.cfg.SnapshotInterval)
 		}
-		s.parts[fp.Partition] = &partState{l: r.l, sinceSnapshot: r.replayed, lastSnapshot: last}
-	})
+		s.parts[res.p] = &partState{l: res.r.l, sinceSnapshot: res.r.replayed, lastSnapshot: last}
+	}
+}
+
+// cancelRebuilds invalidates every background rebuild and resumes its
+// partition, which is then fetched and rebuilt again from where the
+// consumer now stands (after an abort franz-go rewinds every partition to
+// its committed offset, which may not be where the rebuild stops).
+func (s *Service) cancelRebuilds() {
+	for p := range s.catching {
+		s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {p}})
+	}
+	clear(s.catching)
 }
 
 // apply applies every fetched record to its partition's ledger and queues
@@ -403,6 +464,7 @@ func (s *Service) commit(ctx context.Context) bool {
 	case err == nil:
 		s.m.aborts.Inc()
 		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr)
+		s.cancelRebuilds() // the abort rewound the partitions they were to resume
 		return false
 	default:
 		s.m.aborts.Inc()
@@ -456,6 +518,7 @@ func commitOffsets(topic string, offsets map[int32]int64) func(*kmsg.TxnOffsetCo
 // rewinds the consumer to the committed offsets after an abort).
 func (s *Service) rewindAll() {
 	s.parts = map[int32]*partState{}
+	s.cancelRebuilds()
 }
 
 // abortOpen retries aborting the session's transaction, with capped
@@ -478,6 +541,9 @@ func (s *Service) abortOpen(ctx context.Context) {
 
 func (s *Service) pollWait() time.Duration {
 	wait := 100 * time.Millisecond
+	if len(s.catching) > 0 {
+		wait = 10 * time.Millisecond // install a finished rebuild promptly
+	}
 	now := time.Now().UnixMilli()
 	for _, ps := range s.parts {
 		if at, ok := ps.l.NextWakeMs(); ok && !ps.tickInFlight {
@@ -497,6 +563,12 @@ func (s *Service) applyDrops() {
 	defer s.mu.Unlock()
 	for p := range s.dropped {
 		delete(s.parts, p)
+		if s.catching[p] != 0 {
+			// Paused partitions stay paused across rebalances: resume
+			// it, or it would never be fetched again if reassigned.
+			delete(s.catching, p)
+			s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {p}})
+		}
 	}
 	clear(s.dropped)
 }
