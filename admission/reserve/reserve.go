@@ -255,19 +255,24 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (schemas.Decisi
 }
 
 // release tells the ledger to drop a reservation we stopped waiting for.
-// It uses a fresh context: the caller's is usually already done.
+// ev is the event we waited on: a ReserveRequested or, for a retry, a
+// RetryRequested; the Released is built from its envelope alone (one
+// payload per event, see schemas.Event.Derive). It uses a fresh context:
+// the caller's is usually already done.
 func (c *Client) release(ev *schemas.Event, reason string) {
-	rel := *ev
-	rel.Type = schemas.TypeReleased
-	rel.ID = schemas.NewID()
-	rel.ProducedAtMs = time.Now().UnixMilli()
-	rel.ReserveRequested = nil
-	rel.Released = &schemas.Released{Reason: reason}
+	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Produce(ctx, &rel); err != nil {
-		c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "err", err)
+	if err := c.Produce(ctx, rel); err != nil {
+		c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "attempt", rel.Attempt, "err", err)
 	}
+}
+
+// releaseEvent is the Released that gives back ev's attempt.
+func releaseEvent(ev *schemas.Event, reason string, nowMs int64) *schemas.Event {
+	rel := ev.Derive(schemas.TypeReleased, nowMs)
+	rel.Released = &schemas.Released{Reason: reason}
+	return rel
 }
 
 // emergency admits locally under the configured cap while the ledger is

@@ -299,6 +299,8 @@ func (c *call) run() {
 		c.attempts++
 		retry := c.envelope(schemas.TypeRetryRequested, ev, c.attempts)
 		retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: ev.Attempt, Reason: res.retryClass, RetryAfterMs: rej.RetryAfterMs}
+		// ev stays the attempt's record (envelope and estimates for the
+		// events and errors that follow); it is never produced itself.
 		next := *ev
 		next.Attempt = c.attempts
 		ev = &next
@@ -329,11 +331,11 @@ func (c *call) reserveEvent(cand candidate, attempt int32) *schemas.Event {
 	return ev
 }
 
-// envelope copies ev's envelope into a new event of type t for attempt.
+// envelope copies ev's envelope into a new event of type t for attempt,
+// without ev's payload (schemas.Event.Derive says why that matters).
 func (c *call) envelope(t schemas.Type, ev *schemas.Event, attempt int32) *schemas.Event {
-	out := schemas.New(t, time.Now().UnixMilli())
-	out.RequestID, out.Attempt, out.Node = ev.RequestID, attempt, ev.Node
-	out.Scope, out.Tenant, out.KeyID, out.Route, out.Class = ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class
+	out := ev.Derive(t, time.Now().UnixMilli())
+	out.Attempt = attempt
 	return out
 }
 
