@@ -78,6 +78,7 @@ func (e *Event) payload() (n int, match bool) {
 	check(e.ConfigChanged != nil, TypeConfigChanged)
 	check(e.Tick != nil, TypeTick)
 	check(e.Snapshot != nil, TypeSnapshot)
+	check(e.Heartbeat != nil, TypeHeartbeat)
 	return n, match
 }
 

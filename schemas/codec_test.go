@@ -67,6 +67,9 @@ func goldenEvents() []Event {
 	e = env(TypeSnapshot)
 	e.Snapshot = &Snapshot{Partition: 3, InputOffset: 1000, LogTimeMs: 1764460800999, State: []byte{0, 1, 2, 255}}
 	out = append(out, e)
+	e = env(TypeHeartbeat)
+	e.Heartbeat = &Heartbeat{}
+	out = append(out, e)
 	return out
 }
 
@@ -227,7 +230,7 @@ func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
 		want.Type, want.ID, want.ProducedAtMs = d.Type, d.ID, d.ProducedAtMs
 		want.ReserveRequested, want.Decision, want.Dispatched, want.Reconciled = nil, nil, nil, nil
 		want.ProviderRejected, want.ProviderObserved, want.RetryRequested, want.Released = nil, nil, nil, d.Released
-		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot = nil, nil, nil, nil
+		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot, want.Heartbeat = nil, nil, nil, nil, nil
 		if !reflect.DeepEqual(*d, want) {
 			t.Errorf("derived from %s:\n got  %+v\n want %+v", src.Type, *d, want)
 		}
