@@ -172,7 +172,9 @@ func TestRetryAttemptReleaseReachesLedger(t *testing.T) {
 	if err := ledgerd.PublishConfig(ctx, brokers, names, lj, "reserve integration test"); err != nil {
 		t.Fatal(err)
 	}
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-retry"})
+	// A generous answer bound: the ledger member may still be joining its
+	// group when the stack is up, and that is not what is tested here.
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-retry", AnswerTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

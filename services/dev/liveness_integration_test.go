@@ -63,7 +63,9 @@ func TestDeadGatewayCapacityComesBack(t *testing.T) {
 		return d
 	}
 
-	dying, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-dying"})
+	// Generous answer bounds: the ledger member may still be joining its
+	// group when the stack is up, and that is not what is tested here.
+	dying, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-dying", AnswerTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestDeadGatewayCapacityComesBack(t *testing.T) {
 	dying.Close() // killed with grants in flight: no Reconciled, no Released
 	died := time.Now()
 
-	alive, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-alive"})
+	alive, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-alive", AnswerTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
