@@ -87,6 +87,11 @@ type Config struct {
 	// FairCostMs is the virtual-clock spacing between consecutive queued
 	// requests of one tenant of weight 1 (weight w spaces them FairCostMs/w).
 	FairCostMs int64 `json:"fair_cost_ms"`
+	// NodeLivenessMs is how long a gateway that has sent a Heartbeat may
+	// stay silent (in log time) before the ledger releases its grants and
+	// drops its queued reservations as node_lost, rather than holding them
+	// until HoldTTLMs. Nodes that never heartbeat are not subject to it.
+	NodeLivenessMs int64 `json:"node_liveness_ms"`
 
 	Retry    RetryConfig    `json:"retry"`
 	Cooldown CooldownConfig `json:"cooldown"`
@@ -229,6 +234,7 @@ const (
 	defaultDedupTTLMs      = 600_000
 	defaultPriorityStepMs  = 100
 	defaultFairCostMs      = 50
+	defaultNodeLivenessMs  = 10_000
 	defaultNodesMax        = 4_000_000
 	defaultReservationsMax = 2_000_000
 	dayMs                  = 86_400_000
@@ -284,6 +290,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.DedupTTLMs, defaultDedupTTLMs)
 	setDef(&c.PriorityStepMs, defaultPriorityStepMs)
 	setDef(&c.FairCostMs, defaultFairCostMs)
+	setDef(&c.NodeLivenessMs, defaultNodeLivenessMs)
 	if c.NodesMax == 0 {
 		c.NodesMax = defaultNodesMax
 	}
@@ -396,6 +403,11 @@ func (c Config) Validate() error {
 	}
 	pos("priority_step_ms", c.PriorityStepMs, minuteMs)
 	pos("fair_cost_ms", c.FairCostMs, minuteMs)
+	if c.NodeLivenessMs < 1_000 || c.NodeLivenessMs > dayMs {
+		// Below a second, a gateway heartbeating every second (plus produce
+		// latency) would be declared lost while alive.
+		bad("node_liveness_ms", "%d out of [1000, %d]", c.NodeLivenessMs, int64(dayMs))
+	}
 	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
 		bad("nodes_max/reservations_max", "must be positive")
 	}

@@ -107,6 +107,10 @@ func tick() *schemas.Event {
 	return &schemas.Event{V: 1, Type: schemas.TypeTick, ID: "tick", Tick: &schemas.Tick{}}
 }
 
+func heartbeat(node string) *schemas.Event {
+	return &schemas.Event{V: 1, Type: schemas.TypeHeartbeat, ID: "hb-" + node, Node: node, Scope: "s", Heartbeat: &schemas.Heartbeat{}}
+}
+
 func configEv(t testing.TB, c Config) *schemas.Event {
 	b, err := json.Marshal(c)
 	if err != nil {

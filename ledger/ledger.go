@@ -22,7 +22,8 @@ type Ledger struct {
 	nodeIdx  map[nodeKey]int32
 	resIdx   resIndex
 	scopeIdx map[string]int32
-	paths    *pathCache // resolved request paths; reset with the config
+	liveIdx  map[string]int32 // node → index in st.Live
+	paths    *pathCache       // resolved request paths; reset with the config
 	// lastScope is the scope index scopeOf returned last (a one-entry
 	// cache in front of scopeIdx), or -1.
 	lastScope int32
@@ -90,13 +91,16 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 		return out
 	}
 	l.st.Next = offset + 1
+	prevMs := l.st.Now
 	if logTimeMs > l.st.Now {
 		l.st.Now = logTimeMs
 	}
 	l.offset = offset
 	l.start = len(out)
 
+	l.liveStall(prevMs)
 	out = l.expireHolds(out)
+	out = l.expireLostNodes(out)
 	l.evictDone()
 	if ev != nil {
 		switch ev.Type {
@@ -132,6 +136,10 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 			if ev.ConfigChanged != nil {
 				l.configChanged(ev.ConfigChanged)
 			}
+		case schemas.TypeHeartbeat:
+			if ev.Heartbeat != nil {
+				l.heartbeat(ev)
+			}
 		}
 	}
 	return l.pumpAll(out)
@@ -139,9 +147,11 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 
 // NextWakeMs reports the earliest log time at which a Tick could change
 // something: a queued request's deadline or retry backoff, a refill that may
-// grant a queued request, a cooldown end, a hold's TTL. ok is false when
-// nothing is pending.
+// grant a queued request, a cooldown end, a hold's TTL, a node's liveness
+// deadline (and, while nodes are tracked, a liveness tick; see
+// liveness.go). ok is false when nothing is pending.
 func (l *Ledger) NextWakeMs() (ms int64, ok bool) {
+	ms, ok = l.liveWakeMs()
 	for i := range l.st.Scopes {
 		sc := &l.st.Scopes[i]
 		if len(sc.Queue) == 0 {

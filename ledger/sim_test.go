@@ -69,6 +69,8 @@ type simRecord struct {
 	ev *schemas.Event
 }
 
+var simNodes = []string{"gw1", "gw2", "gw3"}
+
 // genLog produces a random but valid-ish input log, with duplicates,
 // garbage, clock regressions, provider feedback, retries and config changes.
 func genLog(t testing.TB, seed uint64, n int) []simRecord {
@@ -120,6 +122,9 @@ func genLog(t testing.TB, seed uint64, n int) []simRecord {
 			if rng.IntN(50) == 0 {
 				ev.Attempt = 2
 			}
+			// gw1 and gw2 heartbeat (irregularly: some get lost), gw3
+			// never does (a gateway that predates heartbeats).
+			ev.Node = simNodes[rng.IntN(len(simNodes))]
 		case r < 55:
 			ev = reconcile(pick(), int64(rng.IntN(4000)), int64(rng.IntN(3000)))
 			ev.Attempt = int32(1 + rng.IntN(2))
@@ -140,8 +145,10 @@ func genLog(t testing.TB, seed uint64, n int) []simRecord {
 		case r < 70:
 			reasons := []string{RetryCapacity, RetryOverload, RetryPolicy, "", RetryCapacity}
 			ev = retryEv(pick(), int32(1+rng.IntN(2)), reasons[rng.IntN(len(reasons))], int64(rng.IntN(2000)))
-		case r < 85:
+		case r < 83:
 			ev = tick()
+		case r < 85:
+			ev = heartbeat(simNodes[rng.IntN(2)])
 		case r < 87:
 			ev = observed(schemas.Dimensions[rng.IntN(len(schemas.Dimensions))], int64(rng.IntN(30)))
 		case r < 88:
@@ -216,6 +223,7 @@ type auditor struct {
 	capacity, period, window int64
 	grants                   int64
 	minF                     int64
+	nodeLost                 int // node_lost decisions seen
 }
 
 func newAuditor(t testing.TB, seed uint64) *auditor {
@@ -236,6 +244,12 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 		st := o.Decision.Status
 		if o.Decision.GatewayDecision == "" {
 			a.failf("event %d: decision without gateway_decision: %+v", i, o)
+		}
+		if st == schemas.StatusExpired && o.Decision.Reason == schemas.ReasonNodeLost {
+			a.nodeLost++
+			if a.terminal[key] == schemas.StatusGranted {
+				continue // a grant given back (not a second answer)
+			}
 		}
 		if st == schemas.StatusExpired && o.Decision.Reason == reasonHoldAbandoned {
 			if a.terminal[key] != schemas.StatusGranted {
@@ -309,6 +323,7 @@ func TestSimInvariants(t *testing.T) {
 		if _, ok := l.NextWakeMs(); ok {
 			t.Fatalf("seed %d: still pending after drain", seed)
 		}
+		t.Logf("seed %d: %d node_lost decisions (%d nodes lost)", seed, a.nodeLost, l.Stats().NodesLost)
 		for k := range a.queued {
 			if _, ok := a.terminal[k]; !ok {
 				t.Fatalf("seed %d: %v queued and never decided", seed, k)

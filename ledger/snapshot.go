@@ -202,6 +202,13 @@ func Restore(b []byte) (*Ledger, error) {
 			l.resIdx.put(resHash(r.RequestID, r.Attempt), int32(i))
 		}
 	}
+	l.liveIdx = make(map[string]int32, len(l.st.Live))
+	for i, n := range l.st.Live {
+		if _, dup := l.liveIdx[n.Node]; dup || n.Node == "" {
+			return nil, fmt.Errorf("ledger snapshot: live node %q empty or listed twice", n.Node)
+		}
+		l.liveIdx[n.Node] = int32(i)
+	}
 	l.scopeIdx = make(map[string]int32, len(l.st.Scopes))
 	for i := range l.st.Scopes {
 		sc := &l.st.Scopes[i]

@@ -238,6 +238,10 @@ type Stats struct {
 	Borrowed   int64 `json:"borrowed"`
 	Retries    int64 `json:"retries"`
 	BadConfigs int64 `json:"bad_configs"`
+	// NodeLost counts reservations expired because their gateway stopped
+	// heartbeating; NodesLost the nodes that were lost holding any.
+	NodeLost  int64 `json:"node_lost,omitempty"`
+	NodesLost int64 `json:"nodes_lost,omitempty"`
 }
 
 // state is everything a snapshot holds. Maps are derived indexes rebuilt on
@@ -260,4 +264,7 @@ type state struct {
 	Done      []int32      `json:"done"` // finished reservations in DoneMs order
 	Scopes    []scopeState `json:"scopes"`
 	Stats     Stats        `json:"stats"`
+	// Live lists the nodes that have heartbeated, in first-heartbeat
+	// order (liveness.go).
+	Live []liveNode `json:"live,omitempty"`
 }

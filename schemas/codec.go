@@ -78,6 +78,7 @@ func (e *Event) payload() (n int, match bool) {
 	check(e.ConfigChanged != nil, TypeConfigChanged)
 	check(e.Tick != nil, TypeTick)
 	check(e.Snapshot != nil, TypeSnapshot)
+	check(e.Heartbeat != nil, TypeHeartbeat)
 	return n, match
 }
 
@@ -95,4 +96,25 @@ func (e *Event) Validate() error {
 		return fmt.Errorf("%w: %q event must carry exactly its own payload (has %d payloads)", ErrInvalid, e.Type, n)
 	}
 	return nil
+}
+
+// Derive returns a new event of type t about the same request attempt as e:
+// e's envelope (request id, attempt, node, scope, tenant, key id, route,
+// class) with a new id and producer time, and no payload, so that the caller
+// sets exactly the one t names. Copying a whole event and swapping its
+// payload instead is a trap: the copy of a RetryRequested would keep that
+// payload next to the new one, Validate would refuse it, and the event would
+// never be produced.
+//
+// The attempt of a RetryRequested that leaves Attempt unset is the one it
+// asks for, PreviousAttempt+1 (the ledger reads it so), and so is the
+// derived event's.
+func (e *Event) Derive(t Type, producedAtMs int64) *Event {
+	out := New(t, producedAtMs)
+	out.RequestID, out.Attempt, out.Node = e.RequestID, e.Attempt, e.Node
+	out.Scope, out.Tenant, out.KeyID, out.Route, out.Class = e.Scope, e.Tenant, e.KeyID, e.Route, e.Class
+	if e.RetryRequested != nil && e.Attempt <= 0 {
+		out.Attempt = e.RetryRequested.PreviousAttempt + 1
+	}
+	return out
 }

@@ -67,6 +67,9 @@ func goldenEvents() []Event {
 	e = env(TypeSnapshot)
 	e.Snapshot = &Snapshot{Partition: 3, InputOffset: 1000, LogTimeMs: 1764460800999, State: []byte{0, 1, 2, 255}}
 	out = append(out, e)
+	e = env(TypeHeartbeat)
+	e.Heartbeat = &Heartbeat{}
+	out = append(out, e)
 	return out
 }
 
@@ -206,5 +209,34 @@ func BenchmarkEncode(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestDeriveCarriesTheEnvelopeOnly: a derived event has its source's
+// envelope, a new id and no payload, so setting the one of its type makes a
+// valid event whatever the source carried.
+func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
+	for _, src := range goldenEvents() {
+		src := src
+		d := src.Derive(TypeReleased, 5)
+		d.Released = &Released{Reason: "cancel"}
+		if err := d.Validate(); err != nil {
+			t.Errorf("derived from %s: %v", src.Type, err)
+		}
+		if d.ID == src.ID || d.ProducedAtMs != 5 || d.V != Version {
+			t.Errorf("derived from %s: id %q, produced_at_ms %d, v %d", src.Type, d.ID, d.ProducedAtMs, d.V)
+		}
+		want := src
+		want.Type, want.ID, want.ProducedAtMs = d.Type, d.ID, d.ProducedAtMs
+		want.ReserveRequested, want.Decision, want.Dispatched, want.Reconciled = nil, nil, nil, nil
+		want.ProviderRejected, want.ProviderObserved, want.RetryRequested, want.Released = nil, nil, nil, d.Released
+		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot, want.Heartbeat = nil, nil, nil, nil, nil
+		if !reflect.DeepEqual(*d, want) {
+			t.Errorf("derived from %s:\n got  %+v\n want %+v", src.Type, *d, want)
+		}
+	}
+	retry := Event{V: 1, Type: TypeRetryRequested, ID: "x", RequestID: "r", RetryRequested: &RetryRequested{PreviousAttempt: 2}}
+	if got := retry.Derive(TypeReleased, 0).Attempt; got != 3 {
+		t.Errorf("derived from a RetryRequested without attempt: attempt %d, want 3", got)
 	}
 }

@@ -29,6 +29,7 @@ const (
 	TypeConfigChanged    Type = "ConfigChanged"
 	TypeTick             Type = "Tick"
 	TypeSnapshot         Type = "Snapshot"
+	TypeHeartbeat        Type = "Heartbeat"
 )
 
 // Types lists every event type of this schema version, in a stable order.
@@ -36,6 +37,7 @@ var Types = []Type{
 	TypeReserveRequested, TypeDecision, TypeDispatched, TypeReconciled,
 	TypeProviderRejected, TypeProviderObserved, TypeRetryRequested,
 	TypeReleased, TypeOutcome, TypeConfigChanged, TypeTick, TypeSnapshot,
+	TypeHeartbeat,
 }
 
 // Event is the envelope shared by all event types plus exactly one payload,
@@ -70,6 +72,7 @@ type Event struct {
 	ConfigChanged    *ConfigChanged    `json:"config_changed,omitempty"`
 	Tick             *Tick             `json:"tick,omitempty"`
 	Snapshot         *Snapshot         `json:"snapshot,omitempty"`
+	Heartbeat        *Heartbeat        `json:"heartbeat,omitempty"`
 }
 
 // Dimension names a quota dimension (DESIGN.md §3).
@@ -160,6 +163,10 @@ const (
 	GDLedgerUnavailable          GatewayDecision = "ledger_unavailable"
 	GDEmergencyAdmitted          GatewayDecision = "emergency_admitted"
 	GDRejectedPolicy             GatewayDecision = "rejected_policy"
+	// GDLateGrant: the ledger granted, but the grant reached the gateway
+	// too long after the ledger's log time to be dispatched (a stall); the
+	// gateway released it and could not reserve again within the deadline.
+	GDLateGrant GatewayDecision = "late_grant"
 )
 
 // Decision is the ledger's answer to a reservation (or a later change of it,
@@ -295,3 +302,13 @@ type Snapshot struct {
 	LogTimeMs   int64  `json:"log_time_ms"`
 	State       []byte `json:"state"`
 }
+
+// Heartbeat says that the gateway named by the envelope's Node is alive.
+// A gateway sends one periodically, keyed by each scope in which it holds
+// grants or waits for decisions, so that every ledger partition holding its
+// reservations sees it. A partition that has seen a node's heartbeat and
+// then none for its node_liveness_ms of log time releases that node's
+// grants and expires its queued reservations (reason node_lost) instead of
+// holding them until the hold TTL. It has no fields yet; later versions may
+// add some (readers skip what they do not know).
+type Heartbeat struct{}

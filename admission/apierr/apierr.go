@@ -46,6 +46,9 @@ const (
 	CodeUpstreamRequestError = "upstream_request_error"
 	CodeUpstreamOverloaded   = "upstream_overloaded"
 	CodeInternal             = "internal_error"
+	// CodeLateGrant: the ledger's grant reached the gateway too late to be
+	// dispatched (a stall) and no new grant fit the request's deadline.
+	CodeLateGrant = schemas.ReasonLateGrant
 )
 
 // Sluice is the normalised object attached to every error.

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -55,6 +56,14 @@ type Config struct {
 	// ReloadIntervalMs is how often `sluice gateway` polls its config file
 	// for changes (default 5000; SIGHUP reloads at once).
 	ReloadIntervalMs int64 `yaml:"reload_interval_ms"`
+	// LateGrantMs bounds how long after the ledger decided (its log time)
+	// a grant may reach this gateway and still be dispatched; a later one
+	// is released and reserved again (or refused) instead of joining a
+	// burst after a stall. 0 = per class: the class's max_wait_ms, at least
+	// LateGrantMinMs and at most LateGrantDefaultMaxMs.
+	LateGrantMs int64 `yaml:"late_grant_ms"`
+	// LateGrantClassMs overrides LateGrantMs for the classes it names.
+	LateGrantClassMs map[string]int64 `yaml:"late_grant_class_ms"`
 
 	Providers []Provider `yaml:"providers"`
 	Routes    []Route    `yaml:"routes"`
@@ -65,6 +74,7 @@ type Config struct {
 
 	ledgerJSON []byte
 	classes    map[string]bool
+	lateMs     map[string]int64     // class → late-grant bound
 	keys       map[string]*Identity // sha256 hex → identity
 	routes     map[string]*Route
 	providers  map[string]*Provider
@@ -307,6 +317,9 @@ func (c *Config) finish(getenv func(string) string) error {
 	if c.ReloadIntervalMs < 100 {
 		add("reload_interval_ms: %d is below the 100 ms minimum", c.ReloadIntervalMs)
 	}
+	if c.LateGrantMs < 0 || c.LateGrantMs > LateGrantMaxMs {
+		add("late_grant_ms: %d out of [0, %d] (0: per class)", c.LateGrantMs, int64(LateGrantMaxMs))
+	}
 	id := &c.Idempotency
 	if id.WindowMs == 0 {
 		id.WindowMs = 600_000
@@ -445,8 +458,20 @@ func (c *Config) finish(getenv func(string) string) error {
 			add("ledger: %v", err)
 		} else {
 			c.classes = map[string]bool{}
+			c.lateMs = map[string]int64{}
 			for _, cl := range lc.Classes {
 				c.classes[cl.Name] = true
+				c.lateMs[cl.Name] = lateGrantDefault(c.LateGrantMs, cl.MaxWaitMs)
+			}
+			for _, name := range slices.Sorted(maps.Keys(c.LateGrantClassMs)) {
+				v := c.LateGrantClassMs[name]
+				if !c.classes[name] {
+					add("late_grant_class_ms.%s: not a class of the ledger document (%s)", name, strings.Join(c.ClassNames(), ", "))
+				} else if v < 1 || v > LateGrantMaxMs {
+					add("late_grant_class_ms.%s: %d out of [1, %d]", name, v, int64(LateGrantMaxMs))
+				} else {
+					c.lateMs[name] = v
+				}
 			}
 			// A key without a class takes the ledger's default class.
 			for _, kc := range keyClasses {
@@ -463,6 +488,34 @@ func (c *Config) finish(getenv func(string) string) error {
 		return &ValidationError{Problems: probs}
 	}
 	return nil
+}
+
+// Late-grant bounds (see Config.LateGrantMs). The default follows the
+// class's max wait — a grant later than the request was willing to wait is
+// stale — but at least LateGrantMinMs, the normal produce → decide →
+// commit → deliver path, and at most LateGrantDefaultMaxMs, because after a
+// stall the provider sees every grant released within that window as one
+// burst.
+const (
+	LateGrantMinMs        = 100
+	LateGrantDefaultMaxMs = 1_000
+	LateGrantMaxMs        = 60_000
+)
+
+func lateGrantDefault(global, classMaxWaitMs int64) int64 {
+	if global > 0 {
+		return global
+	}
+	return min(max(classMaxWaitMs, LateGrantMinMs), LateGrantDefaultMaxMs)
+}
+
+// LateGrantBoundMs is how long after the ledger's log time a grant of
+// class may reach the gateway and still be dispatched.
+func (c *Config) LateGrantBoundMs(class string) int64 {
+	if v, ok := c.lateMs[class]; ok {
+		return v
+	}
+	return lateGrantDefault(c.LateGrantMs, LateGrantDefaultMaxMs)
 }
 
 // DeadlineMsMax bounds deadlines from keys and X-Sluice-Deadline-Ms (24 h).

@@ -143,3 +143,37 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestLateGrantBounds: by default a class's late-grant bound is its max
+// wait within [100 ms, 1 s]; late_grant_ms overrides every class and
+// late_grant_class_ms one class; bad values are reported.
+func TestLateGrantBounds(t *testing.T) {
+	route := `  - {model: m, provider: oa}`
+	c, err := config.Load(strings.NewReader(doc(route, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Default classes: interactive 300 ms, agent 10 s, batch 20 min.
+	for class, want := range map[string]int64{"interactive": 300, "agent": 1000, "batch": 1000, "unknown": 1000} {
+		if got := c.LateGrantBoundMs(class); got != want {
+			t.Errorf("default bound of %s = %d, want %d", class, got, want)
+		}
+	}
+	c, err = config.Load(strings.NewReader("late_grant_ms: 2000\nlate_grant_class_ms: {interactive: 150}\n" + doc(route, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, i := c.LateGrantBoundMs("agent"), c.LateGrantBoundMs("interactive"); a != 2000 || i != 150 {
+		t.Errorf("bounds agent %d, interactive %d; want 2000, 150", a, i)
+	}
+	_, err = config.Load(strings.NewReader("late_grant_ms: -1\nlate_grant_class_ms: {gold: 10, batch: 0}\n" + doc(route, "")))
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 3 {
+		t.Fatalf("err %v, want 3 problems", err)
+	}
+	for i, want := range []string{"late_grant_ms: -1 out of", "late_grant_class_ms.batch: 0 out of", "late_grant_class_ms.gold: not a class"} {
+		if !strings.Contains(ve.Problems[i], want) {
+			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i], want)
+		}
+	}
+}

@@ -39,7 +39,13 @@ type Config struct {
 	// second locally while the ledger is unavailable, flagged in the event,
 	// instead of failing closed. Default 0: fail closed.
 	EmergencyCapPerSec int
-	Log                *slog.Logger
+	// HeartbeatInterval is how often the client sends a Heartbeat into
+	// each scope where it waits for decisions or may hold grants, so that
+	// the ledger releases them soon after this gateway dies (see
+	// heartbeat.go). Default 1s; negative turns heartbeats off (the ledger
+	// then keeps this node's grants until their hold TTL).
+	HeartbeatInterval time.Duration
+	Log               *slog.Logger
 }
 
 type waitKey struct {
@@ -61,6 +67,10 @@ type Client struct {
 	emSecond int64
 	emUsed   int
 
+	act    *activity
+	hbStop chan struct{}
+	hbDone chan struct{}
+
 	done chan struct{}
 }
 
@@ -76,6 +86,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = time.Second
 	}
 	cfg.Topics = cfg.Topics.OrDefault()
 	prod, err := bus.NewClient(ctx, cfg.Brokers, 10*time.Second,
@@ -111,14 +124,23 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("decision consumer: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, cons: cons, log: cfg.Log,
+	c := &Client{cfg: cfg, prod: prod, cons: cons, log: cfg.Log, act: newActivity(),
 		waiters: map[waitKey]chan schemas.Decision{}, done: make(chan struct{})}
 	go c.consume()
+	if cfg.HeartbeatInterval > 0 {
+		c.hbStop, c.hbDone = make(chan struct{}), make(chan struct{})
+		go c.heartbeats(cfg.HeartbeatInterval, c.hbStop, c.hbDone)
+	}
 	return c, nil
 }
 
-// Close stops the client.
+// Close stops the client. Its heartbeats stop with it: grants it still
+// holds are released by the ledger once the node's liveness bound passes.
 func (c *Client) Close() {
+	if c.hbStop != nil {
+		close(c.hbStop)
+		<-c.hbDone
+	}
 	c.cons.Close()
 	<-c.done
 	c.prod.Close()
@@ -211,7 +233,15 @@ func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) e
 // passes with no answer at all. If ctx ends while the request waits in a
 // queue, Reserve reports a Released event so the ledger drops it, and
 // returns ctx's error.
-func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (schemas.Decision, error) {
+func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Decision, err error) {
+	if c.hbStop != nil {
+		if c.act.begin(ev.Scope, time.Now().UnixMilli()) {
+			// Ahead of the request in its partition: the ledger tracks
+			// this node before it grants anything here.
+			c.sendHeartbeat(ev.Scope, time.Now().UnixMilli())
+		}
+		defer func() { c.act.end(ev.Scope, d, time.Now().UnixMilli()) }()
+	}
 	key := waitKey{ev.RequestID, ev.Attempt}
 	ch := make(chan schemas.Decision, 4)
 	c.mu.Lock()
@@ -255,19 +285,24 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (schemas.Decisi
 }
 
 // release tells the ledger to drop a reservation we stopped waiting for.
-// It uses a fresh context: the caller's is usually already done.
+// ev is the event we waited on: a ReserveRequested or, for a retry, a
+// RetryRequested; the Released is built from its envelope alone (one
+// payload per event, see schemas.Event.Derive). It uses a fresh context:
+// the caller's is usually already done.
 func (c *Client) release(ev *schemas.Event, reason string) {
-	rel := *ev
-	rel.Type = schemas.TypeReleased
-	rel.ID = schemas.NewID()
-	rel.ProducedAtMs = time.Now().UnixMilli()
-	rel.ReserveRequested = nil
-	rel.Released = &schemas.Released{Reason: reason}
+	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := c.Produce(ctx, &rel); err != nil {
-		c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "err", err)
+	if err := c.Produce(ctx, rel); err != nil {
+		c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "attempt", rel.Attempt, "err", err)
 	}
+}
+
+// releaseEvent is the Released that gives back ev's attempt.
+func releaseEvent(ev *schemas.Event, reason string, nowMs int64) *schemas.Event {
+	rel := ev.Derive(schemas.TypeReleased, nowMs)
+	rel.Released = &schemas.Released{Reason: reason}
+	return rel
 }
 
 // emergency admits locally under the configured cap while the ledger is

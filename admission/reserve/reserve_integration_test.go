@@ -4,6 +4,7 @@ package reserve_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -15,7 +16,10 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/dev"
+	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
 // topics creates an isolated set of topics with no ledger behind them.
@@ -109,24 +113,99 @@ func TestCancelledWaitReleases(t *testing.T) {
 // released reads the requests topic for the Released event of id.
 func released(t *testing.T, brokers []string, names bus.Names, id string) string {
 	t.Helper()
+	ev := find(t, brokers, names.Requests, func(ev *schemas.Event) bool { return ev.RequestID == id && ev.Released != nil })
+	if ev == nil {
+		return ""
+	}
+	return ev.Released.Reason
+}
+
+// find reads topic from its start (read_committed) for the first event
+// match accepts, or nil when none arrives within the bound.
+func find(t *testing.T, brokers []string, topic string, match func(*schemas.Event) bool) *schemas.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Requests), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	for ctx.Err() == nil {
-		var reason string
+		var found *schemas.Event
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			var ev schemas.Event
-			if schemas.Decode(r.Value, &ev) == nil && ev.RequestID == id && ev.Released != nil {
-				reason = ev.Released.Reason
+			if found == nil && schemas.Decode(r.Value, &ev) == nil && match(&ev) {
+				found = &ev
 			}
 		})
-		if reason != "" {
-			return reason
+		if found != nil {
+			return found
 		}
 	}
-	return ""
+	return nil
+}
+
+// TestRetryAttemptReleaseReachesLedger: a caller that gives up while its
+// retry attempt waits makes the client produce a Released for that attempt
+// (not a copy of the RetryRequested carrying two payloads, which the codec
+// refuses), and the real ledger drops the queued retry.
+func TestRetryAttemptReleaseReachesLedger(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	brokers := bus.SplitBrokers(testenv.KafkaBrokers(t))
+	names := bus.NamesWithPrefix(fmt.Sprintf("test%d.", time.Now().UnixNano()))
+	st, err := dev.Start(ctx, dev.Options{Addr: "127.0.0.1:0", Brokers: brokers, Topics: names, Partitions: 2})
+	if err != nil {
+		t.Fatalf("dev stack on the real broker: %v", err)
+	}
+	defer st.Close()
+	lc := ledger.DefaultDevConfig()
+	lc.Scopes = append(lc.Scopes, ledger.ScopeConfig{Name: "scope-a", Buckets: []ledger.BucketConfig{
+		{Level: ledger.LevelScope, ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1},
+	}})
+	lj, err := json.Marshal(lc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledgerd.PublishConfig(ctx, brokers, names, lj, "reserve integration test"); err != nil {
+		t.Fatal(err)
+	}
+	// A generous answer bound: the ledger member may still be joining its
+	// group when the stack is up, and that is not what is tested here.
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-retry", AnswerTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+
+	first := reserveEvent("r-retry")
+	first.Node = "gw-retry"
+	if d, err := rc.Reserve(ctx, first); err != nil || d.Status != schemas.StatusGranted {
+		t.Fatalf("attempt 1: %+v, %v; want granted", d, err)
+	}
+	// The ledger releases attempt 1 and queues attempt 2 behind the
+	// provider's Retry-After; the caller gives up before that passes.
+	retry := first.Derive(schemas.TypeRetryRequested, time.Now().UnixMilli())
+	retry.Attempt = 2
+	retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: 1, Reason: ledger.RetryCapacity, RetryAfterMs: 60_000}
+	wait, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer stop()
+	if _, err := rc.Reserve(wait, retry); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("attempt 2: %v, want the caller's deadline", err)
+	}
+	rel := find(t, brokers, names.Requests, func(ev *schemas.Event) bool {
+		return ev.RequestID == "r-retry" && ev.Released != nil
+	})
+	if rel == nil || rel.Attempt != 2 || rel.Released.Reason != "cancel" {
+		t.Fatalf("Released for attempt 2 not on %s (got %+v)", names.Requests, rel)
+	}
+	dec := find(t, brokers, names.Decisions, func(ev *schemas.Event) bool {
+		return ev.RequestID == "r-retry" && ev.Attempt == 2 && ev.Decision != nil && ev.Decision.Status == schemas.StatusCancelled
+	})
+	if dec == nil {
+		t.Fatalf("the ledger did not drop the queued attempt 2 (no cancelled decision on %s)", names.Decisions)
+	}
+	t.Logf("attempt 2 %s: %s", dec.Decision.Status, dec.Decision.Reason)
 }

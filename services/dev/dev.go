@@ -143,7 +143,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 
 	// Ledger member.
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: o.Topics.Requests + ".ledger", Node: "ledger-dev", Log: o.Log, Registerer: prometheus.NewRegistry()})
+	// The node names the transactional id: two stacks on one broker (tests
+	// of several packages run at once) must not fence each other, so it
+	// follows the topics, as the group does.
+	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: o.Topics.Requests + ".ledger", Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, err
 	}

@@ -82,9 +82,10 @@ type call struct {
 	est   estimate.Estimate
 	reqID string
 
-	attempts int32
-	queueMs  int64 // enqueue → first upstream attempt
-	finished bool  // Outcome sent
+	attempts   int32
+	lateGrants int   // late grants released and reserved again (late.go)
+	queueMs    int64 // enqueue → first upstream attempt
+	finished   bool  // Outcome sent
 }
 
 // candidate is a route candidate resolved to its provider.
@@ -273,6 +274,24 @@ func (c *call) run() {
 			c.fail(decisionError(d, ev), ev, d.GatewayDecision)
 			return
 		}
+		if v := c.judgeGrant(d); v != grantInTime {
+			// Too late after the ledger decided: dispatching now would
+			// join a burst (late.go). Give it back and, if the deadline
+			// allows, ask again at the ledger's current log time.
+			c.release(ev, schemas.ReasonLateGrant, 0, 0)
+			if v == lateRefuse {
+				c.s.m.lateGrants.WithLabelValues(ev.Class, "refused").Inc()
+				bound := c.cfg.LateGrantBoundMs(ev.Class)
+				c.fail(lateGrantError(time.Now().UnixMilli()-d.LogTimeMs, bound), ev, schemas.GDLateGrant)
+				return
+			}
+			c.s.m.lateGrants.WithLabelValues(ev.Class, "reserved_again").Inc()
+			c.lateGrants++
+			c.attempts++
+			ev = c.reserveEvent(c.cands[ci], c.attempts)
+			d, err = c.s.rc.Reserve(c.ctx, ev)
+			continue
+		}
 		if c.queueMs == 0 {
 			c.queueMs = max(1, time.Since(c.start).Milliseconds())
 		}
@@ -299,11 +318,22 @@ func (c *call) run() {
 		c.attempts++
 		retry := c.envelope(schemas.TypeRetryRequested, ev, c.attempts)
 		retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: ev.Attempt, Reason: res.retryClass, RetryAfterMs: rej.RetryAfterMs}
+		// ev stays the attempt's record (envelope and estimates for the
+		// events and errors that follow); it is never produced itself.
 		next := *ev
 		next.Attempt = c.attempts
 		ev = &next
 		d, err = c.s.rc.Reserve(c.ctx, retry)
 	}
+}
+
+// judgeGrant applies late.go's rule to grant d now.
+func (c *call) judgeGrant(d schemas.Decision) lateVerdict {
+	var deadlineAt int64
+	if c.adm.DeadlineMs > 0 {
+		deadlineAt = c.start.UnixMilli() + c.adm.DeadlineMs
+	}
+	return judgeGrant(d, time.Now().UnixMilli(), c.cfg.LateGrantBoundMs(c.adm.Class), deadlineAt, c.lateGrants)
 }
 
 // reserveEvent builds the ReserveRequested of one attempt on cand.
@@ -329,11 +359,11 @@ func (c *call) reserveEvent(cand candidate, attempt int32) *schemas.Event {
 	return ev
 }
 
-// envelope copies ev's envelope into a new event of type t for attempt.
+// envelope copies ev's envelope into a new event of type t for attempt,
+// without ev's payload (schemas.Event.Derive says why that matters).
 func (c *call) envelope(t schemas.Type, ev *schemas.Event, attempt int32) *schemas.Event {
-	out := schemas.New(t, time.Now().UnixMilli())
-	out.RequestID, out.Attempt, out.Node = ev.RequestID, attempt, ev.Node
-	out.Scope, out.Tenant, out.KeyID, out.Route, out.Class = ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class
+	out := ev.Derive(t, time.Now().UnixMilli())
+	out.Attempt = attempt
 	return out
 }
 

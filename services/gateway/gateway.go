@@ -184,6 +184,9 @@ type metrics struct {
 	attempts *prometheus.CounterVec
 	dropped  prometheus.Counter
 	latency  *prometheus.HistogramVec
+	// lateGrants counts grants not dispatched because they arrived too
+	// long after the ledger's log time, by class and what followed.
+	lateGrants *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -193,7 +196,9 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_gateway_events_dropped_total", Help: "Events that could not be produced (logged with their type and request id)."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_gateway_request_seconds", Help: "End-to-end request latency by API.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"api"}),
+		lateGrants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_late_grants_total",
+			Help: "Grants released undispatched because they reached the gateway later than late_grant_ms after the ledger decided, by class and action (reserved_again, refused)."}, []string{"class", "action"}),
 	}
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency)
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants)
 	return m
 }
