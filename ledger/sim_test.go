@@ -245,7 +245,7 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 		if o.Decision.GatewayDecision == "" {
 			a.failf("event %d: decision without gateway_decision: %+v", i, o)
 		}
-		if st == schemas.StatusExpired && o.Decision.Reason == schemas.ReasonNodeLost {
+		if st == schemas.StatusExpired && o.Decision.Reason == string(schemas.ReasonNodeLost) {
 			a.nodeLost++
 			if a.terminal[key] == schemas.StatusGranted {
 				continue // a grant given back (not a second answer)

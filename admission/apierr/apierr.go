@@ -48,7 +48,10 @@ const (
 	CodeInternal             = "internal_error"
 	// CodeLateGrant: the ledger's grant reached the gateway too late to be
 	// dispatched (a stall) and no new grant fit the request's deadline.
-	CodeLateGrant = schemas.ReasonLateGrant
+	CodeLateGrant = string(schemas.ReasonLateGrant)
+	// CodePathMissingLevel: the key's bucket path lacks a level its scope
+	// requires (a configuration problem no retry can fix).
+	CodePathMissingLevel = string(schemas.ReasonPathMissingLevel)
 )
 
 // Sluice is the normalised object attached to every error.

@@ -114,12 +114,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("topic %s has no partitions (run `sluice topics ensure`)", cfg.Topics.Decisions)
 	}
-	cons, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.Brokers...),
+	cons, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.Decisions: starts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(10*time.Millisecond),
-	)
+	)...)
 	if err != nil {
 		prod.Close()
 		return nil, fmt.Errorf("decision consumer: %w", err)

@@ -93,7 +93,7 @@ func TestDeadGatewayCapacityComesBack(t *testing.T) {
 
 	lost := lostDecisions(ctx, t, brokers, names.Decisions, 2)
 	for _, id := range []string{"held-1", "held-2"} {
-		if lost[id] != schemas.ReasonNodeLost {
+		if lost[id] != string(schemas.ReasonNodeLost) {
 			t.Errorf("%s: expired reason %q, want %s (saw %v)", id, lost[id], schemas.ReasonNodeLost, lost)
 		}
 	}

@@ -278,7 +278,7 @@ func (c *call) run() {
 			// Too late after the ledger decided: dispatching now would
 			// join a burst (late.go). Give it back and, if the deadline
 			// allows, ask again at the ledger's current log time.
-			c.release(ev, schemas.ReasonLateGrant, 0, 0)
+			c.release(ev, string(schemas.ReasonLateGrant), 0, 0)
 			if v == lateRefuse {
 				c.s.m.lateGrants.WithLabelValues(ev.Class, "refused").Inc()
 				bound := c.cfg.LateGrantBoundMs(ev.Class)
@@ -469,18 +469,18 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 		e = apierr.New(http.StatusTooManyRequests, apierr.CodeQueueTimeout, "request waited in the "+ev.Class+" queue past its deadline")
 	case schemas.StatusConflict:
 		e = apierr.New(http.StatusConflict, apierr.CodeInvalidRequest, "the ledger saw this request id and attempt with different content")
+	case schemas.StatusDenied:
+		if d.Reason == string(schemas.ReasonPathMissingLevel) {
+			// The gateway built the path from the key's identity, so
+			// the configuration is at fault and no retry can succeed:
+			// a 403, which SDKs do not retry, rather than a 429.
+			e = apierr.New(http.StatusForbidden, apierr.CodePathMissingLevel,
+				"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
+			break
+		}
+		e = rateLimited(d)
 	default:
-		msg := "rate limit exceeded"
-		if d.LimitDimension != "" {
-			msg = fmt.Sprintf("rate limit exceeded on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
-		} else if d.Reason != "" {
-			msg = "request refused by the quota ledger: " + d.Reason
-		}
-		code := apierr.CodeRateLimited
-		if d.RetryClass == ledger.RetryPolicy {
-			code = apierr.CodeQuotaExhausted
-		}
-		e = apierr.New(http.StatusTooManyRequests, code, msg)
+		e = rateLimited(d)
 	}
 	e.Sluice.Type = "local_limit"
 	e.Sluice.Limiter = string(d.LimitDimension)
@@ -489,6 +489,21 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	e.Sluice.GatewayDecision = d.GatewayDecision
 	e.Sluice.FallbackAllowed = d.FallbackAllowed
 	return e
+}
+
+// rateLimited is the 429 of a refusal on capacity or policy.
+func rateLimited(d schemas.Decision) *apierr.Error {
+	msg := "rate limit exceeded"
+	if d.LimitDimension != "" {
+		msg = fmt.Sprintf("rate limit exceeded on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
+	} else if d.Reason != "" {
+		msg = "request refused by the quota ledger: " + d.Reason
+	}
+	code := apierr.CodeRateLimited
+	if d.RetryClass == ledger.RetryPolicy {
+		code = apierr.CodeQuotaExhausted
+	}
+	return apierr.New(http.StatusTooManyRequests, code, msg)
 }
 
 // providerError is the error contract for a provider refusal that will not

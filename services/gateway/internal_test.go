@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -251,5 +253,27 @@ func TestJudgeGrant(t *testing.T) {
 	e := lateGrantError(2000, bound)
 	if e.Status != 503 || e.Code != "late_grant" || e.Sluice.GatewayDecision != schemas.GDLateGrant || e.Sluice.RetryAfterMs <= 0 {
 		t.Errorf("error contract %+v", e)
+	}
+}
+
+// TestDecisionErrorStatus: a refusal no retry can fix is not a 429, so
+// SDKs do not retry it; capacity and policy refusals are.
+func TestDecisionErrorStatus(t *testing.T) {
+	ev := &schemas.Event{Scope: "openai-main", Class: "interactive"}
+	for _, tc := range []struct {
+		name   string
+		d      schemas.Decision
+		status int
+		code   string
+	}{
+		{"capacity", schemas.Decision{Status: schemas.StatusDenied, Reason: "over_limit", LimitDimension: schemas.DimRequests, RetryClass: ledger.RetryCapacity}, http.StatusTooManyRequests, apierr.CodeRateLimited},
+		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: ledger.RetryPolicy}, http.StatusTooManyRequests, apierr.CodeQuotaExhausted},
+		{"expired", schemas.Decision{Status: schemas.StatusExpired}, http.StatusTooManyRequests, apierr.CodeQueueTimeout},
+		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: string(schemas.ReasonPathMissingLevel), LimitPath: "deployment", RetryClass: ledger.RetryRequestError}, http.StatusForbidden, apierr.CodePathMissingLevel},
+	} {
+		e := decisionError(tc.d, ev)
+		if e.Status != tc.status || e.Code != tc.code {
+			t.Errorf("%s: got %d %s, want %d %s", tc.name, e.Status, e.Code, tc.status, tc.code)
+		}
 	}
 }
