@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 type metrics struct {
@@ -20,8 +21,11 @@ type metrics struct {
 	// abort whose outcome was unknown).
 	transactions prometheus.Counter
 	rebuilds     prometheus.Counter
-	ticks        prometheus.Counter
-	snapshots    prometheus.Counter
+	// nodeLost counts reservations expired because their gateway stopped
+	// heartbeating (reason node_lost).
+	nodeLost  prometheus.Counter
+	ticks     prometheus.Counter
+	snapshots prometheus.Counter
 	// snapshotsSkipped counts snapshots larger than bus.SnapshotMaxBytes.
 	snapshotsSkipped prometheus.Counter
 	lag              *prometheus.GaugeVec
@@ -39,6 +43,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		aborts:           prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transaction_aborts_total", Help: "Aborted ledger transactions."}),
 		transactions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transactions_total", Help: "Committed ledger transactions."}),
 		rebuilds:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_partition_rebuilds_total", Help: "Partitions restored from snapshot and log (assignment or unknown transaction outcome)."}),
+		nodeLost:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_node_lost_reservations_total", Help: "Reservations expired because their gateway stopped heartbeating (node_lost)."}),
 		ticks:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
 		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots committed."}),
 		snapshotsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_skipped_total", Help: "Snapshots not written because they exceeded the record size limit."}),
@@ -55,6 +60,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.ticks = register(r, m.ticks)
 	m.transactions = register(r, m.transactions)
 	m.rebuilds = register(r, m.rebuilds)
+	m.nodeLost = register(r, m.nodeLost)
 	m.snapshots = register(r, m.snapshots)
 	m.snapshotsSkipped = register(r, m.snapshotsSkipped)
 	m.lag = register(r, m.lag)
@@ -93,4 +99,7 @@ func (m *metrics) observe(p int32, l *ledger.Ledger, sinceSnapshot time.Duration
 
 func (m *metrics) decision(o *ledger.Output) {
 	m.decisions.WithLabelValues(string(o.Decision.Status), string(o.Decision.LimitDimension)).Inc()
+	if o.Decision.Reason == string(schemas.ReasonNodeLost) {
+		m.nodeLost.Inc()
+	}
 }
