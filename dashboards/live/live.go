@@ -143,20 +143,29 @@ func (v *View) Start(ctx context.Context) error {
 	}
 	defer adm.Close()
 	topics := []string{v.cfg.Topics.Requests, v.cfg.Topics.Decisions, v.cfg.Topics.Telemetry}
-	ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
-	if err != nil {
-		return fmt.Errorf("live: list end offsets: %w", err)
+	// Topics created a moment ago may not be in every broker's metadata
+	// yet: look again for a few seconds before calling them missing.
+	var starts map[string]map[int32]kgo.Offset
+	for wait := time.Now().Add(10 * time.Second); ; {
+		ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
+		if err != nil {
+			return fmt.Errorf("live: list end offsets: %w", err)
+		}
+		starts = map[string]map[int32]kgo.Offset{}
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err != nil || o.Partition < 0 {
+				return
+			}
+			if starts[o.Topic] == nil {
+				starts[o.Topic] = map[int32]kgo.Offset{}
+			}
+			starts[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+		})
+		if len(starts) == len(topics) || time.Now().After(wait) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	starts := map[string]map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil || o.Partition < 0 {
-			return
-		}
-		if starts[o.Topic] == nil {
-			starts[o.Topic] = map[int32]kgo.Offset{}
-		}
-		starts[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
-	})
 	for _, t := range topics {
 		if len(starts[t]) == 0 {
 			return fmt.Errorf("live: topic %s has no partitions (run `sluice topics ensure`)", t)
