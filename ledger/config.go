@@ -234,7 +234,7 @@ const (
 	defaultDedupTTLMs      = 600_000
 	defaultPriorityStepMs  = 100
 	defaultFairCostMs      = 50
-	defaultNodeLivenessMs  = 10_000
+	defaultNodeLivenessMs  = 5_000
 	defaultNodesMax        = 4_000_000
 	defaultReservationsMax = 2_000_000
 	dayMs                  = 86_400_000

@@ -197,7 +197,7 @@ func TestNodeLivenessValidated(t *testing.T) {
 	}
 	c := Config{Scopes: []ScopeConfig{{Name: "s"}}}
 	c.fillDefaults()
-	if c.NodeLivenessMs != 10_000 {
-		t.Fatalf("default node_liveness_ms %d, want 10000", c.NodeLivenessMs)
+	if c.NodeLivenessMs != 5_000 {
+		t.Fatalf("default node_liveness_ms %d, want 5000", c.NodeLivenessMs)
 	}
 }
