@@ -45,6 +45,8 @@ func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
 		e.Tick = &schemas.Tick{Reason: "queue"}
 	case schemas.TypeSnapshot:
 		e.Snapshot = &schemas.Snapshot{Partition: 1, InputOffset: 10, LogTimeMs: producedAtMs, State: []byte{1, 2, 3}}
+	case schemas.TypeHeartbeat:
+		e.Heartbeat = &schemas.Heartbeat{}
 	}
 	return e
 }
