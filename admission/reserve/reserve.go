@@ -270,14 +270,14 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 			}
 		case <-answer.C:
 			if !answered {
-				c.release(ev, "ledger_timeout")
+				c.release(ev, schemas.ReasonLedgerTimeout)
 				if d, ok := c.emergency(ev); ok {
 					return d, nil
 				}
 				return schemas.Decision{}, ErrLedgerUnavailable
 			}
 		case <-ctx.Done():
-			c.release(ev, "cancel")
+			c.release(ev, schemas.ReasonCancel)
 			return schemas.Decision{}, ctx.Err()
 		}
 	}
@@ -288,7 +288,7 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 // RetryRequested; the Released is built from its envelope alone (one
 // payload per event, see schemas.Event.Derive). It uses a fresh context:
 // the caller's is usually already done.
-func (c *Client) release(ev *schemas.Event, reason string) {
+func (c *Client) release(ev *schemas.Event, reason schemas.Reason) {
 	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -298,7 +298,7 @@ func (c *Client) release(ev *schemas.Event, reason string) {
 }
 
 // releaseEvent is the Released that gives back ev's attempt.
-func releaseEvent(ev *schemas.Event, reason string, nowMs int64) *schemas.Event {
+func releaseEvent(ev *schemas.Event, reason schemas.Reason, nowMs int64) *schemas.Event {
 	rel := ev.Derive(schemas.TypeReleased, nowMs)
 	rel.Released = &schemas.Released{Reason: reason}
 	return rel
@@ -324,5 +324,5 @@ func (c *Client) emergency(ev *schemas.Event) (schemas.Decision, bool) {
 	if ev.ReserveRequested != nil {
 		ev.ReserveRequested.EmergencyAdmitted = true
 	}
-	return schemas.Decision{Status: schemas.StatusGranted, Reason: "emergency_cap", GatewayDecision: schemas.GDEmergencyAdmitted}, true
+	return schemas.Decision{Status: schemas.StatusGranted, Reason: schemas.ReasonEmergencyCap, GatewayDecision: schemas.GDEmergencyAdmitted}, true
 }

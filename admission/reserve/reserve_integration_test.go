@@ -117,7 +117,7 @@ func released(t *testing.T, brokers []string, names bus.Names, id string) string
 	if ev == nil {
 		return ""
 	}
-	return ev.Released.Reason
+	return string(ev.Released.Reason)
 }
 
 // find reads topic from its start (read_committed) for the first event
@@ -189,7 +189,7 @@ func TestRetryAttemptReleaseReachesLedger(t *testing.T) {
 	// provider's Retry-After; the caller gives up before that passes.
 	retry := first.Derive(schemas.TypeRetryRequested, time.Now().UnixMilli())
 	retry.Attempt = 2
-	retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: 1, Reason: ledger.RetryCapacity, RetryAfterMs: 60_000}
+	retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: 1, Reason: schemas.RetryCapacity, RetryAfterMs: 60_000}
 	wait, stop := context.WithTimeout(ctx, 1500*time.Millisecond)
 	defer stop()
 	if _, err := rc.Reserve(wait, retry); !errors.Is(err, context.DeadlineExceeded) {

@@ -14,7 +14,6 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/reserve"
-	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -41,14 +40,14 @@ func (a api) String() string {
 // requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
 // Gemini, translated); Anthropic messages only to Anthropic. Bodies are
 // passed through, so no other translation is attempted.
-func (a api) serves(kind string) bool {
+func (a api) serves(kind schemas.ProviderKind) bool {
 	switch a {
 	case apiChat:
-		return kind != config.KindAnthropic
+		return kind != schemas.ProviderAnthropic
 	case apiEmbeddings:
-		return kind == config.KindOpenAI || kind == config.KindAzure || kind == config.KindOpenAICompatible
+		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
 	}
-	return kind == config.KindAnthropic
+	return kind == schemas.ProviderAnthropic
 }
 
 func (a api) parse(body []byte) (estimate.Request, error) {
@@ -205,7 +204,7 @@ func (c *call) eligible() []candidate {
 	for i := range c.route.Candidates {
 		cd := &c.route.Candidates[i]
 		p := c.cfg.Provider(cd.Provider)
-		if p == nil || !c.api.serves(p.Kind) || (p.Kind == config.KindGemini && !geminiTranslatable(c.req)) {
+		if p == nil || !c.api.serves(p.Kind) || (p.Kind == schemas.ProviderGemini && !geminiTranslatable(c.req)) {
 			continue
 		}
 		if len(out) > 0 {
@@ -238,7 +237,7 @@ type attemptResult struct {
 	// rejected: the provider refused before any byte reached the client;
 	// ProviderRejected is already reported, so the grant is settled.
 	rej        schemas.ProviderRejected
-	retryClass string
+	retryClass schemas.RetryClass
 }
 
 // run reserves, dispatches and follows the ledger through retries and
@@ -259,7 +258,7 @@ func (c *call) run() {
 			// fallback, or the ledger refused a retry after a provider
 			// rejection): the fallback is a new reservation, in its own
 			// scope, that the ledger decides like any other.
-			if ci+1 < len(c.cands) && (d.FallbackAllowed || (lastRej != nil && d.RetryClass != ledger.RetryDeadline)) {
+			if ci+1 < len(c.cands) && (d.FallbackAllowed || (lastRej != nil && d.RetryClass != schemas.RetryDeadline)) {
 				ci++
 				c.attempts++
 				ev = c.reserveEvent(c.cands[ci], c.attempts)
@@ -278,7 +277,7 @@ func (c *call) run() {
 			// Too late after the ledger decided: dispatching now would
 			// join a burst (late.go). Give it back and, if the deadline
 			// allows, ask again at the ledger's current log time.
-			c.release(ev, string(schemas.ReasonLateGrant), 0, 0)
+			c.release(ev, schemas.ReasonLateGrant, 0, 0)
 			if v == lateRefuse {
 				c.s.m.lateGrants.WithLabelValues(ev.Class, "refused").Inc()
 				bound := c.cfg.LateGrantBoundMs(ev.Class)
@@ -301,7 +300,7 @@ func (c *call) run() {
 		}
 		rej := res.rej
 		lastRej = &rej
-		if res.retryClass != ledger.RetryCapacity && res.retryClass != ledger.RetryOverload {
+		if !res.retryClass.Retryable() {
 			c.fail(c.providerError(rej, ev, schemas.Decision{}), ev, schemas.GDAdmittedThenProviderReject)
 			return
 		}
@@ -384,7 +383,7 @@ func path(id *config.Identity, profile string, prov *config.Provider) []schemas.
 }
 
 // release gives back the grant of ev's attempt.
-func (c *call) release(ev *schemas.Event, reason string, in, out int64) {
+func (c *call) release(ev *schemas.Event, reason schemas.Reason, in, out int64) {
 	rel := c.envelope(schemas.TypeReleased, ev, ev.Attempt)
 	rel.Released = &schemas.Released{Reason: reason, InputTokens: in, OutputTokens: out}
 	c.s.report(rel)
@@ -397,12 +396,12 @@ func (c *call) fail(e *apierr.Error, ev *schemas.Event, gd schemas.GatewayDecisi
 		e.Sluice.GatewayDecision = gd
 	}
 	fillSluice(e, ev)
-	status := "failure"
+	status := schemas.OutcomeFailure
 	switch {
 	case e.Code == apierr.CodeCancelled:
-		status = "cancelled"
+		status = schemas.OutcomeCancelled
 	case e.Code == apierr.CodeDeadlineExceeded || e.Code == apierr.CodeQueueTimeout:
-		status = "timeout"
+		status = schemas.OutcomeTimeout
 	}
 	c.outcome(ev, status, int32(e.Status), e.Code, e.Sluice.GatewayDecision, 0, 0)
 	c.s.m.requests.WithLabelValues(e.Code).Inc()
@@ -426,7 +425,7 @@ func withIdentity(e *apierr.Error, id *config.Identity) *apierr.Error {
 }
 
 // outcome sends the logical request's Outcome (once).
-func (c *call) outcome(ev *schemas.Event, status string, httpStatus int32, code string, gd schemas.GatewayDecision, in, out int64) {
+func (c *call) outcome(ev *schemas.Event, status schemas.OutcomeStatus, httpStatus int32, code string, gd schemas.GatewayDecision, in, out int64) {
 	if c.finished {
 		return
 	}
@@ -470,7 +469,7 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	case schemas.StatusConflict:
 		e = apierr.New(http.StatusConflict, apierr.CodeInvalidRequest, "the ledger saw this request id and attempt with different content")
 	case schemas.StatusDenied:
-		if d.Reason == string(schemas.ReasonPathMissingLevel) {
+		if d.Reason == schemas.ReasonPathMissingLevel {
 			// The gateway built the path from the key's identity, so
 			// the configuration is at fault and no retry can succeed:
 			// a 403, which SDKs do not retry, rather than a 429.
@@ -497,10 +496,10 @@ func rateLimited(d schemas.Decision) *apierr.Error {
 	if d.LimitDimension != "" {
 		msg = fmt.Sprintf("rate limit exceeded on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
 	} else if d.Reason != "" {
-		msg = "request refused by the quota ledger: " + d.Reason
+		msg = "request refused by the quota ledger: " + string(d.Reason)
 	}
 	code := apierr.CodeRateLimited
-	if d.RetryClass == ledger.RetryPolicy {
+	if d.RetryClass == schemas.RetryPolicy {
 		code = apierr.CodeQuotaExhausted
 	}
 	return apierr.New(http.StatusTooManyRequests, code, msg)
@@ -511,11 +510,11 @@ func rateLimited(d schemas.Decision) *apierr.Error {
 func (c *call) providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.Decision) *apierr.Error {
 	status, code := http.StatusTooManyRequests, apierr.CodeUpstreamRejected
 	switch rej.Kind {
-	case ledger.KindOverloaded:
+	case schemas.KindOverloaded:
 		status, code = http.StatusServiceUnavailable, apierr.CodeUpstreamOverloaded
-	case ledger.KindQuotaExhausted:
+	case schemas.KindQuotaExhausted:
 		code = apierr.CodeQuotaExhausted
-	case ledger.KindRequestError:
+	case schemas.KindRequestError:
 		status, code = http.StatusBadGateway, apierr.CodeUpstreamRequestError
 	}
 	msg := fmt.Sprintf("provider %s refused the request (HTTP %d)", ev.Scope, rej.HTTPStatus)
@@ -523,7 +522,7 @@ func (c *call) providerError(rej schemas.ProviderRejected, ev *schemas.Event, d 
 		msg += ": " + rej.Message // already scrubbed of credentials
 	}
 	if d.Reason != "" {
-		msg += "; retry not granted: " + d.Reason
+		msg += "; retry not granted: " + string(d.Reason)
 	}
 	e := apierr.New(status, code, msg)
 	e.Sluice.Type = "provider_limit"

@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -266,10 +265,10 @@ func TestDecisionErrorStatus(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"capacity", schemas.Decision{Status: schemas.StatusDenied, Reason: "over_limit", LimitDimension: schemas.DimRequests, RetryClass: ledger.RetryCapacity}, http.StatusTooManyRequests, apierr.CodeRateLimited},
-		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: ledger.RetryPolicy}, http.StatusTooManyRequests, apierr.CodeQuotaExhausted},
+		{"capacity", schemas.Decision{Status: schemas.StatusDenied, Reason: "over_limit", LimitDimension: schemas.DimRequests, RetryClass: schemas.RetryCapacity}, http.StatusTooManyRequests, apierr.CodeRateLimited},
+		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: schemas.RetryPolicy}, http.StatusTooManyRequests, apierr.CodeQuotaExhausted},
 		{"expired", schemas.Decision{Status: schemas.StatusExpired}, http.StatusTooManyRequests, apierr.CodeQueueTimeout},
-		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: string(schemas.ReasonPathMissingLevel), LimitPath: "deployment", RetryClass: ledger.RetryRequestError}, http.StatusForbidden, apierr.CodePathMissingLevel},
+		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathMissingLevel, LimitPath: "deployment", RetryClass: schemas.RetryRequestError}, http.StatusForbidden, apierr.CodePathMissingLevel},
 	} {
 		e := decisionError(tc.d, ev)
 		if e.Status != tc.status || e.Code != tc.code {

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -45,7 +45,7 @@ func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, se
 	c.w.Flush()
 
 	var tr *geminiStream
-	if p.Kind == config.KindGemini {
+	if p.Kind == schemas.ProviderGemini {
 		tr = &geminiStream{model: c.req.Model, id: "chatcmpl-" + c.reqID, includeUsage: c.req.IncludeUsage}
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -126,27 +126,24 @@ func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, se
 	usage, partial := su.Usage()
 	cut := writeErr != nil || readErr != nil || !su.Finished()
 	status := int32(http.StatusOK)
-	outcome, code := "success", ""
+	outcome, code := schemas.OutcomeSuccess, ""
 	if cut {
 		partial = true
 		reason := c.cancelReason()
 		if writeErr != nil {
-			reason = "client_disconnect"
+			reason = schemas.ReasonClientDisconnect
 		}
-		status, outcome = 499, "cancelled"
+		status, outcome, code = 499, schemas.OutcomeCancelled, apierr.CodeCancelled
 		switch reason {
-		case "deadline":
-			status, outcome, code = http.StatusGatewayTimeout, "timeout", "deadline_exceeded"
-		case "error":
-			status, outcome, code = http.StatusBadGateway, "failure", "upstream_error"
-		}
-		if outcome == "cancelled" {
-			code = "cancelled"
+		case schemas.ReasonDeadline:
+			status, outcome, code = http.StatusGatewayTimeout, schemas.OutcomeTimeout, apierr.CodeDeadlineExceeded
+		case schemas.ReasonError:
+			status, outcome, code = http.StatusBadGateway, schemas.OutcomeFailure, apierr.CodeUpstreamError
 		}
 	}
 	c.reconcile(cand, ev, usage, status, firstByteMs, sent, true, partial)
 	c.outcome(ev, outcome, status, code, schemas.GDAdmitted, usage.InputTokens, usage.OutputTokens)
-	c.s.m.requests.WithLabelValues(outcome).Inc()
+	c.s.m.requests.WithLabelValues(string(outcome)).Inc()
 }
 
 // readLine reads one line, bounded by sseLineMax.

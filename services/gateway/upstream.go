@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/provider"
-	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -36,7 +35,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 	forcedUsage := false
 	var u string
 	switch {
-	case p.Kind == config.KindGemini:
+	case p.Kind == schemas.ProviderGemini:
 		b, err := geminiRequest(c.req, body)
 		if err != nil {
 			return nil, false, err
@@ -47,9 +46,9 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 			method = ":streamGenerateContent?alt=sse"
 		}
 		u = base + "/models/" + url.PathEscape(cand.UpstreamModel) + method
-	case p.Kind == config.KindAnthropic:
+	case p.Kind == schemas.ProviderAnthropic:
 		u = base + "/messages"
-	case p.Kind == config.KindAzure:
+	case p.Kind == schemas.ProviderAzure:
 		op := "/chat/completions"
 		if c.api == apiEmbeddings {
 			op = "/embeddings"
@@ -62,7 +61,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 		}
 		u = base + op
 	}
-	if p.Kind != config.KindGemini {
+	if p.Kind != schemas.ProviderGemini {
 		set := map[string]any{}
 		if cand.UpstreamModel != c.req.Model {
 			set["model"] = cand.UpstreamModel
@@ -91,11 +90,11 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 	}
 	key := p.APIKey()
 	switch p.Kind {
-	case config.KindAzure:
+	case schemas.ProviderAzure:
 		if key != "" {
 			up.Header.Set("api-key", key)
 		}
-	case config.KindAnthropic:
+	case schemas.ProviderAnthropic:
 		if key != "" {
 			up.Header.Set("x-api-key", key)
 		}
@@ -103,7 +102,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 		if v := c.r.Header.Get("anthropic-beta"); v != "" {
 			up.Header.Set("anthropic-beta", v)
 		}
-	case config.KindGemini:
+	case schemas.ProviderGemini:
 		if key != "" {
 			up.Header.Set("x-goog-api-key", key)
 		}
@@ -157,7 +156,7 @@ func (c *call) dispatch(cand candidate, ev *schemas.Event, d schemas.Decision) a
 	defer cancel()
 	up, forcedUsage, err := c.upstreamRequest(ctx, cand)
 	if err != nil {
-		c.release(ev, "error", 0, 0)
+		c.release(ev, schemas.ReasonError, 0, 0)
 		c.fail(apierr.New(http.StatusInternalServerError, apierr.CodeInternal, err.Error()), ev, schemas.GDAdmitted)
 		return attemptResult{done: true}
 	}
@@ -192,7 +191,7 @@ func (c *call) dispatch(cand candidate, ev *schemas.Event, d schemas.Decision) a
 		return attemptResult{done: true}
 	}
 	usage, _ := provider.ParseUsage(provider.Kind(p.Kind), body)
-	if p.Kind == config.KindGemini {
+	if p.Kind == schemas.ProviderGemini {
 		if b, err := geminiToOpenAI(body, c.req.Model, c.reqID); err == nil {
 			body = b
 			resp.Header.Set("Content-Type", "application/json")
@@ -208,7 +207,7 @@ func (c *call) dispatch(cand candidate, ev *schemas.Event, d schemas.Decision) a
 	_, _ = c.w.Write(body)
 	c.w.Flush()
 	c.reconcile(cand, ev, usage, int32(resp.StatusCode), firstByteMs, sent, false, false)
-	c.outcome(ev, "success", int32(resp.StatusCode), "", c.gatewayDecision(d), usage.InputTokens, usage.OutputTokens)
+	c.outcome(ev, schemas.OutcomeSuccess, int32(resp.StatusCode), "", c.gatewayDecision(d), usage.InputTokens, usage.OutputTokens)
 	c.s.m.requests.WithLabelValues("success").Inc()
 	return attemptResult{done: true}
 }
@@ -239,22 +238,22 @@ func (c *call) reconcile(cand candidate, ev *schemas.Event, u provider.Usage, st
 }
 
 // cancelReason names why an attempt ended without an answer.
-func (c *call) cancelReason() string {
+func (c *call) cancelReason() schemas.Reason {
 	switch {
 	case c.r.Context().Err() != nil:
-		return "client_disconnect"
+		return schemas.ReasonClientDisconnect
 	case c.ctx.Err() != nil:
-		return "deadline"
+		return schemas.ReasonDeadline
 	}
-	return "error"
+	return schemas.ReasonError
 }
 
 // failTransport answers a transport failure (grant already released).
 func (c *call) failTransport(ev *schemas.Event, p *config.Provider) {
 	switch c.cancelReason() {
-	case "client_disconnect":
+	case schemas.ReasonClientDisconnect:
 		c.fail(apierr.New(499, apierr.CodeCancelled, "client closed the request"), ev, schemas.GDAdmitted)
-	case "deadline":
+	case schemas.ReasonDeadline:
 		c.fail(apierr.New(http.StatusGatewayTimeout, apierr.CodeDeadlineExceeded, fmt.Sprintf("the request's %d ms deadline passed while the provider was answering", c.adm.DeadlineMs)), ev, schemas.GDAdmitted)
 	default:
 		// Never echo the transport error: a proxy URL in it may carry a
@@ -280,7 +279,7 @@ func (c *call) upstreamError(cand candidate, ev *schemas.Event, resp *http.Respo
 		pr := c.envelope(schemas.TypeProviderRejected, ev, ev.Attempt)
 		pr.ProviderRejected = &rej
 		c.s.report(pr)
-		return attemptResult{rej: rej, retryClass: retryClass(rej)}
+		return attemptResult{rej: rej, retryClass: rej.Kind.RetryClass()}
 	}
 	c.reconcile(cand, ev, provider.Usage{}, int32(resp.StatusCode), 0, now, c.req.Stream, false)
 	status, code := http.StatusBadGateway, apierr.CodeUpstreamError
@@ -297,19 +296,6 @@ func (c *call) upstreamError(cand candidate, ev *schemas.Event, resp *http.Respo
 	e.Sluice.Provider = p.Name
 	c.fail(e, ev, schemas.GDAdmitted)
 	return attemptResult{done: true}
-}
-
-// retryClass classifies a provider refusal for the ledger's retry policy.
-func retryClass(rej schemas.ProviderRejected) string {
-	switch rej.Kind {
-	case ledger.KindRateLimited:
-		return ledger.RetryCapacity
-	case ledger.KindOverloaded:
-		return ledger.RetryOverload
-	case ledger.KindQuotaExhausted:
-		return ledger.RetryPolicy
-	}
-	return ledger.RetryRequestError
 }
 
 // report sends an event the ledger must see (reconcile, release, provider
