@@ -70,27 +70,6 @@ func TestFailsClosedWithoutLedger(t *testing.T) {
 	}
 }
 
-// TestEmergencyCap: configured to admit locally, the client grants up to
-// the cap per second, flags the grants, and fails closed beyond it.
-func TestEmergencyCap(t *testing.T) {
-	names, brokers := topics(t)
-	ctx := context.Background()
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "gw-test",
-		AnswerTimeout: 100 * time.Millisecond, EmergencyCapPerSec: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	ev := reserveEvent("r-em")
-	d, err := rc.Reserve(ctx, ev)
-	if err != nil || d.Status != schemas.StatusGranted || d.GatewayDecision != schemas.GDEmergencyAdmitted {
-		t.Fatalf("Reserve = %+v, %v; want an emergency grant", d, err)
-	}
-	if !ev.ReserveRequested.EmergencyAdmitted {
-		t.Error("emergency grant not flagged on the event")
-	}
-}
-
 // TestCancelledWaitReleases: a caller that gives up while waiting makes
 // the client produce a Released event for that request.
 func TestCancelledWaitReleases(t *testing.T) {
