@@ -133,9 +133,9 @@ func (q queue) Less(i, j int) bool {
 	}
 	return q[i].seq < q[j].seq
 }
-func (q queue) Swap(i, j int)  { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)    { *q = append(*q, x.(item)) }
-func (q *queue) Pop() any      { o := *q; it := o[len(o)-1]; *q = o[:len(o)-1]; return it }
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(item)) }
+func (q *queue) Pop() any     { o := *q; it := o[len(o)-1]; *q = o[:len(o)-1]; return it }
 func (s *sim) at(t int64, fn func()) {
 	s.seq++
 	heap.Push(&s.q, item{at: max(t, s.now), seq: s.seq, fn: fn})
@@ -703,7 +703,9 @@ func (p *partition) replay() {
 	for k := range p.first {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1] })
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
 	for off, r := range p.log {
 		out = l.Apply(r.at, int64(off), r.ev, out[:0])
 		for i := range out {
