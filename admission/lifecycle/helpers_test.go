@@ -54,7 +54,9 @@ func streamStarted(att int32) Input { return Input{Kind: StreamStarted, Attempt:
 func streamEnded(att int32, cut schemas.Reason) Input {
 	return Input{Kind: StreamEnded, Attempt: att, Upstream: Upstream{Failure: cut, Usage: Usage{OutputTokens: 7}}}
 }
-func fired(k TimerKind, att int32) Input { return Input{Kind: TimerFired, Timer: Timer{Kind: k, Attempt: att}} }
+func fired(k TimerKind, att int32) Input {
+	return Input{Kind: TimerFired, Timer: Timer{Kind: k, Attempt: att}}
+}
 func silent(att int32, emergencyOK bool) Input {
 	return Input{Kind: TimerFired, Timer: Timer{Kind: TimerAnswer, Attempt: att}, EmergencyOK: emergencyOK}
 }
