@@ -8,7 +8,7 @@ LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 # Packages that have integration tests (files tagged `integration`).
 INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
-.PHONY: help build run test test-unit test-integration bench up down lint fuzz clean sdk-deps
+.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -23,6 +23,7 @@ test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missi
 	$(MAKE) lint
 	$(MAKE) sdk-deps
 	$(MAKE) test-unit
+	$(MAKE) simulate
 	$(MAKE) test-integration
 
 test-unit: ## unit, property and golden tests (no external services)
@@ -31,6 +32,10 @@ test-unit: ## unit, property and golden tests (no external services)
 
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
+
+SEEDS ?= 200
+simulate: ## the seeded whole-pipeline simulation (internal/pipesim) over SEEDS seeds (default 200); prints each failing seed's rerun command
+	set -o pipefail; $(GO) test -count=1 -run TestPipeline ./internal/pipesim -seeds=$(SEEDS) -v | grep -v '^    pipesim_test.go:[0-9]*: seed [0-9]*: {'
 
 bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger on the real broker)
 	$(BIN) bench ledger --json

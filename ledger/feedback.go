@@ -4,14 +4,6 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// Provider refusal kinds (schemas.ProviderRejected.Kind).
-const (
-	KindRateLimited    = "rate_limited"
-	KindOverloaded     = "overloaded"
-	KindQuotaExhausted = "quota_exhausted"
-	KindRequestError   = "request_error"
-)
-
 // providerRejected applies a provider refusal: the attempt's grant is
 // released (its tokens were not consumed; the request still counts), and
 // the scope (or the limited dimension) closes for at least Retry-After.
@@ -45,7 +37,7 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	cfg := &l.st.Config.Cooldown
 	limDim, dimKnown := dimIndex(pr.Limiter)
 	switch pr.Kind {
-	case KindRateLimited:
+	case schemas.KindRateLimited:
 		until := now + max(ra, cfg.RateLimitedMs)
 		if dimKnown {
 			sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
@@ -55,12 +47,12 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 		if known {
 			l.drain(r, limDim, dimKnown)
 		}
-	case KindOverloaded:
+	case schemas.KindOverloaded:
 		until := now + max(ra, cfg.OverloadedMs)
 		if until > sc.CoolAll {
 			sc.CoolAll, sc.CoolAllOverload = until, true
 		}
-	case KindQuotaExhausted:
+	case schemas.KindQuotaExhausted:
 		until := now + ra
 		if ra == 0 {
 			w := floorDiv(now-cfg.QuotaResetOffsetMs, cfg.QuotaPeriodMs)
@@ -73,8 +65,8 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			l.finish(qi, stDenied)
 			l.st.Stats.Denied++
 			out = l.emit(out, &l.st.Res[qi], schemas.Decision{
-				Status: schemas.StatusDenied, Reason: "provider_quota_exhausted",
-				RetryAfterMs: until - now, GatewayDecision: schemas.GDRejectedPolicy, RetryClass: RetryPolicy,
+				Status: schemas.StatusDenied, Reason: schemas.ReasonProviderQuotaExhausted,
+				RetryAfterMs: until - now, GatewayDecision: schemas.GDRejectedPolicy, RetryClass: schemas.RetryPolicy,
 			})
 		}
 	}
@@ -183,10 +175,10 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		return out
 	}
 	if rq.PreviousAttempt < 1 || rq.PreviousAttempt >= 1000 || (ev.Attempt > 0 && ev.Attempt != rq.PreviousAttempt+1) {
-		return l.refuseEv(ev, out, "bad_attempt", RetryRequestError)
+		return l.refuseEv(ev, out, schemas.ReasonBadAttempt, schemas.RetryRequestError)
 	}
 	att := rq.PreviousAttempt + 1
-	fp := fnvInt(fnvStr(fnvStr(fnvOffset, "retry"), rq.Reason), rq.RetryAfterMs)
+	fp := fnvInt(fnvStr(fnvStr(fnvOffset, "retry"), string(rq.Reason)), rq.RetryAfterMs)
 	rh := resHash(ev.RequestID, att)
 	if ri, ok := l.resIdx.get(l.st.Res, rh, ev.RequestID, att); ok {
 		if r := &l.st.Res[ri]; r.Flags&fRetry != 0 && r.FP == fp {
@@ -196,10 +188,10 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	}
 	pi, ok := l.resFind(ev.RequestID, rq.PreviousAttempt)
 	if !ok {
-		return l.refuseEv(ev, out, "unknown_previous_attempt", RetryRequestError)
+		return l.refuseEv(ev, out, schemas.ReasonUnknownPrevious, schemas.RetryRequestError)
 	}
 	if l.liveRes() >= l.st.Config.ReservationsMax {
-		return l.refuseEv(ev, out, "ledger_full", RetryOverload)
+		return l.refuseEv(ev, out, schemas.ReasonLedgerFull, schemas.RetryOverload)
 	}
 	if l.st.Res[pi].State == stGranted {
 		// The gateway asks to retry an attempt it never settled: release it.
@@ -230,21 +222,21 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	sc := &l.st.Scopes[r.Scope]
 	cfg := &l.st.Config.Retry
 
-	refuse := func(reason, class string) []Output {
+	refuse := func(reason schemas.Reason, class schemas.RetryClass) []Output {
 		l.finish(ri, stDenied)
 		l.st.Stats.Denied++
 		gd := schemas.GDRejectedLocally
-		if class == RetryPolicy {
+		if class == schemas.RetryPolicy {
 			gd = schemas.GDRejectedPolicy
 		}
 		return l.emit(out, r, schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
 	}
 	switch rq.Reason {
-	case RetryPolicy, RetryRequestError, RetryDeadline:
-		return refuse("not_retryable", rq.Reason)
+	case schemas.RetryPolicy, schemas.RetryRequestError, schemas.RetryDeadline:
+		return refuse(schemas.ReasonNotRetryable, rq.Reason)
 	}
 	if att > r.MaxAtt {
-		return refuse("retry_attempts_exhausted", RetryPolicy)
+		return refuse(schemas.ReasonRetryAttemptsExhausted, schemas.RetryPolicy)
 	}
 	// Capped exponential backoff with full jitter, Retry-After as floor.
 	capMs := cfg.MaxMs
@@ -265,10 +257,10 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		}
 	}
 	if r.Deadline > 0 && now+delay >= r.Deadline {
-		return refuse("deadline_exceeded", RetryDeadline)
+		return refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
 	}
 	if sc.RetryMilli < 1000 {
-		return refuse("retry_budget_exhausted", RetryPolicy)
+		return refuse(schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy)
 	}
 	sc.RetryMilli -= 1000
 	l.st.Stats.Retries++

@@ -46,10 +46,10 @@ func FuzzApply(f *testing.F) {
 			case 3:
 				ev = releaseEv(id)
 			case 4:
-				ev = rejected(id, int32(c%3), []string{KindRateLimited, KindOverloaded, KindQuotaExhausted, KindRequestError, "?"}[int(c)%5], int64(int8(b))*100)
+				ev = rejected(id, int32(c%3), []schemas.RejectionKind{schemas.KindRateLimited, schemas.KindOverloaded, schemas.KindQuotaExhausted, schemas.KindRequestError, "?"}[int(c)%5], int64(int8(b))*100)
 				ev.ProviderRejected.Limiter = schemas.Dimensions[int(b)%len(schemas.Dimensions)]
 			case 5:
-				ev = retryEv(id, int32(int8(c))%4, []string{RetryCapacity, RetryOverload, RetryPolicy, ""}[int(b)%4], int64(int8(c))*10)
+				ev = retryEv(id, int32(int8(c))%4, []schemas.RetryClass{schemas.RetryCapacity, schemas.RetryOverload, schemas.RetryPolicy, ""}[int(b)%4], int64(int8(c))*10)
 			case 6:
 				ev = observed(schemas.Dimensions[int(c)%len(schemas.Dimensions)], int64(int8(b)))
 			case 7:

@@ -84,13 +84,13 @@ func releaseEv(id string) *schemas.Event {
 	return ev
 }
 
-func rejected(id string, att int32, kind string, retryAfterMs int64) *schemas.Event {
+func rejected(id string, att int32, kind schemas.RejectionKind, retryAfterMs int64) *schemas.Event {
 	ev := envelope(schemas.TypeProviderRejected, id, att)
 	ev.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 429, Kind: kind, RetryAfterMs: retryAfterMs}
 	return ev
 }
 
-func retryEv(id string, prev int32, reason string, retryAfterMs int64) *schemas.Event {
+func retryEv(id string, prev int32, reason schemas.RetryClass, retryAfterMs int64) *schemas.Event {
 	ev := envelope(schemas.TypeRetryRequested, id, 0)
 	ev.RetryRequested = &schemas.RetryRequested{PreviousAttempt: prev, Reason: reason, RetryAfterMs: retryAfterMs}
 	return ev
@@ -124,7 +124,7 @@ func configEv(t testing.TB, c Config) *schemas.Event {
 func render(o *Output) string {
 	parts := []string{fmt.Sprintf("%s/%d", o.RequestID, o.Attempt), string(o.Decision.Status)}
 	if o.Decision.Reason != "" {
-		parts = append(parts, o.Decision.Reason)
+		parts = append(parts, string(o.Decision.Reason))
 	}
 	parts = append(parts, string(o.Decision.GatewayDecision))
 	return strings.Join(parts, " ")

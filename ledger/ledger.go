@@ -108,7 +108,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 			if ev.ReserveRequested != nil {
 				out = l.reserve(ev, out)
 			} else {
-				out = l.refuseEv(ev, out, "malformed_event", RetryRequestError)
+				out = l.refuseEv(ev, out, schemas.ReasonMalformedEvent, schemas.RetryRequestError)
 			}
 		case schemas.TypeReconciled:
 			if ev.Reconciled != nil {
@@ -130,7 +130,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 			if ev.RetryRequested != nil {
 				out = l.retry(ev, out)
 			} else {
-				out = l.refuseEv(ev, out, "malformed_event", RetryRequestError)
+				out = l.refuseEv(ev, out, schemas.ReasonMalformedEvent, schemas.RetryRequestError)
 			}
 		case schemas.TypeConfigChanged:
 			if ev.ConfigChanged != nil {
@@ -199,12 +199,12 @@ func (l *Ledger) emit(out []Output, r *res, d schemas.Decision) []Output {
 }
 
 // refuseEv answers an event that created no reservation.
-func (l *Ledger) refuseEv(ev *schemas.Event, out []Output, reason, retryClass string) []Output {
+func (l *Ledger) refuseEv(ev *schemas.Event, out []Output, reason schemas.Reason, retryClass schemas.RetryClass) []Output {
 	if ev.RequestID == "" {
 		return out
 	}
 	gd := schemas.GDRejectedLocally
-	if retryClass == RetryPolicy {
+	if retryClass == schemas.RetryPolicy {
 		gd = schemas.GDRejectedPolicy
 	}
 	att := ev.Attempt
@@ -230,8 +230,8 @@ func (l *Ledger) conflict(ev *schemas.Event, att int32, out []Output) []Output {
 		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Scope: ev.Scope,
 		Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
 		Decision: schemas.Decision{
-			Status: schemas.StatusConflict, Reason: "same_id_different_content",
-			GatewayDecision: schemas.GDRejectedLocally, RetryClass: RetryRequestError,
+			Status: schemas.StatusConflict, Reason: schemas.ReasonSameIDDifferentContent,
+			GatewayDecision: schemas.GDRejectedLocally, RetryClass: schemas.RetryRequestError,
 			InputPartition: l.st.Partition, InputOffset: l.offset, LogTimeMs: l.st.Now,
 		},
 		Index: int32(len(out) - l.start),

@@ -127,7 +127,7 @@ func (l *Ledger) releaseNode(node string, out []Output) []Output {
 			l.settle(ri, &actual, 0, stExpired)
 			l.st.Stats.NodeLost++
 			out = l.emit(out, r, schemas.Decision{
-				Status: schemas.StatusExpired, Reason: string(schemas.ReasonNodeLost),
+				Status: schemas.StatusHoldExpired, Reason: schemas.ReasonNodeLost,
 				GatewayDecision: admittedGD(r), Borrowed: r.Flags&fBorrowed != 0,
 			})
 		case stQueued:
@@ -136,8 +136,8 @@ func (l *Ledger) releaseNode(node string, out []Output) []Output {
 			l.st.Stats.NodeLost++
 			l.st.Scopes[r.Scope].Dirty = true
 			out = l.emit(out, r, schemas.Decision{
-				Status: schemas.StatusExpired, Reason: string(schemas.ReasonNodeLost),
-				GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: RetryCapacity,
+				Status: schemas.StatusExpired, Reason: schemas.ReasonNodeLost,
+				GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: schemas.RetryCapacity,
 			})
 		}
 	}

@@ -41,8 +41,8 @@ func TestNodeLostReturnsItsHolds(t *testing.T) {
 		// gw1 was silent for the bound: both its grants come back and the
 		// waiter of gw2 (still heartbeating) gets one.
 		{At: 1000, Ev: tick(), Want: []string{
-			"a/1 expired node_lost admitted",
-			"b/1 expired node_lost admitted",
+			"a/1 hold_expired node_lost admitted",
+			"b/1 hold_expired node_lost admitted",
 			"c/1 granted queued_then_admitted",
 		}, Check: func(t *testing.T, l *Ledger, _ []Output) {
 			if s := l.Stats(); s.NodeLost != 2 || s.NodesLost != 1 {
@@ -91,7 +91,7 @@ func TestHeartbeatInTimeKeepsHolds(t *testing.T) {
 		step{At: 4450, Ev: tick(), Want: []string{"c/1 expired max_wait_exceeded queued_then_expired"}},
 		step{At: 4700, Ev: tick()},
 		step{At: 4999, Ev: tick()},
-		step{At: 5000, Ev: tick(), Want: []string{"a/1 expired node_lost admitted", "b/1 expired node_lost admitted"}},
+		step{At: 5000, Ev: tick(), Want: []string{"a/1 hold_expired node_lost admitted", "b/1 hold_expired node_lost admitted"}},
 	)
 	runSteps(t, livenessConfig(), steps)
 }
@@ -108,7 +108,7 @@ func TestNodeWithoutHeartbeatKeepsTheHoldTTL(t *testing.T) {
 	for at := int64(250); at < 5000; at += 250 {
 		steps = append(steps, step{At: at, Ev: tick()})
 	}
-	steps = append(steps, step{At: 5000, Ev: tick(), Want: []string{"a/1 expired hold_ttl_abandoned admitted"}})
+	steps = append(steps, step{At: 5000, Ev: tick(), Want: []string{"a/1 hold_expired hold_ttl_abandoned admitted"}})
 	runSteps(t, cfg, steps)
 }
 
@@ -127,7 +127,7 @@ func TestLogStallIsNotNodeLoss(t *testing.T) {
 		{At: 30_950, Ev: tick()},
 		{At: 31_200, Ev: tick()},
 		{At: 31_449, Ev: tick()},
-		{At: 31_450, Ev: tick(), Want: []string{"a/1 expired node_lost admitted"}},
+		{At: 31_450, Ev: tick(), Want: []string{"a/1 hold_expired node_lost admitted"}},
 	})
 }
 

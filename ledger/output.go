@@ -24,16 +24,6 @@ type Output struct {
 	Index int32
 }
 
-// Retry classes carried by Decision.RetryClass.
-const (
-	RetryCapacity       = "retryable_capacity"
-	RetryOverload       = "retryable_overload"
-	RetryPolicy         = "non_retryable_policy"
-	RetryRequestError   = "non_retryable_request"
-	RetryDeadline       = "deadline_exceeded"
-	reasonHoldAbandoned = "hold_ttl_abandoned"
-)
-
 // ID returns the decision's deterministic event id
 // "d-<partition>-<input offset>-<index>".
 func (o *Output) ID() string {

@@ -23,8 +23,8 @@ func TestRequiredLevels(t *testing.T) {
 		return func(t *testing.T, l *Ledger, out []Output) {
 			t.Helper()
 			d := out[0].Decision
-			if d.LimitPath != levels || d.RetryClass != RetryRequestError {
-				t.Errorf("limit_path %q retry_class %q, want %q %q", d.LimitPath, d.RetryClass, levels, RetryRequestError)
+			if d.LimitPath != levels || d.RetryClass != schemas.RetryRequestError {
+				t.Errorf("limit_path %q retry_class %q, want %q %q", d.LimitPath, d.RetryClass, levels, schemas.RetryRequestError)
 			}
 			if n := l.liveRes(); n != 0 {
 				t.Errorf("%d live reservations after a path denial, want 0", n)

@@ -197,9 +197,9 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 	l.finish(ri, stExpired)
 	l.st.Stats.Expired++
 	r := &l.st.Res[ri]
-	class, reason := RetryCapacity, "max_wait_exceeded"
+	class, reason := schemas.RetryCapacity, schemas.ReasonMaxWaitExceeded
 	if r.Deadline > 0 && r.Deadline <= l.st.Now {
-		class, reason = RetryDeadline, "deadline_exceeded"
+		class, reason = schemas.RetryDeadline, schemas.ReasonDeadlineExceeded
 	}
 	return l.emit(out, r, schemas.Decision{
 		Status: schemas.StatusExpired, Reason: reason,

@@ -201,7 +201,7 @@ func (l *Ledger) refuseMissingLevels(ev *schemas.Event, out []Output, missing ui
 		}
 	}
 	n := len(out)
-	out = l.refuseEv(ev, out, string(schemas.ReasonPathMissingLevel), RetryRequestError)
+	out = l.refuseEv(ev, out, schemas.ReasonPathMissingLevel, schemas.RetryRequestError)
 	if len(out) > n {
 		out[n].Decision.LimitPath = strings.Join(names, "/")
 	}
@@ -241,6 +241,33 @@ func (l *Ledger) resolvePath(si int32, scope string, levels []schemas.PathLevel)
 	return path, np, false
 }
 
+// malformedReserve names the first field of ev's ReserveRequested that is
+// out of its bounds, or returns "" when every field is in bounds.
+func malformedReserve(ev *schemas.Event) schemas.Reason {
+	rr := ev.ReserveRequested
+	switch {
+	case len(ev.RequestID) > maxStrLen:
+		return schemas.ReasonRequestIDTooLong
+	case len(rr.Path) > maxPathLen:
+		return schemas.ReasonPathTooLong
+	case rr.InputTokens < 0 || rr.InputTokens > maxAmount:
+		return schemas.ReasonInvalidInputTokens
+	case rr.OutputTokens < 0 || rr.OutputTokens > maxAmount:
+		return schemas.ReasonInvalidOutputTokens
+	case rr.CachedInputTokens < 0 || rr.CachedInputTokens > rr.InputTokens:
+		return schemas.ReasonInvalidCachedTokens
+	case rr.SpendMicros < 0 || rr.SpendMicros > maxAmount:
+		return schemas.ReasonInvalidSpend
+	case rr.MaxWaitMs < 0 || rr.MaxWaitMs > dayMs:
+		return schemas.ReasonInvalidMaxWait
+	case rr.DeadlineMs < 0 || rr.DeadlineMs > dayMs:
+		return schemas.ReasonInvalidDeadline
+	case rr.MaxAttempts < 0:
+		return schemas.ReasonInvalidMaxAttempts
+	}
+	return ""
+}
+
 // reserve handles ReserveRequested.
 func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	rr := ev.ReserveRequested
@@ -259,26 +286,23 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		}
 		return l.conflict(ev, att, out)
 	}
-	if len(ev.RequestID) > maxStrLen || len(rr.Path) > maxPathLen ||
-		rr.InputTokens < 0 || rr.InputTokens > maxAmount || rr.OutputTokens < 0 || rr.OutputTokens > maxAmount ||
-		rr.CachedInputTokens < 0 || rr.CachedInputTokens > rr.InputTokens || rr.SpendMicros < 0 || rr.SpendMicros > maxAmount ||
-		rr.MaxWaitMs < 0 || rr.MaxWaitMs > dayMs || rr.DeadlineMs < 0 || rr.DeadlineMs > dayMs || rr.MaxAttempts < 0 {
-		return l.refuseEv(ev, out, "invalid_request", RetryRequestError)
+	if why := malformedReserve(ev); why != "" {
+		return l.refuseEv(ev, out, why, schemas.RetryRequestError)
 	}
 	si := l.scopeOf(ev.Scope)
 	if si < 0 {
-		return l.refuseEv(ev, out, "unknown_scope", RetryPolicy)
+		return l.refuseEv(ev, out, schemas.ReasonUnknownScope, schemas.RetryPolicy)
 	}
 	ci := l.cc.defClass
 	if ev.Class != "" {
 		c, ok := l.cc.classIdx[ev.Class]
 		if !ok {
-			return l.refuseEv(ev, out, "unknown_class", RetryRequestError)
+			return l.refuseEv(ev, out, schemas.ReasonUnknownClass, schemas.RetryRequestError)
 		}
 		ci = c
 	}
 	if l.liveRes() >= l.st.Config.ReservationsMax {
-		return l.refuseEv(ev, out, "ledger_full", RetryOverload)
+		return l.refuseEv(ev, out, schemas.ReasonLedgerFull, schemas.RetryOverload)
 	}
 	var path [maxPath]int32
 	var np int
@@ -297,7 +321,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		var limit bool
 		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)
 		if limit {
-			return l.refuseEv(ev, out, "node_limit", RetryOverload)
+			return l.refuseEv(ev, out, schemas.ReasonNodeLimit, schemas.RetryOverload)
 		}
 		l.paths.store(ph, si, rr.Path, &path, np)
 	}
@@ -408,7 +432,7 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 	now := l.st.Now
 	cl := &l.st.Config.Classes[r.ClassIdx]
-	d = schemas.Decision{Status: schemas.StatusQueued, GatewayDecision: schemas.GDQueued, RetryClass: RetryCapacity}
+	d = schemas.Decision{Status: schemas.StatusQueued, GatewayDecision: schemas.GDQueued, RetryClass: schemas.RetryCapacity}
 	if v.limNode >= 0 {
 		d.LimitPath = l.limitPath(r, v.limNode)
 		d.LimitDimension = dimension(v.limDim)
@@ -419,29 +443,29 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 	}
 	d.Reason = whyReason[v.why]
 	if v.why == whyCooldown && v.overload {
-		d.Reason = "cooldown_overloaded"
-		d.RetryClass = RetryOverload
+		d.Reason = schemas.ReasonCooldownOverloaded
+		d.RetryClass = schemas.RetryOverload
 	}
-	refuse := func(reason, class string, gd schemas.GatewayDecision) {
+	refuse := func(reason schemas.Reason, class schemas.RetryClass, gd schemas.GatewayDecision) {
 		d.Status, d.Reason, d.RetryClass, d.GatewayDecision = schemas.StatusDenied, reason, class, gd
 		deny = true
 	}
 	switch {
 	case v.why == whyNever:
-		refuse("exceeds_capacity", RetryRequestError, schemas.GDRejectedLocally)
+		refuse(schemas.ReasonExceedsCapacity, schemas.RetryRequestError, schemas.GDRejectedLocally)
 		d.RetryAfterMs = 0
 	case v.why == whyPolicy || (v.policyKind && v.fitMs > r.ExpireMs):
-		refuse("quota_exhausted", RetryPolicy, schemas.GDRejectedPolicy)
+		refuse(schemas.ReasonQuotaExhausted, schemas.RetryPolicy, schemas.GDRejectedPolicy)
 	case r.ExpireMs <= now:
-		refuse("no_capacity", d.RetryClass, schemas.GDRejectedLocally)
+		refuse(schemas.ReasonNoCapacity, d.RetryClass, schemas.GDRejectedLocally)
 	case int(l.st.Scopes[r.Scope].Depth[r.ClassIdx]) > cl.MaxDepth:
-		refuse("queue_full", RetryOverload, schemas.GDRejectedLocally)
+		refuse(schemas.ReasonQueueFull, schemas.RetryOverload, schemas.GDRejectedLocally)
 		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
 	case v.fitMs > r.ExpireMs:
 		if r.Deadline > 0 && v.fitMs > r.Deadline {
-			refuse("deadline_exceeded", RetryDeadline, schemas.GDRejectedLocally)
+			refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline, schemas.GDRejectedLocally)
 		} else {
-			refuse("wait_exceeds_max", d.RetryClass, schemas.GDRejectedLocally)
+			refuse(schemas.ReasonWaitExceedsMax, d.RetryClass, schemas.GDRejectedLocally)
 		}
 		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
 	}
@@ -476,15 +500,15 @@ const (
 	whyBackoff
 )
 
-var whyReason = [...]string{
+var whyReason = [...]schemas.Reason{
 	whyNone:     "",
-	whyCapacity: "capacity",
-	whyNever:    "exceeds_capacity",
-	whyPolicy:   "quota_exhausted",
-	whyCooldown: "cooldown_rate_limited",
-	whyBlocked:  "waiting_behind_earlier_request",
-	whyReclaim:  "borrowing_reclaimed",
-	whyBackoff:  "retry_backoff",
+	whyCapacity: schemas.ReasonCapacity,
+	whyNever:    schemas.ReasonExceedsCapacity,
+	whyPolicy:   schemas.ReasonQuotaExhausted,
+	whyCooldown: schemas.ReasonCooldownLimited,
+	whyBlocked:  schemas.ReasonWaitingBehind,
+	whyReclaim:  schemas.ReasonReclaimed,
+	whyBackoff:  schemas.ReasonRetryBackoff,
 }
 
 type verdict struct {
@@ -855,7 +879,7 @@ func (l *Ledger) expireHolds(out []Output) []Output {
 			l.settle(h, &actual, r.Cached, stExpired)
 			l.st.Stats.Abandoned++
 			out = l.emit(out, r, schemas.Decision{
-				Status: schemas.StatusExpired, Reason: reasonHoldAbandoned,
+				Status: schemas.StatusHoldExpired, Reason: schemas.ReasonHoldAbandoned,
 				GatewayDecision: admittedGD(r), Borrowed: r.Flags&fBorrowed != 0,
 			})
 		}
@@ -942,8 +966,8 @@ func (l *Ledger) cancel(ri int32, out []Output) []Output {
 	l.st.Stats.Cancelled++
 	r := &l.st.Res[ri]
 	return l.emit(out, r, schemas.Decision{
-		Status: schemas.StatusCancelled, Reason: "released_while_queued",
-		GatewayDecision: schemas.GDQueued, RetryClass: RetryRequestError,
+		Status: schemas.StatusCancelled, Reason: schemas.ReasonReleasedWhileQueued,
+		GatewayDecision: schemas.GDQueued, RetryClass: schemas.RetryRequestError,
 	})
 }
 

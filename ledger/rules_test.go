@@ -37,7 +37,7 @@ func TestExceedsCapacityAndBadInput(t *testing.T) {
 	unknownScope.Scope = "nope"
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("big", tokens(1001, 0)), Want: []string{"big/1 denied exceeds_capacity rejected_locally"}},
-		{At: 0, Ev: bad, Want: []string{"bad/1 denied invalid_request rejected_locally"}},
+		{At: 0, Ev: bad, Want: []string{"bad/1 denied invalid_input_tokens rejected_locally"}},
 		{At: 0, Ev: unknownScope, Want: []string{"u/1 denied unknown_scope rejected_policy"}},
 		{At: 0, Ev: reserve("c", class("vip")), Want: []string{"c/1 denied unknown_class rejected_locally"}},
 		{At: 0, Ev: reserve("ok", tokens(1000, 0)), Want: []string{"ok/1 granted admitted"}},
@@ -109,7 +109,7 @@ func TestHoldTTLExpiresAbandoned(t *testing.T) {
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
 		{At: 0, Ev: reserve("b", class("batch")), Want: []string{"b/1 queued capacity queued"}},
 		{At: 999, Ev: tick()},
-		{At: 1000, Ev: tick(), Want: []string{"a/1 expired hold_ttl_abandoned admitted", "b/1 granted queued_then_admitted"}},
+		{At: 1000, Ev: tick(), Want: []string{"a/1 hold_expired hold_ttl_abandoned admitted", "b/1 granted queued_then_admitted"}},
 		{At: 1001, Ev: reconcile("a", 1, 1)}, // too late: already expired
 	})
 }
@@ -176,7 +176,7 @@ func TestProviderRateLimitedCooldown(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
-		{At: 10, Ev: rejected("a", 1, KindRateLimited, 2000)},
+		{At: 10, Ev: rejected("a", 1, schemas.KindRateLimited, 2000)},
 		{At: 20, Ev: reserve("b", maxWait(100)), Want: []string{"b/1 denied wait_exceeds_max rejected_locally"}},
 		{At: 20, Ev: reserve("c", class("agent")), Want: []string{"c/1 queued cooldown_rate_limited queued"}},
 		{At: 2009, Ev: tick()},
@@ -190,7 +190,7 @@ func TestProviderQuotaExhausted(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
-		{At: 10, Ev: rejected("a", 1, KindQuotaExhausted, 0)},
+		{At: 10, Ev: rejected("a", 1, schemas.KindQuotaExhausted, 0)},
 		{At: 20, Ev: reserve("b"), Want: []string{"b/1 denied quota_exhausted rejected_policy"}},
 		{At: dayMs, Ev: reserve("c"), Want: []string{"c/1 granted admitted"}},
 	})
@@ -213,23 +213,23 @@ func TestCentralRetry(t *testing.T) {
 	j2 := jitter("a", 2, 100)
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
-		{At: 10, Ev: rejected("a", 1, KindRequestError, 0)},
+		{At: 10, Ev: rejected("a", 1, schemas.KindRequestError, 0)},
 		// Floor: Retry-After 700 beats the jittered backoff.
-		{At: 20, Ev: retryEv("a", 1, RetryOverload, 700), Want: []string{"a/2 queued retry_backoff queued"},
+		{At: 20, Ev: retryEv("a", 1, schemas.RetryOverload, 700), Want: []string{"a/2 queued retry_backoff queued"},
 			Check: func(t *testing.T, l *Ledger, out []Output) {
 				if got := out[0].Decision.RetryAfterMs; got != 700 {
 					t.Fatalf("retry_after %d, want 700 (jitter %d)", got, j2)
 				}
 			}},
-		{At: 20, Ev: retryEv("a", 1, RetryOverload, 700)}, // redelivery
+		{At: 20, Ev: retryEv("a", 1, schemas.RetryOverload, 700)}, // redelivery
 		{At: 720, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
 		// Scope budget: burst 1 credit, spent; each first attempt earns 1.
-		{At: 730, Ev: retryEv("a", 2, RetryCapacity, 0), Want: []string{"a/3 denied retry_budget_exhausted rejected_policy"}},
+		{At: 730, Ev: retryEv("a", 2, schemas.RetryCapacity, 0), Want: []string{"a/3 denied retry_budget_exhausted rejected_policy"}},
 		{At: 740, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}},
-		{At: 750, Ev: retryEv("b", 1, RetryPolicy, 0), Want: []string{"b/2 denied not_retryable rejected_policy"}},
+		{At: 750, Ev: retryEv("b", 1, schemas.RetryPolicy, 0), Want: []string{"b/2 denied not_retryable rejected_policy"}},
 		{At: 760, Ev: reserve("c", attempt(3)), Want: []string{"c/3 granted admitted"}},
-		{At: 770, Ev: retryEv("c", 3, RetryCapacity, 0), Want: []string{"c/4 denied retry_attempts_exhausted rejected_policy"}},
-		{At: 780, Ev: retryEv("zz", 1, RetryCapacity, 0), Want: []string{"zz/2 denied unknown_previous_attempt rejected_locally"}},
+		{At: 770, Ev: retryEv("c", 3, schemas.RetryCapacity, 0), Want: []string{"c/4 denied retry_attempts_exhausted rejected_policy"}},
+		{At: 780, Ev: retryEv("zz", 1, schemas.RetryCapacity, 0), Want: []string{"zz/2 denied unknown_previous_attempt rejected_locally"}},
 	})
 }
 
@@ -237,7 +237,7 @@ func TestRetryDeadline(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 6000, 1000))
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a", deadline(1000)), Want: []string{"a/1 granted admitted"}},
-		{At: 900, Ev: retryEv("a", 1, RetryCapacity, 200), Want: []string{"a/2 denied deadline_exceeded rejected_locally"}},
+		{At: 900, Ev: retryEv("a", 1, schemas.RetryCapacity, 200), Want: []string{"a/2 denied deadline_exceeded rejected_locally"}},
 	})
 }
 
@@ -272,8 +272,8 @@ func TestRampGovernor(t *testing.T) {
 		step{At: 61_000, Ev: reserve("d", dep), Want: []string{"d/1 granted admitted"}},
 		step{At: 61_000, Ev: reserve("e", dep, maxWait(10)), Want: []string{"e/1 denied wait_exceeds_max rejected_locally"}},
 		// Provider rejections above 10 % of grants pause growth.
-		step{At: 61_001, Ev: rejected("c", 1, KindRequestError, 0)},
-		step{At: 180_000, Ev: reserve("f", dep), Want: []string{"a/1 expired hold_ttl_abandoned admitted", "f/1 granted admitted"}},
+		step{At: 61_001, Ev: rejected("c", 1, schemas.KindRequestError, 0)},
+		step{At: 180_000, Ev: reserve("f", dep), Want: []string{"a/1 hold_expired hold_ttl_abandoned admitted", "f/1 granted admitted"}},
 		step{At: 180_000, Ev: reserve("g", dep), Want: []string{"g/1 granted admitted"}},
 		step{At: 180_000, Ev: reserve("h", dep, maxWait(10)), Want: []string{"h/1 denied wait_exceeds_max rejected_locally"}},
 	)
@@ -320,7 +320,7 @@ func TestDailyFixedWindowAndSpend(t *testing.T) {
 		{At: 2, Ev: reconcile("a", 1, 1)}, // actual spend 0: refunded to its slot
 		{At: 3, Ev: reserve("c", spend(600)), Want: []string{"c/1 granted admitted"}},
 		{At: 4, Ev: reserve("d"), Want: []string{"d/1 denied quota_exhausted rejected_policy"}},
-		{At: dayMs, Ev: reserve("e"), Want: []string{"c/1 expired hold_ttl_abandoned admitted", "e/1 granted admitted"}},
+		{At: dayMs, Ev: reserve("e"), Want: []string{"c/1 hold_expired hold_ttl_abandoned admitted", "e/1 granted admitted"}},
 	})
 }
 
@@ -388,12 +388,12 @@ func TestRetryWaitsForDimensionCooldown(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 6000, 1000))
 	cfg.Retry = RetryConfig{MaxAttempts: 3, BaseMs: 100, MaxMs: 1000, RatioPermille: 1000, BurstMax: 1}
 	cfg.Cooldown.RateLimitedMs = 1000
-	limited := rejected("a", 1, KindRateLimited, 0)
+	limited := rejected("a", 1, schemas.KindRateLimited, 0)
 	limited.ProviderRejected.Limiter = schemas.DimInputTokens
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
 		{At: 10, Ev: limited},
-		{At: 20, Ev: retryEv("a", 1, RetryCapacity, 0), Want: []string{"a/2 queued retry_backoff queued"},
+		{At: 20, Ev: retryEv("a", 1, schemas.RetryCapacity, 0), Want: []string{"a/2 queued retry_backoff queued"},
 			Check: func(t *testing.T, l *Ledger, out []Output) {
 				if got := out[0].Decision.RetryAfterMs; got != 990 {
 					t.Fatalf("retry_after %d ms, want 990 (the input_tokens cooldown until 1010)", got)

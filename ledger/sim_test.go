@@ -133,17 +133,17 @@ func genLog(t testing.TB, seed uint64, n int) []simRecord {
 			ev = releaseEv(pick())
 			ev.Released.OutputTokens = int64(rng.IntN(100))
 		case r < 65:
-			kinds := []string{KindRateLimited, KindOverloaded, KindRequestError, KindQuotaExhausted}
+			kinds := []schemas.RejectionKind{schemas.KindRateLimited, schemas.KindOverloaded, schemas.KindRequestError, schemas.KindQuotaExhausted}
 			k := kinds[rng.IntN(len(kinds))]
-			if k == KindQuotaExhausted && rng.IntN(5) != 0 {
-				k = KindRateLimited
+			if k == schemas.KindQuotaExhausted && rng.IntN(5) != 0 {
+				k = schemas.KindRateLimited
 			}
 			ev = rejected(pick(), int32(1+rng.IntN(2)), k, int64(rng.IntN(3000)))
 			if rng.IntN(2) == 0 {
 				ev.ProviderRejected.Limiter = schemas.Dimensions[rng.IntN(len(schemas.Dimensions))]
 			}
 		case r < 70:
-			reasons := []string{RetryCapacity, RetryOverload, RetryPolicy, "", RetryCapacity}
+			reasons := []schemas.RetryClass{schemas.RetryCapacity, schemas.RetryOverload, schemas.RetryPolicy, "", schemas.RetryCapacity}
 			ev = retryEv(pick(), int32(1+rng.IntN(2)), reasons[rng.IntN(len(reasons))], int64(rng.IntN(2000)))
 		case r < 83:
 			ev = tick()
@@ -187,7 +187,7 @@ func garbage(rng *rand.Rand) *schemas.Event {
 		ev.Type = schemas.TypeDecision
 		ev.Decision = &schemas.Decision{Status: schemas.StatusGranted}
 	default:
-		ev = retryEv("g-retry", 0, RetryCapacity, -5)
+		ev = retryEv("g-retry", 0, schemas.RetryCapacity, -5)
 	}
 	return ev
 }
@@ -245,13 +245,10 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 		if o.Decision.GatewayDecision == "" {
 			a.failf("event %d: decision without gateway_decision: %+v", i, o)
 		}
-		if st == schemas.StatusExpired && o.Decision.Reason == string(schemas.ReasonNodeLost) {
+		if o.Decision.Reason == schemas.ReasonNodeLost {
 			a.nodeLost++
-			if a.terminal[key] == schemas.StatusGranted {
-				continue // a grant given back (not a second answer)
-			}
 		}
-		if st == schemas.StatusExpired && o.Decision.Reason == reasonHoldAbandoned {
+		if st == schemas.StatusHoldExpired {
 			if a.terminal[key] != schemas.StatusGranted {
 				a.failf("event %d: %v hold expired but was %q", i, key, a.terminal[key])
 			}
@@ -261,8 +258,8 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 			continue // answers the conflicting copy, not the reservation
 		}
 		switch o.Decision.Reason {
-		case "invalid_request", "malformed_event", "unknown_scope", "unknown_class", "bad_attempt", "unknown_previous_attempt",
-			string(schemas.ReasonPathMissingLevel):
+		case schemas.ReasonInvalidInputTokens, schemas.ReasonMalformedEvent, schemas.ReasonUnknownScope, schemas.ReasonUnknownClass,
+			schemas.ReasonBadAttempt, schemas.ReasonUnknownPrevious, schemas.ReasonPathMissingLevel:
 			continue // refusals of an event that created no reservation
 		}
 		if os.Getenv("DEBUG_ID") == o.RequestID {
@@ -431,7 +428,7 @@ func TestSimNoStarvation(t *testing.T) {
 				if os.Getenv("DEBUG_ID") == o.RequestID {
 					t.Logf("%d %s %+v", now, render(&o), o.Decision)
 				}
-				if _, ok := batch[o.RequestID]; ok && o.Decision.Status != schemas.StatusQueued && o.Decision.Reason != reasonHoldAbandoned {
+				if _, ok := batch[o.RequestID]; ok && o.Decision.Status != schemas.StatusQueued && o.Decision.Status != schemas.StatusHoldExpired {
 					batch[o.RequestID] = string(o.Decision.Status)
 				}
 			}

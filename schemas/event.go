@@ -139,13 +139,18 @@ const (
 	StatusGranted    Status = "granted"
 	StatusQueued     Status = "queued"
 	StatusDenied     Status = "denied"
-	StatusExpired    Status = "expired"   // queued past its deadline, or granted and never reconciled
+	StatusExpired    Status = "expired"   // queued past its max wait or deadline; nothing was held
 	StatusCancelled  Status = "cancelled" // queued and withdrawn by the caller
 	StatusReleased   Status = "released"
 	StatusReconciled Status = "reconciled"
 	// StatusConflict: the same request id and attempt arrived with different
 	// content; nothing was reserved.
 	StatusConflict Status = "conflict"
+	// StatusHoldExpired: granted, and the hold ended without a reconcile
+	// or release: its hold TTL passed (hold_ttl_abandoned) or its gateway
+	// stopped heartbeating (node_lost). Older ledgers wrote StatusExpired
+	// for this too; Decision.HoldExpired reads both.
+	StatusHoldExpired Status = "hold_expired"
 )
 
 // GatewayDecision is the normalised "who said no, and when" value carried by
@@ -173,7 +178,7 @@ const (
 // such as a queued request becoming granted or expiring).
 type Decision struct {
 	Status Status `json:"status"`
-	Reason string `json:"reason,omitempty"` // stable machine-readable code
+	Reason Reason `json:"reason,omitempty"` // stable machine-readable code
 
 	// The limiting bucket, when capacity decided the outcome.
 	LimitPath      string    `json:"limit_path,omitempty"` // e.g. "tenant:acme/key:k1"
@@ -185,10 +190,8 @@ type Decision struct {
 	Borrowed        bool            `json:"borrowed,omitempty"`
 	GatewayDecision GatewayDecision `json:"gateway_decision"`
 	FallbackAllowed bool            `json:"fallback_allowed,omitempty"`
-	// RetryClass classifies a refusal for the central retry policy:
-	// retryable_capacity, retryable_overload, non_retryable_policy,
-	// non_retryable_request, deadline_exceeded.
-	RetryClass string `json:"retry_class,omitempty"`
+	// RetryClass classifies a refusal for the central retry policy.
+	RetryClass RetryClass `json:"retry_class,omitempty"`
 
 	// Where the input that caused this decision sits in the log, so replay
 	// can line recorded decisions up with re-derived ones.
@@ -200,13 +203,21 @@ type Decision struct {
 	HoldTTLMs int64 `json:"hold_ttl_ms,omitempty"`
 }
 
+// HoldExpired reports whether d ended a grant without a reconcile or
+// release. It reads the decisions of older ledgers too, which wrote
+// StatusExpired for both meanings: theirs is a hold that expired unless its
+// gateway decision says the request was still queued.
+func (d *Decision) HoldExpired() bool {
+	return d.Status == StatusHoldExpired || (d.Status == StatusExpired && d.GatewayDecision != GDQueuedThenExpired)
+}
+
 // Dispatched records that an attempt left for the provider.
 type Dispatched struct {
-	Provider   string `json:"provider"`
-	Deployment string `json:"deployment"`
-	Model      string `json:"model"` // upstream model name
-	QueueMs    int64  `json:"queue_ms"`
-	Fallback   bool   `json:"fallback,omitempty"`
+	Provider   ProviderKind `json:"provider"`
+	Deployment string       `json:"deployment"`
+	Model      string       `json:"model"` // upstream model name
+	QueueMs    int64        `json:"queue_ms"`
+	Fallback   bool         `json:"fallback,omitempty"`
 }
 
 // Reconciled replaces an attempt's estimate with its actual usage.
@@ -229,13 +240,13 @@ type Reconciled struct {
 
 // ProviderRejected reports a provider refusal (429, 503, quota exhausted).
 type ProviderRejected struct {
-	HTTPStatus        int32     `json:"http_status"`
-	Kind              string    `json:"kind"`              // rate_limited, overloaded, quota_exhausted, request_error
-	Limiter           Dimension `json:"limiter,omitempty"` // dimension if the provider said
-	RetryAfterMs      int64     `json:"retry_after_ms,omitempty"`
-	ProviderRequestID string    `json:"provider_request_id,omitempty"`
-	Deployment        string    `json:"deployment,omitempty"`
-	Message           string    `json:"message,omitempty"` // provider message, credentials scrubbed
+	HTTPStatus        int32         `json:"http_status"`
+	Kind              RejectionKind `json:"kind"`
+	Limiter           Dimension     `json:"limiter,omitempty"` // dimension if the provider said
+	RetryAfterMs      int64         `json:"retry_after_ms,omitempty"`
+	ProviderRequestID string        `json:"provider_request_id,omitempty"`
+	Deployment        string        `json:"deployment,omitempty"`
+	Message           string        `json:"message,omitempty"` // provider message, credentials scrubbed
 }
 
 // Observation is one dimension's state as a provider's headers reported it.
@@ -255,21 +266,21 @@ type ProviderObserved struct {
 // RetryRequested asks the ledger whether, and when, a failed attempt may be
 // retried; the ledger answers with a Decision for the next attempt.
 type RetryRequested struct {
-	PreviousAttempt int32  `json:"previous_attempt"`
-	Reason          string `json:"reason"` // the retry class of the failure
-	RetryAfterMs    int64  `json:"retry_after_ms,omitempty"`
+	PreviousAttempt int32      `json:"previous_attempt"`
+	Reason          RetryClass `json:"reason"` // the retry class of the failure
+	RetryAfterMs    int64      `json:"retry_after_ms,omitempty"`
 }
 
 // Released gives back a reservation without usage (or with partial usage).
 type Released struct {
-	Reason       string `json:"reason"` // client_disconnect, deadline, cancel, error
+	Reason       Reason `json:"reason"` // client_disconnect, deadline, cancel, error, ledger_timeout, late_grant
 	InputTokens  int64  `json:"input_tokens,omitempty"`
 	OutputTokens int64  `json:"output_tokens,omitempty"`
 }
 
 // Outcome is the final status of a logical request, for analytics.
 type Outcome struct {
-	Status          string          `json:"status"` // success, cancelled, timeout, failure
+	Status          OutcomeStatus   `json:"status"`
 	HTTPStatus      int32           `json:"http_status"`
 	Attempts        int32           `json:"attempts"`
 	QueueMs         int64           `json:"queue_ms"`

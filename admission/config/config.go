@@ -25,15 +25,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/ledger"
-)
-
-// Provider kinds understood by the adapters.
-const (
-	KindOpenAI           = "openai"
-	KindAzure            = "azure"
-	KindAnthropic        = "anthropic"
-	KindGemini           = "gemini"
-	KindOpenAICompatible = "openai_compatible"
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Config is the gateway configuration file (YAML).
@@ -83,9 +75,9 @@ type Config struct {
 // Provider is one upstream provider deployment and the quota scope it
 // belongs to.
 type Provider struct {
-	Name  string `yaml:"name"`
-	Kind  string `yaml:"kind"`  // openai, azure, anthropic, gemini, openai_compatible
-	Scope string `yaml:"scope"` // provider scope: the ledger partition key
+	Name  string               `yaml:"name"`
+	Kind  schemas.ProviderKind `yaml:"kind"`  // openai, azure, anthropic, gemini, openai_compatible
+	Scope string               `yaml:"scope"` // provider scope: the ledger partition key
 	// BaseURL up to and including the API version prefix, e.g.
 	// https://api.openai.com/v1.
 	BaseURL string `yaml:"base_url"`
@@ -281,9 +273,7 @@ func (c *Config) finish(getenv func(string) string) error {
 			add("%s.name: duplicate provider %q", at, p.Name)
 		}
 		c.providers[p.Name] = p
-		switch p.Kind {
-		case KindOpenAI, KindAzure, KindAnthropic, KindGemini, KindOpenAICompatible:
-		default:
+		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
 			add("%s.kind: %q is not one of openai, azure, anthropic, gemini, openai_compatible", at, p.Kind)
 		}
 		if p.Scope == "" {
@@ -292,10 +282,10 @@ func (c *Config) finish(getenv func(string) string) error {
 		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
 			add("%s.base_url: %q must start with http:// or https://", at, p.BaseURL)
 		}
-		if p.Kind == KindAnthropic && p.APIVersion == "" {
+		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
 			p.APIVersion = "2023-06-01"
 		}
-		if p.Kind == KindAzure && (p.APIVersion == "" || p.Deployment == "") {
+		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
 			add("%s: azure providers need api_version and deployment", at)
 		}
 		if p.APIKeyEnv != "" {

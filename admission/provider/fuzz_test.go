@@ -3,6 +3,8 @@ package provider
 import (
 	"net/http"
 	"testing"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 func FuzzParseRateLimitHeaders(f *testing.F) {
@@ -25,7 +27,7 @@ func FuzzParseRateLimitHeaders(f *testing.F) {
 		h.Set("retry-after", retryAfter)
 		h.Set("retry-after-ms", reset)
 		h.Set("x-ms-retry-after-ms", limit)
-		for _, k := range []Kind{OpenAI, Azure, Anthropic, Gemini, OpenAICompatible} {
+		for _, k := range schemas.ProviderKinds {
 			for _, o := range ParseRateLimitHeaders(k, h, testNow) {
 				if o.Remaining < 0 || o.Limit < 0 || o.ResetMs < 0 || o.ResetMs > maxMs {
 					t.Fatalf("bad observation %+v", o)
@@ -55,7 +57,7 @@ func FuzzParseRejection(f *testing.F) {
 		h.Set("Retry-After", retryAfter)
 		h.Set("anthropic-ratelimit-requests-remaining", "0")
 		h.Set("anthropic-ratelimit-requests-reset", retryAfter)
-		for _, k := range []Kind{OpenAI, Azure, Anthropic, Gemini, OpenAICompatible} {
+		for _, k := range schemas.ProviderKinds {
 			r, ok := ParseRejection(k, status, h, body, testNow)
 			if !ok {
 				continue
@@ -64,7 +66,7 @@ func FuzzParseRejection(f *testing.F) {
 				t.Fatalf("bad rejection %+v", r)
 			}
 			switch r.Kind {
-			case KindRateLimited, KindOverloaded, KindQuotaExhausted, KindRequestError:
+			case schemas.KindRateLimited, schemas.KindOverloaded, schemas.KindQuotaExhausted, schemas.KindRequestError:
 			default:
 				t.Fatalf("bad kind %q", r.Kind)
 			}
@@ -82,7 +84,7 @@ func FuzzStreamUsage(f *testing.F) {
 	f.Add("", []byte("[DONE]"))
 	f.Add("message_delta", []byte(`{"usage":{"output_tokens":-5,"input_tokens":-1}}`))
 	f.Fuzz(func(t *testing.T, event string, data []byte) {
-		for _, k := range []Kind{OpenAI, Anthropic, Gemini} {
+		for _, k := range []Kind{schemas.ProviderOpenAI, schemas.ProviderAnthropic, schemas.ProviderGemini} {
 			s := NewStreamUsage(k)
 			// Feed it twice and around a real event so state interactions are exercised.
 			s.Feed([]byte(event), data)

@@ -16,17 +16,8 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// Kind names a provider API flavour.
-type Kind string
-
-// Provider kinds.
-const (
-	OpenAI           Kind = "openai"
-	Azure            Kind = "azure"
-	Anthropic        Kind = "anthropic"
-	Gemini           Kind = "gemini"
-	OpenAICompatible Kind = "openai_compatible"
-)
+// Kind names a provider API flavour (the kinds are schemas.ProviderKinds).
+type Kind = schemas.ProviderKind
 
 // maxMs bounds any parsed delay (about 31 years) so arithmetic never overflows.
 const maxMs = int64(1) << 40
@@ -44,7 +35,7 @@ const maxMs = int64(1) << 40
 func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Observation {
 	var out []schemas.Observation
 	switch kind {
-	case Anthropic:
+	case schemas.ProviderAnthropic:
 		for _, d := range []struct {
 			name string
 			dim  schemas.Dimension
@@ -64,7 +55,7 @@ func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Ob
 			}
 			out = append(out, o)
 		}
-	case OpenAI, OpenAICompatible, Azure, "":
+	case schemas.ProviderOpenAI, schemas.ProviderOpenAICompatible, schemas.ProviderAzure, "":
 		for _, d := range []struct {
 			name string
 			dim  schemas.Dimension

@@ -81,35 +81,35 @@ func TestParseRateLimitHeaders(t *testing.T) {
 		kind Kind
 		want []schemas.Observation
 	}{
-		{"openai_chat_200.http", OpenAI, []schemas.Observation{
+		{"openai_chat_200.http", schemas.ProviderOpenAI, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Limit: 5000, Remaining: 4999, ResetMs: 12},
 			{Dimension: schemas.DimTotalTokens, Limit: 800000, Remaining: 799741, ResetMs: 19},
 		}},
-		{"openai_429_tpm.http", OpenAI, []schemas.Observation{
+		{"openai_429_tpm.http", schemas.ProviderOpenAI, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Limit: 500, Remaining: 499, ResetMs: 120},
 			{Dimension: schemas.DimTotalTokens, Limit: 30000, Remaining: 0, ResetMs: 119400},
 		}},
-		{"openai_embeddings_200.http", OpenAI, []schemas.Observation{
+		{"openai_embeddings_200.http", schemas.ProviderOpenAI, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Limit: 3000, Remaining: 2999, ResetMs: 20},
 			{Dimension: schemas.DimTotalTokens, Limit: 1000000, Remaining: 999992, ResetMs: 0},
 		}},
-		{"azure_chat_200.http", Azure, []schemas.Observation{
+		{"azure_chat_200.http", schemas.ProviderAzure, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Remaining: 79},
 			{Dimension: schemas.DimTotalTokens, Remaining: 79488},
 		}},
-		{"anthropic_messages_200.http", Anthropic, []schemas.Observation{
+		{"anthropic_messages_200.http", schemas.ProviderAnthropic, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Limit: 4000, Remaining: 3999, ResetMs: 0},
 			{Dimension: schemas.DimInputTokens, Limit: 2000000, Remaining: 1998000, ResetMs: 0},
 			{Dimension: schemas.DimOutputTokens, Limit: 400000, Remaining: 399000, ResetMs: 1000},
 			{Dimension: schemas.DimTotalTokens, Limit: 2400000, Remaining: 2397000, ResetMs: 0},
 		}},
-		{"anthropic_429.http", Anthropic, []schemas.Observation{
+		{"anthropic_429.http", schemas.ProviderAnthropic, []schemas.Observation{
 			{Dimension: schemas.DimRequests, Limit: 50, Remaining: 41, ResetMs: 1000},
 			{Dimension: schemas.DimInputTokens, Limit: 20000, Remaining: 0, ResetMs: 14000},
 			{Dimension: schemas.DimOutputTokens, Limit: 8000, Remaining: 8000, ResetMs: 0},
 		}},
-		{"gemini_200.http", Gemini, nil},
-		{"openai_429_insufficient_quota.http", OpenAI, nil},
+		{"gemini_200.http", schemas.ProviderGemini, nil},
+		{"openai_429_insufficient_quota.http", schemas.ProviderOpenAI, nil},
 	}
 	for _, tt := range tests {
 		resp, _ := loadResponse(t, tt.file)
@@ -126,13 +126,13 @@ func TestParseRateLimitHeadersOddValues(t *testing.T) {
 	h.Set("x-ratelimit-remaining-tokens", "-1")
 	h.Set("x-ratelimit-reset-tokens", "0")
 	h.Set("x-ratelimit-remaining-requests", "abc")
-	if got := ParseRateLimitHeaders(Azure, h, testNow); len(got) != 0 {
+	if got := ParseRateLimitHeaders(schemas.ProviderAzure, h, testNow); len(got) != 0 {
 		t.Errorf("negative/garbage values must be skipped: %+v", got)
 	}
 	h = http.Header{}
 	h.Set("x-ratelimit-remaining-requests", " 7 ")
 	h.Set("x-ratelimit-reset-requests", "garbage")
-	got := ParseRateLimitHeaders(OpenAICompatible, h, testNow)
+	got := ParseRateLimitHeaders(schemas.ProviderOpenAICompatible, h, testNow)
 	if want := []schemas.Observation{{Dimension: schemas.DimRequests, Remaining: 7}}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v", got)
 	}
@@ -201,33 +201,33 @@ func TestParseRejection(t *testing.T) {
 		msgNot  []string
 		wantNil bool
 	}{
-		{file: "openai_429_tpm.http", kind: OpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "openai_429_tpm.http", kind: schemas.ProviderOpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimTotalTokens, RetryAfterMs: 3000, ProviderRequestID: "req_429tpm"}, msgHas: "Rate limit reached for gpt-4o"},
-		{file: "openai_429_too_large.http", kind: OpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRequestError,
+		{file: "openai_429_too_large.http", kind: schemas.ProviderOpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRequestError,
 			Limiter: schemas.DimTotalTokens, ProviderRequestID: "req_toolarge"}, msgHas: "Request too large"},
-		{file: "openai_429_insufficient_quota.http", kind: OpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindQuotaExhausted,
+		{file: "openai_429_insufficient_quota.http", kind: schemas.ProviderOpenAI, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindQuotaExhausted,
 			ProviderRequestID: "req_quota1"}, msgHas: "exceeded your current quota"},
-		{file: "openai_401_key.http", kind: OpenAI, want: schemas.ProviderRejected{HTTPStatus: 401, Kind: KindRequestError,
+		{file: "openai_401_key.http", kind: schemas.ProviderOpenAI, want: schemas.ProviderRejected{HTTPStatus: 401, Kind: schemas.KindRequestError,
 			ProviderRequestID: "req_auth1"}, msgHas: "Incorrect API key provided: sk-[REDACTED]", msgNot: []string{"AbCd"}},
-		{file: "azure_429.http", kind: Azure, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "azure_429.http", kind: schemas.ProviderAzure, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimTotalTokens, RetryAfterMs: 5712, ProviderRequestID: "1b2c3d4e-5f60-4718-293a-4b5c6d7e8f90"}, msgHas: "exceeded token rate limit"},
-		{file: "azure_429_proxy.http", kind: Azure, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "azure_429_proxy.http", kind: schemas.ProviderAzure, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimRequests, RetryAfterMs: 2500}, msgHas: "api-key=[REDACTED]", msgNot: []string{"0123456789abcdef"}},
-		{file: "anthropic_429.http", kind: Anthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "anthropic_429.http", kind: schemas.ProviderAnthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimInputTokens, RetryAfterMs: 14000, ProviderRequestID: "req_011CTrateLimited0001"}, msgHas: "20,000 input tokens per minute"},
-		{file: "anthropic_429_noretry.http", kind: Anthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "anthropic_429_noretry.http", kind: schemas.ProviderAnthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimRequests, RetryAfterMs: 2500, ProviderRequestID: "req_011CTnoRetryAfter"}},
-		{file: "anthropic_429_spend_limit.http", kind: Anthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindQuotaExhausted,
+		{file: "anthropic_429_spend_limit.http", kind: schemas.ProviderAnthropic, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindQuotaExhausted,
 			ProviderRequestID: "req_011CTspendLimit"}},
-		{file: "anthropic_529.http", kind: Anthropic, want: schemas.ProviderRejected{HTTPStatus: 529, Kind: KindOverloaded,
+		{file: "anthropic_529.http", kind: schemas.ProviderAnthropic, want: schemas.ProviderRejected{HTTPStatus: 529, Kind: schemas.KindOverloaded,
 			ProviderRequestID: "req_011CToverloaded", Message: "Overloaded"}},
-		{file: "gemini_429_per_minute.http", kind: Gemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited,
+		{file: "gemini_429_per_minute.http", kind: schemas.ProviderGemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited,
 			Limiter: schemas.DimInputTokens, RetryAfterMs: 58000}},
-		{file: "gemini_429_per_day.http", kind: Gemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindQuotaExhausted,
+		{file: "gemini_429_per_day.http", kind: schemas.ProviderGemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindQuotaExhausted,
 			Limiter: schemas.DimRequestsPerDay, RetryAfterMs: 37000}},
-		{file: "vertex_429.http", kind: Gemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: KindRateLimited}, msgHas: "Resource exhausted"},
-		{file: "gemini_503.http", kind: Gemini, want: schemas.ProviderRejected{HTTPStatus: 503, Kind: KindOverloaded}, msgHas: "overloaded"},
-		{file: "openai_chat_200.http", kind: OpenAI, wantNil: true},
+		{file: "vertex_429.http", kind: schemas.ProviderGemini, want: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited}, msgHas: "Resource exhausted"},
+		{file: "gemini_503.http", kind: schemas.ProviderGemini, want: schemas.ProviderRejected{HTTPStatus: 503, Kind: schemas.KindOverloaded}, msgHas: "overloaded"},
+		{file: "openai_chat_200.http", kind: schemas.ProviderOpenAI, wantNil: true},
 	}
 	for _, tt := range tests {
 		resp, body := loadResponse(t, tt.file)
@@ -293,12 +293,12 @@ func TestParseUsage(t *testing.T) {
 		kind Kind
 		want Usage
 	}{
-		{"openai_chat_200.http", OpenAI, Usage{InputTokens: 2006, CachedInputTokens: 1920, OutputTokens: 300}},
-		{"openai_reasoning_200.http", OpenAI, Usage{InputTokens: 75, OutputTokens: 1186, ReasoningTokens: 1024}},
-		{"openai_embeddings_200.http", OpenAI, Usage{InputTokens: 8}},
-		{"azure_chat_200.http", Azure, Usage{InputTokens: 12, OutputTokens: 3}},
-		{"anthropic_messages_200.http", Anthropic, Usage{InputTokens: 12 + 1500 + 2048, CachedInputTokens: 2048, CacheWriteInputTokens: 1500, OutputTokens: 6}},
-		{"gemini_200.http", Gemini, Usage{InputTokens: 1041, CachedInputTokens: 1024, OutputTokens: 204, ReasoningTokens: 200}},
+		{"openai_chat_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 2006, CachedInputTokens: 1920, OutputTokens: 300}},
+		{"openai_reasoning_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 75, OutputTokens: 1186, ReasoningTokens: 1024}},
+		{"openai_embeddings_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 8}},
+		{"azure_chat_200.http", schemas.ProviderAzure, Usage{InputTokens: 12, OutputTokens: 3}},
+		{"anthropic_messages_200.http", schemas.ProviderAnthropic, Usage{InputTokens: 12 + 1500 + 2048, CachedInputTokens: 2048, CacheWriteInputTokens: 1500, OutputTokens: 6}},
+		{"gemini_200.http", schemas.ProviderGemini, Usage{InputTokens: 1041, CachedInputTokens: 1024, OutputTokens: 204, ReasoningTokens: 200}},
 	}
 	for _, tt := range tests {
 		_, body := loadResponse(t, tt.file)
@@ -308,7 +308,7 @@ func TestParseUsage(t *testing.T) {
 		}
 	}
 	for _, body := range []string{``, `[]`, `{"id":"x"}`, `{"usage":null}`, `not json`} {
-		if u, ok := ParseUsage(OpenAI, []byte(body)); ok {
+		if u, ok := ParseUsage(schemas.ProviderOpenAI, []byte(body)); ok {
 			t.Errorf("ParseUsage(%q) = %+v, want !ok", body, u)
 		}
 	}
@@ -322,14 +322,14 @@ func TestStreamUsage(t *testing.T) {
 		partial  bool
 		finished bool
 	}{
-		{"openai_stream_include_usage.sse", OpenAI, Usage{InputTokens: 19, OutputTokens: 10}, false, true},
+		{"openai_stream_include_usage.sse", schemas.ProviderOpenAI, Usage{InputTokens: 19, OutputTokens: 10}, false, true},
 		// Cut: 5 content/tool deltas ("Once", " upon", " a", " time", "get_weather"),
 		// 26 bytes → max(5, ceil(26/4)=7) = 7.
-		{"openai_stream_cut.sse", OpenAI, Usage{OutputTokens: 7}, true, false},
-		{"anthropic_stream.sse", Anthropic, Usage{InputTokens: 25 + 1024, CachedInputTokens: 1024, OutputTokens: 15}, false, true},
+		{"openai_stream_cut.sse", schemas.ProviderOpenAI, Usage{OutputTokens: 7}, true, false},
+		{"anthropic_stream.sse", schemas.ProviderAnthropic, Usage{InputTokens: 25 + 1024, CachedInputTokens: 1024, OutputTokens: 15}, false, true},
 		// Cut after message_start: input known; output from deltas (57 bytes → 15).
-		{"anthropic_stream_cut.sse", Anthropic, Usage{InputTokens: 472, OutputTokens: 15}, true, false},
-		{"gemini_stream.sse", Gemini, Usage{InputTokens: 9, OutputTokens: 10}, false, true},
+		{"anthropic_stream_cut.sse", schemas.ProviderAnthropic, Usage{InputTokens: 472, OutputTokens: 15}, true, false},
+		{"gemini_stream.sse", schemas.ProviderGemini, Usage{InputTokens: 9, OutputTokens: 10}, false, true},
 	}
 	for _, tt := range tests {
 		s := NewStreamUsage(tt.kind)
@@ -342,7 +342,7 @@ func TestStreamUsage(t *testing.T) {
 		}
 	}
 	// Without include_usage the stream finishes but usage stays approximate.
-	s := NewStreamUsage(OpenAI)
+	s := NewStreamUsage(schemas.ProviderOpenAI)
 	for _, ev := range loadSSE(t, "openai_stream_include_usage.sse") {
 		if !bytes.Contains(ev.data, []byte(`"usage":{`)) {
 			s.Feed(ev.event, ev.data)

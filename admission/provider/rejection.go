@@ -13,14 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// Rejection kinds (schemas.ProviderRejected.Kind).
-const (
-	KindRateLimited    = "rate_limited"
-	KindOverloaded     = "overloaded"
-	KindQuotaExhausted = "quota_exhausted"
-	KindRequestError   = "request_error"
-)
-
 // MaxMessageBytes bounds ProviderRejected.Message.
 const MaxMessageBytes = 512
 
@@ -127,21 +119,21 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 
 	switch {
 	case status == http.StatusTooManyRequests || exhausted:
-		r.Kind = KindRateLimited
+		r.Kind = schemas.KindRateLimited
 		switch {
 		case code == "insufficient_quota" || etype == "insufficient_quota" || spendLimit || perDay ||
 			strings.Contains(lmsg, "per day") || strings.Contains(lmsg, "(rpd)") || strings.Contains(lmsg, "(tpd)"):
-			r.Kind = KindQuotaExhausted
+			r.Kind = schemas.KindQuotaExhausted
 		case strings.HasPrefix(lmsg, "request too large"):
-			r.Kind = KindRequestError
+			r.Kind = schemas.KindRequestError
 		}
 		if etype == "overloaded_error" {
-			r.Kind = KindOverloaded
+			r.Kind = schemas.KindOverloaded
 		}
 	case status == 529 || status >= 500 || etype == "overloaded_error":
-		r.Kind = KindOverloaded
+		r.Kind = schemas.KindOverloaded
 	default:
-		r.Kind = KindRequestError
+		r.Kind = schemas.KindRequestError
 	}
 
 	if r.Limiter == "" {
@@ -158,7 +150,7 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 		r.RetryAfterMs = retryInfoMs
 	} else if ms, ok := retryFromMessage(msg); ok {
 		r.RetryAfterMs = ms
-	} else if r.Kind == KindRateLimited {
+	} else if r.Kind == schemas.KindRateLimited {
 		// Anthropic-style fallback: wait for the latest reset of a dimension
 		// that is exhausted.
 		for _, o := range obs {
@@ -167,7 +159,7 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 			}
 		}
 	}
-	if r.Limiter == "" && r.Kind == KindRateLimited {
+	if r.Limiter == "" && r.Kind == schemas.KindRateLimited {
 		for _, o := range obs {
 			if o.Remaining == 0 {
 				r.Limiter = o.Dimension

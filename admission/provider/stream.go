@@ -3,6 +3,8 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // StreamUsage accumulates usage from a streamed response, one SSE event at a
@@ -89,9 +91,9 @@ type geminiChunk struct {
 func (s *StreamUsage) Feed(event, data []byte) {
 	data = bytes.TrimSpace(data)
 	switch s.kind {
-	case Anthropic:
+	case schemas.ProviderAnthropic:
 		s.feedAnthropic(event, data)
-	case Gemini:
+	case schemas.ProviderGemini:
 		s.feedGemini(data)
 	default:
 		s.feedOpenAI(data)

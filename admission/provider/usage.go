@@ -3,6 +3,8 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Usage is a response's token usage in Sluice's normalised terms.
@@ -122,7 +124,7 @@ func ParseUsage(kind Kind, body []byte) (Usage, bool) {
 		return Usage{}, false
 	}
 	switch kind {
-	case Anthropic:
+	case schemas.ProviderAnthropic:
 		var b struct {
 			Usage *anthropicUsage `json:"usage"`
 		}
@@ -130,7 +132,7 @@ func ParseUsage(kind Kind, body []byte) (Usage, bool) {
 			return Usage{}, false
 		}
 		return b.Usage.normalise(), true
-	case Gemini:
+	case schemas.ProviderGemini:
 		var b struct {
 			UsageMetadata *geminiUsage `json:"usageMetadata"`
 		}

@@ -3,9 +3,9 @@
 // decision on sluice.decisions (read_committed), and reports what happened
 // afterwards (reconcile, release, provider feedback).
 //
-// The ledger is the single writer of grants; this package never decides
-// anything itself except failing closed (or, when configured, admitting
-// under a local emergency cap) when the ledger does not answer in time.
+// It is transport only: what a request does with a decision, and what it
+// does when none comes, is admission/lifecycle's to decide. The ledger is
+// the single writer of grants.
 package reserve
 
 import (
@@ -32,13 +32,9 @@ type Config struct {
 	Brokers []string
 	Node    string    // this gateway's node id; decisions are routed back by it
 	Topics  bus.Names // zero value = bus.DefaultNames()
-	// AnswerTimeout bounds the wait for the ledger's first decision
+	// AnswerTimeout bounds Reserve's wait for the ledger's first decision
 	// (granted, queued, denied …). Default 2s.
 	AnswerTimeout time.Duration
-	// EmergencyCapPerSec, when > 0, admits up to this many requests per
-	// second locally while the ledger is unavailable, flagged in the event,
-	// instead of failing closed. Default 0: fail closed.
-	EmergencyCapPerSec int
 	// HeartbeatInterval is how often the client sends a Heartbeat into
 	// each scope where it waits for decisions or may hold grants, so that
 	// the ledger releases them soon after this gateway dies (see
@@ -48,10 +44,16 @@ type Config struct {
 	Log               *slog.Logger
 }
 
-type waitKey struct {
-	requestID string
-	attempt   int32
+// Decided is one decision delivered to a Watch: the attempt it answers and
+// the decision.
+type Decided struct {
+	Attempt  int32
+	Decision schemas.Decision
 }
+
+// watchBuffer bounds the decisions queued for one watcher; a watcher reads
+// them as they come, so only stale repeats are ever dropped.
+const watchBuffer = 16
 
 // Client talks to the ledger over Kafka. It is safe for concurrent use.
 type Client struct {
@@ -60,12 +62,8 @@ type Client struct {
 	cons *kgo.Client
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	waiters map[waitKey]chan schemas.Decision
-
-	emMu     sync.Mutex
-	emSecond int64
-	emUsed   int
+	mu       sync.Mutex
+	watchers map[string]chan Decided // by request id
 
 	act    *activity
 	hbStop chan struct{}
@@ -124,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("decision consumer: %w", err)
 	}
 	c := &Client{cfg: cfg, prod: prod, cons: cons, log: cfg.Log, act: newActivity(),
-		waiters: map[waitKey]chan schemas.Decision{}, done: make(chan struct{})}
+		watchers: map[string]chan Decided{}, done: make(chan struct{})}
 	go c.consume()
 	if cfg.HeartbeatInterval > 0 {
 		c.hbStop, c.hbDone = make(chan struct{}), make(chan struct{})
@@ -164,12 +162,12 @@ func (c *Client) consume() {
 				return
 			}
 			c.mu.Lock()
-			ch := c.waiters[waitKey{ev.RequestID, ev.Attempt}]
+			ch := c.watchers[ev.RequestID]
 			c.mu.Unlock()
 			if ch != nil {
 				select {
-				case ch <- *ev.Decision:
-				default: // a waiter holds at most a few; drop stale repeats
+				case ch <- Decided{Attempt: ev.Attempt, Decision: *ev.Decision}:
+				default: // a watcher holds at most a few; drop stale repeats
 				}
 			}
 		})
@@ -226,58 +224,80 @@ func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) e
 	return nil
 }
 
-// Reserve produces ev (a ReserveRequested) and waits for its decision.
-// A queued decision is followed until it becomes terminal (granted, denied,
-// expired, cancelled), the request's context ends, or the answer bound
-// passes with no answer at all. If ctx ends while the request waits in a
-// queue, Reserve reports a Released event so the ledger drops it, and
-// returns ctx's error.
-func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Decision, err error) {
-	if c.hbStop != nil {
-		if c.act.begin(ev.Scope, time.Now().UnixMilli()) {
-			// Ahead of the request in its partition: the ledger tracks
-			// this node before it grants anything here.
-			c.sendHeartbeat(ev.Scope, time.Now().UnixMilli())
-		}
-		defer func() { c.act.end(ev.Scope, d, time.Now().UnixMilli()) }()
-	}
-	key := waitKey{ev.RequestID, ev.Attempt}
-	ch := make(chan schemas.Decision, 4)
+// Watch delivers the decisions for request id, of any attempt, from now
+// until stop is called. One watcher per request id.
+func (c *Client) Watch(requestID string) (decisions <-chan Decided, stop func()) {
+	ch := make(chan Decided, watchBuffer)
 	c.mu.Lock()
-	c.waiters[key] = ch
+	c.watchers[requestID] = ch
 	c.mu.Unlock()
-	defer func() {
+	return ch, func() {
 		c.mu.Lock()
-		delete(c.waiters, key)
-		c.mu.Unlock()
-	}()
-
-	if err := c.Produce(ctx, ev); err != nil {
-		if d, ok := c.emergency(ev); ok {
-			return d, nil
+		if c.watchers[requestID] == ch {
+			delete(c.watchers, requestID)
 		}
+		c.mu.Unlock()
+	}
+}
+
+// Request produces ev (a ReserveRequested or RetryRequested) and waits for
+// the broker's ack. Its scope counts as one where this node waits for a
+// decision, and is heartbeated, until Settled is called for it.
+func (c *Client) Request(ctx context.Context, ev *schemas.Event) error {
+	if c.hbStop != nil && c.act.begin(ev.Scope, time.Now().UnixMilli()) {
+		// Ahead of the request in its partition: the ledger tracks
+		// this node before it grants anything here.
+		c.sendHeartbeat(ev.Scope, time.Now().UnixMilli())
+	}
+	return c.Produce(ctx, ev)
+}
+
+// Settled ends a wait begun by Request in scope, with the decision it got
+// (zero: none). A grant keeps the scope heartbeated for its hold TTL.
+func (c *Client) Settled(scope string, d schemas.Decision) {
+	if c.hbStop != nil {
+		c.act.end(scope, d, time.Now().UnixMilli())
+	}
+}
+
+// Reserve produces ev (a ReserveRequested or RetryRequested) and waits for
+// its terminal decision (granted, denied, expired, cancelled), the end of
+// ctx (it then releases the reservation and returns ctx's error), or the
+// answer bound with no answer at all (ErrLedgerUnavailable). It serves
+// tools and benchmarks that take one decision; the gateway follows a
+// request's whole life with Watch and Request (admission/lifecycle).
+func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Decision, err error) {
+	attempt := ev.Attempt
+	if ev.RetryRequested != nil && attempt <= 0 {
+		attempt = ev.RetryRequested.PreviousAttempt + 1
+	}
+	ch, stop := c.Watch(ev.RequestID)
+	defer stop()
+	if err := c.Request(ctx, ev); err != nil {
+		c.Settled(ev.Scope, schemas.Decision{})
 		return schemas.Decision{}, fmt.Errorf("%w: %v", ErrLedgerUnavailable, err)
 	}
+	defer func() { c.Settled(ev.Scope, d) }()
 	answer := time.NewTimer(c.cfg.AnswerTimeout)
 	defer answer.Stop()
 	answered := false
 	for {
 		select {
-		case d := <-ch:
+		case got := <-ch:
+			if got.Attempt != attempt {
+				continue
+			}
 			answered = true
-			if d.Status != schemas.StatusQueued {
-				return d, nil
+			if got.Decision.Status != schemas.StatusQueued {
+				return got.Decision, nil
 			}
 		case <-answer.C:
 			if !answered {
-				c.release(ev, "ledger_timeout")
-				if d, ok := c.emergency(ev); ok {
-					return d, nil
-				}
+				c.release(ev, schemas.ReasonLedgerTimeout)
 				return schemas.Decision{}, ErrLedgerUnavailable
 			}
 		case <-ctx.Done():
-			c.release(ev, "cancel")
+			c.release(ev, schemas.ReasonCancel)
 			return schemas.Decision{}, ctx.Err()
 		}
 	}
@@ -288,7 +308,7 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 // RetryRequested; the Released is built from its envelope alone (one
 // payload per event, see schemas.Event.Derive). It uses a fresh context:
 // the caller's is usually already done.
-func (c *Client) release(ev *schemas.Event, reason string) {
+func (c *Client) release(ev *schemas.Event, reason schemas.Reason) {
 	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -298,31 +318,8 @@ func (c *Client) release(ev *schemas.Event, reason string) {
 }
 
 // releaseEvent is the Released that gives back ev's attempt.
-func releaseEvent(ev *schemas.Event, reason string, nowMs int64) *schemas.Event {
+func releaseEvent(ev *schemas.Event, reason schemas.Reason, nowMs int64) *schemas.Event {
 	rel := ev.Derive(schemas.TypeReleased, nowMs)
 	rel.Released = &schemas.Released{Reason: reason}
 	return rel
-}
-
-// emergency admits locally under the configured cap while the ledger is
-// unavailable. The grant is flagged so analytics and the ledger (when it
-// catches up) can see it.
-func (c *Client) emergency(ev *schemas.Event) (schemas.Decision, bool) {
-	if c.cfg.EmergencyCapPerSec <= 0 {
-		return schemas.Decision{}, false
-	}
-	now := time.Now().Unix()
-	c.emMu.Lock()
-	defer c.emMu.Unlock()
-	if now != c.emSecond {
-		c.emSecond, c.emUsed = now, 0
-	}
-	if c.emUsed >= c.cfg.EmergencyCapPerSec {
-		return schemas.Decision{}, false
-	}
-	c.emUsed++
-	if ev.ReserveRequested != nil {
-		ev.ReserveRequested.EmergencyAdmitted = true
-	}
-	return schemas.Decision{Status: schemas.StatusGranted, Reason: "emergency_cap", GatewayDecision: schemas.GDEmergencyAdmitted}, true
 }

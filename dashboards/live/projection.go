@@ -348,7 +348,7 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 			}
 			s.buckets[len(s.buckets)-1].v[cDeniedDim+i]++
 		}
-	case schemas.StatusExpired:
+	case schemas.StatusExpired, schemas.StatusHoldExpired:
 		p.add(ev, sec, cExpired, 1)
 		if _, held := p.flights[flightKey(ev)]; held {
 			p.settle(ev, nowMs) // a grant abandoned and expired by the ledger
@@ -359,10 +359,10 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	row := DecisionRow{
 		AtMs: nowMs, LogTimeMs: d.LogTimeMs, RequestID: ev.RequestID, Attempt: ev.Attempt,
 		Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
-		Status: string(d.Status), Reason: d.Reason, LimitPath: d.LimitPath,
+		Status: string(d.Status), Reason: string(d.Reason), LimitPath: d.LimitPath,
 		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
 		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
-		RetryClass: d.RetryClass, Borrowed: d.Borrowed,
+		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed,
 	}
 	p.recent.push(row)
 	r := p.byTenant[ev.Tenant]

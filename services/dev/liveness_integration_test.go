@@ -99,7 +99,7 @@ func TestDeadGatewayCapacityComesBack(t *testing.T) {
 	}
 }
 
-// lostDecisions reads topic from its start until it has seen n expired
+// lostDecisions reads topic from its start until it has seen n hold-expired
 // decisions, and returns their reasons by request id.
 func lostDecisions(ctx context.Context, t *testing.T, brokers []string, topic string, n int) map[string]string {
 	t.Helper()
@@ -115,8 +115,8 @@ func lostDecisions(ctx context.Context, t *testing.T, brokers []string, topic st
 	for len(out) < n && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			var ev schemas.Event
-			if schemas.Decode(r.Value, &ev) == nil && ev.Decision != nil && ev.Decision.Status == schemas.StatusExpired {
-				out[ev.RequestID] = ev.Decision.Reason
+			if schemas.Decode(r.Value, &ev) == nil && ev.Decision != nil && ev.Decision.HoldExpired() {
+				out[ev.RequestID] = string(ev.Decision.Reason)
 			}
 		})
 	}

@@ -13,8 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
-	"github.com/sluice-dev/sluice/admission/reserve"
-	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -41,14 +40,14 @@ func (a api) String() string {
 // requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
 // Gemini, translated); Anthropic messages only to Anthropic. Bodies are
 // passed through, so no other translation is attempted.
-func (a api) serves(kind string) bool {
+func (a api) serves(kind schemas.ProviderKind) bool {
 	switch a {
 	case apiChat:
-		return kind != config.KindAnthropic
+		return kind != schemas.ProviderAnthropic
 	case apiEmbeddings:
-		return kind == config.KindOpenAI || kind == config.KindAzure || kind == config.KindOpenAICompatible
+		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
 	}
-	return kind == config.KindAnthropic
+	return kind == schemas.ProviderAnthropic
 }
 
 func (a api) parse(body []byte) (estimate.Request, error) {
@@ -82,10 +81,19 @@ type call struct {
 	est   estimate.Estimate
 	reqID string
 
-	attempts   int32
-	lateGrants int   // late grants released and reserved again (late.go)
-	queueMs    int64 // enqueue → first upstream attempt
-	finished   bool  // Outcome sent
+	lc     *lifecycle.Lifecycle // every rule of the request's life
+	timers timers               // the lifecycle's pending timers
+
+	// The upstream attempt in flight: its cancel, and the answer held for
+	// the lifecycle's Respond (non-streaming) or Relay (streaming).
+	upCancel context.CancelFunc
+	upResp   *http.Response
+	upCand   candidate
+	upSent   time.Time
+	upForced bool // stream_options.include_usage forced on (stream.go)
+	upStatus int
+	upHeader http.Header
+	upBody   []byte
 }
 
 // candidate is a route candidate resolved to its provider.
@@ -205,7 +213,7 @@ func (c *call) eligible() []candidate {
 	for i := range c.route.Candidates {
 		cd := &c.route.Candidates[i]
 		p := c.cfg.Provider(cd.Provider)
-		if p == nil || !c.api.serves(p.Kind) || (p.Kind == config.KindGemini && !geminiTranslatable(c.req)) {
+		if p == nil || !c.api.serves(p.Kind) || (p.Kind == schemas.ProviderGemini && !geminiTranslatable(c.req)) {
 			continue
 		}
 		if len(out) > 0 {
@@ -232,139 +240,148 @@ func (c *call) fits(cd *config.Candidate) bool {
 	return true
 }
 
-// attemptResult is how one upstream attempt ended.
-type attemptResult struct {
-	done bool // the client has its answer (success or final error)
-	// rejected: the provider refused before any byte reached the client;
-	// ProviderRejected is already reported, so the grant is settled.
-	rej        schemas.ProviderRejected
-	retryClass string
-}
-
-// run reserves, dispatches and follows the ledger through retries and
-// fallbacks until the client has an answer.
+// run follows the request's life: it drives the lifecycle (every rule of
+// reserve, dispatch, retry, fallback, reconcile and release is there) and
+// executes the effects it asks for, until the client has its answer.
 func (c *call) run() {
-	ci := 0
-	c.attempts = 1
-	ev := c.reserveEvent(c.cands[ci], c.attempts)
-	d, err := c.s.rc.Reserve(c.ctx, ev)
-	var lastRej *schemas.ProviderRejected
+	c.lc = lifecycle.New(c.lifecycleConfig(), c.lifecycleRequest())
+	decisions, stop := c.s.rc.Watch(c.reqID)
+	defer stop()
+	defer func() {
+		if c.upCancel != nil {
+			c.upCancel()
+		}
+	}()
+	gone := c.ctx.Done()
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	pending := []lifecycle.Input{{Kind: lifecycle.Start}}
 	for {
-		if err != nil {
-			c.fail(c.reserveError(err, ev), ev, schemas.GDQueued)
+		for len(pending) > 0 {
+			in := pending[0]
+			pending = pending[1:]
+			pending = c.execute(c.lc.Step(time.Now().UnixMilli(), in), pending)
+		}
+		if c.lc.Done() {
 			return
 		}
-		if d.Status != schemas.StatusGranted {
-			// A denial may allow a fallback (the class overloads to
-			// fallback, or the ledger refused a retry after a provider
-			// rejection): the fallback is a new reservation, in its own
-			// scope, that the ledger decides like any other.
-			if ci+1 < len(c.cands) && (d.FallbackAllowed || (lastRej != nil && d.RetryClass != ledger.RetryDeadline)) {
-				ci++
-				c.attempts++
-				ev = c.reserveEvent(c.cands[ci], c.attempts)
-				lastRej = nil
-				d, err = c.s.rc.Reserve(c.ctx, ev)
-				continue
+		wake.Reset(c.timers.next(time.Now().UnixMilli()))
+		select {
+		case d := <-decisions:
+			pending = append(pending, lifecycle.Input{Kind: lifecycle.Decided, Attempt: d.Attempt, Decision: d.Decision})
+		case <-wake.C:
+			for _, t := range c.timers.due(time.Now().UnixMilli()) {
+				pending = append(pending, c.timerInput(t))
 			}
-			if lastRej != nil {
-				c.fail(c.providerError(*lastRej, ev, d), ev, schemas.GDAdmittedThenProviderReject)
-				return
+		case <-gone:
+			gone = nil // closed for good; said once
+			if c.r.Context().Err() != nil {
+				pending = append(pending, lifecycle.Input{Kind: lifecycle.ClientGone})
+			} else {
+				pending = append(pending, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: lifecycle.Timer{Kind: lifecycle.TimerDeadline}})
 			}
-			c.fail(decisionError(d, ev), ev, d.GatewayDecision)
-			return
 		}
-		if v := c.judgeGrant(d); v != grantInTime {
-			// Too late after the ledger decided: dispatching now would
-			// join a burst (late.go). Give it back and, if the deadline
-			// allows, ask again at the ledger's current log time.
-			c.release(ev, string(schemas.ReasonLateGrant), 0, 0)
-			if v == lateRefuse {
-				c.s.m.lateGrants.WithLabelValues(ev.Class, "refused").Inc()
-				bound := c.cfg.LateGrantBoundMs(ev.Class)
-				c.fail(lateGrantError(time.Now().UnixMilli()-d.LogTimeMs, bound), ev, schemas.GDLateGrant)
-				return
-			}
-			c.s.m.lateGrants.WithLabelValues(ev.Class, "reserved_again").Inc()
-			c.lateGrants++
-			c.attempts++
-			ev = c.reserveEvent(c.cands[ci], c.attempts)
-			d, err = c.s.rc.Reserve(c.ctx, ev)
-			continue
-		}
-		if c.queueMs == 0 {
-			c.queueMs = max(1, time.Since(c.start).Milliseconds())
-		}
-		res := c.dispatch(c.cands[ci], ev, d)
-		if res.done {
-			return
-		}
-		rej := res.rej
-		lastRej = &rej
-		if res.retryClass != ledger.RetryCapacity && res.retryClass != ledger.RetryOverload {
-			c.fail(c.providerError(rej, ev, schemas.Decision{}), ev, schemas.GDAdmittedThenProviderReject)
-			return
-		}
-		if c.cfg.EmergencyCapPerSec > 0 {
-			// reserve.Client's emergency path assumes a ReserveRequested
-			// payload; a RetryRequested would not carry one. Fail clearly
-			// instead of retrying while the emergency cap is configured.
-			c.fail(c.providerError(rej, ev, schemas.Decision{}), ev, schemas.GDAdmittedThenProviderReject)
-			return
-		}
-		// Ask the ledger: it answers with a Decision for the next attempt
-		// (queued until the backoff and Retry-After floor pass, then
-		// granted), or a denial when the budget or deadline says no.
-		c.attempts++
-		retry := c.envelope(schemas.TypeRetryRequested, ev, c.attempts)
-		retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: ev.Attempt, Reason: res.retryClass, RetryAfterMs: rej.RetryAfterMs}
-		// ev stays the attempt's record (envelope and estimates for the
-		// events and errors that follow); it is never produced itself.
-		next := *ev
-		next.Attempt = c.attempts
-		ev = &next
-		d, err = c.s.rc.Reserve(c.ctx, retry)
 	}
 }
 
-// judgeGrant applies late.go's rule to grant d now.
-func (c *call) judgeGrant(d schemas.Decision) lateVerdict {
-	var deadlineAt int64
-	if c.adm.DeadlineMs > 0 {
-		deadlineAt = c.start.UnixMilli() + c.adm.DeadlineMs
+// execute carries out effects in order and returns pending with the inputs
+// they produced (an upstream answer, a failed produce) appended.
+func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []lifecycle.Input {
+	for i := range effects {
+		e := &effects[i]
+		switch e.Kind {
+		case lifecycle.Produce:
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Duration(c.cfg.LedgerTimeoutMs)*time.Millisecond)
+			err := c.s.rc.Request(ctx, stamp(e.Event))
+			cancel()
+			if err != nil {
+				c.s.log.Warn("ledger unavailable", "request_id", c.reqID, "err", err)
+				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt, EmergencyOK: c.emergencyOK(e.Attempt)})
+			}
+		case lifecycle.Report:
+			c.s.report(stamp(e.Event))
+		case lifecycle.Telemetry:
+			c.s.background(stamp(e.Event), false)
+		case lifecycle.WaitEnded:
+			c.s.rc.Settled(e.Scope, e.Decision)
+		case lifecycle.Dispatch:
+			pending = append(pending, c.dispatch(c.cands[e.Target], e.Attempt))
+		case lifecycle.Relay:
+			pending = append(pending, c.relay(e.Attempt))
+		case lifecycle.Respond:
+			c.respond(e.Error)
+		case lifecycle.SetTimer:
+			c.timers.set(e.Timer, e.AtMs)
+		case lifecycle.Count:
+			switch e.Metric {
+			case lifecycle.MetricRequests:
+				c.s.m.requests.WithLabelValues(e.Label).Inc()
+			case lifecycle.MetricLateGrant:
+				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
+			}
+		}
 	}
-	return judgeGrant(d, time.Now().UnixMilli(), c.cfg.LateGrantBoundMs(c.adm.Class), deadlineAt, c.lateGrants)
+	return pending
 }
 
-// reserveEvent builds the ReserveRequested of one attempt on cand.
-func (c *call) reserveEvent(cand candidate, attempt int32) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
-	ev.RequestID, ev.Attempt, ev.Node = c.reqID, attempt, c.cfg.Node
-	ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class = cand.prov.Scope, c.id.Tenant, c.id.KeyID, cand.Profile, c.adm.Class
-	deadline := int64(0)
-	if c.adm.DeadlineMs > 0 {
-		deadline = max(1, c.adm.DeadlineMs-time.Since(c.start).Milliseconds())
+// timerInput is the input of timer t: the answer bound says whether the
+// emergency cap has room, taken only when the lifecycle still waits.
+func (c *call) timerInput(t lifecycle.Timer) lifecycle.Input {
+	in := lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}
+	if t.Kind == lifecycle.TimerAnswer {
+		in.EmergencyOK = c.emergencyOK(t.Attempt)
 	}
-	ev.ReserveRequested = &schemas.ReserveRequested{
-		Path:              path(c.id, cand.Profile, cand.prov),
-		InputTokens:       c.est.InputTokens,
-		CachedInputTokens: c.est.CachedInputTokens,
-		OutputTokens:      c.est.OutputTokens,
-		SpendMicros:       cand.SpendMicros(c.est.InputTokens, c.est.OutputTokens),
-		Streaming:         c.est.Streaming,
-		Priority:          c.adm.Priority,
-		DeadlineMs:        deadline,
-		FallbackAllowed:   c.adm.Fallback && len(c.cands) > 1,
+	return in
+}
+
+func (c *call) emergencyOK(attempt int32) bool {
+	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
+}
+
+// respond writes the lifecycle's answer: the error contract, or the
+// provider's answer held since the dispatch.
+func (c *call) respond(e *apierr.Error) {
+	if e == nil {
+		for k, v := range c.upHeader {
+			c.w.Header()[k] = v
+		}
+		c.setSluiceHeaders(c.w.Header())
+		c.w.WriteHeader(c.upStatus)
+		_, _ = c.w.Write(c.upBody)
+		c.w.Flush()
+		return
 	}
+	if c.w.wrote {
+		return // a stream already started: nothing more can be said
+	}
+	apierr.Write(c.w, e, c.api == apiMessages)
+}
+
+// lifecycleConfig is the part of the gateway config a lifecycle obeys.
+func (c *call) lifecycleConfig() lifecycle.Config {
+	return lifecycle.Config{AnswerTimeoutMs: c.cfg.LedgerTimeoutMs, LateGrantBoundMs: c.cfg.LateGrantBoundMs(c.adm.Class),
+		Emergency: c.cfg.EmergencyCapPerSec > 0}
+}
+
+// lifecycleRequest is what the lifecycle needs to know of the request.
+func (c *call) lifecycleRequest() lifecycle.Request {
+	req := lifecycle.Request{ID: c.reqID, Node: c.cfg.Node, Tenant: c.id.Tenant, KeyID: c.id.KeyID, Class: c.adm.Class,
+		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
+		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
+		Streaming: c.est.Streaming}
+	for _, cd := range c.cands {
+		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
+			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
+			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok})
+	}
+	return req
+}
+
+// stamp gives an event the lifecycle built its id (the lifecycle is pure:
+// ids are random and time-ordered, so they are the shell's).
+func stamp(ev *schemas.Event) *schemas.Event {
+	ev.ID = schemas.NewID()
 	return ev
-}
-
-// envelope copies ev's envelope into a new event of type t for attempt,
-// without ev's payload (schemas.Event.Derive says why that matters).
-func (c *call) envelope(t schemas.Type, ev *schemas.Event, attempt int32) *schemas.Event {
-	out := ev.Derive(t, time.Now().UnixMilli())
-	out.Attempt = attempt
-	return out
 }
 
 func path(id *config.Identity, profile string, prov *config.Provider) []schemas.PathLevel {
@@ -383,58 +400,9 @@ func path(id *config.Identity, profile string, prov *config.Provider) []schemas.
 	return p
 }
 
-// release gives back the grant of ev's attempt.
-func (c *call) release(ev *schemas.Event, reason string, in, out int64) {
-	rel := c.envelope(schemas.TypeReleased, ev, ev.Attempt)
-	rel.Released = &schemas.Released{Reason: reason, InputTokens: in, OutputTokens: out}
-	c.s.report(rel)
-}
-
-// fail answers the client with e (in the API's envelope) and records the
-// outcome. The caller has already settled any grant.
-func (c *call) fail(e *apierr.Error, ev *schemas.Event, gd schemas.GatewayDecision) {
-	if e.Sluice.GatewayDecision == "" {
-		e.Sluice.GatewayDecision = gd
-	}
-	fillSluice(e, ev)
-	status := "failure"
-	switch {
-	case e.Code == apierr.CodeCancelled:
-		status = "cancelled"
-	case e.Code == apierr.CodeDeadlineExceeded || e.Code == apierr.CodeQueueTimeout:
-		status = "timeout"
-	}
-	c.outcome(ev, status, int32(e.Status), e.Code, e.Sluice.GatewayDecision, 0, 0)
-	c.s.m.requests.WithLabelValues(e.Code).Inc()
-	if c.w.wrote {
-		return // a stream already started: nothing more can be said
-	}
-	apierr.Write(c.w, e, c.api == apiMessages)
-}
-
-func fillSluice(e *apierr.Error, ev *schemas.Event) {
-	e.Sluice.Scope, e.Sluice.Tenant, e.Sluice.KeyID = ev.Scope, ev.Tenant, ev.KeyID
-	e.Sluice.Class, e.Sluice.ModelProfile, e.Sluice.RequestID = ev.Class, ev.Route, ev.RequestID
-	if rr := ev.ReserveRequested; rr != nil {
-		e.Sluice.EstimatedInput, e.Sluice.EstimatedOutput = rr.InputTokens, rr.OutputTokens
-	}
-}
-
 func withIdentity(e *apierr.Error, id *config.Identity) *apierr.Error {
 	e.Sluice.Tenant, e.Sluice.KeyID = id.Tenant, id.KeyID
 	return e
-}
-
-// outcome sends the logical request's Outcome (once).
-func (c *call) outcome(ev *schemas.Event, status string, httpStatus int32, code string, gd schemas.GatewayDecision, in, out int64) {
-	if c.finished {
-		return
-	}
-	c.finished = true
-	o := c.envelope(schemas.TypeOutcome, ev, ev.Attempt)
-	o.Outcome = &schemas.Outcome{Status: status, HTTPStatus: httpStatus, Attempts: c.attempts, QueueMs: c.queueMs,
-		TotalMs: time.Since(c.start).Milliseconds(), ErrorCode: code, GatewayDecision: gd, InputTokens: in, OutputTokens: out}
-	c.s.background(o, false)
 }
 
 // requestError maps a parser error to a 400 carrying the parser's stable
@@ -459,99 +427,6 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *api
 		return nil, apierr.New(http.StatusBadRequest, apierr.CodeInvalidRequest, "cannot read request body")
 	}
 	return b, nil
-}
-
-// decisionError turns a refusal by the ledger into the error contract.
-func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
-	var e *apierr.Error
-	switch d.Status {
-	case schemas.StatusExpired:
-		e = apierr.New(http.StatusTooManyRequests, apierr.CodeQueueTimeout, "request waited in the "+ev.Class+" queue past its deadline")
-	case schemas.StatusConflict:
-		e = apierr.New(http.StatusConflict, apierr.CodeInvalidRequest, "the ledger saw this request id and attempt with different content")
-	case schemas.StatusDenied:
-		if d.Reason == string(schemas.ReasonPathMissingLevel) {
-			// The gateway built the path from the key's identity, so
-			// the configuration is at fault and no retry can succeed:
-			// a 403, which SDKs do not retry, rather than a 429.
-			e = apierr.New(http.StatusForbidden, apierr.CodePathMissingLevel,
-				"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
-			break
-		}
-		e = rateLimited(d)
-	default:
-		e = rateLimited(d)
-	}
-	e.Sluice.Type = "local_limit"
-	e.Sluice.Limiter = string(d.LimitDimension)
-	e.Sluice.LimitPath = d.LimitPath
-	e.Sluice.RetryAfterMs = d.RetryAfterMs
-	e.Sluice.GatewayDecision = d.GatewayDecision
-	e.Sluice.FallbackAllowed = d.FallbackAllowed
-	return e
-}
-
-// rateLimited is the 429 of a refusal on capacity or policy.
-func rateLimited(d schemas.Decision) *apierr.Error {
-	msg := "rate limit exceeded"
-	if d.LimitDimension != "" {
-		msg = fmt.Sprintf("rate limit exceeded on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
-	} else if d.Reason != "" {
-		msg = "request refused by the quota ledger: " + d.Reason
-	}
-	code := apierr.CodeRateLimited
-	if d.RetryClass == ledger.RetryPolicy {
-		code = apierr.CodeQuotaExhausted
-	}
-	return apierr.New(http.StatusTooManyRequests, code, msg)
-}
-
-// providerError is the error contract for a provider refusal that will not
-// be retried (not retryable, or the ledger refused the retry d).
-func (c *call) providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.Decision) *apierr.Error {
-	status, code := http.StatusTooManyRequests, apierr.CodeUpstreamRejected
-	switch rej.Kind {
-	case ledger.KindOverloaded:
-		status, code = http.StatusServiceUnavailable, apierr.CodeUpstreamOverloaded
-	case ledger.KindQuotaExhausted:
-		code = apierr.CodeQuotaExhausted
-	case ledger.KindRequestError:
-		status, code = http.StatusBadGateway, apierr.CodeUpstreamRequestError
-	}
-	msg := fmt.Sprintf("provider %s refused the request (HTTP %d)", ev.Scope, rej.HTTPStatus)
-	if rej.Message != "" {
-		msg += ": " + rej.Message // already scrubbed of credentials
-	}
-	if d.Reason != "" {
-		msg += "; retry not granted: " + d.Reason
-	}
-	e := apierr.New(status, code, msg)
-	e.Sluice.Type = "provider_limit"
-	e.Sluice.Limiter = string(rej.Limiter)
-	e.Sluice.Provider = rej.Deployment
-	e.Sluice.RetryAfterMs = max(rej.RetryAfterMs, d.RetryAfterMs)
-	e.Sluice.GatewayDecision = schemas.GDAdmittedThenProviderReject
-	return e
-}
-
-func (c *call) reserveError(err error, ev *schemas.Event) *apierr.Error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if c.r.Context().Err() == nil {
-			e := apierr.New(http.StatusGatewayTimeout, apierr.CodeDeadlineExceeded, fmt.Sprintf("no capacity within the request's %d ms deadline", c.adm.DeadlineMs))
-			e.Sluice.GatewayDecision = schemas.GDQueuedThenExpired
-			return e
-		}
-		e := apierr.New(499, apierr.CodeCancelled, "request cancelled while waiting for capacity")
-		e.Sluice.GatewayDecision = schemas.GDQueued
-		return e
-	}
-	e := apierr.New(http.StatusServiceUnavailable, apierr.CodeLedgerUnavailable, "the quota ledger did not answer in time; failing closed (retry shortly)")
-	e.Sluice.RetryAfterMs = 1000
-	e.Sluice.GatewayDecision = schemas.GDLedgerUnavailable
-	if !errors.Is(err, reserve.ErrLedgerUnavailable) {
-		c.s.log.Warn("ledger unavailable", "request_id", ev.RequestID, "err", err)
-	}
-	return e
 }
 
 // recorder wraps the client's ResponseWriter: it knows whether the first
@@ -613,6 +488,6 @@ func (r *recorder) savedHeader() http.Header {
 // successful response.
 func (c *call) setSluiceHeaders(h http.Header) {
 	h.Set(HeaderRequestID, c.reqID)
-	h.Set(HeaderQueueMs, strconv.FormatInt(c.queueMs, 10))
-	h.Set(HeaderAttempts, strconv.FormatInt(int64(c.attempts), 10))
+	h.Set(HeaderQueueMs, strconv.FormatInt(c.lc.QueueMs(), 10))
+	h.Set(HeaderAttempts, strconv.FormatInt(int64(c.lc.Attempts()), 10))
 }

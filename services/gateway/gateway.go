@@ -38,6 +38,7 @@ type Server struct {
 	ready    atomic.Bool
 	m        *metrics
 	idem     *idemStore
+	emCap    emergencyCap // local admissions while the ledger is silent
 }
 
 // Option configures a Server.

@@ -12,10 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/ledger"
-	"github.com/sluice-dev/sluice/schemas"
 )
 
 const minimalYAML = `providers:
@@ -213,67 +210,5 @@ func TestReloader(t *testing.T) {
 				t.Errorf("%d ConfigChanged published, want %d", len(published), tc.published)
 			}
 		})
-	}
-}
-
-// TestJudgeGrant: a grant is dispatched when it reaches the gateway within
-// its bound of the ledger's log time; a later one is reserved again while
-// the deadline leaves a bound's room and the request has not done so
-// lateGrantRetriesMax times, and refused otherwise. Times are injected.
-func TestJudgeGrant(t *testing.T) {
-	granted := func(logMs int64) schemas.Decision {
-		return schemas.Decision{Status: schemas.StatusGranted, LogTimeMs: logMs, GatewayDecision: schemas.GDQueuedThenAdmitted}
-	}
-	const bound = 300
-	tests := []struct {
-		name       string
-		d          schemas.Decision
-		nowMs      int64
-		deadlineAt int64
-		retries    int
-		want       lateVerdict
-	}{
-		{"in time", granted(10_000), 10_050, 0, 0, grantInTime},
-		{"at the bound", granted(10_000), 10_300, 0, 0, grantInTime},
-		{"gateway clock behind the broker's", granted(10_000), 9_990, 0, 0, grantInTime},
-		{"late, no deadline", granted(10_000), 10_301, 0, 0, lateReserve},
-		{"late, deadline leaves room", granted(10_000), 12_000, 12_301, 0, lateReserve},
-		{"late, deadline too close", granted(10_000), 12_000, 12_300, 0, lateRefuse},
-		{"late, deadline passed", granted(10_000), 12_000, 11_000, 0, lateRefuse},
-		{"late again after retries", granted(10_000), 12_000, 0, lateGrantRetriesMax, lateRefuse},
-		{"late, one retry left", granted(10_000), 12_000, 0, lateGrantRetriesMax - 1, lateReserve},
-		{"emergency grant has no log time", schemas.Decision{Status: schemas.StatusGranted, GatewayDecision: schemas.GDEmergencyAdmitted}, 12_000, 0, 0, grantInTime},
-		{"not a grant", schemas.Decision{Status: schemas.StatusDenied, LogTimeMs: 1}, 12_000, 0, 0, grantInTime},
-	}
-	for _, tc := range tests {
-		if got := judgeGrant(tc.d, tc.nowMs, bound, tc.deadlineAt, tc.retries); got != tc.want {
-			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
-		}
-	}
-	e := lateGrantError(2000, bound)
-	if e.Status != 503 || e.Code != "late_grant" || e.Sluice.GatewayDecision != schemas.GDLateGrant || e.Sluice.RetryAfterMs <= 0 {
-		t.Errorf("error contract %+v", e)
-	}
-}
-
-// TestDecisionErrorStatus: a refusal no retry can fix is not a 429, so
-// SDKs do not retry it; capacity and policy refusals are.
-func TestDecisionErrorStatus(t *testing.T) {
-	ev := &schemas.Event{Scope: "openai-main", Class: "interactive"}
-	for _, tc := range []struct {
-		name   string
-		d      schemas.Decision
-		status int
-		code   string
-	}{
-		{"capacity", schemas.Decision{Status: schemas.StatusDenied, Reason: "over_limit", LimitDimension: schemas.DimRequests, RetryClass: ledger.RetryCapacity}, http.StatusTooManyRequests, apierr.CodeRateLimited},
-		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: ledger.RetryPolicy}, http.StatusTooManyRequests, apierr.CodeQuotaExhausted},
-		{"expired", schemas.Decision{Status: schemas.StatusExpired}, http.StatusTooManyRequests, apierr.CodeQueueTimeout},
-		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: string(schemas.ReasonPathMissingLevel), LimitPath: "deployment", RetryClass: ledger.RetryRequestError}, http.StatusForbidden, apierr.CodePathMissingLevel},
-	} {
-		e := decisionError(tc.d, ev)
-		if e.Status != tc.status || e.Code != tc.code {
-			t.Errorf("%s: got %d %s, want %d %s", tc.name, e.Status, e.Code, tc.status, tc.code)
-		}
 	}
 }

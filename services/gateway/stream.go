@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -18,19 +18,20 @@ import (
 // stream as an upstream error rather than growing memory without limit.
 const sseLineMax = 8 << 20
 
-// stream relays a provider's SSE response event by event, flushing each,
-// while counting usage. It never retries: once the first byte reached the
-// client the attempt is final. A client that goes away cancels the
+// relay relays the provider's SSE response held since the dispatch event
+// by event, flushing each, while counting usage, and returns its end for
+// the lifecycle (which never retries a stream: once the first byte reached
+// the client the attempt is final). A client that goes away cancels the
 // upstream call (the request context is the upstream's parent) and the
-// attempt is reconciled with the usage streamed so far (Partial).
+// attempt is settled with the usage streamed so far (Partial).
 //
 // When the gateway forced stream_options.include_usage for an OpenAI-style
 // stream, the extra usage-only chunk ("choices": []) is counted and then
 // withheld, so the client sees exactly the stream it asked for.
-func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, sent time.Time, forcedUsage bool) {
-	p := cand.prov
-	kind := provider.Kind(p.Kind)
-	su := provider.NewStreamUsage(kind)
+func (c *call) relay(attempt int32) lifecycle.Input {
+	resp, p, sent, forcedUsage := c.upResp, c.upCand.prov, c.upSent, c.upForced
+	defer resp.Body.Close()
+	su := provider.NewStreamUsage(p.Kind)
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -45,7 +46,7 @@ func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, se
 	c.w.Flush()
 
 	var tr *geminiStream
-	if p.Kind == config.KindGemini {
+	if p.Kind == schemas.ProviderGemini {
 		tr = &geminiStream{model: c.req.Model, id: "chatcmpl-" + c.reqID, includeUsage: c.req.IncludeUsage}
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -124,29 +125,15 @@ func (c *call) stream(cand candidate, ev *schemas.Event, resp *http.Response, se
 		}
 	}
 	usage, partial := su.Usage()
-	cut := writeErr != nil || readErr != nil || !su.Finished()
-	status := int32(http.StatusOK)
-	outcome, code := "success", ""
-	if cut {
-		partial = true
-		reason := c.cancelReason()
+	u := lifecycle.Upstream{Status: resp.StatusCode, Partial: partial, FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(),
+		Usage: lifecycle.Usage{InputTokens: usage.InputTokens, CachedInputTokens: usage.CachedInputTokens, OutputTokens: usage.OutputTokens}}
+	if writeErr != nil || readErr != nil || !su.Finished() {
+		u.Failure = c.cancelReason()
 		if writeErr != nil {
-			reason = "client_disconnect"
-		}
-		status, outcome = 499, "cancelled"
-		switch reason {
-		case "deadline":
-			status, outcome, code = http.StatusGatewayTimeout, "timeout", "deadline_exceeded"
-		case "error":
-			status, outcome, code = http.StatusBadGateway, "failure", "upstream_error"
-		}
-		if outcome == "cancelled" {
-			code = "cancelled"
+			u.Failure = schemas.ReasonClientDisconnect
 		}
 	}
-	c.reconcile(cand, ev, usage, status, firstByteMs, sent, true, partial)
-	c.outcome(ev, outcome, status, code, schemas.GDAdmitted, usage.InputTokens, usage.OutputTokens)
-	c.s.m.requests.WithLabelValues(outcome).Inc()
+	return lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u}
 }
 
 // readLine reads one line, bounded by sseLineMax.

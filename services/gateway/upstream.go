@@ -12,10 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/admission/apierr"
-	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
-	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -36,7 +34,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 	forcedUsage := false
 	var u string
 	switch {
-	case p.Kind == config.KindGemini:
+	case p.Kind == schemas.ProviderGemini:
 		b, err := geminiRequest(c.req, body)
 		if err != nil {
 			return nil, false, err
@@ -47,9 +45,9 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 			method = ":streamGenerateContent?alt=sse"
 		}
 		u = base + "/models/" + url.PathEscape(cand.UpstreamModel) + method
-	case p.Kind == config.KindAnthropic:
+	case p.Kind == schemas.ProviderAnthropic:
 		u = base + "/messages"
-	case p.Kind == config.KindAzure:
+	case p.Kind == schemas.ProviderAzure:
 		op := "/chat/completions"
 		if c.api == apiEmbeddings {
 			op = "/embeddings"
@@ -62,7 +60,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 		}
 		u = base + op
 	}
-	if p.Kind != config.KindGemini {
+	if p.Kind != schemas.ProviderGemini {
 		set := map[string]any{}
 		if cand.UpstreamModel != c.req.Model {
 			set["model"] = cand.UpstreamModel
@@ -91,11 +89,11 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 	}
 	key := p.APIKey()
 	switch p.Kind {
-	case config.KindAzure:
+	case schemas.ProviderAzure:
 		if key != "" {
 			up.Header.Set("api-key", key)
 		}
-	case config.KindAnthropic:
+	case schemas.ProviderAnthropic:
 		if key != "" {
 			up.Header.Set("x-api-key", key)
 		}
@@ -103,7 +101,7 @@ func (c *call) upstreamRequest(ctx context.Context, cand candidate) (*http.Reque
 		if v := c.r.Header.Get("anthropic-beta"); v != "" {
 			up.Header.Set("anthropic-beta", v)
 		}
-	case config.KindGemini:
+	case schemas.ProviderGemini:
 		if key != "" {
 			up.Header.Set("x-goog-api-key", key)
 		}
@@ -146,170 +144,72 @@ func streamOptionsWithUsage(body []byte) map[string]json.RawMessage {
 	return top.StreamOptions
 }
 
-// dispatch sends one granted attempt upstream and relays the answer.
-func (c *call) dispatch(cand candidate, ev *schemas.Event, d schemas.Decision) attemptResult {
+// dispatch sends one granted attempt upstream and returns what came back
+// for the lifecycle: an answer (held for Respond), a stream about to start
+// (held for Relay), or no answer.
+func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	p := cand.prov
-	dis := c.envelope(schemas.TypeDispatched, ev, ev.Attempt)
-	dis.Dispatched = &schemas.Dispatched{Provider: p.Kind, Deployment: p.Name, Model: cand.UpstreamModel, QueueMs: c.queueMs, Fallback: cand.fallback}
-	c.s.background(dis, false)
-
+	done := func(u lifecycle.Upstream) lifecycle.Input {
+		return lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u}
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(c.cfg.UpstreamTimeoutMs)*time.Millisecond)
-	defer cancel()
+	c.upCancel = cancel
 	up, forcedUsage, err := c.upstreamRequest(ctx, cand)
 	if err != nil {
-		c.release(ev, "error", 0, 0)
-		c.fail(apierr.New(http.StatusInternalServerError, apierr.CodeInternal, err.Error()), ev, schemas.GDAdmitted)
-		return attemptResult{done: true}
+		return done(lifecycle.Upstream{BuildError: err.Error()})
 	}
 	sent := time.Now()
 	resp, err := c.s.upstream.Do(up)
 	if err != nil {
 		c.s.m.attempts.WithLabelValues(p.Name, "error").Inc()
-		c.release(ev, c.cancelReason(), 0, 0)
-		c.failTransport(ev, p)
-		return attemptResult{done: true}
+		return done(lifecycle.Upstream{Failure: c.cancelReason()})
 	}
-	defer resp.Body.Close()
 	c.s.m.attempts.WithLabelValues(p.Name, strconv.Itoa(resp.StatusCode)).Inc()
 	now := time.Now()
-	if obs := provider.ParseRateLimitHeaders(provider.Kind(p.Kind), resp.Header, now); len(obs) > 0 {
-		po := c.envelope(schemas.TypeProviderObserved, ev, ev.Attempt)
-		po.ProviderObserved = &schemas.ProviderObserved{Deployment: p.Name, Observations: obs}
-		c.s.background(po, true)
-	}
+	obs := provider.ParseRateLimitHeaders(p.Kind, resp.Header, now)
 	if resp.StatusCode >= 400 {
-		return c.upstreamError(cand, ev, resp, now)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, upstreamErrorMax))
+		resp.Body.Close()
+		rej, _ := provider.ParseRejection(p.Kind, resp.StatusCode, resp.Header, body, now)
+		return done(lifecycle.Upstream{Status: resp.StatusCode, Rejection: rej, Observations: obs, TotalMs: time.Since(sent).Milliseconds()})
 	}
 	if c.req.Stream {
-		c.stream(cand, ev, resp, sent, forcedUsage)
-		return attemptResult{done: true}
+		c.upResp, c.upCand, c.upSent, c.upForced = resp, cand, sent, forcedUsage
+		return lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: resp.StatusCode, Observations: obs}}
 	}
+	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, upstreamBodyMax))
 	firstByteMs := time.Since(sent).Milliseconds()
 	if err != nil {
-		c.release(ev, c.cancelReason(), 0, 0)
-		c.failTransport(ev, p)
-		return attemptResult{done: true}
+		return done(lifecycle.Upstream{Failure: c.cancelReason(), Observations: obs})
 	}
-	usage, _ := provider.ParseUsage(provider.Kind(p.Kind), body)
-	if p.Kind == config.KindGemini {
+	usage, _ := provider.ParseUsage(p.Kind, body)
+	if p.Kind == schemas.ProviderGemini {
 		if b, err := geminiToOpenAI(body, c.req.Model, c.reqID); err == nil {
 			body = b
 			resp.Header.Set("Content-Type", "application/json")
 		}
 	}
+	c.upHeader = http.Header{}
 	for _, h := range []string{"Content-Type", "x-request-id", "request-id", "openai-processing-ms"} {
 		if v := resp.Header.Get(h); v != "" {
-			c.w.Header().Set(h, v)
+			c.upHeader.Set(h, v)
 		}
 	}
-	c.setSluiceHeaders(c.w.Header())
-	c.w.WriteHeader(resp.StatusCode)
-	_, _ = c.w.Write(body)
-	c.w.Flush()
-	c.reconcile(cand, ev, usage, int32(resp.StatusCode), firstByteMs, sent, false, false)
-	c.outcome(ev, "success", int32(resp.StatusCode), "", c.gatewayDecision(d), usage.InputTokens, usage.OutputTokens)
-	c.s.m.requests.WithLabelValues("success").Inc()
-	return attemptResult{done: true}
-}
-
-// gatewayDecision says how the successful request got through.
-func (c *call) gatewayDecision(d schemas.Decision) schemas.GatewayDecision {
-	if d.GatewayDecision != "" {
-		return d.GatewayDecision
-	}
-	return schemas.GDAdmitted
-}
-
-// reconcile reports the attempt's actual usage. Input the provider never
-// reported (a cut stream) is taken from the estimate: the prompt was sent.
-func (c *call) reconcile(cand candidate, ev *schemas.Event, u provider.Usage, status int32, firstByteMs int64, sent time.Time, streaming, partial bool) {
-	in := u.InputTokens
-	if in == 0 && partial {
-		in = c.est.InputTokens
-	}
-	rec := c.envelope(schemas.TypeReconciled, ev, ev.Attempt)
-	rec.Reconciled = &schemas.Reconciled{
-		InputTokens: in, CachedInputTokens: u.CachedInputTokens, OutputTokens: u.OutputTokens,
-		SpendMicros: cand.SpendMicros(in, u.OutputTokens), HTTPStatus: status,
-		FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(), Streaming: streaming, Partial: partial,
-		EstimatedInputTokens: c.est.InputTokens, EstimatedOutputTokens: c.est.OutputTokens,
-	}
-	c.s.report(rec)
+	c.upStatus, c.upBody = resp.StatusCode, body
+	return done(lifecycle.Upstream{Status: resp.StatusCode, Observations: obs, FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(),
+		Usage: lifecycle.Usage{InputTokens: usage.InputTokens, CachedInputTokens: usage.CachedInputTokens, OutputTokens: usage.OutputTokens}})
 }
 
 // cancelReason names why an attempt ended without an answer.
-func (c *call) cancelReason() string {
+func (c *call) cancelReason() schemas.Reason {
 	switch {
 	case c.r.Context().Err() != nil:
-		return "client_disconnect"
+		return schemas.ReasonClientDisconnect
 	case c.ctx.Err() != nil:
-		return "deadline"
+		return schemas.ReasonDeadline
 	}
-	return "error"
-}
-
-// failTransport answers a transport failure (grant already released).
-func (c *call) failTransport(ev *schemas.Event, p *config.Provider) {
-	switch c.cancelReason() {
-	case "client_disconnect":
-		c.fail(apierr.New(499, apierr.CodeCancelled, "client closed the request"), ev, schemas.GDAdmitted)
-	case "deadline":
-		c.fail(apierr.New(http.StatusGatewayTimeout, apierr.CodeDeadlineExceeded, fmt.Sprintf("the request's %d ms deadline passed while the provider was answering", c.adm.DeadlineMs)), ev, schemas.GDAdmitted)
-	default:
-		// Never echo the transport error: a proxy URL in it may carry a
-		// credential. Name the provider instead.
-		e := apierr.New(http.StatusBadGateway, apierr.CodeUpstreamError, "provider "+p.Name+" unreachable or its response was interrupted")
-		e.Sluice.Provider = p.Name
-		c.fail(e, ev, schemas.GDAdmitted)
-	}
-}
-
-// upstreamError handles a provider status ≥ 400 before any byte reached
-// the client. Capacity refusals (429, 5xx) become ProviderRejected, which
-// settles the grant in the ledger and cools the scope; the caller then asks
-// the ledger about a retry. Other errors are final: the grant is reconciled
-// with no usage and the client gets the error contract with the provider's
-// scrubbed message (never its raw body, which may echo a credential).
-func (c *call) upstreamError(cand candidate, ev *schemas.Event, resp *http.Response, now time.Time) attemptResult {
-	p := cand.prov
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, upstreamErrorMax))
-	rej, _ := provider.ParseRejection(provider.Kind(p.Kind), resp.StatusCode, resp.Header, body, now)
-	rej.Deployment = p.Name
-	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
-		pr := c.envelope(schemas.TypeProviderRejected, ev, ev.Attempt)
-		pr.ProviderRejected = &rej
-		c.s.report(pr)
-		return attemptResult{rej: rej, retryClass: retryClass(rej)}
-	}
-	c.reconcile(cand, ev, provider.Usage{}, int32(resp.StatusCode), 0, now, c.req.Stream, false)
-	status, code := http.StatusBadGateway, apierr.CodeUpstreamError
-	if resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusForbidden {
-		// The caller's request was at fault: keep the provider's status.
-		// A 401/403 is the gateway's own credential: the caller cannot fix it.
-		status, code = resp.StatusCode, apierr.CodeUpstreamRequestError
-	}
-	msg := fmt.Sprintf("provider %s answered HTTP %d", p.Name, resp.StatusCode)
-	if rej.Message != "" {
-		msg += ": " + rej.Message
-	}
-	e := apierr.New(status, code, msg)
-	e.Sluice.Provider = p.Name
-	c.fail(e, ev, schemas.GDAdmitted)
-	return attemptResult{done: true}
-}
-
-// retryClass classifies a provider refusal for the ledger's retry policy.
-func retryClass(rej schemas.ProviderRejected) string {
-	switch rej.Kind {
-	case ledger.KindRateLimited:
-		return ledger.RetryCapacity
-	case ledger.KindOverloaded:
-		return ledger.RetryOverload
-	case ledger.KindQuotaExhausted:
-		return ledger.RetryPolicy
-	}
-	return ledger.RetryRequestError
+	return schemas.ReasonError
 }
 
 // report sends an event the ledger must see (reconcile, release, provider

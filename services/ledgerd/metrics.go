@@ -99,7 +99,7 @@ func (m *metrics) observe(p int32, l *ledger.Ledger, sinceSnapshot time.Duration
 
 func (m *metrics) decision(o *ledger.Output) {
 	m.decisions.WithLabelValues(string(o.Decision.Status), string(o.Decision.LimitDimension)).Inc()
-	if o.Decision.Reason == string(schemas.ReasonNodeLost) {
+	if o.Decision.Reason == schemas.ReasonNodeLost {
 		m.nodeLost.Inc()
 	}
 }

@@ -140,9 +140,9 @@ func TestForgedPathRefused(t *testing.T) {
 		t.Fatalf("forged request: %d terminal decisions, want 1: %+v", len(forged), forged)
 	}
 	d := forged[0].Decision
-	if d.Status != schemas.StatusDenied || d.Reason != string(schemas.ReasonPathMissingLevel) ||
-		d.LimitPath != ledger.LevelDeployment || d.RetryClass != ledger.RetryRequestError {
-		t.Errorf("forged request decided %+v, want denied %s on %q (%s)", d, schemas.ReasonPathMissingLevel, ledger.LevelDeployment, ledger.RetryRequestError)
+	if d.Status != schemas.StatusDenied || d.Reason != schemas.ReasonPathMissingLevel ||
+		d.LimitPath != ledger.LevelDeployment || d.RetryClass != schemas.RetryRequestError {
+		t.Errorf("forged request decided %+v, want denied %s on %q (%s)", d, schemas.ReasonPathMissingLevel, ledger.LevelDeployment, schemas.RetryRequestError)
 	}
 	if len(good) != 1 || good[0].Decision.Status != schemas.StatusGranted {
 		t.Errorf("request with the deployment: %+v, want one grant", good)

@@ -134,8 +134,7 @@ func runGateway(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: bs, Topics: names, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond,
-		EmergencyCapPerSec: cfg.EmergencyCapPerSec, Log: log})
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: bs, Topics: names, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: log})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,7 @@
-package gateway
+package lifecycle
 
 import (
 	"fmt"
-	"net/http"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/schemas"
@@ -55,7 +54,7 @@ func judgeGrant(d schemas.Decision, nowMs, boundMs, deadlineAtMs int64, retries 
 // lateGrantError is the error contract for a late grant that could not be
 // replaced in time: the governor's own delay, so 503 with Retry-After.
 func lateGrantError(lateMs, boundMs int64) *apierr.Error {
-	e := apierr.New(http.StatusServiceUnavailable, apierr.CodeLateGrant,
+	e := apierr.New(503, apierr.CodeLateGrant,
 		fmt.Sprintf("the quota ledger's grant reached the gateway %d ms after it was decided (bound %d ms): dispatching it late would burst the provider, and no new grant fits the request's deadline; retry shortly", lateMs, boundMs))
 	e.Sluice.Type = "local_limit"
 	e.Sluice.RetryAfterMs = 1000

@@ -1,0 +1,149 @@
+package lifecycle
+
+import (
+	"fmt"
+
+	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// The error contract of every way a request's life can fail. HTTP statuses
+// are written as numbers: the package does no HTTP.
+
+// decisionError turns a refusal by the ledger into the error contract.
+func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
+	var e *apierr.Error
+	switch d.Status {
+	case schemas.StatusExpired:
+		e = apierr.New(429, apierr.CodeQueueTimeout, "request waited in the "+ev.Class+" queue past its deadline")
+	case schemas.StatusConflict:
+		e = apierr.New(409, apierr.CodeInvalidRequest, "the ledger saw this request id and attempt with different content")
+	case schemas.StatusDenied:
+		if d.Reason == schemas.ReasonPathMissingLevel {
+			// The gateway built the path from the key's identity, so
+			// the configuration is at fault and no retry can succeed:
+			// a 403, which SDKs do not retry, rather than a 429.
+			e = apierr.New(403, apierr.CodePathMissingLevel,
+				"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
+			break
+		}
+		e = rateLimited(d)
+	default:
+		e = rateLimited(d)
+	}
+	e.Sluice.Type = "local_limit"
+	e.Sluice.Limiter = string(d.LimitDimension)
+	e.Sluice.LimitPath = d.LimitPath
+	e.Sluice.RetryAfterMs = d.RetryAfterMs
+	e.Sluice.GatewayDecision = d.GatewayDecision
+	e.Sluice.FallbackAllowed = d.FallbackAllowed
+	return e
+}
+
+// rateLimited is the 429 of a refusal on capacity or policy.
+func rateLimited(d schemas.Decision) *apierr.Error {
+	msg := "rate limit exceeded"
+	if d.LimitDimension != "" {
+		msg = fmt.Sprintf("rate limit exceeded on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
+	} else if d.Reason != "" {
+		msg = "request refused by the quota ledger: " + string(d.Reason)
+	}
+	code := apierr.CodeRateLimited
+	if d.RetryClass == schemas.RetryPolicy {
+		code = apierr.CodeQuotaExhausted
+	}
+	return apierr.New(429, code, msg)
+}
+
+// providerError is the error contract for a provider refusal that will not
+// be retried (not retryable, or the ledger refused the retry d).
+func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.Decision) *apierr.Error {
+	status, code := 429, apierr.CodeUpstreamRejected
+	switch rej.Kind {
+	case schemas.KindOverloaded:
+		status, code = 503, apierr.CodeUpstreamOverloaded
+	case schemas.KindQuotaExhausted:
+		code = apierr.CodeQuotaExhausted
+	case schemas.KindRequestError:
+		status, code = 502, apierr.CodeUpstreamRequestError
+	}
+	msg := fmt.Sprintf("provider %s refused the request (HTTP %d)", ev.Scope, rej.HTTPStatus)
+	if rej.Message != "" {
+		msg += ": " + rej.Message // already scrubbed of credentials
+	}
+	if d.Reason != "" {
+		msg += "; retry not granted: " + string(d.Reason)
+	}
+	e := apierr.New(status, code, msg)
+	e.Sluice.Type = "provider_limit"
+	e.Sluice.Limiter = string(rej.Limiter)
+	e.Sluice.Provider = rej.Deployment
+	e.Sluice.RetryAfterMs = max(rej.RetryAfterMs, d.RetryAfterMs)
+	e.Sluice.GatewayDecision = schemas.GDAdmittedThenProviderReject
+	return e
+}
+
+// upstreamStatusError is the error contract of a provider status ≥ 400
+// that is not a capacity refusal.
+func upstreamStatusError(upstreamStatus int, provider, message string) *apierr.Error {
+	status, code := 502, apierr.CodeUpstreamError
+	if upstreamStatus != 401 && upstreamStatus != 403 {
+		// The caller's request was at fault: keep the provider's status.
+		// A 401/403 is the gateway's own credential: the caller cannot fix it.
+		status, code = upstreamStatus, apierr.CodeUpstreamRequestError
+	}
+	msg := fmt.Sprintf("provider %s answered HTTP %d", provider, upstreamStatus)
+	if message != "" {
+		msg += ": " + message
+	}
+	e := apierr.New(status, code, msg)
+	e.Sluice.Provider = provider
+	return e
+}
+
+// transportError answers an attempt that got no answer (grant released).
+func transportError(reason schemas.Reason, provider string, deadlineMs int64) *apierr.Error {
+	switch reason {
+	case schemas.ReasonClientDisconnect:
+		return apierr.New(499, apierr.CodeCancelled, "client closed the request")
+	case schemas.ReasonDeadline:
+		return apierr.New(504, apierr.CodeDeadlineExceeded, fmt.Sprintf("the request's %d ms deadline passed while the provider was answering", deadlineMs))
+	}
+	// Never echo the transport error: a proxy URL in it may carry a
+	// credential. Name the provider instead.
+	e := apierr.New(502, apierr.CodeUpstreamError, "provider "+provider+" unreachable or its response was interrupted")
+	e.Sluice.Provider = provider
+	return e
+}
+
+// cancelledWaiting: the client went away while its request waited for
+// capacity.
+func cancelledWaiting() *apierr.Error {
+	e := apierr.New(499, apierr.CodeCancelled, "request cancelled while waiting for capacity")
+	e.Sluice.GatewayDecision = schemas.GDQueued
+	return e
+}
+
+// deadlineWaiting: the deadline passed while the request waited.
+func deadlineWaiting(deadlineMs int64) *apierr.Error {
+	e := apierr.New(504, apierr.CodeDeadlineExceeded, fmt.Sprintf("no capacity within the request's %d ms deadline", deadlineMs))
+	e.Sluice.GatewayDecision = schemas.GDQueuedThenExpired
+	return e
+}
+
+// ledgerUnavailable: the ledger did not answer in time and no emergency
+// admission applied.
+func ledgerUnavailable() *apierr.Error {
+	e := apierr.New(503, apierr.CodeLedgerUnavailable, "the quota ledger did not answer in time; failing closed (retry shortly)")
+	e.Sluice.RetryAfterMs = 1000
+	e.Sluice.GatewayDecision = schemas.GDLedgerUnavailable
+	return e
+}
+
+func fillSluice(e *apierr.Error, ev *schemas.Event) {
+	e.Sluice.Scope, e.Sluice.Tenant, e.Sluice.KeyID = ev.Scope, ev.Tenant, ev.KeyID
+	e.Sluice.Class, e.Sluice.ModelProfile, e.Sluice.RequestID = ev.Class, ev.Route, ev.RequestID
+	if rr := ev.ReserveRequested; rr != nil {
+		e.Sluice.EstimatedInput, e.Sluice.EstimatedOutput = rr.InputTokens, rr.OutputTokens
+	}
+}

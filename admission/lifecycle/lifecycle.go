@@ -1,0 +1,650 @@
+// Package lifecycle is one request's life in a gateway as a pure state
+// machine: reserve → (queued) → granted → dispatch → retry or fallback →
+// reconcile or release → respond. The gateway (services/gateway) is its
+// shell: it turns HTTP and Kafka into Inputs, calls Step, and executes the
+// Effects it gets back (produce an event, call the provider, answer the
+// client, set a timer). Every rule of a request's life is here; every I/O is
+// in the shell.
+//
+// Like ledger/, the package uses no wall clock (time is Step's nowMs), no
+// randomness, no goroutines and no I/O; purity_test.go holds it to that.
+// Events it builds carry no id: the shell stamps one (schemas.NewID) before
+// producing, and the pipeline simulation stamps deterministic ones.
+package lifecycle
+
+import (
+	"math"
+
+	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Config holds the gateway settings a lifecycle obeys. The zero value is
+// not usable: AnswerTimeoutMs must be positive.
+type Config struct {
+	// AnswerTimeoutMs bounds the wait for the ledger's first answer
+	// (granted, queued, denied …) to a reservation or retry.
+	AnswerTimeoutMs int64
+	// LateGrantBoundMs is the class's late-grant bound (late.go).
+	LateGrantBoundMs int64
+	// Emergency: the gateway admits locally, under its emergency cap, when
+	// the ledger does not answer; the shell tells with Input.EmergencyOK
+	// whether the cap has room for this request now.
+	Emergency bool
+}
+
+// Request is what the gateway knows about a request when its life starts.
+type Request struct {
+	ID                   string // logical request id
+	Node                 string // this gateway
+	Tenant, KeyID, Class string
+	Priority             int32
+	StartMs              int64 // when the gateway received it
+	DeadlineMs           int64 // total deadline from StartMs; 0: none
+	// FallbackAllowed: the client allows fallback (Targets holds the
+	// eligible fallbacks after the primary only if it does).
+	FallbackAllowed bool
+	Estimate        Usage
+	Streaming       bool
+	Targets         []Target // the primary first; at least one
+}
+
+// Target is one route candidate resolved to its provider.
+type Target struct {
+	Scope    string // provider scope (the ledger partition key)
+	Profile  string // model profile (Event.Route)
+	Provider string // provider (deployment) name
+	Kind     schemas.ProviderKind
+	Model    string // upstream model name
+	Path     []schemas.PathLevel
+	// Prices in USD per million tokens (micro-USD per token).
+	InputCostPerMTok, OutputCostPerMTok float64
+}
+
+// SpendMicros is the cost of in input and out output tokens on t.
+func (t *Target) SpendMicros(in, out int64) int64 {
+	return int64(math.Ceil(float64(in)*t.InputCostPerMTok + float64(out)*t.OutputCostPerMTok))
+}
+
+// Usage is a token count: an estimate or what the provider reported.
+type Usage struct {
+	InputTokens, CachedInputTokens, OutputTokens int64
+}
+
+// InputKind names an Input.
+type InputKind uint8
+
+// Inputs.
+const (
+	// Start begins the life: the first reservation.
+	Start InputKind = iota
+	// Decided: the ledger's Decision for Attempt.
+	Decided
+	// ProduceFailed: the Produce effect of Attempt failed (the broker did
+	// not take it).
+	ProduceFailed
+	// TimerFired: a timer set by a SetTimer effect is due.
+	TimerFired
+	// UpstreamDone: the Dispatch of Attempt ended before any byte reached
+	// the client: an answer (Upstream.Status), or none (Status 0 and
+	// Upstream.Failure).
+	UpstreamDone
+	// StreamStarted: the provider answered 2xx to a stream, whose first
+	// byte goes to the client next. From here on no retry is possible.
+	StreamStarted
+	// StreamEnded: the stream relay ended (Upstream.Failure says why if it
+	// was cut).
+	StreamEnded
+	// ClientGone: the client closed the request.
+	ClientGone
+)
+
+// Input is one thing that happened to the request.
+type Input struct {
+	Kind     InputKind
+	Attempt  int32
+	Decision schemas.Decision
+	Timer    Timer
+	Upstream Upstream
+	// EmergencyOK, with a TimerFired of the answer timer or a
+	// ProduceFailed: the gateway's emergency cap admits one request now.
+	EmergencyOK bool
+}
+
+// Upstream is what a Dispatch brought back.
+type Upstream struct {
+	// Status is the provider's HTTP status; 0 means no (complete) answer.
+	Status int
+	// Failure says why there was no answer or the stream was cut:
+	// ReasonClientDisconnect, ReasonDeadline or ReasonError. "" = none.
+	Failure schemas.Reason
+	// BuildError: the provider request could not be built (nothing sent).
+	BuildError string
+	// Rejection is the parsed refusal of a Status ≥ 400.
+	Rejection    schemas.ProviderRejected
+	Observations []schemas.Observation // rate-limit headers
+	Usage        Usage
+	Partial      bool // usage counted from an interrupted stream
+	FirstByteMs  int64
+	TotalMs      int64
+}
+
+// TimerKind names a timer.
+type TimerKind uint8
+
+// Timers.
+const (
+	TimerAnswer   TimerKind = iota + 1 // the ledger's answer bound of Attempt
+	TimerDeadline                      // the request's deadline
+)
+
+// Timer is a timer a lifecycle set; a timer that no longer applies when it
+// fires (its attempt was answered) changes nothing.
+type Timer struct {
+	Kind    TimerKind
+	Attempt int32
+}
+
+// EffectKind names an Effect.
+type EffectKind uint8
+
+// Effects.
+const (
+	// Produce Event (a ReserveRequested or RetryRequested) to
+	// sluice.requests and wait for the broker's ack; a failure comes back
+	// as ProduceFailed. The gateway waits for decisions in Event.Scope
+	// from now on (it heartbeats the scope).
+	Produce EffectKind = iota + 1
+	// Report Event to sluice.requests without waiting (reconcile, release,
+	// provider feedback). Events of one request keep their order.
+	Report
+	// Telemetry sends Event to sluice.telemetry (Dispatched, Outcome).
+	Telemetry
+	// WaitEnded: the wait for decisions in Scope ended with Decision (zero
+	// when none came): the gateway's heartbeat bookkeeping.
+	WaitEnded
+	// Dispatch sends Attempt to Targets[Target]. It comes back as
+	// UpstreamDone, or StreamStarted then StreamEnded.
+	Dispatch
+	// Relay: go on relaying the provider's stream of Attempt to the
+	// client; it comes back as StreamEnded.
+	Relay
+	// Respond answers the client: with Error in the error contract, or
+	// (Error nil) with the provider's answer the shell holds.
+	Respond
+	// SetTimer asks for TimerFired with Timer once nowMs reaches AtMs.
+	SetTimer
+	// Count adds one to the gateway metric Metric with label Label.
+	Count
+)
+
+// Metric names a gateway metric a Count effect adds to.
+type Metric uint8
+
+// Metrics.
+const (
+	MetricRequests  Metric = iota + 1 // requests by outcome or error code
+	MetricLateGrant                   // late grants by action (reserved_again, refused)
+)
+
+// Effect is one thing the shell must do, in order.
+type Effect struct {
+	Kind     EffectKind
+	Event    *schemas.Event
+	Scope    string
+	Decision schemas.Decision
+	Target   int
+	Attempt  int32
+	Error    *apierr.Error
+	Timer    Timer
+	AtMs     int64
+	Metric   Metric
+	Label    string
+}
+
+type phase uint8
+
+const (
+	reserving phase = iota + 1 // waiting for the ledger's decision on attempt
+	upstream                   // attempt dispatched, nothing sent to the client yet
+	streaming                  // the provider's stream is being relayed
+	done                       // the client has its answer
+)
+
+// Lifecycle is one request's state. Create it with New and drive it with
+// Step from one goroutine.
+type Lifecycle struct {
+	cfg Config
+	req Request
+
+	phase    phase
+	ti       int   // current target
+	attempt  int32 // current attempt (1-based)
+	answered bool  // the ledger answered the current wait (queued counts)
+	// rec is the current attempt's reservation: envelope and estimates.
+	// For a retry it is never produced itself, but it is what the
+	// emergency path and every later event and error are built from.
+	rec *schemas.Event
+	// waitOn is the event whose decision the current wait expects (rec or
+	// a RetryRequested).
+	waitOn     *schemas.Event
+	lastRej    *schemas.ProviderRejected // the refusal the current retry follows
+	lateGrants int                       // late grants released and reserved again
+	queueMs    int64                     // enqueue → first upstream attempt
+	grant      schemas.Decision          // the dispatched attempt's grant
+	emergency  bool                      // the current attempt was admitted locally
+	streamed   bool                      // a stream reached the client: no retry, ever
+
+	out []Effect
+}
+
+// New returns the lifecycle of req under cfg. It panics on a request
+// without targets or a config without an answer bound: programmer errors.
+func New(cfg Config, req Request) *Lifecycle {
+	if len(req.Targets) == 0 || cfg.AnswerTimeoutMs <= 0 {
+		panic("lifecycle: a request needs a target and an answer bound")
+	}
+	return &Lifecycle{cfg: cfg, req: req}
+}
+
+// Done reports whether the client has its answer and nothing is held.
+func (l *Lifecycle) Done() bool { return l.phase == done }
+
+// Attempts is the number of attempts so far.
+func (l *Lifecycle) Attempts() int32 { return l.attempt }
+
+// Awaiting reports whether the ledger's first answer to attempt is still
+// awaited (the shell then takes an emergency-cap slot only when it can be
+// used).
+func (l *Lifecycle) Awaiting(attempt int32) bool {
+	return l.phase == reserving && attempt == l.attempt && !l.answered && !l.emergency
+}
+
+// QueueMs is the wait from the request's start to its first dispatch.
+func (l *Lifecycle) QueueMs() int64 { return l.queueMs }
+
+// Streamed reports whether the response was (or is being) streamed to the
+// client.
+func (l *Lifecycle) Streamed() bool { return l.streamed }
+
+// Step applies in at nowMs (unix ms, the gateway's clock) and returns the
+// effects to execute, in order. The slice is reused by the next Step.
+func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
+	l.out = l.out[:0]
+	if l.phase == done {
+		return l.out
+	}
+	switch in.Kind {
+	case Start:
+		if l.phase == 0 {
+			l.attempt = 1
+			if l.req.DeadlineMs > 0 {
+				l.setTimer(Timer{Kind: TimerDeadline}, l.req.StartMs+l.req.DeadlineMs)
+			}
+			l.reserve(nowMs)
+		}
+	case Decided:
+		if l.phase == reserving && in.Attempt == l.attempt && !l.emergency {
+			l.decided(nowMs, in.Decision)
+		}
+	case ProduceFailed:
+		if l.phase == reserving && in.Attempt == l.attempt && !l.answered {
+			l.ledgerSilent(nowMs, in.EmergencyOK, false)
+		}
+	case TimerFired:
+		l.timer(nowMs, in)
+	case UpstreamDone:
+		if l.phase == upstream && in.Attempt == l.attempt {
+			l.upstreamDone(nowMs, &in.Upstream)
+		}
+	case StreamStarted:
+		if l.phase == upstream && in.Attempt == l.attempt {
+			l.observed(nowMs, in.Upstream.Observations)
+			l.phase, l.streamed = streaming, true
+			l.emit(Effect{Kind: Relay, Attempt: l.attempt})
+		}
+	case StreamEnded:
+		if l.phase == streaming && in.Attempt == l.attempt {
+			l.streamEnded(nowMs, &in.Upstream)
+		}
+	case ClientGone:
+		if l.phase == reserving {
+			l.stopWaiting(nowMs, schemas.ReasonCancel)
+			l.fail(nowMs, cancelledWaiting(), schemas.GDQueued)
+		}
+		// While dispatched, the shell's upstream call is cancelled with the
+		// client and comes back as UpstreamDone or StreamEnded.
+	}
+	return l.out
+}
+
+func (l *Lifecycle) timer(nowMs int64, in Input) {
+	switch in.Timer.Kind {
+	case TimerAnswer:
+		if l.phase == reserving && in.Timer.Attempt == l.attempt && !l.answered && !l.emergency {
+			l.ledgerSilent(nowMs, in.EmergencyOK, true)
+		}
+	case TimerDeadline:
+		if l.phase == reserving {
+			l.stopWaiting(nowMs, schemas.ReasonCancel)
+			l.fail(nowMs, deadlineWaiting(l.req.DeadlineMs), schemas.GDQueuedThenExpired)
+		}
+	}
+}
+
+// reserve asks the ledger for the current attempt on the current target.
+func (l *Lifecycle) reserve(nowMs int64) {
+	l.rec = l.reserveEvent(nowMs)
+	l.wait(nowMs, l.rec)
+}
+
+func (l *Lifecycle) wait(nowMs int64, ev *schemas.Event) {
+	l.phase, l.waitOn, l.answered, l.emergency = reserving, ev, false, false
+	l.emit(Effect{Kind: Produce, Event: ev, Attempt: l.attempt})
+	l.setTimer(Timer{Kind: TimerAnswer, Attempt: l.attempt}, nowMs+l.cfg.AnswerTimeoutMs)
+}
+
+// stopWaiting ends a wait the client no longer needs: the ledger drops the
+// reservation (queued or about to be).
+func (l *Lifecycle) stopWaiting(nowMs int64, reason schemas.Reason) {
+	l.emit(Effect{Kind: Report, Event: l.released(nowMs, l.waitOn, reason)})
+	l.emit(Effect{Kind: WaitEnded, Scope: l.waitOn.Scope})
+}
+
+// ledgerSilent handles a wait the ledger did not answer (timedOut) or
+// whose event never reached the broker: admit locally under the emergency
+// cap, or fail closed. The emergency reservation is a new attempt carrying
+// the current attempt's whole reservation, flagged, so the ledger charges
+// it whether the silent wait was a reservation or a retry.
+func (l *Lifecycle) ledgerSilent(nowMs int64, emergencyOK, timedOut bool) {
+	if timedOut {
+		l.stopWaiting(nowMs, schemas.ReasonLedgerTimeout)
+	} else {
+		l.emit(Effect{Kind: WaitEnded, Scope: l.waitOn.Scope})
+	}
+	if !l.cfg.Emergency || !emergencyOK {
+		l.fail(nowMs, ledgerUnavailable(), schemas.GDLedgerUnavailable)
+		return
+	}
+	l.attempt++
+	ev := l.reserveEvent(nowMs)
+	ev.ReserveRequested.EmergencyAdmitted = true
+	l.rec, l.waitOn, l.emergency = ev, ev, true
+	l.emit(Effect{Kind: Report, Event: ev})
+	d := schemas.Decision{Status: schemas.StatusGranted, Reason: schemas.ReasonEmergencyCap, GatewayDecision: schemas.GDEmergencyAdmitted}
+	l.emit(Effect{Kind: WaitEnded, Scope: ev.Scope, Decision: d})
+	l.dispatch(nowMs, d)
+}
+
+// decided follows the ledger's decision on the current attempt.
+func (l *Lifecycle) decided(nowMs int64, d schemas.Decision) {
+	l.answered = true
+	if d.Status == schemas.StatusQueued {
+		return // the terminal decision follows
+	}
+	l.emit(Effect{Kind: WaitEnded, Scope: l.waitOn.Scope, Decision: d})
+	if d.Status != schemas.StatusGranted {
+		l.refused(nowMs, d)
+		return
+	}
+	if v := judgeGrant(d, nowMs, l.cfg.LateGrantBoundMs, l.deadlineAt(), l.lateGrants); v != grantInTime {
+		// Too late after the ledger decided: dispatching now would join
+		// a burst (late.go). Give it back and, if the deadline allows,
+		// ask again at the ledger's current log time.
+		l.emit(Effect{Kind: Report, Event: l.released(nowMs, l.rec, schemas.ReasonLateGrant)})
+		if v == lateRefuse {
+			l.emit(Effect{Kind: Count, Metric: MetricLateGrant, Label: "refused"})
+			l.fail(nowMs, lateGrantError(nowMs-d.LogTimeMs, l.cfg.LateGrantBoundMs), schemas.GDLateGrant)
+			return
+		}
+		l.emit(Effect{Kind: Count, Metric: MetricLateGrant, Label: "reserved_again"})
+		l.lateGrants++
+		l.attempt++
+		l.reserve(nowMs)
+		return
+	}
+	l.dispatch(nowMs, d)
+}
+
+// refused follows a refusal. A denial may allow a fallback (the class
+// overloads to fallback, or the ledger refused a retry after a provider
+// rejection): the fallback is a new reservation, in its own scope, that the
+// ledger decides like any other.
+func (l *Lifecycle) refused(nowMs int64, d schemas.Decision) {
+	if l.ti+1 < len(l.req.Targets) && (d.FallbackAllowed || (l.lastRej != nil && d.RetryClass != schemas.RetryDeadline)) {
+		l.ti++
+		l.attempt++
+		l.lastRej = nil
+		l.reserve(nowMs)
+		return
+	}
+	if l.lastRej != nil {
+		l.fail(nowMs, providerError(*l.lastRej, l.rec, d), schemas.GDAdmittedThenProviderReject)
+		return
+	}
+	l.fail(nowMs, decisionError(d, l.rec), d.GatewayDecision)
+}
+
+func (l *Lifecycle) dispatch(nowMs int64, d schemas.Decision) {
+	if l.queueMs == 0 {
+		l.queueMs = max(1, nowMs-l.req.StartMs)
+	}
+	l.phase, l.grant = upstream, d
+	t := &l.req.Targets[l.ti]
+	dis := l.derive(nowMs, schemas.TypeDispatched, l.rec)
+	dis.Dispatched = &schemas.Dispatched{Provider: t.Kind, Deployment: t.Provider, Model: t.Model, QueueMs: l.queueMs, Fallback: l.ti > 0}
+	l.emit(Effect{Kind: Telemetry, Event: dis})
+	l.emit(Effect{Kind: Dispatch, Target: l.ti, Attempt: l.attempt})
+}
+
+// upstreamDone follows an attempt that ended before any byte reached the
+// client.
+func (l *Lifecycle) upstreamDone(nowMs int64, u *Upstream) {
+	t := &l.req.Targets[l.ti]
+	switch {
+	case u.BuildError != "":
+		l.emit(Effect{Kind: Report, Event: l.released(nowMs, l.rec, schemas.ReasonError)})
+		l.fail(nowMs, apierr.New(500, apierr.CodeInternal, u.BuildError), schemas.GDAdmitted)
+		return
+	case u.Status == 0:
+		l.emit(Effect{Kind: Report, Event: l.released(nowMs, l.rec, failureReason(u.Failure))})
+		l.fail(nowMs, transportError(failureReason(u.Failure), t.Provider, l.req.DeadlineMs), schemas.GDAdmitted)
+		return
+	}
+	l.observed(nowMs, u.Observations)
+	if u.Status >= 400 {
+		l.upstreamError(nowMs, u)
+		return
+	}
+	l.emit(Effect{Kind: Respond})
+	l.reconcile(nowMs, u, int32(u.Status), false)
+	l.outcome(nowMs, schemas.OutcomeSuccess, int32(u.Status), "", l.successDecision(), u.Usage)
+	l.emit(Effect{Kind: Count, Metric: MetricRequests, Label: string(schemas.OutcomeSuccess)})
+	l.phase = done
+}
+
+// upstreamError handles a provider status ≥ 400 before any byte reached
+// the client. Capacity refusals (429, 5xx) become ProviderRejected, which
+// settles the grant in the ledger and cools the scope; a retryable one is
+// then a RetryRequested the ledger answers like a reservation (queued until
+// the backoff and Retry-After floor pass, then granted, or denied when the
+// budget or deadline says no). Other errors are final: the grant is
+// reconciled with no usage and the client gets the error contract with the
+// provider's scrubbed message.
+func (l *Lifecycle) upstreamError(nowMs int64, u *Upstream) {
+	t := &l.req.Targets[l.ti]
+	if u.Status == 429 || u.Status >= 500 {
+		rej := u.Rejection
+		rej.Deployment = t.Provider
+		pr := l.derive(nowMs, schemas.TypeProviderRejected, l.rec)
+		pr.ProviderRejected = &rej
+		l.emit(Effect{Kind: Report, Event: pr})
+		class := rej.Kind.RetryClass()
+		if !class.Retryable() {
+			l.fail(nowMs, providerError(rej, l.rec, schemas.Decision{}), schemas.GDAdmittedThenProviderReject)
+			return
+		}
+		l.lastRej = &rej
+		prev := l.rec
+		l.attempt++
+		retry := l.derive(nowMs, schemas.TypeRetryRequested, prev)
+		retry.Attempt = l.attempt
+		retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: prev.Attempt, Reason: class, RetryAfterMs: rej.RetryAfterMs}
+		// rec stays the attempt's record (envelope and estimates for the
+		// events and errors that follow); it is never produced itself.
+		next := *prev
+		rr := *prev.ReserveRequested
+		next.ReserveRequested, next.Attempt = &rr, l.attempt
+		l.rec = &next
+		l.wait(nowMs, retry)
+		return
+	}
+	l.reconcile(nowMs, &Upstream{}, int32(u.Status), false)
+	l.fail(nowMs, upstreamStatusError(u.Status, t.Provider, u.Rejection.Message), schemas.GDAdmitted)
+}
+
+// streamEnded settles a stream: it is never retried, whatever cut it.
+// Input the provider never reported (a cut stream) is taken from the
+// estimate: the prompt was sent.
+func (l *Lifecycle) streamEnded(nowMs int64, u *Upstream) {
+	status := int32(200)
+	outcome, code := schemas.OutcomeSuccess, ""
+	if u.Failure != "" {
+		u.Partial = true
+		status, outcome, code = 499, schemas.OutcomeCancelled, apierr.CodeCancelled
+		switch u.Failure {
+		case schemas.ReasonDeadline:
+			status, outcome, code = 504, schemas.OutcomeTimeout, apierr.CodeDeadlineExceeded
+		case schemas.ReasonError:
+			status, outcome, code = 502, schemas.OutcomeFailure, apierr.CodeUpstreamError
+		}
+	}
+	l.reconcile(nowMs, u, status, true)
+	l.outcome(nowMs, outcome, status, code, schemas.GDAdmitted, u.Usage)
+	l.emit(Effect{Kind: Count, Metric: MetricRequests, Label: string(outcome)})
+	l.phase = done
+}
+
+// fail answers the client with e (in the API's envelope) and records the
+// outcome. Any grant is already settled.
+func (l *Lifecycle) fail(nowMs int64, e *apierr.Error, gd schemas.GatewayDecision) {
+	if e.Sluice.GatewayDecision == "" {
+		e.Sluice.GatewayDecision = gd
+	}
+	fillSluice(e, l.rec)
+	status := schemas.OutcomeFailure
+	switch {
+	case e.Code == apierr.CodeCancelled:
+		status = schemas.OutcomeCancelled
+	case e.Code == apierr.CodeDeadlineExceeded || e.Code == apierr.CodeQueueTimeout:
+		status = schemas.OutcomeTimeout
+	}
+	l.outcome(nowMs, status, int32(e.Status), e.Code, e.Sluice.GatewayDecision, Usage{})
+	l.emit(Effect{Kind: Count, Metric: MetricRequests, Label: e.Code})
+	l.emit(Effect{Kind: Respond, Error: e})
+	l.phase = done
+}
+
+func (l *Lifecycle) reconcile(nowMs int64, u *Upstream, status int32, streaming bool) {
+	t := &l.req.Targets[l.ti]
+	in := u.Usage.InputTokens
+	if in == 0 && u.Partial {
+		in = l.req.Estimate.InputTokens
+	}
+	rec := l.derive(nowMs, schemas.TypeReconciled, l.rec)
+	rec.Reconciled = &schemas.Reconciled{
+		InputTokens: in, CachedInputTokens: u.Usage.CachedInputTokens, OutputTokens: u.Usage.OutputTokens,
+		SpendMicros: t.SpendMicros(in, u.Usage.OutputTokens), HTTPStatus: status,
+		FirstByteMs: u.FirstByteMs, TotalMs: u.TotalMs, Streaming: streaming, Partial: u.Partial,
+		EstimatedInputTokens: l.req.Estimate.InputTokens, EstimatedOutputTokens: l.req.Estimate.OutputTokens,
+	}
+	l.emit(Effect{Kind: Report, Event: rec})
+}
+
+func (l *Lifecycle) observed(nowMs int64, obs []schemas.Observation) {
+	if len(obs) == 0 {
+		return
+	}
+	po := l.derive(nowMs, schemas.TypeProviderObserved, l.rec)
+	po.ProviderObserved = &schemas.ProviderObserved{Deployment: l.req.Targets[l.ti].Provider, Observations: obs}
+	l.emit(Effect{Kind: Report, Event: po})
+}
+
+func (l *Lifecycle) outcome(nowMs int64, status schemas.OutcomeStatus, httpStatus int32, code string, gd schemas.GatewayDecision, u Usage) {
+	o := l.derive(nowMs, schemas.TypeOutcome, l.rec)
+	o.Outcome = &schemas.Outcome{Status: status, HTTPStatus: httpStatus, Attempts: l.attempt, QueueMs: l.queueMs,
+		TotalMs: nowMs - l.req.StartMs, ErrorCode: code, GatewayDecision: gd, InputTokens: u.InputTokens, OutputTokens: u.OutputTokens}
+	l.emit(Effect{Kind: Telemetry, Event: o})
+}
+
+// successDecision says how a successful request got through.
+func (l *Lifecycle) successDecision() schemas.GatewayDecision {
+	if l.grant.GatewayDecision != "" {
+		return l.grant.GatewayDecision
+	}
+	return schemas.GDAdmitted
+}
+
+func (l *Lifecycle) deadlineAt() int64 {
+	if l.req.DeadlineMs > 0 {
+		return l.req.StartMs + l.req.DeadlineMs
+	}
+	return 0
+}
+
+// reserveEvent builds the ReserveRequested of the current attempt on the
+// current target.
+func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
+	t := &l.req.Targets[l.ti]
+	ev := &schemas.Event{V: schemas.Version, Type: schemas.TypeReserveRequested, ProducedAtMs: nowMs,
+		RequestID: l.req.ID, Attempt: l.attempt, Node: l.req.Node,
+		Scope: t.Scope, Tenant: l.req.Tenant, KeyID: l.req.KeyID, Route: t.Profile, Class: l.req.Class}
+	deadline := int64(0)
+	if l.req.DeadlineMs > 0 {
+		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs))
+	}
+	e := &l.req.Estimate
+	ev.ReserveRequested = &schemas.ReserveRequested{
+		Path:              t.Path,
+		InputTokens:       e.InputTokens,
+		CachedInputTokens: e.CachedInputTokens,
+		OutputTokens:      e.OutputTokens,
+		SpendMicros:       t.SpendMicros(e.InputTokens, e.OutputTokens),
+		Streaming:         l.req.Streaming,
+		Priority:          l.req.Priority,
+		DeadlineMs:        deadline,
+		FallbackAllowed:   l.req.FallbackAllowed && len(l.req.Targets) > 1,
+	}
+	return ev
+}
+
+// derive is schemas.Event.Derive without the id (the shell stamps it): an
+// event of type t about ev's attempt, with no payload.
+func (l *Lifecycle) derive(nowMs int64, t schemas.Type, ev *schemas.Event) *schemas.Event {
+	out := &schemas.Event{V: schemas.Version, Type: t, ProducedAtMs: nowMs}
+	out.RequestID, out.Attempt, out.Node = ev.RequestID, ev.Attempt, ev.Node
+	out.Scope, out.Tenant, out.KeyID, out.Route, out.Class = ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class
+	return out
+}
+
+// released is the Released that gives back ev's attempt.
+func (l *Lifecycle) released(nowMs int64, ev *schemas.Event, reason schemas.Reason) *schemas.Event {
+	rel := l.derive(nowMs, schemas.TypeReleased, ev)
+	rel.Released = &schemas.Released{Reason: reason}
+	return rel
+}
+
+func (l *Lifecycle) setTimer(t Timer, atMs int64) {
+	l.emit(Effect{Kind: SetTimer, Timer: t, AtMs: atMs})
+}
+
+func (l *Lifecycle) emit(e Effect) { l.out = append(l.out, e) }
+
+// failureReason is the Released reason of an attempt that got no answer.
+func failureReason(r schemas.Reason) schemas.Reason {
+	switch r {
+	case schemas.ReasonClientDisconnect, schemas.ReasonDeadline:
+		return r
+	}
+	return schemas.ReasonError
+}

@@ -1,0 +1,724 @@
+// Package pipesim is the seeded simulation of the whole pipeline, modelled
+// on TigerBeetle's VOPR: gateways' request lifecycles (admission/lifecycle)
+// and ledger partitions (ledger/) run in one process over a simulated bus
+// that injects faults, against a provider model, while an auditor checks
+// the pipeline's promises after every step and at the end. One seed
+// reproduces a run exactly: time is virtual, every random choice comes from
+// the seed, and nothing iterates a map where order matters.
+//
+// The bus keeps order per partition and per producer, and injects delay,
+// reordering across partitions, duplicated, late and lost decisions,
+// failed produces, partition stalls (a broker or ledger pause: the backlog
+// is decided at once), ledger crashes and rebalances (the new owner
+// restores the last snapshot and re-applies the tail, re-producing those
+// decisions: aborted rounds). The provider model holds wall-clock token
+// buckets and answers 429 when they are empty, injects 429s and 503s with
+// Retry-After, streams, and cuts streams. Clients cancel, disconnect
+// mid-stream and time out.
+package pipesim
+
+import (
+	"bytes"
+	"container/heap"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/sluice-dev/sluice/admission/lifecycle"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Options sizes a run. The zero value takes the defaults.
+type Options struct {
+	Requests int // client requests (default 300)
+	Gateways int // gateway nodes (default 3)
+}
+
+// Result is what a run saw; Problems is empty when the auditor found
+// nothing.
+type Result struct {
+	Seed     uint64
+	Problems []string
+	Stats    Stats
+}
+
+// Stats counts what happened, to show a run exercised what it claims.
+type Stats struct {
+	Requests, Answers, Streams, Dispatches          int
+	ProviderInjected, ProviderOrganic429            int
+	Crashes, Stalls, LostDecisions, DupDecisions    int
+	LateDecisions, FailedProduces, Retries, Records int
+	Cancels, Success                                int
+}
+
+// Limits of the simulated world. Sluice's scope bucket is at or below the
+// provider's: the same rate, and a provider burst that covers Sluice's
+// burst plus what the late-grant bound and the network can bunch together
+// (rate × (lateGrantBoundMs + netMaxMs) + 1). So every provider 429 that
+// is not injected is a bug.
+const (
+	scopes           = 2
+	ratePerSec       = 10   // requests per second, Sluice and provider
+	sluiceWindowMs   = 1000 // Sluice's enforcement window: burst 10
+	lateGrantBoundMs = 300
+	netMaxMs         = 20
+	providerBurst    = ratePerSec*sluiceWindowMs/1000 + ratePerSec*(lateGrantBoundMs+netMaxMs)/1000 + 1
+	answerTimeoutMs  = 2000
+	holdTTLMs        = 30_000
+	snapshotEvery    = 25 // records between snapshots
+	clientTimeoutMs  = 60_000
+)
+
+// Run simulates one seed.
+func Run(seed uint64, o Options) Result {
+	if o.Requests == 0 {
+		o.Requests = 300
+	}
+	if o.Gateways == 0 {
+		o.Gateways = 3
+	}
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), opts: o, reqs: map[string]*request{},
+		lost: map[resKey]bool{}, delivered: map[resKey]bool{}}
+	s.res.Seed = seed
+	s.setup()
+	s.loop()
+	s.final()
+	s.res.Stats.Requests = len(s.order)
+	return s.res
+}
+
+type sim struct {
+	rng  *rand.Rand
+	opts Options
+	now  int64
+	seq  int64
+	q    queue
+	res  Result
+
+	parts  []*partition
+	prov   []*bucket
+	nodes  []string
+	reqs   map[string]*request
+	order  []*request // in arrival order
+	nextID int64
+
+	// lost and delivered: grants whose decision the bus dropped, and
+	// grants delivered at least once.
+	lost, delivered map[resKey]bool
+
+	// lastAppend keeps each producer's order per partition.
+	lastAppend map[string]int64
+}
+
+func (s *sim) problem(format string, args ...any) {
+	if len(s.res.Problems) < 20 {
+		s.res.Problems = append(s.res.Problems, fmt.Sprintf("t=%d: ", s.now)+fmt.Sprintf(format, args...))
+	}
+}
+
+// ---- the event queue (virtual time) ----
+
+type item struct {
+	at, seq int64
+	fn      func()
+}
+type queue []item
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)   { *q = append(*q, x.(item)) }
+func (q *queue) Pop() any     { o := *q; it := o[len(o)-1]; *q = o[:len(o)-1]; return it }
+func (s *sim) at(t int64, fn func()) {
+	s.seq++
+	heap.Push(&s.q, item{at: max(t, s.now), seq: s.seq, fn: fn})
+}
+
+func (s *sim) loop() {
+	for s.q.Len() > 0 {
+		it := heap.Pop(&s.q).(item)
+		s.now = it.at
+		it.fn()
+		if s.now > 3_600_000 {
+			s.problem("the run did not settle within an hour of virtual time")
+			return
+		}
+	}
+}
+
+// ---- setup ----
+
+func (s *sim) setup() {
+	cfg := ledger.Config{HoldTTLMs: holdTTLMs, StreamHoldTTLMs: holdTTLMs, DedupTTLMs: 2 * holdTTLMs}
+	for i := range scopes {
+		cfg.Scopes = append(cfg.Scopes, ledger.ScopeConfig{Name: scopeName(i), Buckets: []ledger.BucketConfig{
+			{Level: ledger.LevelScope, ID: "*", Dimension: schemas.DimRequests, Capacity: ratePerSec * 60, PeriodMs: 60_000, WindowMs: sluiceWindowMs},
+			{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimConcurrency, Capacity: 4},
+			{Level: ledger.LevelTenant, ID: "*", Dimension: schemas.DimTotalTokens, Capacity: 600_000, PeriodMs: 60_000, WindowMs: 10_000},
+		}})
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		panic(err)
+	}
+	if cfg, err = ledger.ParseConfig(b); err != nil {
+		panic(fmt.Sprintf("pipesim: ledger config: %v", err))
+	}
+	if b, err = json.Marshal(cfg); err != nil {
+		panic(err)
+	}
+	s.lastAppend = map[string]int64{}
+	s.now = 1_000_000
+	for i := range scopes {
+		p := &partition{s: s, id: int32(i), scope: scopeName(i), led: ledger.New(int32(i), ledger.Config{}), first: map[[2]int64][]byte{}}
+		s.parts = append(s.parts, p)
+		s.prov = append(s.prov, &bucket{tokens: providerBurst, atMs: s.now})
+		p.append("setup", &schemas.Event{V: schemas.Version, Type: schemas.TypeConfigChanged, ID: s.id(),
+			ConfigChanged: &schemas.ConfigChanged{ConfigVersion: "sim", Ledger: b}}, s.now)
+	}
+	for i := range s.opts.Gateways {
+		s.nodes = append(s.nodes, fmt.Sprintf("gw%d", i))
+	}
+	// Arrivals: bursts and lulls, faster than the limit at times.
+	t := s.now + 10
+	for i := range s.opts.Requests {
+		if s.rng.IntN(10) == 0 {
+			t += int64(s.rng.IntN(3000))
+		} else {
+			t += int64(s.rng.IntN(120))
+		}
+		at := t
+		id := fmt.Sprintf("r%d", i)
+		s.at(at, func() { s.arrive(id) })
+	}
+	// Faults at random times over the run.
+	end := t + 5000
+	for range s.rng.IntN(4) {
+		p, when := s.rng.IntN(scopes), s.now+int64(s.rng.Int64N(end-s.now))
+		s.at(when, func() { s.parts[p].crash() })
+	}
+	for range s.rng.IntN(3) {
+		p, when, d := s.rng.IntN(scopes), s.now+int64(s.rng.Int64N(end-s.now)), int64(500+s.rng.IntN(4000))
+		s.at(when, func() { s.parts[p].stall(d) })
+	}
+}
+
+func scopeName(i int) string { return fmt.Sprintf("s%d", i) }
+
+func (s *sim) id() string {
+	s.nextID++
+	return fmt.Sprintf("e%d", s.nextID)
+}
+
+// chance reports true with probability permille/1000.
+func (s *sim) chance(permille int) bool { return s.rng.IntN(1000) < permille }
+
+// ---- the bus: gateway → partition ----
+
+// send appends ev to its scope's partition after a network delay, keeping
+// the order of this producer's events per partition. It returns false for
+// a produce that fails (produce only).
+func (s *sim) send(node string, ev *schemas.Event, mayFail bool) bool {
+	if mayFail && s.chance(10) {
+		s.res.Stats.FailedProduces++
+		return false
+	}
+	ev.ID = s.id()
+	b, err := schemas.Encode(ev)
+	var back schemas.Event
+	if err == nil {
+		err = schemas.Decode(b, &back)
+	}
+	if err != nil {
+		// The real producer cannot send it either: the ledger never sees it.
+		s.problem("%s produced an invalid %s for %s/%d: %v", node, ev.Type, ev.RequestID, ev.Attempt, err)
+		return true
+	}
+	p := s.partOf(ev.Scope)
+	key := node + "\x00" + ev.Scope
+	at := max(s.now+1+int64(s.rng.IntN(netMaxMs/2)), s.lastAppend[key])
+	s.lastAppend[key] = at
+	s.at(at, func() { p.append(node, &back, s.now) })
+	return true
+}
+
+func (s *sim) partOf(scope string) *partition {
+	for _, p := range s.parts {
+		if p.scope == scope {
+			return p
+		}
+	}
+	panic("pipesim: unknown scope " + scope)
+}
+
+// ---- ledger partitions ----
+
+type record struct {
+	at int64
+	ev *schemas.Event
+}
+
+type partition struct {
+	s     *sim
+	id    int32
+	scope string
+	log   []record
+	led   *ledger.Ledger
+	out   []ledger.Output
+
+	snap         []byte
+	stalledUntil int64
+	pumpAt       int64 // a pump is scheduled at this time (0: none)
+	tickAt       int64 // a Tick is scheduled at this time (0: none)
+	// first holds the first encoding of every decision, by (input
+	// offset, index): a re-derived one must be byte-identical.
+	first map[[2]int64][]byte
+}
+
+func (p *partition) append(_ string, ev *schemas.Event, at int64) {
+	p.log = append(p.log, record{at: at, ev: ev})
+	p.s.res.Stats.Records++
+	p.schedulePump(at + 1 + int64(p.s.rng.IntN(4)))
+}
+
+func (p *partition) schedulePump(t int64) {
+	t = max(t, p.stalledUntil)
+	if p.pumpAt != 0 && p.pumpAt <= t {
+		return
+	}
+	p.pumpAt = t
+	p.s.at(t, func() {
+		if p.pumpAt != t {
+			return // superseded
+		}
+		p.pumpAt = 0
+		p.pump()
+	})
+}
+
+// pump applies every record not applied yet, as the ledger's partition
+// goroutine does, and delivers the decisions.
+func (p *partition) pump() {
+	if p.s.now < p.stalledUntil {
+		p.schedulePump(p.stalledUntil)
+		return
+	}
+	for off := p.led.Offset(); off < int64(len(p.log)); off = p.led.Offset() {
+		r := p.log[off]
+		p.out = p.led.Apply(r.at, off, r.ev, p.out[:0])
+		for i := range p.out {
+			p.decided(&p.out[i])
+		}
+		if (off+1)%snapshotEvery == 0 {
+			b, err := p.led.MarshalSnapshot()
+			if err != nil {
+				p.s.problem("partition %d: snapshot: %v", p.id, err)
+			}
+			p.snap = b
+		}
+	}
+	p.checkConservation()
+	if ms, ok := p.led.NextWakeMs(); ok && (p.tickAt == 0 || ms < p.tickAt) {
+		p.tickAt = max(ms, p.s.now+1)
+		at := p.tickAt
+		p.s.at(at, func() {
+			if p.tickAt != at {
+				return
+			}
+			p.tickAt = 0
+			p.append("ledger", &schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: p.s.id(), Tick: &schemas.Tick{Reason: "wake"}}, p.s.now)
+		})
+	}
+}
+
+func (p *partition) decided(o *ledger.Output) {
+	ev := o.Event()
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		p.s.problem("partition %d: decision does not encode: %v", p.id, err)
+		return
+	}
+	key := [2]int64{ev.Decision.InputOffset, int64(o.Index)}
+	if prev, ok := p.first[key]; ok {
+		if !bytes.Equal(prev, b) {
+			p.s.problem("partition %d: re-derived decision %v differs:\n %s\n %s", p.id, key, prev, b)
+		}
+	} else {
+		p.first[key] = b
+		p.s.audit(ev)
+	}
+	// Deliver to the gateway that waits (read_committed consumer).
+	var d schemas.Event
+	if err := schemas.Decode(b, &d); err != nil {
+		p.s.problem("partition %d: decision does not decode: %v", p.id, err)
+		return
+	}
+	s := p.s
+	switch {
+	case s.chance(10):
+		s.res.Stats.LostDecisions++
+		if d.Decision.Status == schemas.StatusGranted {
+			s.lost[resKey{d.RequestID, d.Attempt}] = true
+		}
+		return
+	case s.chance(20):
+		s.res.Stats.LateDecisions++
+		s.at(s.now+int64(400+s.rng.IntN(3000)), func() { s.deliver(&d) })
+		return
+	case s.chance(20):
+		s.res.Stats.DupDecisions++
+		s.at(s.now+int64(1+s.rng.IntN(netMaxMs/2)), func() { s.deliver(&d) })
+	}
+	s.at(s.now+int64(1+s.rng.IntN(netMaxMs/2)), func() { s.deliver(&d) })
+}
+
+// crash kills the partition's ledger: its new owner (a restart or a
+// rebalance) restores the last snapshot and re-applies the tail, after a
+// takeover pause.
+func (p *partition) crash() {
+	p.s.res.Stats.Crashes++
+	if p.snap == nil {
+		p.led = ledger.New(p.id, ledger.Config{})
+	} else {
+		l, err := ledger.Restore(p.snap)
+		if err != nil {
+			p.s.problem("partition %d: restore: %v", p.id, err)
+			return
+		}
+		p.led = l
+	}
+	p.tickAt = 0
+	p.stall(int64(200 + p.s.rng.IntN(2000)))
+}
+
+// stall pauses the partition's consumption for ms (a broker restart, a GC
+// pause, a takeover): records pile up and are decided at once afterwards.
+func (p *partition) stall(ms int64) {
+	p.s.res.Stats.Stalls++
+	p.stalledUntil = max(p.stalledUntil, p.s.now+ms)
+	p.pumpAt = 0
+	p.schedulePump(p.stalledUntil)
+}
+
+// checkConservation: every grant the ledger made is held, or ended
+// reconciled, released or hold-expired, and nothing else.
+func (p *partition) checkConservation() {
+	st := p.led.Stats()
+	if st.Granted < st.Reconciled+st.Released+st.Abandoned+st.NodeLost {
+		p.s.problem("partition %d: more grants settled than granted: %+v", p.id, st)
+	}
+}
+
+// ---- the provider model ----
+
+// bucket is the provider's wall-clock token bucket of one scope.
+type bucket struct {
+	tokens float64
+	atMs   int64
+}
+
+func (b *bucket) take(nowMs int64) bool {
+	b.tokens = min(float64(providerBurst), b.tokens+float64(nowMs-b.atMs)*ratePerSec/1000)
+	b.atMs = nowMs
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// ---- gateways and clients ----
+
+type resKey struct {
+	id      string
+	attempt int32
+}
+
+type request struct {
+	id      string
+	node    string
+	lc      *lifecycle.Lifecycle
+	req     lifecycle.Request
+	answers int
+	relayed bool // a stream reached the client
+	// inFlight is the dispatch generation still expected back; a client
+	// gone during a dispatch cancels it.
+	gen      int
+	inFlight bool
+	attempt  int32
+	gone     bool
+	cutAtMs  int64 // the client disconnects mid-stream then (0: never)
+	actual   lifecycle.Usage
+}
+
+func (s *sim) arrive(id string) {
+	node := s.nodes[s.rng.IntN(len(s.nodes))]
+	tenant := fmt.Sprintf("t%d", s.rng.IntN(3))
+	key := fmt.Sprintf("k%d", s.rng.IntN(5))
+	req := lifecycle.Request{ID: id, Node: node, Tenant: tenant, KeyID: key, StartMs: s.now,
+		Class:    []string{"interactive", "agent", "batch"}[s.rng.IntN(3)],
+		Estimate: lifecycle.Usage{InputTokens: int64(100 + s.rng.IntN(2000)), OutputTokens: int64(50 + s.rng.IntN(1000))}}
+	req.Streaming = s.chance(300)
+	if s.chance(300) {
+		req.DeadlineMs = int64(2000 + s.rng.IntN(20_000))
+	}
+	primary := s.rng.IntN(scopes)
+	for i := range scopes {
+		sc := scopeName((primary + i) % scopes)
+		req.Targets = append(req.Targets, lifecycle.Target{Scope: sc, Profile: "p", Provider: "d-" + sc, Kind: schemas.ProviderOpenAI, Model: "m",
+			Path: []schemas.PathLevel{{Level: "tenant", ID: tenant}, {Level: "key", ID: key}, {Level: "deployment", ID: "d-" + sc}}})
+		if !s.chance(400) {
+			break
+		}
+	}
+	req.FallbackAllowed = len(req.Targets) > 1
+	r := &request{id: id, node: node, req: req,
+		lc: lifecycle.New(lifecycle.Config{AnswerTimeoutMs: answerTimeoutMs, LateGrantBoundMs: lateGrantBoundMs}, req)}
+	r.actual = lifecycle.Usage{InputTokens: req.Estimate.InputTokens, OutputTokens: int64(s.rng.IntN(int(req.Estimate.OutputTokens) + 1))}
+	s.reqs[id] = r
+	s.order = append(s.order, r)
+	switch {
+	case s.chance(100): // the client cancels at some point
+		s.at(s.now+int64(s.rng.IntN(5000)), func() { s.clientGone(r) })
+	case req.Streaming && s.chance(150):
+		r.cutAtMs = -1 // disconnects mid-stream, once it started
+	}
+	if req.DeadlineMs == 0 {
+		s.at(s.now+clientTimeoutMs, func() { s.clientGone(r) }) // the SDK's own timeout
+	}
+	s.step(r, lifecycle.Input{Kind: lifecycle.Start})
+}
+
+func (s *sim) deliver(ev *schemas.Event) {
+	if ev.Decision.Status == schemas.StatusGranted {
+		s.delivered[resKey{ev.RequestID, ev.Attempt}] = true
+	}
+	r := s.reqs[ev.RequestID]
+	if r == nil || ev.Node != r.node {
+		return
+	}
+	s.step(r, lifecycle.Input{Kind: lifecycle.Decided, Attempt: ev.Attempt, Decision: *ev.Decision})
+}
+
+func (s *sim) clientGone(r *request) {
+	if r.lc.Done() || r.gone {
+		return
+	}
+	r.gone = true
+	s.res.Stats.Cancels++
+	if r.inFlight {
+		// The shell's upstream call is cancelled with the client.
+		r.gen++
+		r.inFlight = false
+		kind := lifecycle.UpstreamDone
+		if r.relayed {
+			kind = lifecycle.StreamEnded
+		}
+		s.step(r, lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
+			Failure: schemas.ReasonClientDisconnect, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
+		return
+	}
+	s.step(r, lifecycle.Input{Kind: lifecycle.ClientGone})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// step applies one input to r's lifecycle and executes its effects, as the
+// gateway shell does, auditing each.
+func (s *sim) step(r *request, in lifecycle.Input) {
+	if r.lc.Done() {
+		return
+	}
+	var pending []lifecycle.Input
+	effs := r.lc.Step(s.now, in)
+	for _, e := range effs {
+		if r.relayed && (e.Kind == lifecycle.Dispatch || e.Kind == lifecycle.Produce) {
+			s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, e.Attempt)
+		}
+		switch e.Kind {
+		case lifecycle.Produce:
+			if !s.send(r.node, e.Event, true) {
+				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt})
+			}
+			if e.Event.Type == schemas.TypeRetryRequested {
+				s.res.Stats.Retries++
+			}
+		case lifecycle.Report:
+			s.send(r.node, e.Event, false)
+		case lifecycle.Telemetry:
+			if o := e.Event.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
+				s.res.Stats.Success++
+			}
+		case lifecycle.Dispatch:
+			s.dispatch(r, e.Target, e.Attempt)
+		case lifecycle.Relay:
+			r.answers++
+			r.relayed = true
+			s.res.Stats.Streams++
+			s.relay(r, e.Attempt)
+		case lifecycle.Respond:
+			r.answers++
+		case lifecycle.SetTimer:
+			t := e.Timer
+			s.at(e.AtMs, func() { s.step(r, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}) })
+		}
+	}
+	if r.answers > 1 {
+		s.problem("%s: %d answers to its client", r.id, r.answers)
+	}
+	for _, in := range pending {
+		s.step(r, in)
+	}
+}
+
+// dispatch models the provider call of attempt on target ti.
+func (s *sim) dispatch(r *request, ti int, attempt int32) {
+	s.res.Stats.Dispatches++
+	r.gen++
+	r.inFlight, r.attempt = true, attempt
+	gen := r.gen
+	b := s.prov[int(r.req.Targets[ti].Scope[1]-'0')]
+	arrive := s.now + int64(s.rng.IntN(netMaxMs/2))
+	s.at(arrive, func() {
+		if r.gen != gen {
+			return // cancelled before it reached the provider
+		}
+		u := lifecycle.Upstream{Status: 200, Usage: r.actual}
+		switch {
+		case s.chance(30):
+			s.res.Stats.ProviderInjected++
+			u = lifecycle.Upstream{Status: 429, Rejection: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited, RetryAfterMs: int64(s.rng.IntN(2000))}}
+		case s.chance(20):
+			s.res.Stats.ProviderInjected++
+			u = lifecycle.Upstream{Status: 503, Rejection: schemas.ProviderRejected{HTTPStatus: 503, Kind: schemas.KindOverloaded}}
+		case !b.take(s.now):
+			s.res.Stats.ProviderOrganic429++
+			s.problem("%s/%d: provider 429 while Sluice's limit is at or below the provider's (its bucket is empty: a burst)", r.id, attempt)
+			u = lifecycle.Upstream{Status: 429, Rejection: schemas.ProviderRejected{HTTPStatus: 429, Kind: schemas.KindRateLimited, RetryAfterMs: 1000}}
+		}
+		latency := int64(50 + s.rng.IntN(700))
+		s.at(s.now+latency, func() {
+			if r.gen != gen {
+				return
+			}
+			if u.Status == 200 && r.req.Streaming {
+				s.step(r, lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: 200}})
+				return
+			}
+			r.inFlight = false
+			u.TotalMs = latency
+			s.step(r, lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u})
+		})
+	})
+}
+
+// relay models the stream: it ends, is cut by the provider, or the client
+// disconnects mid-way.
+func (s *sim) relay(r *request, attempt int32) {
+	gen := r.gen
+	dur := int64(100 + s.rng.IntN(3000))
+	if r.cutAtMs == -1 {
+		s.at(s.now+int64(s.rng.Int64N(dur)), func() {
+			if r.gen == gen {
+				s.clientGone(r)
+			}
+		})
+	}
+	cut := s.chance(50)
+	s.at(s.now+dur, func() {
+		if r.gen != gen {
+			return
+		}
+		r.inFlight = false
+		u := lifecycle.Upstream{Status: 200, Usage: r.actual, TotalMs: dur}
+		if cut {
+			u.Failure, u.Usage.OutputTokens = schemas.ReasonError, r.actual.OutputTokens/3
+		}
+		s.step(r, lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u})
+	})
+}
+
+// ---- the auditor ----
+
+// granted remembers every grant the ledger made, by request and attempt,
+// so the end can check each was settled by its gateway.
+func (s *sim) audit(ev *schemas.Event) {
+	d := ev.Decision
+	if d.GatewayDecision == "" {
+		s.problem("decision without gateway_decision: %s/%d %s", ev.RequestID, ev.Attempt, d.Status)
+	}
+	if k := (resKey{ev.RequestID, ev.Attempt}); d.Status == schemas.StatusHoldExpired && d.Reason == schemas.ReasonHoldAbandoned &&
+		!(s.lost[k] && !s.delivered[k]) {
+		// Every gateway here lives and settles what it was granted, even
+		// when the grant came late: an abandoned hold is a leak unless
+		// its gateway never heard of the grant (every copy was lost).
+		s.problem("%s/%d: grant abandoned (hold_ttl_abandoned): its gateway never reconciled or released it", ev.RequestID, ev.Attempt)
+	}
+}
+
+// final drains the run and checks what must hold at the end.
+func (s *sim) final() {
+	for _, r := range s.order {
+		if !r.lc.Done() {
+			s.problem("%s: no answer at the end of the run (attempt %d)", r.id, r.lc.Attempts())
+		}
+		if r.answers != 1 {
+			s.problem("%s: %d answers, want exactly one", r.id, r.answers)
+		}
+		s.res.Stats.Answers += r.answers
+	}
+	for _, p := range s.parts {
+		st := p.led.Stats()
+		if st.Granted != st.Reconciled+st.Released+st.Abandoned+st.NodeLost {
+			s.problem("partition %d: grants not all settled at the end: %+v", p.id, st)
+		}
+		for _, q := range p.led.Queues(nil) {
+			if q.Depth != 0 {
+				s.problem("partition %d: %d requests still queued in %s", p.id, q.Depth, q.Class)
+			}
+		}
+		p.replay()
+	}
+}
+
+// replay re-applies the partition's whole recorded log to a new ledger:
+// it must re-derive exactly the decisions first produced, byte for byte.
+func (p *partition) replay() {
+	l := ledger.New(p.id, ledger.Config{})
+	var out []ledger.Output
+	n := 0
+	keys := make([][2]int64, 0, len(p.first))
+	for k := range p.first {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
+	})
+	for off, r := range p.log {
+		out = l.Apply(r.at, int64(off), r.ev, out[:0])
+		for i := range out {
+			b, err := schemas.Encode(out[i].Event())
+			key := [2]int64{int64(off), int64(out[i].Index)}
+			if err != nil || !bytes.Equal(b, p.first[key]) {
+				p.s.problem("partition %d: replay of %v differs from the recorded decision", p.id, key)
+				return
+			}
+			n++
+		}
+	}
+	if n != len(keys) {
+		p.s.problem("partition %d: replay derived %d decisions, the run recorded %d", p.id, n, len(keys))
+	}
+}

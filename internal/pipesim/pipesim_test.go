@@ -1,0 +1,69 @@
+package pipesim
+
+import (
+	"flag"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+// make simulate runs: go test ./internal/pipesim -run TestPipeline -count=1 -seeds=N
+// A failing seed prints the command that reruns it alone.
+var (
+	seedsFlag = flag.Int("seeds", 20, "how many seeds TestPipeline runs (from -first)")
+	firstFlag = flag.Uint64("first", 1, "the first seed")
+	seedFlag  = flag.Uint64("seed", 0, "run this one seed (0: -seeds seeds from -first)")
+)
+
+func TestPipeline(t *testing.T) {
+	seeds := make([]uint64, 0, *seedsFlag)
+	if *seedFlag != 0 {
+		seeds = append(seeds, *seedFlag)
+	} else {
+		for i := range *seedsFlag {
+			seeds = append(seeds, *firstFlag+uint64(i))
+		}
+	}
+	var total Stats
+	failed := 0
+	for _, seed := range seeds {
+		res := Run(seed, Options{})
+		add(&total, res.Stats)
+		if len(res.Problems) > 0 {
+			failed++
+			t.Errorf("seed %d: %d problems; rerun: go test ./internal/pipesim -run TestPipeline -count=1 -seed=%d -v\n  %s",
+				seed, len(res.Problems), seed, join(res.Problems))
+		} else if *seedFlag != 0 || testing.Verbose() {
+			t.Logf("seed %d: %+v", seed, res.Stats)
+		}
+	}
+	t.Logf("%d seeds, %d failed; totals %+v", len(seeds), failed, total)
+}
+
+// TestSameSeedSameRun: one seed reproduces a run exactly.
+func TestSameSeedSameRun(t *testing.T) {
+	for _, seed := range []uint64{7, 8} {
+		a, b := Run(seed, Options{}), Run(seed, Options{})
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("seed %d: two runs differ:\n %+v\n %+v", seed, a, b)
+		}
+	}
+}
+
+func add(t *Stats, s Stats) {
+	tv, sv := reflect.ValueOf(t).Elem(), reflect.ValueOf(s)
+	for i := range tv.NumField() {
+		tv.Field(i).SetInt(tv.Field(i).Int() + sv.Field(i).Int())
+	}
+}
+
+func join(ps []string) string {
+	out := ""
+	for i, p := range ps {
+		if i > 0 {
+			out += "\n  "
+		}
+		out += fmt.Sprint(p)
+	}
+	return out
+}
