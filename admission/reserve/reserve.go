@@ -1,6 +1,6 @@
 // Package reserve is the gateway's side of the ledger protocol: it produces
 // ReserveRequested events keyed by provider scope, waits for the ledger's
-// decision on sluice.decisions (read_committed), and reports what happened
+// decision on its own partition of sluice.decisions (read_committed), and reports what happened
 // afterwards (reconcile, release, provider feedback).
 //
 // It is transport only: what a request does with a decision, and what it
@@ -73,7 +73,7 @@ type Client struct {
 }
 
 // New connects to Kafka, positions the decision consumer at the current end
-// of sluice.decisions (so no decision for a request produced after New
+// of this node's partition of sluice.decisions (so no decision for a request produced after New
 // returns can be missed), and starts consuming.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.AnswerTimeout <= 0 {
@@ -96,22 +96,25 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	adm := kadm.NewClient(prod)
-	ends, err := adm.ListEndOffsets(ctx, cfg.Topics.Decisions)
+	// Decisions for this node are produced to one partition of
+	// sluice.decisions (bus.DecisionPartition); read only that one.
+	parts, err := bus.PartitionCount(ctx, prod, cfg.Topics.Decisions)
+	if err != nil {
+		prod.Close()
+		return nil, err
+	}
+	own := bus.DecisionPartition(cfg.Node, parts)
+	ends, err := kadm.NewClient(prod).ListEndOffsets(ctx, cfg.Topics.Decisions)
 	if err != nil {
 		prod.Close()
 		return nil, fmt.Errorf("list %s end offsets: %w", cfg.Topics.Decisions, err)
 	}
-	starts := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Partition >= 0 {
-			starts[o.Partition] = kgo.NewOffset().At(o.Offset)
-		}
-	})
-	if len(starts) == 0 {
+	end, ok := ends.Lookup(cfg.Topics.Decisions, own)
+	if !ok || end.Err != nil {
 		prod.Close()
-		return nil, fmt.Errorf("topic %s has no partitions (run `sluice topics ensure`)", cfg.Topics.Decisions)
+		return nil, fmt.Errorf("no end offset for %s partition %d", cfg.Topics.Decisions, own)
 	}
+	starts := map[int32]kgo.Offset{own: kgo.NewOffset().At(end.Offset)}
 	cons, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.Decisions: starts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

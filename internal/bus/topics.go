@@ -30,8 +30,8 @@ const SnapshotMaxBytes = 64 << 20
 // DefaultTopics and override.
 type TopicsConfig struct {
 	// RequestPartitions is the number of provider-scope partitions of
-	// sluice.requests; decisions use the same count so a decision lands on
-	// the partition of its scope.
+	// sluice.requests; sluice.decisions gets the same count, and a decision
+	// lands on its gateway's partition (DecisionPartition).
 	RequestPartitions int32
 	Replication       int16
 	// RetentionMs of the request, decision and telemetry logs. Replay needs

@@ -119,6 +119,9 @@ type Service struct {
 	tickProd *kgo.Client // non-transactional: see ticks
 	m        *metrics
 	log      *slog.Logger
+	// decisionParts is the partition count of sluice.decisions, read at
+	// start: a decision goes to bus.DecisionPartition of its node.
+	decisionParts int32
 
 	// parts is touched only by the poll loop, except that rebalance
 	// callbacks (which franz-go may run on another goroutine) record
@@ -159,10 +162,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	decisionParts, err := bus.PartitionCount(ctx, probe, cfg.Topics.Decisions)
 	probe.Close()
+	if err != nil {
+		return nil, err
+	}
 
 	s := &Service{cfg: cfg, log: cfg.Log, parts: map[int32]*partState{}, dropped: map[int32]bool{},
-		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64)}
+		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts}
 	s.m = newMetrics(cfg.Registerer)
 	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		s.mu.Lock()
@@ -381,7 +388,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
 				}
-				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: fp.Partition, key: []byte(d.Scope), value: b})
+				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b})
 			}
 		}
 		s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))

@@ -78,7 +78,7 @@ type rig struct {
 }
 
 type decisionAt struct {
-	partition int32
+	partition int32     // input partition that decided it
 	at        time.Time // record (log append) time of the decision
 	ev        schemas.Event
 }
@@ -209,7 +209,7 @@ func (r *rig) audit(ctx context.Context) {
 			}
 			d := ev.Decision
 			r.mu.Lock()
-			r.decisions = append(r.decisions, decisionAt{rec.Partition, rec.Timestamp, ev})
+			r.decisions = append(r.decisions, decisionAt{d.InputPartition, rec.Timestamp, ev})
 			terminal := d.Status != schemas.StatusQueued && d.Reason != "hold_ttl_abandoned"
 			if terminal {
 				r.terminal[ev.RequestID] = append(r.terminal[ev.RequestID], ev)

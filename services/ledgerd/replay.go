@@ -2,11 +2,15 @@ package ledgerd
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -265,23 +269,41 @@ const decisionsSettle = 3 * time.Second
 // input at or after the range's end.
 var errPastEnd = errors.New("past the verified range")
 
-// window selects the recorded decisions of the inputs [lo, end) of one
-// partition. Decisions are recorded in input order, so the first decision
-// of an input at or after end closes the window.
+// window selects, on one partition of sluice.decisions, the recorded
+// decisions of the inputs [lo, end) of input partition part. Decisions go
+// to the partition of their gateway (bus.DecisionPartition), so those of
+// one input partition are spread over every decisions partition, each in
+// input order: the first decision of part at an input at or after end
+// closes the window.
 type window struct {
+	part     int32
 	lo, end  int64
-	recorded []string
+	recorded []recordedDecision
 	next     int64 // next decisions offset to read
 	closed   bool  // a decision of an input ≥ end was seen
 }
 
+// recordedDecision is one recorded decision and its place in its input
+// partition's order: input offset, then index within the input.
+type recordedDecision struct {
+	offset int64
+	index  int64
+	raw    string
+}
+
 // add takes one record of sluice.decisions. A record that is not a
-// decision is kept, so that it shows as a divergence.
+// decision is kept, on the decisions partition of the same number, so that
+// it shows as a divergence.
 func (w *window) add(r *kgo.Record) error {
 	w.next = r.Offset + 1
 	var d schemas.Event
 	if schemas.Decode(r.Value, &d) != nil || d.Decision == nil {
-		w.recorded = append(w.recorded, string(r.Value))
+		if r.Partition == w.part {
+			w.recorded = append(w.recorded, recordedDecision{offset: -1, raw: string(r.Value)})
+		}
+		return nil
+	}
+	if d.Decision.InputPartition != w.part {
 		return nil
 	}
 	switch off := d.Decision.InputOffset; {
@@ -289,37 +311,86 @@ func (w *window) add(r *kgo.Record) error {
 		w.closed = true
 		return errPastEnd
 	case off >= w.lo:
-		w.recorded = append(w.recorded, string(r.Value))
+		w.recorded = append(w.recorded, recordedDecision{offset: off, index: decisionIndex(d.ID), raw: string(r.Value)})
 	}
 	return nil
 }
 
+// decisionIndex is the index part of a decision id "d-<p>-<offset>-<index>"
+// (ledger.Output.ID); -1 if id has no such part.
+func decisionIndex(id string) int64 {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// mergeWindows returns the recorded decisions of every window in their
+// input partition's order.
+func mergeWindows(ws []*window) []string {
+	var all []recordedDecision
+	for _, w := range ws {
+		all = append(all, w.recorded...)
+	}
+	slices.SortStableFunc(all, func(a, b recordedDecision) int {
+		if c := cmp.Compare(a.offset, b.offset); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.index, b.index)
+	})
+	out := make([]string, len(all))
+	for i := range all {
+		out[i] = all[i].raw
+	}
+	return out
+}
+
 // recordedDecisions reads the recorded decisions of the inputs [lo, end)
-// of partition p, where want decisions were re-derived. It stops at the
-// first decision of a later input, or once it has read, up to a stable
-// offset, at least want decisions: then the transaction of the last of them
-// is complete too. With fewer, it waits (the commit markers of the last
-// transaction may still be on their way) until the stable offset stands
-// still for decisionsSettle.
+// of partition p, where want decisions were re-derived, from every
+// partition of sluice.decisions. It stops once every decisions partition
+// has shown a decision of a later input of p, or once it has read, up to
+// stable offsets, at least want decisions: then the transaction of the
+// last of them is complete too. With fewer, it waits (the commit markers of
+// the last transaction may still be on their way) until the stable offsets
+// stand still for decisionsSettle.
 func recordedDecisions(ctx context.Context, o ReplayOptions, p int32, lo, end int64, want int) ([]string, error) {
-	w := &window{lo: lo, end: end}
+	parts, err := decisionPartitions(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	ws := make([]*window, parts)
+	for i := range ws {
+		ws[i] = &window{part: p, lo: lo, end: end}
+	}
 	lastStable, still := int64(-1), time.Now()
 	for {
-		err := ReadPartition(ctx, o.Brokers, o.Topics.Decisions, p, kgo.NewOffset().At(w.next), -1, w.add)
-		if err != nil && !errors.Is(err, errPastEnd) {
-			return nil, err
+		n, closed := 0, true
+		for dp, w := range ws {
+			if !w.closed {
+				err := ReadPartition(ctx, o.Brokers, o.Topics.Decisions, int32(dp), kgo.NewOffset().At(w.next), -1, w.add)
+				if err != nil && !errors.Is(err, errPastEnd) {
+					return nil, err
+				}
+			}
+			n += len(w.recorded)
+			closed = closed && w.closed
 		}
-		if w.closed || len(w.recorded) >= want {
-			return w.recorded, nil
+		if closed || n >= want {
+			return mergeWindows(ws), nil
 		}
-		s, err := stableOffset(ctx, o.Brokers, o.Topics.Decisions, p)
+		s, err := stableOffsetSum(ctx, o.Brokers, o.Topics.Decisions)
 		if err != nil {
 			return nil, err
 		}
 		if s != lastStable {
 			lastStable, still = s, time.Now()
 		} else if time.Since(still) > decisionsSettle {
-			return w.recorded, nil
+			return mergeWindows(ws), nil
 		}
 		select {
 		case <-ctx.Done():
@@ -329,8 +400,19 @@ func recordedDecisions(ctx context.Context, o ReplayOptions, p int32, lo, end in
 	}
 }
 
-// stableOffset returns the last stable offset of topic/p.
-func stableOffset(ctx context.Context, brokers []string, topic string, p int32) (int64, error) {
+// decisionPartitions is the partition count of sluice.decisions.
+func decisionPartitions(ctx context.Context, o ReplayOptions) (int32, error) {
+	cl, err := bus.NewClient(ctx, o.Brokers, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	return bus.PartitionCount(ctx, cl, o.Topics.Decisions)
+}
+
+// stableOffsetSum returns the sum of the last stable offsets of topic's
+// partitions: it changes whenever any of them moves.
+func stableOffsetSum(ctx context.Context, brokers []string, topic string) (int64, error) {
 	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
 	if err != nil {
 		return 0, err
@@ -340,10 +422,13 @@ func stableOffset(ctx context.Context, brokers []string, topic string, p int32) 
 	if err != nil {
 		return 0, fmt.Errorf("stable offsets of %s: %w", topic, err)
 	}
-	if r, ok := lso.Lookup(topic, p); ok && r.Err == nil {
-		return r.Offset, nil
-	}
-	return -1, nil
+	var sum int64
+	lso.Each(func(r kadm.ListedOffset) {
+		if r.Err == nil {
+			sum += r.Offset
+		}
+	})
+	return sum, nil
 }
 
 // compare finds the first position where the sequences differ.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -40,14 +41,7 @@ func TestInputEnd(t *testing.T) {
 // the first decision of an input at or after end closes the window; a
 // record that is not a decision is kept so that it shows as a divergence.
 func TestWindow(t *testing.T) {
-	dec := func(off int64) []byte {
-		b, err := schemas.Encode(&schemas.Event{V: 1, Type: schemas.TypeDecision, ID: "d",
-			Decision: &schemas.Decision{Status: schemas.StatusGranted, InputOffset: off}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	dec := func(off int64) []byte { return decAt(t, 0, off, 0) }
 	steps := []struct {
 		value  []byte
 		keep   bool // appended to recorded
@@ -57,6 +51,8 @@ func TestWindow(t *testing.T) {
 		{dec(5), true, false},
 		{dec(5), true, false}, // a second decision of the same input
 		{[]byte("garbage"), true, false},
+		{decAt(t, 1, 7, 0), false, false}, // another input partition's
+		{decAt(t, 1, 12, 0), false, false},
 		{dec(9), true, false},
 		{dec(10), false, true}, // end: decisions of inputs not replayed
 	}
@@ -72,6 +68,47 @@ func TestWindow(t *testing.T) {
 		}
 		if w.next != int64(101+i) {
 			t.Errorf("step %d: next = %d, want %d", i, w.next, 101+i)
+		}
+	}
+}
+
+// decAt encodes the decision of input partition p, offset off, index idx.
+func decAt(t *testing.T, p int32, off int64, idx int) []byte {
+	t.Helper()
+	o := ledger.Output{Index: int32(idx), Decision: schemas.Decision{Status: schemas.StatusGranted, InputPartition: p, InputOffset: off}}
+	b, err := schemas.Encode(o.Event())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestMergeWindows: the decisions of one input partition, read from
+// several decisions partitions, come back in input order (offset, then
+// index within the input).
+func TestMergeWindows(t *testing.T) {
+	a := &window{part: 2, lo: 0, end: 100}
+	b := &window{part: 2, lo: 0, end: 100}
+	for _, r := range []struct {
+		w        *window
+		off, idx int
+	}{{a, 1, 0}, {b, 1, 1}, {b, 3, 0}, {a, 4, 0}, {a, 4, 2}, {b, 4, 1}} {
+		if err := r.w.add(&kgo.Record{Value: decAt(t, 2, int64(r.off), r.idx)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := mergeWindows([]*window{a, b})
+	want := [][2]int64{{1, 0}, {1, 1}, {3, 0}, {4, 0}, {4, 1}, {4, 2}}
+	if len(got) != len(want) {
+		t.Fatalf("merged %d decisions, want %d", len(got), len(want))
+	}
+	for i, raw := range got {
+		var ev schemas.Event
+		if err := schemas.Decode([]byte(raw), &ev); err != nil {
+			t.Fatal(err)
+		}
+		if o, x := ev.Decision.InputOffset, decisionIndex(ev.ID); o != want[i][0] || x != want[i][1] {
+			t.Errorf("merged #%d = offset %d index %d, want %v", i, o, x, want[i])
 		}
 	}
 }

@@ -432,7 +432,10 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 					seen[ev.ID] = true
 					decided[attempt{ev.RequestID, ev.Attempt}] = true
 					if ts := r.Timestamp; !ts.Before(runStart) && ts.Before(arrivalsEnd) {
-						times[p] = append(times[p], ts.UnixMilli())
+						// Decisions go to their gateway's partition: group
+						// them by the input partition that decided them.
+						ip := ev.Decision.InputPartition
+						times[ip] = append(times[ip], ts.UnixMilli())
 					}
 				}
 				return nil
