@@ -914,6 +914,9 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		return out
 	}
 	r := &l.st.Res[ri]
+	if neverGranted(r) {
+		l.chargeUngranted(ri, ev.Reconciled) // see debt.go
+	}
 	switch r.State {
 	case stGranted:
 		rc := ev.Reconciled

@@ -242,6 +242,9 @@ type Stats struct {
 	// heartbeating; NodesLost the nodes that were lost holding any.
 	NodeLost  int64 `json:"node_lost,omitempty"`
 	NodesLost int64 `json:"nodes_lost,omitempty"`
+	// UngrantedUsage counts reconciles on reservations this log never
+	// granted, whose usage was charged as debt (debt.go).
+	UngrantedUsage int64 `json:"ungranted_usage,omitempty"`
 }
 
 // state is everything a snapshot holds. Maps are derived indexes rebuilt on

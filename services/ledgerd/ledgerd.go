@@ -96,7 +96,10 @@ type partState struct {
 	// outputs are the ones any owner would produce, byte for byte.
 	pending []output
 	// pendingInputs counts the inputs applied since the last commit.
-	pendingInputs  int
+	pendingInputs int
+	// ungranted is the ledger's Stats.UngrantedUsage last counted in the
+	// metric (a rebuilt partition starts from its replayed count).
+	ungranted      int64
 	sinceSnapshot  int
 	lastSnapshot   time.Time
 	tickInFlight   bool
@@ -341,7 +344,7 @@ func (s *Service) installRebuilt() {
 		if last.IsZero() {
 			last = time.Now().Add(-s.cfg.SnapshotInterval)
 		}
-		s.parts[res.p] = &partState{l: res.r.l, sinceSnapshot: res.r.replayed, lastSnapshot: last}
+		s.parts[res.p] = &partState{l: res.r.l, sinceSnapshot: res.r.replayed, lastSnapshot: last, ungranted: res.r.l.Stats().UngrantedUsage}
 	}
 }
 
@@ -390,6 +393,10 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				}
 				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b})
 			}
+		}
+		if n := ps.l.Stats().UngrantedUsage; n > ps.ungranted {
+			s.m.ungrantedUsage.Add(float64(n - ps.ungranted))
+			ps.ungranted = n
 		}
 		s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))
 		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {

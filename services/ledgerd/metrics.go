@@ -23,9 +23,12 @@ type metrics struct {
 	rebuilds     prometheus.Counter
 	// nodeLost counts reservations expired because their gateway stopped
 	// heartbeating (reason node_lost).
-	nodeLost  prometheus.Counter
-	ticks     prometheus.Counter
-	snapshots prometheus.Counter
+	nodeLost prometheus.Counter
+	// ungrantedUsage counts reconciles on reservations the log never
+	// granted, charged as debt (ledger/debt.go).
+	ungrantedUsage prometheus.Counter
+	ticks          prometheus.Counter
+	snapshots      prometheus.Counter
 	// snapshotsSkipped counts snapshots larger than bus.SnapshotMaxBytes.
 	snapshotsSkipped prometheus.Counter
 	lag              *prometheus.GaugeVec
@@ -44,6 +47,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		transactions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transactions_total", Help: "Committed ledger transactions."}),
 		rebuilds:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_partition_rebuilds_total", Help: "Partitions restored from snapshot and log (assignment or unknown transaction outcome)."}),
 		nodeLost:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_node_lost_reservations_total", Help: "Reservations expired because their gateway stopped heartbeating (node_lost)."}),
+		ungrantedUsage:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ungranted_usage_total", Help: "Reconciles on reservations the committed log never granted; their usage was charged as debt."}),
 		ticks:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
 		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots committed."}),
 		snapshotsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_skipped_total", Help: "Snapshots not written because they exceeded the record size limit."}),
@@ -61,6 +65,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.transactions = register(r, m.transactions)
 	m.rebuilds = register(r, m.rebuilds)
 	m.nodeLost = register(r, m.nodeLost)
+	m.ungrantedUsage = register(r, m.ungrantedUsage)
 	m.snapshots = register(r, m.snapshots)
 	m.snapshotsSkipped = register(r, m.snapshotsSkipped)
 	m.lag = register(r, m.lag)
