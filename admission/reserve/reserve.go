@@ -1,6 +1,7 @@
 // Package reserve is the gateway's side of the ledger protocol: it produces
 // ReserveRequested events keyed by provider scope, waits for the ledger's
-// decision on its own partition of sluice.decisions (read_committed), and reports what happened
+// decision on its own partition of sluice.decisions (read as soon as
+// produced, see dedup.go), and reports what happened
 // afterwards (reconcile, release, provider feedback).
 //
 // It is transport only: what a request does with a decision, and what it
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -64,6 +66,10 @@ type Client struct {
 
 	mu       sync.Mutex
 	watchers map[string]chan Decided // by request id
+
+	// reproduced counts decisions dropped as copies of delivered ones
+	// (produced again after an aborted transaction).
+	reproduced atomic.Int64
 
 	act    *activity
 	hbStop chan struct{}
@@ -117,7 +123,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	starts := map[int32]kgo.Offset{own: kgo.NewOffset().At(end.Offset)}
 	cons, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.Decisions: starts}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Act on decisions as soon as they are produced; seen drops the
+		// copies an aborted transaction leaves (dedup.go).
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.FetchMaxWait(10*time.Millisecond),
 	)...)
 	if err != nil {
@@ -149,6 +157,7 @@ func (c *Client) Close() {
 func (c *Client) consume() {
 	defer close(c.done)
 	var ev schemas.Event
+	seen := newSeen()
 	for {
 		fs := c.cons.PollFetches(context.Background())
 		if fs.IsClientClosed() {
@@ -164,6 +173,10 @@ func (c *Client) consume() {
 			if ev.Node != c.cfg.Node {
 				return
 			}
+			if !seen.first(&ev) {
+				c.reproduced.Add(1)
+				return
+			}
 			c.mu.Lock()
 			ch := c.watchers[ev.RequestID]
 			c.mu.Unlock()
@@ -176,6 +189,10 @@ func (c *Client) consume() {
 		})
 	}
 }
+
+// Reproduced returns the number of decisions dropped as copies of ones
+// already delivered: the re-production of an aborted transaction's records.
+func (c *Client) Reproduced() int64 { return c.reproduced.Load() }
 
 // Produce writes ev to sluice.requests keyed by its scope and waits for the
 // broker's ack.
