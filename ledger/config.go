@@ -87,6 +87,11 @@ type Config struct {
 	// FairCostMs is the virtual-clock spacing between consecutive queued
 	// requests of one tenant of weight 1 (weight w spaces them FairCostMs/w).
 	FairCostMs int64 `json:"fair_cost_ms"`
+	// RescueMax bounds deadline rescue: a waiter that aging put ahead of a
+	// higher-class waiter with an earlier expiry lets that waiter go first,
+	// but at most RescueMax times in a row (then it takes its turn), so
+	// lower classes keep at least 1 in RescueMax+1 of the contested grants.
+	RescueMax int32 `json:"rescue_max"`
 
 	Retry    RetryConfig    `json:"retry"`
 	Cooldown CooldownConfig `json:"cooldown"`
@@ -229,6 +234,7 @@ const (
 	defaultDedupTTLMs      = 600_000
 	defaultPriorityStepMs  = 100
 	defaultFairCostMs      = 50
+	defaultRescueMax       = 8
 	defaultNodesMax        = 4_000_000
 	defaultReservationsMax = 2_000_000
 	dayMs                  = 86_400_000
@@ -284,6 +290,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.DedupTTLMs, defaultDedupTTLMs)
 	setDef(&c.PriorityStepMs, defaultPriorityStepMs)
 	setDef(&c.FairCostMs, defaultFairCostMs)
+	setDef32(&c.RescueMax, defaultRescueMax)
 	if c.NodesMax == 0 {
 		c.NodesMax = defaultNodesMax
 	}
@@ -396,6 +403,7 @@ func (c Config) Validate() error {
 	}
 	pos("priority_step_ms", c.PriorityStepMs, minuteMs)
 	pos("fair_cost_ms", c.FairCostMs, minuteMs)
+	pos("rescue_max", int64(c.RescueMax), 1000)
 	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
 		bad("nodes_max/reservations_max", "must be positive")
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -216,10 +217,14 @@ type auditor struct {
 	capacity, period, window int64
 	grants                   int64
 	minF                     int64
+	// robbed[u] names a lower-class grant that took capacity waiter u was
+	// short of while the deadline rule said u goes first (see deadlineRule).
+	robbed   map[resKey]string
+	rescueOK int // waiters the rule protected that were granted after all
 }
 
 func newAuditor(t testing.TB, seed uint64) *auditor {
-	return &auditor{t: t, seed: seed, terminal: map[resKey]schemas.Status{}, queued: map[resKey]bool{},
+	return &auditor{t: t, seed: seed, terminal: map[resKey]schemas.Status{}, queued: map[resKey]bool{}, robbed: map[resKey]string{},
 		capacity: 1200, period: 60_000, window: 1000, minF: 1 << 62}
 }
 
@@ -265,6 +270,20 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 			continue
 		}
 		a.terminal[key] = st
+		if st == schemas.StatusExpired && o.Decision.GatewayDecision == schemas.GDQueuedThenExpired {
+			if w, ok := a.robbed[key]; ok {
+				a.failf("event %d: %v expired in the queue after %s, a later-deadline lower-class request, was granted capacity it needed", i, key, w)
+			}
+		}
+		if st == schemas.StatusGranted {
+			if _, ok := a.robbed[key]; ok {
+				a.rescueOK++
+				delete(a.robbed, key)
+			}
+		}
+		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
+			a.deadlineRule(l, key)
+		}
 		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
 			// Token bucket bound over every interval [t_i, t_j]:
 			// grants × period ≤ capacity × (window + t_j − t_i).
@@ -280,6 +299,85 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 	if err := l.checkInvariants(); err != nil {
 		a.failf("event %d: %v", i, err)
 	}
+}
+
+// deadlineRule records, for the grant of w, every waiter u still queued in
+// w's scope that the deadline rule puts first — u of a higher class (smaller
+// age offset), behind w in key order, eligible now, with u's expiry + class
+// offset earlier than w's — and that was short, before the grant, of a
+// bucket w was debited. If u then expires in the queue, the auditor fails: aging
+// let a request that could still wait take capacity u needed before its
+// deadline. Grants made by the starvation guard (fGuard) are exempt: the
+// guard exists to override the rule after RescueMax rescues.
+func (a *auditor) deadlineRule(l *Ledger, wk resKey) {
+	wi, ok := l.resFind(wk.id, wk.attempt)
+	if !ok {
+		return
+	}
+	w := &l.st.Res[wi]
+	if w.Flags&fGuard != 0 || w.State != stGranted {
+		return
+	}
+	classes := l.st.Config.Classes
+	now := l.st.Now
+	wOff := classes[w.ClassIdx].AgeOffsetMs
+	sc := &l.st.Scopes[w.Scope]
+	for _, ui := range sc.Queue {
+		u := &l.st.Res[ui]
+		uOff := classes[u.ClassIdx].AgeOffsetMs
+		if uOff >= wOff || u.Key < w.Key || u.ExpireMs <= now || u.NotBefore > now ||
+			u.ExpireMs+uOff >= w.ExpireMs+wOff {
+			continue
+		}
+		if wouldBorrow(l, u) {
+			continue // reclaim: a waiter within its baseline goes before a borrower
+		}
+		if b, short := sharedShortBucket(l, w, u); short {
+			if os.Getenv("DEBUG_RULE") != "" {
+				a.t.Logf("rule: w %s c%d key %d exp %d nb %d flags %x prio %d; u %s c%d key %d exp %d; bucket %d kind %d avail %d need %d; deferred w %v u %v epoch %d", w.RequestID, w.ClassIdx, w.Key, w.ExpireMs, w.NotBefore, w.Flags, w.Priority, u.RequestID, u.ClassIdx, u.Key, u.ExpireMs, b, l.cc.specs[l.st.Buckets[b].Spec].kind, l.available(&l.st.Buckets[b], &l.cc.specs[l.st.Buckets[b].Spec]), l.cc.specs[l.st.Buckets[b].Spec].amount(u), w.deferred, u.deferred, l.epoch)
+			}
+			a.robbed[resKey{u.RequestID, u.Attempt}] = fmt.Sprintf("%s/%d (bucket %d)", w.RequestID, w.Attempt, b)
+		}
+	}
+}
+
+// wouldBorrow reports whether granting u now would borrow beyond a
+// guaranteed baseline on its path.
+func wouldBorrow(l *Ledger, u *res) bool {
+	for _, ni := range u.Path[:u.NPath] {
+		n := &l.st.Nodes[ni]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			if a := sp.amount(u); a > 0 && sp.guaranteed > 0 && b.Base < a*sp.period {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sharedShortBucket returns a bucket on both paths that w was debited and
+// that could not cover u's amount even before w's debit.
+func sharedShortBucket(l *Ledger, w, u *res) (int32, bool) {
+	for _, ni := range u.Path[:u.NPath] {
+		if !slices.Contains(w.Path[:w.NPath], ni) {
+			continue
+		}
+		n := &l.st.Nodes[ni]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			// Short before w's debit too: w took from a bucket u was
+			// waiting on. (A bucket u could still cover before w's grant
+			// is not one it was waiting on: it waited for another, and
+			// capacity goes to whoever can use it, as in key order.)
+			if aw := sp.amount(w); aw > 0 && sp.amount(u) > l.available(b, sp)+aw {
+				return bi, true
+			}
+		}
+	}
+	return 0, false
 }
 
 func TestSimInvariants(t *testing.T) {
