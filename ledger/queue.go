@@ -128,6 +128,7 @@ func (l *Ledger) pump(si int32, out []Output, arrival int32) ([]Output, verdict,
 // pumpWalk is one pass's running state (see pumpPass).
 type pumpWalk struct {
 	allowBorrow, granted, borrowers, plainWaiting bool
+	guard                                         bool // deferral is off in this round (RescueMax reached)
 	av                                            verdict
 	arrival                                       int32
 	wake                                          int64
@@ -177,7 +178,9 @@ func (l *Ledger) pumpPass(si int32, out []Output, arrival int32, allowBorrow boo
 	// only behind a class with a smaller offset, so there are at most as
 	// many rounds as classes.
 	for {
-		deferOn := l.markDeferred(sc) && sc.Rescued < l.st.Config.RescueMax
+		marked := l.markDeferred(sc)
+		deferOn := marked && sc.Rescued < l.st.Config.RescueMax
+		w.guard = marked && !deferOn
 		skipped := false
 		for i := 0; i < len(sc.Queue); {
 			r := &l.st.Res[sc.Queue[i]]
@@ -204,7 +207,7 @@ func (l *Ledger) pumpPass(si int32, out []Output, arrival int32, allowBorrow boo
 				sc.Rescued = 0 // a grant in key order
 			} else if sc.Rescued++; sc.Rescued >= l.st.Config.RescueMax {
 				// The guard: the rest of the walk is in key order.
-				deferOn = false
+				deferOn, w.guard = false, true
 			}
 		}
 		if !skipped {
@@ -282,7 +285,7 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 		l.removeAt(sc, i)
 		l.grant(ri, v.borrowed)
 		r = &l.st.Res[ri]
-		if r.deferred == l.epoch && sc.Rescued >= l.st.Config.RescueMax {
+		if r.deferred == l.epoch && w.guard {
 			// Deferral would have made it wait: the guard let it through
 			// (the simulation's auditor checks every other grant).
 			r.Flags |= fGuard
