@@ -12,6 +12,9 @@ func FuzzParseRateLimitHeaders(f *testing.F) {
 	f.Add("-1", "-1", "0", "garbage", "Tue, 14 Oct 2025 09:20:30 GMT")
 	f.Add("1e99", "NaN", "1h2m3.5s", "2025-10-14T09:20:00.123456789+02:00", "1.5")
 	f.Add("", "", "12ms", "", "")
+	// A far-future HTTP-date once gave a retry delay of −9223372036853 ms.
+	f.Add("5000", "4999", "6m0s", "7000-10-01T00:00:00Z", "Tue, 01 OCt 7000 0:00:00 GMT")
+	f.Add("99999999999999999999", "1e15", "99999999999999h", "9999-12-31T23:59:59Z", "1e300")
 	f.Fuzz(func(t *testing.T, limit, remaining, reset, rfcReset, retryAfter string) {
 		h := http.Header{}
 		for _, d := range []string{"requests", "tokens"} {
