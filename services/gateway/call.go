@@ -14,47 +14,16 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
+	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// api is the client-facing shape of a request.
-type api int
-
-const (
-	apiChat       api = iota // POST /v1/chat/completions (OpenAI)
-	apiEmbeddings            // POST /v1/embeddings (OpenAI)
-	apiMessages              // POST /v1/messages (Anthropic)
-)
-
-func (a api) String() string {
+// parse parses a request body of API a.
+func parse(a provider.API, body []byte) (estimate.Request, error) {
 	switch a {
-	case apiChat:
-		return "chat"
-	case apiEmbeddings:
-		return "embeddings"
-	}
-	return "messages"
-}
-
-// serves reports whether a provider kind can answer this API: OpenAI-shaped
-// requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
-// Gemini, translated); Anthropic messages only to Anthropic. Bodies are
-// passed through, so no other translation is attempted.
-func (a api) serves(kind schemas.ProviderKind) bool {
-	switch a {
-	case apiChat:
-		return kind != schemas.ProviderAnthropic
-	case apiEmbeddings:
-		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
-	}
-	return kind == schemas.ProviderAnthropic
-}
-
-func (a api) parse(body []byte) (estimate.Request, error) {
-	switch a {
-	case apiChat:
+	case provider.APIChat:
 		return estimate.ParseOpenAIChat(body)
-	case apiEmbeddings:
+	case provider.APIEmbeddings:
 		return estimate.ParseEmbeddings(body)
 	}
 	return estimate.ParseAnthropicMessages(body)
@@ -66,7 +35,7 @@ func (a api) parse(body []byte) (estimate.Request, error) {
 type call struct {
 	s     *Server
 	cfg   *config.Config
-	api   api
+	api   provider.API
 	w     *recorder
 	r     *http.Request
 	ctx   context.Context // the client's context, bounded by the deadline
@@ -106,13 +75,13 @@ type candidate struct {
 // handle serves one API. Every path out of it writes exactly one response
 // in the error contract or the provider's answer, and leaves no grant held:
 // a grant is always followed by Reconciled, Released or ProviderRejected.
-func (s *Server) handle(a api) http.HandlerFunc {
+func (s *Server) handle(a provider.API) http.HandlerFunc {
 	return func(hw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cfg := s.cfg.Load()
 		w := &recorder{ResponseWriter: hw}
 		defer func() { s.m.latency.WithLabelValues(a.String()).Observe(time.Since(start).Seconds()) }()
-		anth := a == apiMessages
+		anth := a == provider.APIMessages
 		reject := func(e *apierr.Error) {
 			s.m.requests.WithLabelValues(e.Code).Inc()
 			apierr.Write(w, e, anth)
@@ -137,7 +106,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			reject(withIdentity(e, id))
 			return
 		}
-		req, err := a.parse(body)
+		req, err := parse(a, body)
 		if err != nil {
 			reject(withIdentity(requestError(err), id))
 			return
@@ -155,7 +124,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			p95 = route.DefaultMaxOutputTokens // the route's default reservation when the request does not say
 		}
 		c.est = s.est.Estimate(req, p95)
-		if a == apiEmbeddings {
+		if a == provider.APIEmbeddings {
 			c.est.OutputTokens = 0
 		}
 
@@ -213,7 +182,7 @@ func (c *call) eligible() []candidate {
 	for i := range c.route.Candidates {
 		cd := &c.route.Candidates[i]
 		p := c.cfg.Provider(cd.Provider)
-		if p == nil || !c.api.serves(p.Kind) || (p.Kind == schemas.ProviderGemini && !geminiTranslatable(c.req)) {
+		if p == nil || !provider.CanServe(c.api, p.Kind, c.req) {
 			continue
 		}
 		if len(out) > 0 {
@@ -354,7 +323,7 @@ func (c *call) respond(e *apierr.Error) {
 	if c.w.wrote {
 		return // a stream already started: nothing more can be said
 	}
-	apierr.Write(c.w, e, c.api == apiMessages)
+	apierr.Write(c.w, e, c.api == provider.APIMessages)
 }
 
 // lifecycleConfig is the part of the gateway config a lifecycle obeys.

@@ -45,9 +45,9 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 	c.w.WriteHeader(http.StatusOK)
 	c.w.Flush()
 
-	var tr *geminiStream
+	var tr *provider.GeminiStream
 	if p.Kind == schemas.ProviderGemini {
-		tr = &geminiStream{model: c.req.Model, id: "chatcmpl-" + c.reqID, includeUsage: c.req.IncludeUsage}
+		tr = provider.NewGeminiStream(c.req.Model, "chatcmpl-"+c.reqID, c.req.IncludeUsage)
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var (
@@ -71,7 +71,7 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		out := raw.Bytes()
 		switch {
 		case tr != nil:
-			out = tr.translate(data.Bytes())
+			out = tr.Translate(data.Bytes())
 		case forcedUsage && isUsageOnlyChunk(data.Bytes()):
 			out = nil
 		}
@@ -119,7 +119,7 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		}
 	}
 	if tr != nil && writeErr == nil && readErr == nil {
-		if tail := tr.finish(); len(tail) > 0 {
+		if tail := tr.Finish(); len(tail) > 0 {
 			_, writeErr = c.w.Write(tail)
 			c.w.Flush()
 		}
