@@ -58,12 +58,9 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	if err != nil {
 		return done(lifecycle.Upstream{Failure: c.cancelReason(), Observations: obs})
 	}
-	usage, _ := provider.ParseUsage(p.Kind, body)
-	if p.Kind == schemas.ProviderGemini {
-		if b, err := provider.GeminiToOpenAI(body, c.req.Model, c.reqID); err == nil {
-			body = b
-			resp.Header.Set("Content-Type", "application/json")
-		}
+	ans := provider.ParseAnswer(p.Kind, body, c.req.Model, c.reqID)
+	if ans.Translated {
+		resp.Header.Set("Content-Type", "application/json")
 	}
 	c.upHeader = http.Header{}
 	for _, h := range []string{"Content-Type", "x-request-id", "request-id", "openai-processing-ms"} {
@@ -71,9 +68,9 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 			c.upHeader.Set(h, v)
 		}
 	}
-	c.upStatus, c.upBody = resp.StatusCode, body
+	c.upStatus, c.upBody = resp.StatusCode, ans.Body
 	return done(lifecycle.Upstream{Status: resp.StatusCode, Observations: obs, FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(),
-		Usage: lifecycle.Usage{InputTokens: usage.InputTokens, CachedInputTokens: usage.CachedInputTokens, OutputTokens: usage.OutputTokens}})
+		Usage: lifecycle.Usage{InputTokens: ans.Usage.InputTokens, CachedInputTokens: ans.Usage.CachedInputTokens, OutputTokens: ans.Usage.OutputTokens}})
 }
 
 // cancelReason names why an attempt ended without an answer.
