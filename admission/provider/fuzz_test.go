@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -98,6 +100,48 @@ func FuzzStreamUsage(f *testing.F) {
 				t.Fatalf("bad usage %+v", u)
 			}
 			ParseUsage(k, data)
+		}
+	})
+}
+
+// FuzzStream: the adapter's view of a stream never panics, and what it
+// passes or translates for the client is well-formed SSE.
+func FuzzStream(f *testing.F) {
+	for _, name := range []string{"openai_stream_include_usage.sse", "openai_stream_cut.sse", "anthropic_stream.sse", "gemini_stream.sse"} {
+		for _, ev := range loadSSE(f, name) {
+			f.Add(string(ev.event), ev.data, true)
+		}
+	}
+	f.Add("", []byte(`{"choices":[],"usage":null}`), true)
+	f.Add("", []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"SAFETY"}]}`), false)
+	f.Fuzz(func(t *testing.T, event string, data []byte, forced bool) {
+		for _, k := range []Kind{schemas.ProviderOpenAI, schemas.ProviderAnthropic, schemas.ProviderGemini} {
+			s := NewStream(k, forced, "m", "r", true)
+			raw := append(append([]byte("data: "), data...), '\n', '\n')
+			out := append(s.Event([]byte(event), data, raw), s.Tail()...)
+			if k == schemas.ProviderGemini && len(out) > 0 && !bytes.HasPrefix(out, []byte("data: ")) {
+				t.Fatalf("translated stream %q", out)
+			}
+			if u, _ := s.Usage(); u.InputTokens < 0 || u.OutputTokens < 0 {
+				t.Fatalf("bad usage %+v", u)
+			}
+		}
+	})
+}
+
+// FuzzParseAnswer: a translated answer is always JSON.
+func FuzzParseAnswer(f *testing.F) {
+	for _, name := range []string{"openai_chat_200.http", "anthropic_messages_200.http", "gemini_200.http"} {
+		_, body := loadResponse(f, name)
+		f.Add(body)
+	}
+	f.Add([]byte(`{"candidates":null,"usageMetadata":{"promptTokenCount":-1}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, k := range schemas.ProviderKinds {
+			a := ParseAnswer(k, body, "m", "r")
+			if a.Translated && !json.Valid(a.Body) {
+				t.Fatalf("translation is not JSON: %s", a.Body)
+			}
 		}
 	})
 }

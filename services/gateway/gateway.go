@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -69,9 +70,9 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.idem = newIdemStore(cfg.Idempotency)
 	s.m = newMetrics(s.reg)
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(apiChat))
-	s.mux.HandleFunc("POST /v1/embeddings", s.handle(apiEmbeddings))
-	s.mux.HandleFunc("POST /v1/messages", s.handle(apiMessages))
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
+	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
+	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
