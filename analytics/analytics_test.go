@@ -75,6 +75,19 @@ func TestRowFromRecordPayloadColumns(t *testing.T) {
 	if r := row(schemas.TypeDispatched); r.Provider != "openai" || r.Model != "gpt-4o" || r.QueueMs != 12 {
 		t.Errorf("dispatched: %+v", r)
 	}
+	if r := row(schemas.TypeDecision); r.Needed != 1000 || r.Available != 10 || r.HoldTTLMs != 60000 {
+		t.Errorf("decision bucket figures: %+v", r)
+	}
+	if r := row(schemas.TypeReserveRequested); r.ReqPath != "tenant:acme/key:k1" || r.PromptFamily != "pf-1" ||
+		r.ContextBand != "lt_1k" || r.MaxWaitMs != 300 || r.DeadlineMs != 30000 {
+		t.Errorf("reserve path/family/band: %+v", r)
+	}
+	if r := row(schemas.TypeConfigChanged); r.ConfigVersion != "v7" || r.ConfigSource != "test" || len(r.Capacities) != 2 ||
+		r.Capacities[0] != (CapacityRow{Scope: "openai:org1:gpt", Bucket: "tenant:acme", Dimension: "input_tokens", Capacity: 90000,
+			PeriodMs: 60000, ConfigVersion: "v7", Source: "test", EventID: r.EventID, ProducedAt: r.ProducedAt}) ||
+		r.Capacities[1].Bucket != "key:k1" || r.Capacities[1].Refill != "continuous" {
+		t.Errorf("config changed: %+v", r)
+	}
 	if r := row(schemas.TypeOutcome); r.Status != "success" || r.Attempts != 2 || r.GatewayDecision != "queued_then_admitted" || r.TotalMs != 1200 {
 		t.Errorf("outcome: %+v", r)
 	}
@@ -97,6 +110,17 @@ func TestRowFromRecordInvalid(t *testing.T) {
 	r, _ := RowFromRecord([]byte(`{"v":1,"type":"Decision","id":"x","tenant":"acme"}`), RecordPos{})
 	if r.Tenant != "acme" || r.V != 1 {
 		t.Errorf("salvaged envelope: %+v", r)
+	}
+}
+
+func TestContextBand(t *testing.T) {
+	for _, c := range []struct {
+		in   int64
+		want string
+	}{{0, "lt_1k"}, {1023, "lt_1k"}, {1024, "1k_4k"}, {4095, "1k_4k"}, {4096, "4k_16k"}, {16384, "16k_64k"}, {65535, "16k_64k"}, {65536, "64k_plus"}, {1 << 40, "64k_plus"}} {
+		if got := ContextBand(c.in); got != c.want {
+			t.Errorf("ContextBand(%d) = %s, want %s", c.in, got, c.want)
+		}
 	}
 }
 
@@ -127,10 +151,21 @@ func TestMigrationsEmbedded(t *testing.T) {
 		strings.Contains(stmts[0], "{db}") || strings.HasSuffix(stmts[0], ";") {
 		t.Fatalf("statements: %q", stmts)
 	}
-	// Every inserted column exists in the table definition.
+	// Every inserted column exists in the table definition (001) or is
+	// added by a later ALTER.
+	var all strings.Builder
+	for _, m := range ms {
+		all.WriteString(strings.Join(m.Statements("sluice_x"), "\n"))
+	}
 	for _, c := range eventColumns {
-		if !strings.Contains(stmts[0], "\n    "+strings.Trim(c, "`")+" ") {
-			t.Errorf("column %s not in migration 001", c)
+		c = strings.Trim(c, "`")
+		if !strings.Contains(stmts[0], "\n    "+c+" ") && !strings.Contains(all.String(), "events ADD COLUMN IF NOT EXISTS "+c+" ") {
+			t.Errorf("column %s is neither in migration 001 nor added later", c)
+		}
+	}
+	for _, c := range capacityColumns {
+		if !strings.Contains(all.String(), "\n    "+c+" ") {
+			t.Errorf("bucket_capacity column %s not created", c)
 		}
 	}
 	// SQL that 18.16 cannot run must not creep in.
