@@ -418,3 +418,29 @@ func TestLostDropsWithoutCommit(t *testing.T) {
 		t.Fatalf("calls %d commits %d buf %d", ins.calls, len(fc.recs), len(s.buf))
 	}
 }
+
+func TestQueriesEmbedded(t *testing.T) {
+	qs, err := Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) < 14 {
+		t.Fatalf("%d queries", len(qs))
+	}
+	r := Range{From: time.Unix(100, 0), To: time.Unix(200, 0)}
+	for _, q := range qs {
+		s := q.Render("db1", r)
+		if q.Doc == "" || strings.Contains(s, "{") || strings.Contains(s, "--") || !strings.Contains(s, "`db1`.") {
+			t.Errorf("%s: doc %q, rendered %q", q.Name, q.Doc, s)
+		}
+		// 18.16 lacks these; 26.x needs an alias on joined subqueries.
+		for _, bad := range []string{"JSONExtract", "WITH ", " OVER ", "ASOF", "base64Decode", "toStartOfInterval", "FILL"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("%s uses %s, unsupported on ClickHouse 18.16", q.Name, bad)
+			}
+		}
+		if strings.Contains(s, "JOIN") && !strings.Contains(s, ") AS c USING") {
+			t.Errorf("%s: joined subqueries need an alias on 26.x", q.Name)
+		}
+	}
+}
