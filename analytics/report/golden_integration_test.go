@@ -1,0 +1,42 @@
+//go:build integration
+
+package report
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/analytics"
+	"github.com/sluice-dev/sluice/analytics/analyticstest"
+	"github.com/sluice-dev/sluice/analytics/synth"
+)
+
+// TestIntegrationReportGolden: two generated weeks through the real Kafka
+// and sink into ClickHouse 18.16, the report of the second week must match
+// the golden markdown and JSON. With -update it rewrites them and the
+// recorded query results the unit tests replay.
+func TestIntegrationReportGolden(t *testing.T) {
+	rng := goldenRange()
+	recs := synth.Generate(synth.Options{Seed: 11, Requests: 4000, StartMs: rng.From.AddDate(0, 0, -7).UnixMilli(), SpanMs: 14 * 86400 * 1000})
+	conn, db := analyticstest.SinkFixture(t, recs)
+	rc := &recorder{src: ClickHouse{Conn: conn, Database: db}, got: recorded{}}
+	var progress strings.Builder
+	rep, err := Build(context.Background(), rc, rng, Options{Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "report: 30/30") {
+		t.Errorf("progress lines: %q", progress.String())
+	}
+	if *update {
+		saveRecorded(t, rc.got)
+	}
+	checkGolden(t, rep)
+
+	_, err = Build(context.Background(), ClickHouse{Conn: conn, Database: db}, analytics.Range{From: rng.From.AddDate(1, 0, 0), To: rng.To.AddDate(1, 0, 0)}, Options{})
+	if !errors.Is(err, ErrNoData) {
+		t.Errorf("empty range: err = %v, want ErrNoData", err)
+	}
+}
