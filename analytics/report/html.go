@@ -8,6 +8,10 @@ import (
 	"strings"
 )
 
+// ChartLabelWidth is the width of a chart's label column, in CSS pixels;
+// bars start there.
+const ChartLabelWidth = 330
+
 // Chart colours. The HTML test finds the charts in the rendered PNG by
 // these exact colours.
 const (
@@ -73,7 +77,8 @@ func charts(rep *Report) []chart {
 	add("estimation_error", "Output estimation bias by route", "(estimate − actual) ÷ actual", by("route"), keys)
 	add("stranded_quota", "Stranded quota by bucket", "token·s", nil, keys)
 	add("queue_wait", "Queue wait p95 by class", "ms", nil, keys)
-	add("retry_amplification", "Retry amplification", "attempts per request", nil, keys)
+	add("retry_amplification", "Retry amplification (requests that reached a provider)", "attempts per request",
+		func(s *Section, row []any) bool { return row[col(s, "provider")] != "" }, keys)
 	add("ratio_429", "Provider 429 ratio by model", "429s ÷ upstream attempts", by("model"), keys)
 	add("outcome_mix", "Outcome mix", "share of requests", nil, keys)
 	return out
@@ -91,7 +96,7 @@ func col(s *Section, name string) int {
 // svg draws a chart as inline SVG: horizontal bars, this week above the
 // week before, values printed at the bar ends.
 func (c chart) svg() string {
-	const w, left, barH, gap = 760, 220, 12, 10
+	const w, left, barH, gap = 900, ChartLabelWidth, 12, 10
 	h := 40 + len(c.labels)*(2*barH+gap) + 20
 	maxV := 0.0
 	for i := range c.cur {
@@ -112,7 +117,7 @@ func (c chart) svg() string {
 	for i, l := range c.labels {
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="12" text-anchor="end">%s</text>`, left-8, y+barH+4, html.EscapeString(l))
 		bar := func(v float64, color string, yy int) {
-			bw := math.Max(1, math.Abs(v)*scale)
+			bw := math.Max(3, math.Abs(v)*scale) // a zero still shows
 			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"><title>%s</title></rect>`, left, yy, bw, barH, color, fmtNum(v))
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d" font-size="11">%s</text>`, float64(left)+bw+4, yy+barH-2, fmtNum(v))
 		}

@@ -325,6 +325,7 @@ func (c *call) reserveEvent(cand candidate, attempt int32) *schemas.Event {
 		Priority:          c.adm.Priority,
 		DeadlineMs:        deadline,
 		FallbackAllowed:   c.adm.Fallback && len(c.cands) > 1,
+		PromptFamily:      promptFamily(c.r.Header, &c.req),
 	}
 	return ev
 }
