@@ -6,7 +6,7 @@ FROM
     FROM
     (
         SELECT scope, req_path, toDate(produced_at) AS day, countIf(granted_ms > 0) AS day_granted
-        FROM {db}.attempts WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) GROUP BY scope, req_path, day
+        FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) GROUP BY scope, req_path, day
     ) AS a
     ALL INNER JOIN
     (

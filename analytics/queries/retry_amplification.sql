@@ -2,6 +2,6 @@
 SELECT provider, tenant, class, uniqExact(request_id) AS requests, sum(dispatched) AS upstream_attempts,
     sum(dispatched) / uniqExact(request_id) AS amplification,
     sum(if(attempt > 1 AND dispatched = 1, est_input_tokens + est_output_tokens, 0)) AS retried_tokens
-FROM {db}.attempts WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
+FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
 GROUP BY provider, tenant, class
 ORDER BY provider, tenant, class

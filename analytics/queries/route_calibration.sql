@@ -5,6 +5,6 @@ SELECT route, count() AS n,
     quantileExact(0.95)(input_tokens) AS in_p95,
     sum(est_input_tokens) / sum(input_tokens) AS in_ratio,
     quantileExact(0.95)(input_tokens / greatest(est_input_tokens, 1)) AS in_under_p95
-FROM {db}.attempts WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND reconciled = 1 AND input_tokens > 0
+FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND reconciled = 1 AND input_tokens > 0
 GROUP BY route
 ORDER BY route

@@ -12,7 +12,7 @@ FROM
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'input_tokens') AS r_in,
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'output_tokens') AS r_out,
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'total_tokens') AS r_total
-        FROM {db}.attempts WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) GROUP BY scope, req_path, limit_path
+        FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) GROUP BY scope, req_path, limit_path
     ) AS a
     ALL INNER JOIN
     (

@@ -21,7 +21,9 @@ func TestIntegrationReportGolden(t *testing.T) {
 	rng := goldenRange()
 	recs := synth.Generate(synth.Options{Seed: 11, Requests: 4000, StartMs: rng.From.AddDate(0, 0, -7).UnixMilli(), SpanMs: 14 * 86400 * 1000})
 	conn, db := analyticstest.SinkFixture(t, recs)
-	rc := &recorder{src: ClickHouse{Conn: conn, Database: db}, got: recorded{}}
+	src := NewClickHouse(conn, db)
+	defer src.Close()
+	rc := &recorder{src: src, got: recorded{}}
 	var progress strings.Builder
 	rep, err := Build(context.Background(), rc, rng, Options{Progress: &progress})
 	if err != nil {
@@ -35,7 +37,7 @@ func TestIntegrationReportGolden(t *testing.T) {
 	}
 	checkGolden(t, rep)
 
-	_, err = Build(context.Background(), ClickHouse{Conn: conn, Database: db}, analytics.Range{From: rng.From.AddDate(1, 0, 0), To: rng.To.AddDate(1, 0, 0)}, Options{})
+	_, err = Build(context.Background(), &ClickHouse{Conn: conn, Database: db}, analytics.Range{From: rng.From.AddDate(1, 0, 0), To: rng.To.AddDate(1, 0, 0)}, Options{})
 	if !errors.Is(err, ErrNoData) {
 		t.Errorf("empty range: err = %v, want ErrNoData", err)
 	}

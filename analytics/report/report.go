@@ -27,14 +27,56 @@ type Source interface {
 }
 
 // ClickHouse is a Source over a Sluice database on a ClickHouse server.
+// The first query of a range snapshots that range's attempts and requests
+// (analytics.Snapshot), so the facts are merged once per range, not once
+// per query; Close drops the snapshots. The zero Snapshots map disables
+// that (every query reads the views).
 type ClickHouse struct {
-	Conn     driver.Conn
-	Database string
+	Conn      driver.Conn
+	Database  string
+	Snapshots map[[2]int64]analytics.Tables
+	drops     []func()
+	span      analytics.Range
 }
 
+// NewClickHouse returns a snapshotting ClickHouse source.
+func NewClickHouse(conn driver.Conn, database string) *ClickHouse {
+	return &ClickHouse{Conn: conn, Database: database, Snapshots: map[[2]int64]analytics.Tables{}}
+}
+
+// Cover tells the source that the queries to come fall inside span, so one
+// snapshot of span serves them all (the queries filter by range themselves).
+func (c *ClickHouse) Cover(span analytics.Range) { c.span = span }
+
 // Run implements Source.
-func (c ClickHouse) Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
-	return q.Run(ctx, c.Conn, c.Database, r)
+func (c *ClickHouse) Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
+	if c.Snapshots == nil {
+		return q.Run(ctx, c.Conn, c.Database, r)
+	}
+	sr := r
+	if !c.span.From.After(r.From) && !c.span.To.Before(r.To) {
+		sr = c.span
+	}
+	key := [2]int64{sr.From.Unix(), sr.To.Unix()}
+	t, ok := c.Snapshots[key]
+	if !ok {
+		var drop func()
+		var err error
+		if t, drop, err = analytics.Snapshot(ctx, c.Conn, c.Database, sr); err != nil {
+			return nil, err
+		}
+		c.drops = append(c.drops, drop)
+		c.Snapshots[key] = t
+	}
+	return q.RunIn(ctx, c.Conn, c.Database, r, t)
+}
+
+// Close drops the snapshots.
+func (c *ClickHouse) Close() {
+	for _, d := range c.drops {
+		d()
+	}
+	c.drops = nil
 }
 
 // ErrNoData is returned when the range holds no request.
@@ -164,6 +206,9 @@ func (b Bounds) withDefaults() Bounds {
 func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Report, error) {
 	prev := analytics.Range{From: r.From.Add(-r.To.Sub(r.From)), To: r.From}
 	rep := &Report{From: r.From.UTC(), To: r.To.UTC(), PrevFrom: prev.From.UTC(), PrevTo: prev.To.UTC()}
+	if c, ok := src.(interface{ Cover(analytics.Range) }); ok {
+		c.Cover(analytics.Range{From: prev.From, To: r.To})
+	}
 	total := 2 * len(specs)
 	step := 0
 	run := func(s spec, rr analytics.Range, which string) (*analytics.Result, error) {

@@ -35,6 +35,9 @@ type Options struct {
 	SpanMs int64
 	// OutputFactor4x is how much chat-4x over-reserves output; default 4.
 	OutputFactor4x float64
+	// Batch, when > 0, goes into every event and request id, so logs
+	// generated in batches (the benchmarks) do not collide.
+	Batch int
 }
 
 // DefaultStartMs is Monday 2026-11-23 00:00:00 UTC.
@@ -130,7 +133,7 @@ type gen struct {
 func (g *gen) emit(e *schemas.Event, partition int32, logMs int64) {
 	g.ids++
 	e.V = schemas.Version
-	e.ID = fmt.Sprintf("0190a0b0-0000-7000-8000-%012x", g.ids)
+	e.ID = fmt.Sprintf("0190a0b0-%04x-7000-8000-%012x", g.o.Batch&0xffff, g.ids)
 	e.ProducedAtMs = logMs
 	b, err := schemas.Encode(e)
 	if err != nil {
@@ -170,6 +173,9 @@ func (g *gen) request(i int, t int64) {
 	r := routes[g.rng.IntN(len(routes))]
 	tn := tenants[g.rng.IntN(len(tenants))]
 	reqID := fmt.Sprintf("req-%06d", i)
+	if g.o.Batch > 0 {
+		reqID = fmt.Sprintf("req-b%d-%06d", g.o.Batch, i)
+	}
 	env := func(typ schemas.Type, attempt int32) *schemas.Event {
 		return &schemas.Event{Type: typ, RequestID: reqID, Attempt: attempt, Node: "gw-1", Scope: r.scope,
 			Tenant: tn.id, KeyID: "key-" + tn.id, Route: r.name, Class: tn.class}

@@ -56,7 +56,9 @@ func runReport(ctx context.Context, args []string) error {
 		progress = nil
 	}
 	t0 := time.Now()
-	rep, err := report.Build(ctx, report.ClickHouse{Conn: conn, Database: *db}, rng, report.Options{Progress: progress})
+	src := report.NewClickHouse(conn, *db)
+	defer src.Close()
+	rep, err := report.Build(ctx, src, rng, report.Options{Progress: progress})
 	if errors.Is(err, report.ErrNoData) {
 		return fmt.Errorf("%w in database %s at %s (is `sluice sink` running? try --from/--to)", err, *db, *ch)
 	}
