@@ -32,20 +32,6 @@ func (rc recorded) Run(_ context.Context, q analytics.Query, r analytics.Range) 
 	return res, nil
 }
 
-// recorder wraps a Source and keeps what it returned.
-type recorder struct {
-	src Source
-	got recorded
-}
-
-func (rc *recorder) Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
-	res, err := rc.src.Run(ctx, q, r)
-	if err == nil {
-		rc.got[recKey(q.Name, r)] = res
-	}
-	return res, err
-}
-
 // loadRecorded reads testdata/results.json; JSON numbers come back as
 // float64, so integral columns are restored to int64 as the driver gives.
 func loadRecorded(t *testing.T) recorded {
@@ -76,32 +62,6 @@ func loadRecorded(t *testing.T) recorded {
 		out[k] = res
 	}
 	return out
-}
-
-func saveRecorded(t *testing.T, rc recorded) {
-	t.Helper()
-	type rr struct {
-		Columns []string `json:"columns"`
-		Rows    [][]any  `json:"rows"`
-		Ints    []bool   `json:"ints"`
-	}
-	out := map[string]rr{}
-	for k, r := range rc {
-		ints := make([]bool, len(r.Columns))
-		for i := range ints {
-			ints[i] = len(r.Rows) > 0
-			for _, row := range r.Rows {
-				if _, ok := row[i].(int64); !ok {
-					ints[i] = false
-				}
-			}
-		}
-		out[k] = rr{r.Columns, r.Rows, ints}
-	}
-	b, _ := json.MarshalIndent(out, "", " ")
-	if err := os.WriteFile("testdata/results.json", append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // goldenRange is the fixture's report week: Monday 2026-11-23.
