@@ -75,7 +75,12 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 
 	routes := get(top, "routes")
 	for _, rp := range p.Routes {
+		// Events name a route by its model profile; the file keys routes by
+		// model and may give the profile separately.
 		r := findItem(routes, "model", rp.Route)
+		if r == nil {
+			r = findItem(routes, "profile", rp.Route)
+		}
 		if r == nil {
 			skipped = append(skipped, fmt.Sprintf("route %s: not in the configuration", rp.Route))
 			continue
