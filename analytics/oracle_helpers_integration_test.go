@@ -37,6 +37,9 @@ type oracle struct {
 	attempts map[string]*oAttempt
 	requests map[string]*oRequest
 	caps     map[string]int64 // scope|bucket|dimension → capacity
+	// streamDisagree counts attempts whose ReserveRequested and Reconciled
+	// disagree on streaming.
+	streamDisagree int
 }
 
 func newOracle(recs []synth.Record) *oracle {
@@ -102,6 +105,13 @@ func newOracle(recs []synth.Record) *oracle {
 		case e.Reconciled != nil:
 			p := e.Reconciled
 			a.reconciled, a.in, a.out, a.cached = true, p.InputTokens, p.OutputTokens, p.CachedInputTokens
+			// An attempt streamed if its reserve or its reconcile says so
+			// (the views take the max of both; the recorded load has
+			// attempts where they disagree).
+			if a.streaming != p.Streaming {
+				o.streamDisagree++
+			}
+			a.streaming = a.streaming || p.Streaming
 			if a.holdEndMs == 0 {
 				a.holdEndMs = t
 			}

@@ -127,7 +127,22 @@ func TestIntegrationOracle(t *testing.T) {
 	recs := synth.Generate(synth.Options{Seed: 7, Requests: 3000})
 	conn, db := sinkFixture(t, recs)
 	got := runAll(t, conn, db, fixtureRange())
+	checkOracle(t, recs, got, fixtureRange(), true)
+
+	// The same fixture on a current engine: every migration and query,
+	// results compared with 18.16's.
+	t.Run("chdb_26", func(t *testing.T) {
+		compareWithChDB(t, conn, db, got)
+	})
+}
+
+// checkOracle compares the queries' results with Go over the same records.
+// synthetic adds checks that only the generated log is built to meet.
+func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng Range, synthetic bool) {
 	o := newOracle(recs)
+	if o.streamDisagree > 0 {
+		t.Logf("%d attempts whose ReserveRequested and Reconciled disagree on streaming", o.streamDisagree)
+	}
 	const eps = 1e-9
 	near := func(what string, got, want float64) {
 		t.Helper()
@@ -164,7 +179,7 @@ func TestIntegrationOracle(t *testing.T) {
 			inBand(k+" out_p50", num(t, res, row, "out_p50"), s.outE, 0.5)
 			inBand(k+" out_p95", num(t, res, row, "out_p95"), s.outE, 0.95)
 		}
-		if r := rows["route|chat-4x"]; r == nil || num(t, res, r, "out_bias") < 2.5 {
+		if r := rows["route|chat-4x"]; synthetic && (r == nil || num(t, res, r, "out_bias") < 2.5) {
 			t.Errorf("chat-4x should over-reserve output ~4x: %v", r)
 		}
 	})
@@ -176,7 +191,6 @@ func TestIntegrationOracle(t *testing.T) {
 		if len(rows) != len(tok) {
 			t.Errorf("%d buckets, want %d: %v", len(rows), len(tok), res.Rows)
 		}
-		rng := fixtureRange()
 		for k, want := range tok {
 			row, ok := rows[k]
 			if !ok {
@@ -215,7 +229,7 @@ func TestIntegrationOracle(t *testing.T) {
 			near(k+" retried_tokens", num(t, res, row, "retried_tokens"), float64(s.retriedTokens))
 			retried = retried || s.retriedTokens > 0
 		}
-		if !retried {
+		if synthetic && !retried {
 			t.Error("fixture has no retried upstream attempt")
 		}
 	})
@@ -287,11 +301,6 @@ func TestIntegrationOracle(t *testing.T) {
 		}
 	})
 
-	// The same fixture on a current engine: every migration and query,
-	// results compared with 18.16's.
-	t.Run("chdb_26", func(t *testing.T) {
-		compareWithChDB(t, conn, db, got)
-	})
 }
 
 // chdbPython returns the venv python that has chdb-core (sdktest/setup.sh
@@ -313,6 +322,12 @@ func chdbPython(t *testing.T) string {
 // 18.16 holds (read back from it, so both engines see the same fixture)
 // and compares the results.
 func compareWithChDB(t *testing.T, conn driver.Conn, db string, want map[string]*Result) {
+	compareWithChDBRange(t, conn, db, want, fixtureRange(), true)
+}
+
+// compareWithChDBRange: requireRows fails a query without rows (the
+// generated fixture exercises every one; a recorded load may not).
+func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[string]*Result, rng Range, requireRows bool) {
 	py := chdbPython(t)
 	_, file, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(file), "chdbrun.py")
@@ -340,7 +355,7 @@ func compareWithChDB(t *testing.T, conn driver.Conn, db string, want map[string]
 	var queries []map[string]string
 	qs, _ := Queries()
 	for _, qq := range qs {
-		queries = append(queries, map[string]string{"name": qq.Name, "sql": qq.Render("sluice", fixtureRange())})
+		queries = append(queries, map[string]string{"name": qq.Name, "sql": qq.Render("sluice", rng)})
 	}
 	job, _ := json.Marshal(map[string]any{"statements": stmts, "inserts": inserts, "queries": queries})
 	cmd := exec.Command(py, script)
@@ -381,7 +396,7 @@ func compareWithChDB(t *testing.T, conn driver.Conn, db string, want map[string]
 			t.Errorf("%s: %d rows on 26.x, %d on 18.16", qq.Name, len(cur.Rows), len(old.Rows))
 			continue
 		}
-		if len(old.Rows) == 0 {
+		if len(old.Rows) == 0 && requireRows {
 			t.Errorf("%s: no rows on the fixture", qq.Name)
 		}
 		for i := range old.Rows {
