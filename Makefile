@@ -32,6 +32,7 @@ test-unit: ## unit, property and golden tests (no external services)
 	$(GO) test -count=1 ./...
 
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
+	bash deploy/local/chromium.sh >/dev/null
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
 
 SEEDS ?= 200
@@ -43,8 +44,14 @@ bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledg
 	$(BIN) bench codec --json
 	$(BIN) bench gateway --json
 	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
+	$(LOCAL_ENV); $(BIN) bench sink --json
+	$(LOCAL_ENV); $(BIN) bench report --json
 
-sdk-deps: ## install the pinned openai/anthropic Python SDKs for the black-box tests
+.PHONY: report
+report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)
+	$(LOCAL_ENV); $(BIN) report --format md
+
+sdk-deps: ## install the pinned openai/anthropic Python SDKs and chdb-core (ClickHouse 26.x) into the test venv
 	bash sdktest/setup.sh
 
 up: ## start (or reuse) Kafka and ClickHouse on loopback; prints their env lines

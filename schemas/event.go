@@ -129,6 +129,10 @@ type ReserveRequested struct {
 	// EmergencyAdmitted marks a request the gateway admitted under its local
 	// emergency cap because the ledger did not answer in time.
 	EmergencyAdmitted bool `json:"emergency_admitted,omitempty"`
+	// PromptFamily groups requests that share a system prompt and tool
+	// definitions: the caller's X-Sluice-Prompt-Family, or a stable hash the
+	// gateway computes. Analytics breaks estimation error down by it.
+	PromptFamily string `json:"prompt_family,omitempty"`
 }
 
 // Status is a reservation's state as decided by the ledger.

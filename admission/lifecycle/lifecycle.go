@@ -45,6 +45,9 @@ type Request struct {
 	FallbackAllowed bool
 	Estimate        Usage
 	Streaming       bool
+	// PromptFamily groups requests by system prompt and tools for the
+	// estimation-error analytics (computed by the shell).
+	PromptFamily string
 	// NeedsTools: the request has tools; NeedsStructuredOutput: it asks
 	// for json_object or json_schema output. A fallback must offer them.
 	NeedsTools, NeedsStructuredOutput bool
@@ -629,6 +632,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		Priority:          l.req.Priority,
 		DeadlineMs:        deadline,
 		FallbackAllowed:   l.req.FallbackAllowed && len(l.order) > 1,
+		PromptFamily:      l.req.PromptFamily,
 	}
 	return ev
 }

@@ -316,7 +316,8 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 	req := lifecycle.Request{ID: c.reqID, Node: c.cfg.Node, Tenant: c.id.Tenant, KeyID: c.id.KeyID, Class: c.adm.Class,
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
-		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured()}
+		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
+		PromptFamily: promptFamily(c.r.Header, &c.req)}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),

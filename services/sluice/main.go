@@ -31,8 +31,10 @@ func init() {
 		{"loadtest", "run a load scenario against a gateway, the embedded stack or the bare simulator", runLoadtest},
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
 		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
+		{"report", "the weekly calibration report from ClickHouse: `sluice report --format md|html|json`", runReport},
+		{"config", "install a calibration patch: `sluice config apply [--yes] PATCH`", runConfig},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
-		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec`", runBench},
+		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec|sink|report`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 	}
 }
