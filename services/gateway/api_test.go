@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -138,6 +139,12 @@ func TestChatCompletionPlainAndStreaming(t *testing.T) {
 		if e.Type == schemas.TypeReserveRequested && (e.ReserveRequested.InputTokens < 5 || e.ReserveRequested.OutputTokens != 16) {
 			t.Errorf("estimate %+v: want tokenizer input and max_tokens output", e.ReserveRequested)
 		}
+	}
+	// The reconciled tokens reach sluice_gateway_tokens_total, the
+	// alerts' source for estimation drift and tenant token pressure.
+	if _, m := st.do(t, "GET", "/metrics", "", ""); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) {
+		t.Errorf("tokens metric missing or wrong:\n%s", m)
 	}
 
 	tests := []struct {

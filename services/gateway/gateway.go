@@ -188,6 +188,10 @@ type metrics struct {
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
+	// tokens counts reconciled tokens by tenant, dimension and source
+	// (estimated, actual): token pressure per tenant and estimation drift
+	// for the alerting rules (dashboards/alerts).
+	tokens *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -200,6 +204,17 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		lateGrants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_late_grants_total",
 			Help: "Grants released undispatched because they reached the gateway later than late_grant_ms after the ledger decided, by class and action (reserved_again, refused)."}, []string{"class", "action"}),
 	}
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
+		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants, m.tokens)
 	return m
+}
+
+// countTokens adds a reconciled request's estimate and actual usage to
+// sluice_gateway_tokens_total.
+func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
+	m.tokens.WithLabelValues(tenant, "input", "estimated").Add(float64(rec.EstimatedInputTokens))
+	m.tokens.WithLabelValues(tenant, "input", "actual").Add(float64(rec.InputTokens))
+	m.tokens.WithLabelValues(tenant, "output", "estimated").Add(float64(rec.EstimatedOutputTokens))
+	m.tokens.WithLabelValues(tenant, "output", "actual").Add(float64(rec.OutputTokens))
 }
