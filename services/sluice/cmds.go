@@ -91,12 +91,21 @@ func prefixFlag(fs *flag.FlagSet) *string {
 func runDev(ctx context.Context, args []string) error {
 	fs := newFlags("dev")
 	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
-	key := fs.String("api-key", "", "demo API key (default: random)")
+	key := fs.String("api-key", "", "demo API key (default: random; ignored with --config, whose keys apply)")
+	cfgPath := fs.String("config", "", "gateway configuration file for the stack; "+dev.SimURLPlaceholder+" in it becomes the simulator's URL (example: deploy/examples/dev-three-tenants.yaml; default: one demo tenant and key)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := dev.Start(ctx, dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)})
+	o := dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)}
+	if *cfgPath != "" {
+		load, err := dev.ConfigFile(*cfgPath)
+		if err != nil {
+			return err
+		}
+		o.Config = load
+	}
+	st, err := dev.Start(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -104,7 +113,11 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("# Sluice dev stack: embedded Kafka at %s, provider simulator at %s\n", st.Brokers[0], st.SimURL)
 	fmt.Printf("# Point an OpenAI SDK here (eval these lines in a shell); Ctrl-C stops.\n")
 	fmt.Printf("OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
-	fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	if *cfgPath == "" {
+		fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	} else {
+		fmt.Printf("# API keys: those whose hashes %s lists\n", *cfgPath)
+	}
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
