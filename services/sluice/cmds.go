@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
@@ -216,8 +217,12 @@ func runSink(ctx context.Context, args []string) error {
 }
 
 func runTopics(ctx context.Context, args []string) error {
+	const usage = "usage: sluice topics ensure [--brokers …] [--partitions N] [--replication N] [--retention 168h] (sluice topics ensure -h lists the flags)"
+	if helpAsked(args) {
+		return usageHelp(usage)
+	}
 	if len(args) == 0 || args[0] != "ensure" {
-		return errors.New("usage: sluice topics ensure [--brokers …] [--partitions N] [--replication N] [--retention 168h]")
+		return errors.New(usage)
 	}
 	fs := newFlags("topics ensure")
 	brokers := brokersFlag(fs)
@@ -228,6 +233,20 @@ func runTopics(ctx context.Context, args []string) error {
 	ret := fs.Duration("retention", time.Duration(def.RetentionMs)*time.Millisecond, "retention of the request, decision and telemetry logs")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	// Validate before connecting: a bad flag must not wait on a broker.
+	var bad []error
+	if *parts < 1 || *parts > math.MaxInt32 {
+		bad = append(bad, fmt.Errorf("--partitions %d: want 1 to %d", *parts, math.MaxInt32))
+	}
+	if *repl < 1 || *repl > math.MaxInt16 {
+		bad = append(bad, fmt.Errorf("--replication %d: want 1 to %d", *repl, math.MaxInt16))
+	}
+	if *ret <= 0 && *ret != -time.Millisecond {
+		bad = append(bad, fmt.Errorf("--retention %s: want a positive duration (or -1ms: keep forever)", *ret))
+	}
+	if len(bad) > 0 {
+		return errors.Join(bad...)
 	}
 	cl, err := bus.NewClient(ctx, bus.SplitBrokers(*brokers), 10*time.Second)
 	if err != nil {
@@ -251,7 +270,10 @@ func runSim(ctx context.Context, args []string) error {
 }
 
 func runKeys(_ context.Context, args []string) error {
+	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)"
 	switch {
+	case helpAsked(args):
+		return usageHelp(usage)
 	case len(args) == 2 && args[0] == "hash":
 		fmt.Println(config.HashKey(args[1]))
 		return nil
@@ -262,7 +284,7 @@ func runKeys(_ context.Context, args []string) error {
 		fmt.Printf("key:    %s\nsha256: %s\n", k, config.HashKey(k))
 		return nil
 	}
-	return errors.New("usage: sluice keys hash KEY | sluice keys new")
+	return errors.New(usage)
 }
 
 // runEstimate prints the gateway's pre-flight estimate of the request on
