@@ -210,6 +210,16 @@ func TestEmbeddingsMessagesModels(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"list"`) {
 		t.Fatalf("models: %d %s", resp.StatusCode, b)
 	}
+	// models.retrieve: a routed model, and model_not_found for another.
+	if resp, b := st.do(t, "GET", "/v1/models/claude-sonnet-4-5", keyDemo, ""); resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"model"`) {
+		t.Fatalf("model: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := st.do(t, "GET", "/v1/models/gpt-9", keyDemo, ""); resp.StatusCode != 404 || !strings.Contains(string(b), `"code":"model_not_found"`) {
+		t.Fatalf("unknown model: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := st.do(t, "GET", "/v1/models/claude-sonnet-4-5", "", ""); resp.StatusCode != 401 {
+		t.Fatalf("model without a key: %d", resp.StatusCode)
+	}
 	if resp, _ := st.do(t, "GET", "/v1/models", "", ""); resp.StatusCode != 401 {
 		t.Fatalf("models without a key: %d", resp.StatusCode)
 	}

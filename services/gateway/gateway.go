@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(apiEmbeddings))
 	s.mux.HandleFunc("POST /v1/messages", s.handle(apiMessages))
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -119,32 +121,59 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
 	}
-	// One list readable by both SDKs: OpenAI's fields plus Anthropic's
-	// (type, display_name, created_at, has_more, first_id, last_id).
-	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object"`
-		Created     int64  `json:"created"`
-		OwnedBy     string `json:"owned_by"`
-		Type        string `json:"type"`
-		DisplayName string `json:"display_name"`
-		CreatedAt   string `json:"created_at"`
-	}
 	out := struct {
-		Object  string  `json:"object"`
-		Data    []model `json:"data"`
-		HasMore bool    `json:"has_more"`
-		FirstID string  `json:"first_id,omitempty"`
-		LastID  string  `json:"last_id,omitempty"`
-	}{Object: "list", Data: []model{}}
+		Object  string        `json:"object"`
+		Data    []modelObject `json:"data"`
+		HasMore bool          `json:"has_more"`
+		FirstID string        `json:"first_id,omitempty"`
+		LastID  string        `json:"last_id,omitempty"`
+	}{Object: "list", Data: []modelObject{}}
 	for _, m := range cfg.Models() {
-		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "sluice", Type: "model", DisplayName: m, CreatedAt: "1970-01-01T00:00:00Z"})
+		out.Data = append(out.Data, newModelObject(m))
 	}
 	if n := len(out.Data); n > 0 {
 		out.FirstID, out.LastID = out.Data[0].ID, out.Data[n-1].ID
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// modelObject is one model readable by both SDKs: OpenAI's fields plus
+// Anthropic's (type, display_name, created_at).
+type modelObject struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Type        string `json:"type"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+func newModelObject(id string) modelObject {
+	return modelObject{ID: id, Object: "model", OwnedBy: "sluice", Type: "model", DisplayName: id, CreatedAt: "1970-01-01T00:00:00Z"}
+}
+
+// handleModel answers GET /v1/models/{id} (OpenAI's models.retrieve,
+// Anthropic's models.retrieve): a model the gateway routes, or 404
+// model_not_found.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg.Load()
+	anthropic := r.Header.Get("anthropic-version") != ""
+	if _, e := s.identify(cfg, r); e != nil {
+		s.m.requests.WithLabelValues(e.Code).Inc()
+		apierr.Write(w, e, anthropic)
+		return
+	}
+	id := r.PathValue("id")
+	if !slices.Contains(cfg.Models(), id) {
+		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("model %q is not routed by this gateway (GET /v1/models lists those that are)", id))
+		e.Param = "model"
+		apierr.Write(w, e, anthropic)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(newModelObject(id))
 }
 
 // identify resolves the caller's API key.
