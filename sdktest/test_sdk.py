@@ -116,6 +116,15 @@ def test_anthropic_message_streaming(claude):
     assert final.usage.output_tokens > 0
 
 
+def test_anthropic_count_tokens(claude):
+    # The gateway's estimate, with no upstream call: what a message with the
+    # same prompt reserves.
+    n = claude.messages.count_tokens(model="claude-sonnet-4-5", messages=MESSAGES).input_tokens
+    assert n > 0
+    longer = claude.messages.count_tokens(model="claude-sonnet-4-5", messages=MESSAGES * 4).input_tokens
+    assert longer > n
+
+
 def test_anthropic_error_shape():
     c = anthropic.Anthropic(base_url=BASE, api_key="sk-not-a-key", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as ei:

@@ -210,6 +210,13 @@ func TestEmbeddingsMessagesModels(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"list"`) {
 		t.Fatalf("models: %d %s", resp.StatusCode, b)
 	}
+	// count_tokens: the estimator's input count, no max_tokens needed.
+	if resp, b := st.do(t, "POST", "/v1/messages/count_tokens", keyDemo, `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 || !regexp.MustCompile(`^\{"input_tokens":[1-9][0-9]*\}\n$`).Match(b) {
+		t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := st.do(t, "POST", "/v1/messages/count_tokens", keyDemo, `{"model":"claude-9","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 404 || !strings.Contains(string(b), `"type":"not_found_error"`) {
+		t.Fatalf("count_tokens of an unknown model: %d %s", resp.StatusCode, b)
+	}
 	// models.retrieve: a routed model, and model_not_found for another.
 	if resp, b := st.do(t, "GET", "/v1/models/claude-sonnet-4-5", keyDemo, ""); resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"model"`) {
 		t.Fatalf("model: %d %s", resp.StatusCode, b)
