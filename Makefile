@@ -8,7 +8,7 @@ LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 # Packages that have integration tests (files tagged `integration`).
 INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
-.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps
+.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps alerts
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -25,6 +25,7 @@ test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missi
 	$(MAKE) test-unit
 	$(MAKE) simulate
 	$(MAKE) fuzz
+	$(MAKE) alerts
 	$(MAKE) test-integration
 
 test-unit: ## unit, property and golden tests (no external services)
@@ -33,6 +34,7 @@ test-unit: ## unit, property and golden tests (no external services)
 
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
 	bash deploy/local/chromium.sh >/dev/null
+	deploy/local/prometheus.sh install
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
 
 SEEDS ?= 200
@@ -50,6 +52,9 @@ bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledg
 .PHONY: report
 report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)
 	$(LOCAL_ENV); $(BIN) report --format md
+
+alerts: ## promtool check + unit-test the alerting rules in dashboards/alerts (installs Debian's prometheus if missing)
+	deploy/local/prometheus.sh test-rules
 
 sdk-deps: ## install the pinned openai/anthropic Python SDKs and chdb-core (ClickHouse 26.x) into the test venv
 	bash sdktest/setup.sh

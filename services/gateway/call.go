@@ -247,6 +247,9 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt, EmergencyOK: c.emergencyOK(e.Attempt)})
 			}
 		case lifecycle.Report:
+			if rec := e.Event.Reconciled; rec != nil {
+				c.s.m.countTokens(e.Event.Tenant, rec)
+			}
 			c.s.report(stamp(e.Event))
 		case lifecycle.Telemetry:
 			c.s.background(stamp(e.Event), false)

@@ -23,8 +23,12 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // runBench runs the named benchmark and prints its result as JSON. Timings
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
+	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report [--json] (sluice bench NAME -h lists the flags)"
+	if helpAsked(args) {
+		return usageHelp(usage)
+	}
 	if len(args) == 0 {
-		return errors.New("usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report [--json]")
+		return errors.New(usage)
 	}
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
