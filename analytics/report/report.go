@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -49,6 +50,28 @@ func (c *ClickHouse) Cover(span analytics.Range) { c.span = span }
 
 // Run implements Source.
 func (c *ClickHouse) Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
+	res, err := c.run(ctx, q, r)
+	if err == nil {
+		roundFloats(res)
+	}
+	return res, err
+}
+
+// roundFloats keeps 12 significant digits of every float cell. ClickHouse
+// sums floats in whatever order its threads finish, so the last bits of a
+// sum or quantile differ from run to run; a report (and its golden test)
+// must not.
+func roundFloats(res *analytics.Result) {
+	for _, row := range res.Rows {
+		for i, v := range row {
+			if f, ok := v.(float64); ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				row[i], _ = strconv.ParseFloat(strconv.FormatFloat(f, 'g', 12, 64), 64)
+			}
+		}
+	}
+}
+
+func (c *ClickHouse) run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
 	if c.Snapshots == nil {
 		return q.Run(ctx, c.Conn, c.Database, r)
 	}
