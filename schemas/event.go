@@ -300,8 +300,13 @@ type Outcome struct {
 // package stays independent of the ledger.
 type ConfigChanged struct {
 	ConfigVersion string `json:"config_version"`
-	Source        string `json:"source,omitempty"` // file path, calibration report, …
-	Ledger        []byte `json:"ledger"`           // JSON document, base64 on the wire
+	Source        string `json:"source,omitempty"` // file path, calibration report, admin API, …
+	// Actor is who made the change (an operator, a partner token's name,
+	// "calibration"), and Reason why; both are for the audited config
+	// history and never affect a decision.
+	Actor  string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Ledger []byte `json:"ledger"` // JSON document, base64 on the wire
 }
 
 // Tick advances a partition's clock through the log while work is pending.
