@@ -8,7 +8,7 @@ LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 # Packages that have integration tests (files tagged `integration`).
 INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
-.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps
+.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps alerts
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -19,11 +19,13 @@ build: ## build bin/sluice
 run: build ## run the whole stack in one process (embedded Kafka, simulator, ledger, gateway) and print where to point an SDK
 	$(BIN) dev
 
-test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missing) and run every test
+test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missing), run every test and every fuzz target for FUZZTIME
 	$(MAKE) lint
 	$(MAKE) sdk-deps
 	$(MAKE) test-unit
 	$(MAKE) simulate
+	$(MAKE) fuzz
+	$(MAKE) alerts
 	$(MAKE) test-integration
 
 test-unit: ## unit, property and golden tests (no external services)
@@ -31,6 +33,8 @@ test-unit: ## unit, property and golden tests (no external services)
 	$(GO) test -count=1 ./...
 
 test-integration: up ## integration tests against the real Kafka broker and ClickHouse server
+	bash deploy/local/chromium.sh >/dev/null
+	deploy/local/prometheus.sh install
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
 
 SEEDS ?= 200
@@ -42,8 +46,17 @@ bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledg
 	$(BIN) bench codec --json
 	$(BIN) bench gateway --json
 	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
+	$(LOCAL_ENV); $(BIN) bench sink --json
+	$(LOCAL_ENV); $(BIN) bench report --json
 
-sdk-deps: ## install the pinned openai/anthropic Python SDKs for the black-box tests
+.PHONY: report
+report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)
+	$(LOCAL_ENV); $(BIN) report --format md
+
+alerts: ## promtool check + unit-test the alerting rules in dashboards/alerts (installs Debian's prometheus if missing)
+	deploy/local/prometheus.sh test-rules
+
+sdk-deps: ## install the pinned openai/anthropic Python SDKs and chdb-core (ClickHouse 26.x) into the test venv
 	bash sdktest/setup.sh
 
 up: ## start (or reuse) Kafka and ClickHouse on loopback; prints their env lines
@@ -58,11 +71,19 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet -tags integration ./...
 	$(GO) run $(STATICCHECK) ./...
 
-fuzz: ## run each fuzz target for FUZZTIME (default 20s)
-	@for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
+# Every fuzz target runs for FUZZTIME: 12 targets × 8 s ≈ 1.6 min of fuzzing,
+# plus about 1.2 min of instrumented builds on 2 cores (measured), so about
+# 3 min in all. A failing input is written to the package's testdata/fuzz/
+# (commit it: it then runs in every plain `go test`) and fails the run.
+# Minimizing a new interesting input is capped at 1 s: a worker still
+# minimizing when FUZZTIME ends made a healthy run fail with "context
+# deadline exceeded" on the loaded 2-core machine.
+FUZZTIME ?= 8s
+fuzz: ## run each fuzz target for FUZZTIME (default 8s; make test runs this)
+	@n=0; for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$t/*_test.go | cut -d' ' -f2); do \
-	    echo "== $$t $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$t || exit 1; \
-	  done; done
+	    echo "== $$t $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$t || exit 1; n=$$((n+1)); \
+	  done; done; echo "fuzz: $$n targets, $(FUZZTIME) each"
 
 clean: ## remove build output
 	rm -rf bin

@@ -75,6 +75,19 @@ func TestRowFromRecordPayloadColumns(t *testing.T) {
 	if r := row(schemas.TypeDispatched); r.Provider != "openai" || r.Model != "gpt-4o" || r.QueueMs != 12 {
 		t.Errorf("dispatched: %+v", r)
 	}
+	if r := row(schemas.TypeDecision); r.Needed != 1000 || r.Available != 10 || r.HoldTTLMs != 60000 {
+		t.Errorf("decision bucket figures: %+v", r)
+	}
+	if r := row(schemas.TypeReserveRequested); r.ReqPath != "tenant:acme/key:k1" || r.PromptFamily != "pf-1" ||
+		r.ContextBand != "lt_1k" || r.MaxWaitMs != 300 || r.DeadlineMs != 30000 {
+		t.Errorf("reserve path/family/band: %+v", r)
+	}
+	if r := row(schemas.TypeConfigChanged); r.ConfigVersion != "v7" || r.ConfigSource != "test" || len(r.Capacities) != 2 ||
+		r.Capacities[0] != (CapacityRow{Scope: "openai:org1:gpt", Bucket: "tenant:acme", Dimension: "input_tokens", Capacity: 90000,
+			PeriodMs: 60000, ConfigVersion: "v7", Source: "test", EventID: r.EventID, ProducedAt: r.ProducedAt}) ||
+		r.Capacities[1].Bucket != "key:k1" || r.Capacities[1].Refill != "continuous" {
+		t.Errorf("config changed: %+v", r)
+	}
 	if r := row(schemas.TypeOutcome); r.Status != "success" || r.Attempts != 2 || r.GatewayDecision != "queued_then_admitted" || r.TotalMs != 1200 {
 		t.Errorf("outcome: %+v", r)
 	}
@@ -97,6 +110,17 @@ func TestRowFromRecordInvalid(t *testing.T) {
 	r, _ := RowFromRecord([]byte(`{"v":1,"type":"Decision","id":"x","tenant":"acme"}`), RecordPos{})
 	if r.Tenant != "acme" || r.V != 1 {
 		t.Errorf("salvaged envelope: %+v", r)
+	}
+}
+
+func TestContextBand(t *testing.T) {
+	for _, c := range []struct {
+		in   int64
+		want string
+	}{{0, "lt_1k"}, {1023, "lt_1k"}, {1024, "1k_4k"}, {4095, "1k_4k"}, {4096, "4k_16k"}, {16384, "16k_64k"}, {65535, "16k_64k"}, {65536, "64k_plus"}, {1 << 40, "64k_plus"}} {
+		if got := ContextBand(c.in); got != c.want {
+			t.Errorf("ContextBand(%d) = %s, want %s", c.in, got, c.want)
+		}
 	}
 }
 
@@ -127,10 +151,21 @@ func TestMigrationsEmbedded(t *testing.T) {
 		strings.Contains(stmts[0], "{db}") || strings.HasSuffix(stmts[0], ";") {
 		t.Fatalf("statements: %q", stmts)
 	}
-	// Every inserted column exists in the table definition.
+	// Every inserted column exists in the table definition (001) or is
+	// added by a later ALTER.
+	var all strings.Builder
+	for _, m := range ms {
+		all.WriteString(strings.Join(m.Statements("sluice_x"), "\n"))
+	}
 	for _, c := range eventColumns {
-		if !strings.Contains(stmts[0], "\n    "+strings.Trim(c, "`")+" ") {
-			t.Errorf("column %s not in migration 001", c)
+		c = strings.Trim(c, "`")
+		if !strings.Contains(stmts[0], "\n    "+c+" ") && !strings.Contains(all.String(), "events ADD COLUMN IF NOT EXISTS "+c+" ") {
+			t.Errorf("column %s is neither in migration 001 nor added later", c)
+		}
+	}
+	for _, c := range capacityColumns {
+		if !strings.Contains(all.String(), "\n    "+c+" ") {
+			t.Errorf("bucket_capacity column %s not created", c)
 		}
 	}
 	// SQL that 18.16 cannot run must not creep in.
@@ -381,5 +416,31 @@ func TestLostDropsWithoutCommit(t *testing.T) {
 	s.onLost(context.Background(), nil, map[string][]int32{"a": {0}})
 	if ins.calls != 0 || len(fc.recs) != 0 || len(s.buf) != 1 || s.buf[0].rec.Topic != "b" {
 		t.Fatalf("calls %d commits %d buf %d", ins.calls, len(fc.recs), len(s.buf))
+	}
+}
+
+func TestQueriesEmbedded(t *testing.T) {
+	qs, err := Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) < 14 {
+		t.Fatalf("%d queries", len(qs))
+	}
+	r := Range{From: time.Unix(100, 0), To: time.Unix(200, 0)}
+	for _, q := range qs {
+		s := q.Render("db1", r)
+		if q.Doc == "" || strings.Contains(s, "{") || strings.Contains(s, "--") || !strings.Contains(s, "`db1`.") {
+			t.Errorf("%s: doc %q, rendered %q", q.Name, q.Doc, s)
+		}
+		// 18.16 lacks these; 26.x needs an alias on joined subqueries.
+		for _, bad := range []string{"JSONExtract", "WITH ", " OVER ", "ASOF", "base64Decode", "toStartOfInterval", "FILL"} {
+			if strings.Contains(s, bad) {
+				t.Errorf("%s uses %s, unsupported on ClickHouse 18.16", q.Name, bad)
+			}
+		}
+		if strings.Contains(s, "JOIN") && !strings.Contains(s, ") AS c USING") {
+			t.Errorf("%s: joined subqueries need an alias on 26.x", q.Name)
+		}
 	}
 }

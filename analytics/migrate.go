@@ -145,6 +145,13 @@ ORDER BY version`); err != nil {
 			continue
 		}
 		for i, stmt := range m.Statements(database) {
+			stmt, skip, err := addColumnIfMissing(ctx, conn, stmt)
+			if err != nil {
+				return applied, fmt.Errorf("migration %03d_%s statement %d: %w", m.Version, m.Name, i+1, err)
+			}
+			if skip {
+				continue
+			}
 			if err := conn.Exec(ctx, stmt); err != nil {
 				return applied, fmt.Errorf("migration %03d_%s statement %d: %w", m.Version, m.Name, i+1, err)
 			}
@@ -196,4 +203,29 @@ func recordMigration(ctx context.Context, conn driver.Conn, database string, m M
 		return fmt.Errorf("record migration %03d: %w", m.Version, err)
 	}
 	return nil
+}
+
+// addColumnRE matches "ALTER TABLE db.t ADD COLUMN IF NOT EXISTS name …",
+// one column per statement.
+var addColumnRE = regexp.MustCompile("(?is)^ALTER\\s+TABLE\\s+`?([A-Za-z0-9_]+)`?\\.`?([A-Za-z0-9_]+)`?\\s+ADD\\s+COLUMN\\s+(IF\\s+NOT\\s+EXISTS\\s+)([A-Za-z0-9_]+)\\s")
+
+// addColumnIfMissing emulates ADD COLUMN IF NOT EXISTS, which ClickHouse
+// 18.16 lacks: if stmt is such an ALTER, it looks the column up in
+// system.columns and returns skip when it exists, or the statement without
+// IF NOT EXISTS otherwise (which runs on every version). Other statements
+// are returned unchanged.
+func addColumnIfMissing(ctx context.Context, conn driver.Conn, stmt string) (string, bool, error) {
+	m := addColumnRE.FindStringSubmatchIndex(stmt)
+	if m == nil {
+		return stmt, false, nil
+	}
+	db, table, col := stmt[m[2]:m[3]], stmt[m[4]:m[5]], stmt[m[8]:m[9]]
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = ? AND table = ? AND name = ?", db, table, col).Scan(&n); err != nil {
+		return "", false, fmt.Errorf("look up column %s.%s.%s: %w", db, table, col, err)
+	}
+	if n > 0 {
+		return "", true, nil
+	}
+	return stmt[:m[6]] + stmt[m[7]:], false, nil
 }

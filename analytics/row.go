@@ -23,7 +23,9 @@ var eventColumns = []string{
 	"topic", "`partition`", "`offset`",
 	"request_id", "attempt", "node", "scope", "tenant", "key_id", "route", "class",
 	"status", "reason", "gateway_decision", "limit_path", "limit_dimension", "retry_class",
-	"retry_after_ms", "http_status", "provider", "deployment", "model",
+	"retry_after_ms", "needed", "available", "hold_ttl_ms", "max_wait_ms", "deadline_ms",
+	"req_path", "prompt_family", "context_band", "fallback", "partial", "config_version", "config_source",
+	"http_status", "provider", "deployment", "model",
 	"est_input_tokens", "est_output_tokens", "est_cached_input_tokens", "est_spend_micros",
 	"input_tokens", "output_tokens", "cached_input_tokens", "spend_micros",
 	"queue_ms", "first_byte_ms", "total_ms", "attempts", "streaming", "borrowed",
@@ -54,8 +56,16 @@ type Row struct {
 
 	Status, Reason, GatewayDecision, LimitPath, LimitDimension, RetryClass string
 	RetryAfterMs                                                           int64
-	HTTPStatus                                                             int32
-	Provider, Deployment, Model                                            string
+	// Needed and Available are the limiting bucket's figures of a Decision;
+	// HoldTTLMs its hold; MaxWaitMs and DeadlineMs a ReserveRequested's.
+	Needed, Available, HoldTTLMs, MaxWaitMs, DeadlineMs int64
+	// ReqPath is the ReserveRequested bucket path, "level:id" joined by "/"
+	// (the same form as a Decision's limit_path).
+	ReqPath, PromptFamily, ContextBand string
+	Fallback, Partial                  uint8
+	ConfigVersion, ConfigSource        string
+	HTTPStatus                         int32
+	Provider, Deployment, Model        string
 
 	EstInputTokens, EstOutputTokens, EstCachedInputTokens, EstSpendMicros int64
 	InputTokens, OutputTokens, CachedInputTokens, SpendMicros             int64
@@ -65,6 +75,10 @@ type Row struct {
 
 	Payload     string // the record value as received (the encoded event)
 	DecodeError string // why the record is invalid; empty for valid events
+
+	// Capacities are a ConfigChanged's buckets, inserted into
+	// bucket_capacity with the row (not an events column).
+	Capacities []CapacityRow
 }
 
 func (r *Row) values() []any {
@@ -73,7 +87,9 @@ func (r *Row) values() []any {
 		r.Topic, r.Partition, r.Offset,
 		r.RequestID, r.Attempt, r.Node, r.Scope, r.Tenant, r.KeyID, r.Route, r.Class,
 		r.Status, r.Reason, r.GatewayDecision, r.LimitPath, r.LimitDimension, r.RetryClass,
-		r.RetryAfterMs, r.HTTPStatus, r.Provider, r.Deployment, r.Model,
+		r.RetryAfterMs, r.Needed, r.Available, r.HoldTTLMs, r.MaxWaitMs, r.DeadlineMs,
+		r.ReqPath, r.PromptFamily, r.ContextBand, r.Fallback, r.Partial, r.ConfigVersion, r.ConfigSource,
+		r.HTTPStatus, r.Provider, r.Deployment, r.Model,
 		r.EstInputTokens, r.EstOutputTokens, r.EstCachedInputTokens, r.EstSpendMicros,
 		r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.SpendMicros,
 		r.QueueMs, r.FirstByteMs, r.TotalMs, r.Attempts, r.Streaming, r.Borrowed,
@@ -185,21 +201,26 @@ func fillEvent(r *Row, e *schemas.Event) {
 		r.EstInputTokens, r.EstOutputTokens = p.InputTokens, p.OutputTokens
 		r.EstCachedInputTokens, r.EstSpendMicros = p.CachedInputTokens, p.SpendMicros
 		r.Streaming = b2u(p.Streaming)
+		r.MaxWaitMs, r.DeadlineMs = p.MaxWaitMs, p.DeadlineMs
+		r.ReqPath, r.PromptFamily = PathString(p.Path), p.PromptFamily
+		r.ContextBand = ContextBand(p.InputTokens)
 	case e.Decision != nil:
 		p := e.Decision
 		r.Status, r.Reason, r.GatewayDecision = string(p.Status), string(p.Reason), string(p.GatewayDecision)
 		r.LimitPath, r.LimitDimension, r.RetryClass = p.LimitPath, string(p.LimitDimension), string(p.RetryClass)
 		r.RetryAfterMs, r.Borrowed = p.RetryAfterMs, b2u(p.Borrowed)
+		r.Needed, r.Available, r.HoldTTLMs = p.Needed, p.Available, p.HoldTTLMs
 	case e.Dispatched != nil:
 		p := e.Dispatched
 		r.Provider, r.Deployment, r.Model, r.QueueMs = string(p.Provider), p.Deployment, p.Model, p.QueueMs
+		r.Fallback = b2u(p.Fallback)
 	case e.Reconciled != nil:
 		p := e.Reconciled
 		r.InputTokens, r.OutputTokens = p.InputTokens, p.OutputTokens
 		r.CachedInputTokens, r.SpendMicros = p.CachedInputTokens, p.SpendMicros
 		r.EstInputTokens, r.EstOutputTokens = p.EstimatedInputTokens, p.EstimatedOutputTokens
 		r.HTTPStatus, r.FirstByteMs, r.TotalMs = p.HTTPStatus, p.FirstByteMs, p.TotalMs
-		r.Streaming = b2u(p.Streaming)
+		r.Streaming, r.Partial = b2u(p.Streaming), b2u(p.Partial)
 	case e.ProviderRejected != nil:
 		p := e.ProviderRejected
 		r.HTTPStatus, r.Reason, r.LimitDimension = p.HTTPStatus, string(p.Kind), string(p.Limiter)
@@ -220,7 +241,46 @@ func fillEvent(r *Row, e *schemas.Event) {
 		r.InputTokens, r.OutputTokens = p.InputTokens, p.OutputTokens
 	case e.Tick != nil:
 		r.Reason = e.Tick.Reason
+	case e.ConfigChanged != nil:
+		r.ConfigVersion, r.ConfigSource = e.ConfigChanged.ConfigVersion, e.ConfigChanged.Source
 	}
-	// ConfigChanged and Snapshot have nothing worth a column; the payload
-	// has it all.
+	if e.ConfigChanged != nil {
+		r.Capacities = CapacityRows(r, e)
+	}
+	// A ConfigChanged's buckets go to bucket_capacity (CapacityRows); a
+	// Snapshot has nothing worth a column; the payload has it all.
+}
+
+// PathString renders a bucket path as the ledger renders a limit_path:
+// "level:id" elements joined by "/".
+func PathString(path []schemas.PathLevel) string {
+	var sb strings.Builder
+	for i, l := range path {
+		if i > 0 {
+			sb.WriteByte('/')
+		}
+		sb.WriteString(l.Level)
+		sb.WriteByte(':')
+		sb.WriteString(l.ID)
+	}
+	return sb.String()
+}
+
+// ContextBands are the context-length bands of estimated input tokens, by
+// upper bound (exclusive); the last band is open.
+var ContextBands = []struct {
+	Name     string
+	BelowMax int64
+}{
+	{"lt_1k", 1 << 10}, {"1k_4k", 4 << 10}, {"4k_16k", 16 << 10}, {"16k_64k", 64 << 10}, {"64k_plus", math.MaxInt64},
+}
+
+// ContextBand names the context-length band of an input-token estimate.
+func ContextBand(inputTokens int64) string {
+	for _, b := range ContextBands {
+		if inputTokens < b.BelowMax {
+			return b.Name
+		}
+	}
+	return ContextBands[len(ContextBands)-1].Name
 }

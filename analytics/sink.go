@@ -190,7 +190,7 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 	s := &sink{
 		cfg:       cfg,
 		log:       log,
-		ins:       &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database)},
+		ins:       &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database), capsSQL: insertCapacitySQL(cfg.Database)},
 		m:         metrics,
 		ctx:       ctx,
 		batchSize: cfg.BatchSize,
@@ -261,8 +261,9 @@ type inserter interface {
 }
 
 type chInserter struct {
-	conn driver.Conn
-	sql  string
+	conn    driver.Conn
+	sql     string
+	capsSQL string
 }
 
 func (c *chInserter) insert(ctx context.Context, rows []pending) error {
@@ -280,6 +281,35 @@ func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 	}
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
+	}
+	return c.insertCapacities(ctx, rows)
+}
+
+// insertCapacities writes the bucket rows of the batch's ConfigChanged
+// events. It runs after the events insert and before the commit; a failure
+// retries the whole batch, which both tables deduplicate.
+func (c *chInserter) insertCapacities(ctx context.Context, rows []pending) error {
+	n := 0
+	for i := range rows {
+		n += len(rows[i].row.Capacities)
+	}
+	if n == 0 || c.capsSQL == "" {
+		return nil
+	}
+	b, err := c.conn.PrepareBatch(ctx, c.capsSQL)
+	if err != nil {
+		return fmt.Errorf("prepare bucket_capacity insert: %w", err)
+	}
+	for i := range rows {
+		for j := range rows[i].row.Capacities {
+			if err := b.Append(rows[i].row.Capacities[j].values()...); err != nil {
+				_ = b.Abort()
+				return fmt.Errorf("append bucket_capacity row of %s: %w", rows[i].row.EventID, err)
+			}
+		}
+	}
+	if err := b.Send(); err != nil {
+		return fmt.Errorf("send %d bucket_capacity rows: %w", n, err)
 	}
 	return nil
 }

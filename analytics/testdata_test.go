@@ -12,12 +12,14 @@ func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
 		e.ReserveRequested = &schemas.ReserveRequested{
 			Path:        []schemas.PathLevel{{Level: "tenant", ID: "acme"}, {Level: "key", ID: "k1"}},
 			InputTokens: 1000, CachedInputTokens: 100, OutputTokens: 256, SpendMicros: 1234, Streaming: true,
+			MaxWaitMs: 300, DeadlineMs: 30000, PromptFamily: "pf-1",
 		}
 	case schemas.TypeDecision:
 		e.Decision = &schemas.Decision{
 			Status: schemas.StatusDenied, Reason: "capacity", LimitPath: "tenant:acme", LimitDimension: schemas.DimInputTokens,
 			Needed: 1000, Available: 10, RetryAfterMs: 1500, GatewayDecision: schemas.GDRejectedLocally,
 			RetryClass: "retryable_capacity", Borrowed: true, InputPartition: 2, InputOffset: 7, LogTimeMs: producedAtMs,
+			HoldTTLMs: 60000,
 		}
 	case schemas.TypeDispatched:
 		e.Dispatched = &schemas.Dispatched{Provider: "openai", Deployment: "d1", Model: "gpt-4o", QueueMs: 12}
@@ -40,7 +42,8 @@ func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
 			GatewayDecision: schemas.GDQueuedThenAdmitted, InputTokens: 900, OutputTokens: 210,
 		}
 	case schemas.TypeConfigChanged:
-		e.ConfigChanged = &schemas.ConfigChanged{ConfigVersion: "v7", Source: "test", Ledger: []byte(`{"x":1}`)}
+		e.ConfigChanged = &schemas.ConfigChanged{ConfigVersion: "v7", Source: "test",
+			Ledger: []byte(`{"scopes":[{"name":"openai:org1:gpt","buckets":[{"level":"tenant","id":"acme","dimension":"input_tokens","capacity":90000,"period_ms":60000},{"level":"key","id":"k1","dimension":"requests","capacity":600,"refill":"continuous","period_ms":60000}]}]}`)}
 	case schemas.TypeTick:
 		e.Tick = &schemas.Tick{Reason: "queue"}
 	case schemas.TypeSnapshot:

@@ -92,6 +92,11 @@ type Config struct {
 	// drops its queued reservations as node_lost, rather than holding them
 	// until HoldTTLMs. Nodes that never heartbeat are not subject to it.
 	NodeLivenessMs int64 `json:"node_liveness_ms"`
+	// RescueMax bounds deadline rescue: a waiter that aging put ahead of a
+	// higher-class waiter with an earlier expiry lets that waiter go first,
+	// but at most RescueMax times in a row (then it takes its turn), so
+	// lower classes keep at least 1 in RescueMax+1 of the contested grants.
+	RescueMax int32 `json:"rescue_max"`
 
 	Retry    RetryConfig    `json:"retry"`
 	Cooldown CooldownConfig `json:"cooldown"`
@@ -235,6 +240,7 @@ const (
 	defaultPriorityStepMs  = 100
 	defaultFairCostMs      = 50
 	defaultNodeLivenessMs  = 5_000
+	defaultRescueMax       = 8
 	defaultNodesMax        = 4_000_000
 	defaultReservationsMax = 2_000_000
 	dayMs                  = 86_400_000
@@ -291,6 +297,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.PriorityStepMs, defaultPriorityStepMs)
 	setDef(&c.FairCostMs, defaultFairCostMs)
 	setDef(&c.NodeLivenessMs, defaultNodeLivenessMs)
+	setDef32(&c.RescueMax, defaultRescueMax)
 	if c.NodesMax == 0 {
 		c.NodesMax = defaultNodesMax
 	}
@@ -408,6 +415,7 @@ func (c Config) Validate() error {
 		// latency) would be declared lost while alive.
 		bad("node_liveness_ms", "%d out of [1000, %d]", c.NodeLivenessMs, int64(dayMs))
 	}
+	pos("rescue_max", int64(c.RescueMax), 1000)
 	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
 		bad("nodes_max/reservations_max", "must be positive")
 	}

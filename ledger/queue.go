@@ -9,8 +9,10 @@ import (
 // consecutive queued requests are spaced FairCostMs/weight apart, starting
 // no earlier than now) plus the class's AgeOffsetMs (aging: a batch request
 // queued X ms ago outranks an interactive one arriving now once X exceeds
-// the offset difference, so no class starves) minus Priority×PriorityStepMs.
-// Keys never change after enqueue, so the order is static and replayable.
+// the offset difference) minus Priority×PriorityStepMs. Keys never change
+// after enqueue, so the order is static and replayable. The pump visits
+// waiters in key order except where deadline rescue defers aged work behind
+// a higher class that cannot wait (pumpPass).
 
 func (l *Ledger) queueKey(r *res) int64 {
 	sc := &l.st.Scopes[r.Scope]
@@ -123,73 +125,193 @@ func (l *Ledger) pump(si int32, out []Output, arrival int32) ([]Output, verdict,
 	return out, av, granted
 }
 
+// pumpWalk is one pass's running state (see pumpPass).
+type pumpWalk struct {
+	allowBorrow, granted, borrowers, plainWaiting bool
+	guard                                         bool // deferral is off in this round (RescueMax reached)
+	av                                            verdict
+	arrival                                       int32
+	wake                                          int64
+	minWaitingOffset                              int64 // smallest class age offset among waiters; -1 none
+}
+
+func (w *pumpWalk) setWake(t, now int64) {
+	if t > now && (w.wake == 0 || t < w.wake) {
+		w.wake = t
+	}
+}
+
+// pumpPass walks the scope's queue once. The order is the queue's (key)
+// order, with one exception, deadline rescue: a waiter W that aging put
+// ahead of a waiter U of a higher class (smaller age offset) is deferred,
+// i.e. visited after every waiter that is not deferred, when
+// U.expiry + U.offset < W.expiry + W.offset. With the usual offsets that is
+// every fresh interactive waiter against aged agent or batch work: the
+// older request could still wait, or its class's slack counts for less by
+// the difference of the offsets, and the interactive one cannot. Bucket
+// marks carry over from one round of the walk to the next, so a deferred
+// waiter takes no capacity that an earlier visited waiter was short of.
+// The scope counts rescues (grants made while a deferred waiter was ahead
+// in key order; a grant in key order resets the count); after RescueMax of
+// them in a row deferral is off and key order holds until a grant resets
+// the count: the starvation guard, which keeps at least one in RescueMax+1
+// contested grants for the aged work.
 func (l *Ledger) pumpPass(si int32, out []Output, arrival int32, allowBorrow bool) (_ []Output, av verdict, granted, borrowers, plainWaiting bool) {
 	sc := &l.st.Scopes[si]
-	now := l.st.Now
 	l.epoch++
 	if l.epoch == 0 {
 		// Marks wrapped: clear them so that no stale mark matches.
 		for i := range l.st.Buckets {
 			l.st.Buckets[i].mark = 0
 		}
+		for i := range l.st.Res {
+			l.st.Res[i].walked, l.st.Res[i].deferred = 0, 0
+		}
 		l.epoch = 1
 	}
-	var wake int64
-	setWake := func(t int64) {
-		if t > now && (wake == 0 || t < wake) {
-			wake = t
+	w := pumpWalk{allowBorrow: allowBorrow, arrival: arrival, minWaitingOffset: -1}
+	// Rounds: each visits, in key order, the waiters not yet visited that
+	// are not deferred; the rule is then applied again among those left (a
+	// batch waiter may have been deferred behind an agent waiter that was
+	// itself deferred behind an interactive one). Every round visits the
+	// last unvisited waiter in key order at least, and a waiter is deferred
+	// only behind a class with a smaller offset, so there are at most as
+	// many rounds as classes.
+	for {
+		marked := l.markDeferred(sc)
+		deferOn := marked && sc.Rescued < l.st.Config.RescueMax
+		w.guard = marked && !deferOn
+		skipped := false
+		for i := 0; i < len(sc.Queue); {
+			r := &l.st.Res[sc.Queue[i]]
+			if r.walked == l.epoch {
+				i++
+				continue
+			}
+			if deferOn && r.deferred == l.epoch {
+				skipped = true
+				i++
+				continue
+			}
+			n := len(out)
+			var removed bool
+			out, removed = l.visit(sc, i, out, &w)
+			if !removed {
+				i++
+				continue
+			}
+			if len(out) == n || out[n].Decision.Status != schemas.StatusGranted {
+				continue
+			}
+			if !skipped {
+				sc.Rescued = 0 // a grant in key order
+			} else if sc.Rescued++; sc.Rescued >= l.st.Config.RescueMax {
+				// The guard: the rest of the walk is in key order.
+				deferOn, w.guard = false, true
+			}
+		}
+		if !skipped {
+			break
 		}
 	}
-	minWaitingOffset := int64(-1) // smallest class age offset among waiters
-	for i := 0; i < len(sc.Queue); {
-		ri := sc.Queue[i]
-		r := &l.st.Res[ri]
-		if ri != arrival && r.ExpireMs <= now {
-			l.removeAt(sc, i)
-			out = l.expireQueued(ri, out)
-			continue
-		}
-		if r.NotBefore > now {
-			setWake(r.NotBefore)
-			setWake(r.ExpireMs)
-			if ri == arrival {
-				av = verdict{why: whyBackoff, fitMs: r.NotBefore, limNode: noIdx}
-			}
-			i++
-			continue
-		}
-		off := l.st.Config.Classes[r.ClassIdx].AgeOffsetMs
-		reclaim := !allowBorrow || (minWaitingOffset >= 0 && minWaitingOffset < off)
-		v := l.check(r, true, reclaim)
-		if v.ok {
-			l.removeAt(sc, i)
-			l.grant(ri, v.borrowed)
-			gd := schemas.GDQueuedThenAdmitted
-			if ri == arrival {
-				gd, granted = schemas.GDAdmitted, true
-			} else {
-				l.st.Res[ri].Flags |= fWasQueued
-			}
-			out = l.emitGrant(out, ri, gd)
-			continue
-		}
-		if ri == arrival {
-			av = v
-		}
-		if v.why == whyReclaim {
-			borrowers = true
-		} else if !v.borrowed {
-			plainWaiting = true
-		}
-		if minWaitingOffset < 0 || off < minWaitingOffset {
-			minWaitingOffset = off
-		}
-		setWake(r.ExpireMs)
-		setWake(v.fitMs)
-		i++
+	sc.WakeMs, sc.Dirty = w.wake, false
+	return out, w.av, w.granted, w.borrowers, w.plainWaiting
+}
+
+// markDeferred sets r.deferred = epoch on every waiter r of sc not yet
+// visited in this pass that has, later in key order and also not yet
+// visited, a waiter u of a class with a smaller age offset that could be
+// granted now (not in backoff, not expired) and
+// u.ExpireMs + u.offset < r.ExpireMs + r.offset; it clears the mark of the
+// other unvisited waiters. It reports whether any waiter was marked.
+func (l *Ledger) markDeferred(sc *scopeState) bool {
+	classes := l.st.Config.Classes
+	if len(classes) < 2 || len(sc.Queue) < 2 {
+		return false
 	}
-	sc.WakeMs, sc.Dirty = wake, false
-	return out, av, granted, borrowers, plainWaiting
+	now := l.st.Now
+	// sufMin[c]: earliest expiry among eligible class-c waiters later in
+	// key order (0 = none). Config validation allows at most 64 classes.
+	var sufMin [64]int64
+	any := false
+	for i := len(sc.Queue) - 1; i >= 0; i-- {
+		r := &l.st.Res[sc.Queue[i]]
+		if r.walked == l.epoch {
+			continue
+		}
+		r.deferred = 0
+		if r.ExpireMs <= now || r.NotBefore > now {
+			continue
+		}
+		off := classes[r.ClassIdx].AgeOffsetMs
+		for c := range classes {
+			if e := sufMin[c]; e != 0 && classes[c].AgeOffsetMs < off && e+classes[c].AgeOffsetMs < r.ExpireMs+off {
+				r.deferred = l.epoch
+				any = true
+				break
+			}
+		}
+		if e := sufMin[r.ClassIdx]; e == 0 || r.ExpireMs < e {
+			sufMin[r.ClassIdx] = r.ExpireMs
+		}
+	}
+	return any
+}
+
+// visit decides the waiter at queue position i: expired, still in backoff,
+// granted, or left waiting (marking the buckets it is short of for later
+// waiters). removed reports that it left the queue.
+func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Output, removed bool) {
+	now := l.st.Now
+	ri := sc.Queue[i]
+	r := &l.st.Res[ri]
+	r.walked = l.epoch
+	if ri != w.arrival && r.ExpireMs <= now {
+		l.removeAt(sc, i)
+		return l.expireQueued(ri, out), true
+	}
+	if r.NotBefore > now {
+		w.setWake(r.NotBefore, now)
+		w.setWake(r.ExpireMs, now)
+		if ri == w.arrival {
+			w.av = verdict{why: whyBackoff, fitMs: r.NotBefore, limNode: noIdx}
+		}
+		return out, false
+	}
+	off := l.st.Config.Classes[r.ClassIdx].AgeOffsetMs
+	reclaim := !w.allowBorrow || (w.minWaitingOffset >= 0 && w.minWaitingOffset < off)
+	v := l.check(r, true, reclaim)
+	if v.ok {
+		l.removeAt(sc, i)
+		l.grant(ri, v.borrowed)
+		r = &l.st.Res[ri]
+		if r.deferred == l.epoch && w.guard {
+			// Deferral would have made it wait: the guard let it through
+			// (the simulation's auditor checks every other grant).
+			r.Flags |= fGuard
+		}
+		gd := schemas.GDQueuedThenAdmitted
+		if ri == w.arrival {
+			gd, w.granted = schemas.GDAdmitted, true
+		} else {
+			r.Flags |= fWasQueued
+		}
+		return l.emitGrant(out, ri, gd), true
+	}
+	if ri == w.arrival {
+		w.av = v
+	}
+	if v.why == whyReclaim {
+		w.borrowers = true
+	} else if !v.borrowed {
+		w.plainWaiting = true
+	}
+	if w.minWaitingOffset < 0 || off < w.minWaitingOffset {
+		w.minWaitingOffset = off
+	}
+	w.setWake(r.ExpireMs, now)
+	w.setWake(v.fitMs, now)
+	return out, false
 }
 
 // expireQueued ends a reservation that waited past its max wait.

@@ -161,14 +161,77 @@ func TestAgingAndPriority(t *testing.T) {
 	cfg.Classes[1].MaxWaitMs = 60_000
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("x"), Want: []string{"x/1 granted admitted"}},
-		// Batch (age offset 30 s) queued at 0 outranks interactive arriving at 31 s…
-		{At: 0, Ev: reserve("b", class("batch")), Want: []string{"b/1 queued capacity queued"}},
+		// Batch (age offset 30 s) queued at 0 outranks interactive arriving at 31 s
+		// (its own expiry, 40 s, is earlier than theirs: no deadline rescue)…
+		{At: 0, Ev: reserve("b", class("batch"), maxWait(40_000)), Want: []string{"b/1 queued capacity queued"}},
 		{At: 31_000, Ev: reserve("i1"), Want: []string{"i1/1 queued capacity queued"}},
 		// …but not an interactive one arriving at 29 s with priority.
 		{At: 31_000, Ev: reserve("i2", priority(100)), Want: []string{"i2/1 queued capacity queued"}},
 		{At: 31_001, Ev: reconcile("x", 1, 1), Want: []string{"i2/1 granted queued_then_admitted"}},
 		{At: 31_002, Ev: reconcile("i2", 1, 1), Want: []string{"b/1 granted queued_then_admitted"}},
 		{At: 31_003, Ev: reconcile("b", 1, 1), Want: []string{"i1/1 granted queued_then_admitted"}},
+	})
+}
+
+func TestDeadlineRescue(t *testing.T) {
+	// One in flight at a time. Batch b (max wait 20 min) has aged past
+	// fresh interactive requests (max wait 300 ms): b could still wait, they
+	// cannot, so they go first. A waiter yields only to a higher-class one
+	// whose expiry + class age offset is earlier than its own: b2 keeps its
+	// turn over an interactive request that may wait 40 s.
+	cfg := testConfig(BucketConfig{Level: "scope", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("x", maxWait(1)), Want: []string{"x/1 granted admitted"}},
+		{At: 0, Ev: reserve("b", class("batch")), Want: []string{"b/1 queued capacity queued"}},
+		// b2 expires at 32_200: it cannot wait past an interactive request
+		// arriving at 32 s that may wait 40 s (72_000 > 32_200 + 30_000).
+		{At: 0, Ev: reserve("b2", class("batch"), maxWait(32_200)), Want: []string{"b2/1 queued capacity queued"}},
+		{At: 31_000, Ev: reserve("i1"), Want: []string{"i1/1 queued capacity queued"}},
+		{At: 31_100, Ev: reconcile("x", 1, 1), Want: []string{"i1/1 granted queued_then_admitted"},
+			Check: func(t *testing.T, l *Ledger, _ []Output) {
+				if got := l.st.Scopes[0].Rescued; got != 1 {
+					t.Errorf("rescued %d, want 1", got)
+				}
+			}},
+		{At: 31_200, Ev: reconcile("i1", 1, 1), Want: []string{"b/1 granted queued_then_admitted"},
+			Check: func(t *testing.T, l *Ledger, _ []Output) {
+				if got := l.st.Scopes[0].Rescued; got != 0 {
+					t.Errorf("rescued %d after a grant in key order, want 0", got)
+				}
+			}},
+		{At: 32_000, Ev: reserve("i2", maxWait(40_000)), Want: []string{"i2/1 queued capacity queued"}},
+		{At: 32_100, Ev: reconcile("b", 1, 1), Want: []string{"b2/1 granted queued_then_admitted"}},
+		{At: 32_150, Ev: reconcile("b2", 1, 1), Want: []string{"i2/1 granted queued_then_admitted"}},
+	})
+}
+
+func TestDeadlineRescueStarvationGuard(t *testing.T) {
+	// With rescue_max 2 an aged batch waiter lets two interactive waiters
+	// go first, then takes its turn even though a third one is waiting.
+	cfg := testConfig(BucketConfig{Level: "scope", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	cfg.RescueMax = 2
+	guarded := func(id string, want bool) func(*testing.T, *Ledger, []Output) {
+		return func(t *testing.T, l *Ledger, _ []Output) {
+			t.Helper()
+			ri, ok := l.resFind(id, 1)
+			if !ok {
+				t.Fatalf("%s not found", id)
+			}
+			if got := l.st.Res[ri].Flags&fGuard != 0; got != want {
+				t.Errorf("%s guard flag %v, want %v", id, got, want)
+			}
+		}
+	}
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("x", maxWait(1)), Want: []string{"x/1 granted admitted"}},
+		{At: 0, Ev: reserve("b", class("batch")), Want: []string{"b/1 queued capacity queued"}},
+		{At: 31_000, Ev: reserve("i1"), Want: []string{"i1/1 queued capacity queued"}},
+		{At: 31_010, Ev: reconcile("x", 1, 1), Want: []string{"i1/1 granted queued_then_admitted"}},
+		{At: 31_020, Ev: reserve("i2"), Want: []string{"i2/1 queued capacity queued"}},
+		{At: 31_030, Ev: reconcile("i1", 1, 1), Want: []string{"i2/1 granted queued_then_admitted"}},
+		{At: 31_040, Ev: reserve("i3"), Want: []string{"i3/1 queued capacity queued"}},
+		{At: 31_050, Ev: reconcile("i2", 1, 1), Want: []string{"b/1 granted queued_then_admitted"}, Check: guarded("b", true)},
+		{At: 31_060, Ev: reconcile("b", 1, 1), Want: []string{"i3/1 granted queued_then_admitted"}, Check: guarded("i3", false)},
 	})
 }
 

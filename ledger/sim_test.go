@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -224,10 +225,14 @@ type auditor struct {
 	grants                   int64
 	minF                     int64
 	nodeLost                 int // node_lost decisions seen
+	// robbed[u] names a lower-class grant that took capacity waiter u was
+	// short of while the deadline rule said u goes first (see deadlineRule).
+	robbed   map[resKey]string
+	rescueOK int // waiters the rule protected that were granted after all
 }
 
 func newAuditor(t testing.TB, seed uint64) *auditor {
-	return &auditor{t: t, seed: seed, terminal: map[resKey]schemas.Status{}, queued: map[resKey]bool{},
+	return &auditor{t: t, seed: seed, terminal: map[resKey]schemas.Status{}, queued: map[resKey]bool{}, robbed: map[resKey]string{},
 		capacity: 1200, period: 60_000, window: 1000, minF: 1 << 62}
 }
 
@@ -276,6 +281,20 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 			continue
 		}
 		a.terminal[key] = st
+		if st == schemas.StatusExpired && o.Decision.GatewayDecision == schemas.GDQueuedThenExpired {
+			if w, ok := a.robbed[key]; ok {
+				a.failf("event %d: %v expired in the queue after %s, a later-deadline lower-class request, was granted capacity it needed", i, key, w)
+			}
+		}
+		if st == schemas.StatusGranted {
+			if _, ok := a.robbed[key]; ok {
+				a.rescueOK++
+				delete(a.robbed, key)
+			}
+		}
+		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
+			a.deadlineRule(l, key)
+		}
 		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
 			// Token bucket bound over every interval [t_i, t_j]:
 			// grants × period ≤ capacity × (window + t_j − t_i).
@@ -291,6 +310,94 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 	if err := l.checkInvariants(); err != nil {
 		a.failf("event %d: %v", i, err)
 	}
+}
+
+// deadlineRule records, for the grant of w, every waiter u still queued in
+// w's scope that the deadline rule puts first — u of a higher class (smaller
+// age offset), behind w in key order, eligible now, with u's expiry + class
+// offset earlier than w's — that w's debit left short of capacity it could
+// have been granted. If u then expires in the queue, the auditor fails: aging
+// let a request that could still wait take capacity u needed before its
+// deadline. Grants made by the starvation guard (fGuard) are exempt: the
+// guard exists to override the rule after RescueMax rescues.
+func (a *auditor) deadlineRule(l *Ledger, wk resKey) {
+	wi, ok := l.resFind(wk.id, wk.attempt)
+	if !ok {
+		return
+	}
+	w := &l.st.Res[wi]
+	if w.Flags&fGuard != 0 || w.State != stGranted {
+		return
+	}
+	classes := l.st.Config.Classes
+	now := l.st.Now
+	wOff := classes[w.ClassIdx].AgeOffsetMs
+	sc := &l.st.Scopes[w.Scope]
+	for _, ui := range sc.Queue {
+		u := &l.st.Res[ui]
+		uOff := classes[u.ClassIdx].AgeOffsetMs
+		if uOff >= wOff || u.Key < w.Key || u.ExpireMs <= now || u.NotBefore > now ||
+			u.ExpireMs+uOff >= w.ExpireMs+wOff {
+			continue
+		}
+		if wouldBorrow(l, u) {
+			continue // reclaim: a waiter within its baseline goes before a borrower
+		}
+		if b, short := sharedShortBucket(l, w, u); short {
+			a.robbed[resKey{u.RequestID, u.Attempt}] = fmt.Sprintf("%s/%d (bucket %d)", w.RequestID, w.Attempt, b)
+		}
+	}
+}
+
+// wouldBorrow reports whether granting u now would borrow beyond a
+// guaranteed baseline on its path.
+func wouldBorrow(l *Ledger, u *res) bool {
+	for _, ni := range u.Path[:u.NPath] {
+		n := &l.st.Nodes[ni]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			if a := sp.amount(u); a > 0 && sp.guaranteed > 0 && b.Base < a*sp.period {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sharedShortBucket returns a bucket on both paths that w was debited and
+// that cannot cover u's amount now, when every bucket on u's path could
+// cover it before w's debit: w took capacity u could have been granted.
+// (A waiter short of some other bucket was not waiting on w's: capacity
+// goes to whoever can use it, as in key order.)
+func sharedShortBucket(l *Ledger, w, u *res) (int32, bool) {
+	short, found := int32(0), false
+	for _, ni := range u.Path[:u.NPath] {
+		shared := slices.Contains(w.Path[:w.NPath], ni)
+		n := &l.st.Nodes[ni]
+		for bi := n.First; bi < n.First+n.N; bi++ {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			au := sp.amount(u)
+			if au <= 0 {
+				continue
+			}
+			avail := l.available(b, sp)
+			before := avail
+			if shared {
+				before += max(0, sp.amount(w))
+			}
+			if au > before || (b.mark == l.epoch && (!shared || sp.amount(w) <= 0)) {
+				// Short of a bucket, or held back on one w does not use by
+				// an earlier waiter short of it (mark of this pump).
+				return 0, false
+			}
+			if shared && au > avail && !found {
+				short, found = bi, true
+			}
+		}
+	}
+	return short, found
 }
 
 func TestSimInvariants(t *testing.T) {
@@ -440,6 +547,96 @@ func TestSimNoStarvation(t *testing.T) {
 		}
 		if len(batch) == 0 {
 			t.Fatalf("seed %d: no batch requests generated", seed)
+		}
+	}
+}
+
+// overtakes reports whether granted reservation ri went ahead of a waiter
+// of a lower class with an earlier key (aged work) in its scope.
+func overtakes(l *Ledger, ri int32) bool {
+	r := &l.st.Res[ri]
+	off := l.st.Config.Classes[r.ClassIdx].AgeOffsetMs
+	for _, qi := range l.st.Scopes[r.Scope].Queue {
+		q := &l.st.Res[qi]
+		if q.Key < r.Key && l.st.Config.Classes[q.ClassIdx].AgeOffsetMs > off {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSimDeadlineRule runs a seeded noisy-neighbor workload — a batch flood
+// at several times a 600 RPM scope, steady interactive traffic and agent
+// bursts — long enough for batch and agent work to age past fresh
+// interactive requests, with the auditor's deadline check on every grant.
+// It also requires that interactive traffic was served while aged work
+// waited (grants ahead of aged work happened).
+func TestSimDeadlineRule(t *testing.T) {
+	for _, seed := range seeds(t, 4) {
+		t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, 3))
+		cfg := testConfig(rpm("scope", "*", 600, 1000))
+		cfg.Classes[2].MaxWaitMs = 50_000
+		cfg.Classes[2].MaxDepth = 300 // keeps the auditor's per-step checks cheap
+		l := New(0, cfg)
+		a := newAuditor(t, seed)
+		a.capacity, a.period, a.window = 600, 60_000, 1000
+		var out []Output
+		off := int64(0)
+		rescued := 0
+		apply := func(at int64, ev *schemas.Event) {
+			out = l.Apply(at, off, ev, out[:0])
+			off++
+			a.see(l, int(off), out)
+			for i := range out {
+				if o := &out[i]; o.Decision.Status == schemas.StatusGranted {
+					if ri, ok := l.resFind(o.RequestID, o.Attempt); ok && overtakes(l, ri) {
+						rescued++
+					}
+					// Reconcile at once: the request bucket refills by time only.
+					rc := reconcile(o.RequestID, 10, 10)
+					rc.Attempt = o.Attempt
+					out2 := l.Apply(at, off, rc, nil)
+					off++
+					a.see(l, int(off), out2)
+				}
+			}
+		}
+		interactive, expired, guarded := 0, 0, int64(0)
+		n := 0
+		for now := int64(0); now < 75_000; now += 10 {
+			// Per 10 ms: batch 40/s, interactive 4/s, agent 1/s plus bursts.
+			agentP := 10
+			if now%30_000 >= 10_000 && now%30_000 < 14_000 {
+				agentP = 300
+			}
+			for _, c := range []struct {
+				class, tenant string
+				perMille      int
+			}{{"batch", "bulk", 400}, {"interactive", fmt.Sprintf("web%d", rng.IntN(3)), 40}, {"agent", "agent", agentP}} {
+				if rng.IntN(1000) < c.perMille {
+					n++
+					if c.class == "interactive" {
+						interactive++
+					}
+					apply(now, reserve(fmt.Sprintf("%s%d", c.class[:1], n), tenant(c.tenant), class(c.class)))
+				}
+			}
+			apply(now, tick())
+		}
+		for k, st := range a.terminal {
+			if k.id[0] == 'i' && st == schemas.StatusExpired {
+				expired++
+			}
+		}
+		for i := range l.st.Res {
+			if l.st.Res[i].Flags&fGuard != 0 {
+				guarded++
+			}
+		}
+		t.Logf("seed %d: %d interactive, %d expired; %d grants ahead of aged work; %d guard grants live", seed, interactive, expired, rescued, guarded)
+		if rescued == 0 {
+			t.Fatalf("seed %d: the workload did not exercise the rule", seed)
 		}
 	}
 }

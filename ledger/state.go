@@ -83,6 +83,7 @@ const (
 	fRejected
 	fEmergency
 	fRetry
+	fGuard // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
@@ -180,6 +181,10 @@ type res struct {
 	List      int32          `json:"l,omitempty"` // hold list index
 	Prev      int32          `json:"pv,omitempty"`
 	Next      int32          `json:"nx,omitempty"`
+	// Pump scratch (see pumpPass), never in a snapshot: the pump epoch that
+	// visited r, and the one that found r aged ahead of an earlier-expiring
+	// waiter of a higher class.
+	walked, deferred uint32
 }
 
 // holdList links granted reservations of one hold TTL in grant order, which
@@ -217,9 +222,13 @@ type scopeState struct {
 	RetryMilli      int64          `json:"retry_milli"` // retry credits × 1000
 	WakeMs          int64          `json:"wake_ms"`     // next time a pump may change something; 0 none
 	Dirty           bool           `json:"dirty,omitempty"`
-	Flows           []flowEntry    `json:"flows,omitempty"` // snapshot only
-	flows           map[flowKey]int64
-	flowsPruned     int
+	// Rescued counts grants made, since an aged waiter of a lower class was
+	// last granted, to higher-class waiters that went ahead of it because
+	// their expiry was earlier (deadline rescue; at most Config.RescueMax).
+	Rescued     int32       `json:"rescued,omitempty"`
+	Flows       []flowEntry `json:"flows,omitempty"` // snapshot only
+	flows       map[flowKey]int64
+	flowsPruned int
 }
 
 // Stats counts decisions and lifecycle events since the ledger started.

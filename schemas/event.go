@@ -129,6 +129,10 @@ type ReserveRequested struct {
 	// EmergencyAdmitted marks a request the gateway admitted under its local
 	// emergency cap because the ledger did not answer in time.
 	EmergencyAdmitted bool `json:"emergency_admitted,omitempty"`
+	// PromptFamily groups requests that share a system prompt and tool
+	// definitions: the caller's X-Sluice-Prompt-Family, or a stable hash the
+	// gateway computes. Analytics breaks estimation error down by it.
+	PromptFamily string `json:"prompt_family,omitempty"`
 }
 
 // Status is a reservation's state as decided by the ledger.
@@ -296,8 +300,13 @@ type Outcome struct {
 // package stays independent of the ledger.
 type ConfigChanged struct {
 	ConfigVersion string `json:"config_version"`
-	Source        string `json:"source,omitempty"` // file path, calibration report, …
-	Ledger        []byte `json:"ledger"`           // JSON document, base64 on the wire
+	Source        string `json:"source,omitempty"` // file path, calibration report, admin API, …
+	// Actor is who made the change (an operator, a partner token's name,
+	// "calibration"), and Reason why; both are for the audited config
+	// history and never affect a decision.
+	Actor  string `json:"actor,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Ledger []byte `json:"ledger"` // JSON document, base64 on the wire
 }
 
 // Tick advances a partition's clock through the log while work is pending.

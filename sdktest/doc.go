@@ -1,5 +1,7 @@
 // Package sdktest holds the black-box tests that drive the gateway with the
 // official openai and anthropic Python SDKs (sdk_integration_test.go, build
 // tag integration; test_sdk.py; setup.sh installs the pinned SDKs into
-// $HOME/.cache/sluice/venv).
+// $HOME/.cache/sluice/venv). test_sdk_final.py counts the attempts the SDKs
+// make, at their default retry settings, for provider errors that can never
+// succeed: exactly one each.
 package sdktest

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/dev"
+	"github.com/sluice-dev/sluice/services/sim"
 )
 
 const (
@@ -40,22 +41,43 @@ func TestOfficialSDKs(t *testing.T) {
 	python := lines[len(lines)-1]
 
 	names := bus.NamesWithPrefix(fmt.Sprintf("test%d.", time.Now().UnixNano()))
+	simCfg := sdkSim()
 	st, err := dev.Start(ctx, dev.Options{Addr: "127.0.0.1:0", Brokers: bus.SplitBrokers(testenv.KafkaBrokers(t)), Topics: names,
-		APIKey: demoKey, Config: sdkConfig})
+		APIKey: demoKey, Config: sdkConfig, Sim: &simCfg})
 	if err != nil {
 		t.Fatalf("dev stack on the real broker: %v", err)
 	}
 	defer st.Close()
 
-	abs, _ := filepath.Abs("test_sdk.py")
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", abs)
-	cmd.Env = append(os.Environ(), "SLUICE_BASE_URL="+st.GatewayURL, "SLUICE_API_KEY="+demoKey, "SLUICE_LIMITED_KEY="+limitedKey,
-		"OPENAI_LOG=", "ANTHROPIC_LOG=")
-	out, err := cmd.CombinedOutput()
-	t.Logf("pytest:\n%s", out)
-	if err != nil {
-		t.Fatalf("SDK tests failed: %v", err)
+	pytest := func(t *testing.T, file string, args ...string) {
+		abs, _ := filepath.Abs(file)
+		args = append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"}, append(args, abs)...)
+		cmd := exec.CommandContext(ctx, python, args...)
+		cmd.Env = append(os.Environ(), "SLUICE_BASE_URL="+st.GatewayURL, "SLUICE_API_KEY="+demoKey, "SLUICE_LIMITED_KEY="+limitedKey,
+			"SLUICE_SIM_URL="+st.SimURL, "OPENAI_LOG=", "ANTHROPIC_LOG=")
+		out, err := cmd.CombinedOutput()
+		t.Logf("pytest %s:\n%s", file, out)
+		if err != nil {
+			t.Fatalf("SDK tests failed: %v", err)
+		}
 	}
+	t.Run("api", func(t *testing.T) { pytest(t, "test_sdk.py") })
+	// Provider errors that can never succeed, at the SDKs' default retry
+	// settings: one attempt each (-s prints the count and the time taken).
+	t.Run("final errors", func(t *testing.T) { pytest(t, "test_sdk_final.py", "-s") })
+}
+
+// sdkSim is the simulator's default config plus two models that allow one
+// request per day, so the second gets the provider's per-day 429.
+func sdkSim() sim.Config {
+	c := sim.DefaultConfig()
+	g := c.Providers[sim.Gemini]
+	g.ModelLimits = map[string]sim.Limits{"gemini-daily": {RPM: 1000, ITPM: 1_000_000, RPD: 1}}
+	c.Providers[sim.Gemini] = g
+	a := c.Providers[sim.Anthropic]
+	a.ModelLimits = map[string]sim.Limits{"claude-daily": {RPM: 1000, ITPM: 450_000, OTPM: 90_000, RPD: 1}}
+	c.Providers[sim.Anthropic] = a
+	return c
 }
 
 // sdkConfig is the dev config plus a key whose budget is one request per
@@ -66,9 +88,13 @@ func sdkConfig(simURL string) (*config.Config, error) {
 		{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 10_000, PeriodMs: 60_000},
 		{Level: ledger.LevelKey, ID: "limited-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 3_600_000, WindowMs: 3_600_000},
 	}
-	c := lc.Scopes[0]
-	c.Name = "sim-anthropic"
-	lc.Scopes = append(lc.Scopes, c)
+	// The per-day models have scopes of their own: a spent provider quota
+	// closes its whole scope in the ledger.
+	for _, name := range []string{"sim-anthropic", "sim-gemini-daily", "sim-anthropic-daily"} {
+		c := lc.Scopes[0]
+		c.Name = name
+		lc.Scopes = append(lc.Scopes, c)
+	}
 	led, err := json.Marshal(lc)
 	if err != nil {
 		return nil, err
@@ -77,10 +103,14 @@ func sdkConfig(simURL string) (*config.Config, error) {
 providers:
   - {name: sim-openai, kind: openai, scope: sim-openai, base_url: %[1]s/openai/v1}
   - {name: sim-anthropic, kind: anthropic, scope: sim-anthropic, base_url: %[1]s/anthropic/v1}
+  - {name: sim-gemini-daily, kind: gemini, scope: sim-gemini-daily, base_url: %[1]s/gemini/v1beta}
+  - {name: sim-anthropic-daily, kind: anthropic, scope: sim-anthropic-daily, base_url: %[1]s/anthropic/v1}
 routes:
   - {model: gpt-4o-mini, provider: sim-openai}
   - {model: text-embedding-3-small, provider: sim-openai}
   - {model: claude-sonnet-4-5, provider: sim-anthropic}
+  - {model: gemini-daily, provider: sim-gemini-daily}
+  - {model: claude-daily, provider: sim-anthropic-daily}
 tenants:
   - id: demo
     keys:

@@ -59,6 +59,15 @@ def test_models(oai):
     assert "gpt-4o-mini" in ids
 
 
+def test_model_retrieve(oai, claude):
+    m = oai.models.retrieve("gpt-4o-mini")
+    assert m.id == "gpt-4o-mini" and m.object == "model"
+    assert claude.models.retrieve("claude-sonnet-4-5").id == "claude-sonnet-4-5"
+    with pytest.raises(openai.NotFoundError) as ei:
+        oai.models.retrieve("gpt-9")
+    assert ei.value.body["code"] == "model_not_found"
+
+
 def test_unknown_key_is_401():
     c = openai.OpenAI(base_url=BASE + "/v1", api_key="sk-not-a-key", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as ei:
@@ -105,6 +114,15 @@ def test_anthropic_message_streaming(claude):
         final = s.get_final_message()
     assert text
     assert final.usage.output_tokens > 0
+
+
+def test_anthropic_count_tokens(claude):
+    # The gateway's estimate, with no upstream call: what a message with the
+    # same prompt reserves.
+    n = claude.messages.count_tokens(model="claude-sonnet-4-5", messages=MESSAGES).input_tokens
+    assert n > 0
+    longer = claude.messages.count_tokens(model="claude-sonnet-4-5", messages=MESSAGES * 4).input_tokens
+    assert longer > n
 
 
 def test_anthropic_error_shape():

@@ -16,9 +16,12 @@ import (
 
 // Stable error codes.
 const (
-	CodeInvalidJSON       = "invalid_json"
-	CodeInvalidRequest    = "invalid_request"
-	CodeBodyTooLarge      = "body_too_large"
+	CodeInvalidJSON    = "invalid_json"
+	CodeInvalidRequest = "invalid_request"
+	CodeBodyTooLarge   = "body_too_large"
+	// CodeRequestTooLarge: the request needs more than a limit can ever
+	// hold (Sluice's bucket or the provider's whole per-minute limit).
+	CodeRequestTooLarge   = "request_too_large"
 	CodeMissingKey        = "missing_api_key"
 	CodeInvalidKey        = "invalid_api_key"
 	CodeKeyDisabled       = "api_key_disabled"

@@ -282,7 +282,7 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 				text += tokensPerTool + c.count(t.Name) + c.count(t.Description) + c.countJSON(t.Parameters)
 			}
 		}
-		if rf := req.ResponseFormat; rf != nil && rf.Type != "" && rf.Type != "text" {
+		if rf := req.ResponseFormat; rf.Structured() {
 			text += tokensResponseFmt + c.count(rf.Name) + c.countJSON(rf.Schema)
 		}
 	}

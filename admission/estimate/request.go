@@ -132,6 +132,12 @@ type ResponseFormat struct {
 	Schema json.RawMessage
 }
 
+// Structured reports whether the request asks for structured output
+// (json_object or json_schema); a nil ResponseFormat does not.
+func (rf *ResponseFormat) Structured() bool {
+	return rf != nil && rf.Type != "" && rf.Type != "text"
+}
+
 // ---------------------------------------------------------------- helpers
 
 func errJSON(err error) *RequestError {

@@ -121,8 +121,13 @@ func FuzzTokenizerMatchesTiktoken(f *testing.F) {
 	cl, o2 := mustEncoding(f, EncodingCL100k), mustEncoding(f, EncodingO200k)
 	rcl, ro2 := reference(f, EncodingCL100k), reference(f, EncodingO200k)
 	f.Fuzz(func(t *testing.T, s string) {
-		if !utf8.ValidString(s) || len(s) > 2000 {
-			return // request text is always valid UTF-8 after JSON decoding
+		// Request text is always valid UTF-8 after JSON decoding. Inputs
+		// stay short because the reference (tiktoken-go on regexp2, a
+		// backtracking engine) can take seconds on long pathological
+		// strings, and an input still running when -fuzztime ends fails
+		// the run with "context deadline exceeded" though nothing is wrong.
+		if !utf8.ValidString(s) || len(s) > 300 {
+			return
 		}
 		if got, want := cl.Count(s), len(rcl.EncodeOrdinary(s)); got != want {
 			t.Fatalf("cl100k Count(%q) = %d, want %d", s, got, want)

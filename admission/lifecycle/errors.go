@@ -10,37 +10,60 @@ import (
 // The error contract of every way a request's life can fail. HTTP statuses
 // are written as numbers: the package does no HTTP.
 
+// SDKRetries reports whether the official openai and anthropic SDKs retry
+// an answer of HTTP status: 408, 409, 429 and every 5xx, at their default
+// settings twice, honouring Retry-After. A refusal no retry can fix must
+// use another status and carry no Retry-After, or a client hangs through
+// retries that cannot succeed; a refusal a retry may fix keeps an honest
+// Retry-After.
+func SDKRetries(status int) bool {
+	return status == 408 || status == 409 || status == 429 || status >= 500
+}
+
 // decisionError turns a refusal by the ledger into the error contract.
 func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	var e *apierr.Error
-	switch d.Status {
-	case schemas.StatusExpired:
+	switch {
+	case d.Status == schemas.StatusExpired:
 		e = apierr.New(429, apierr.CodeQueueTimeout, "request waited in the "+ev.Class+" queue past its deadline")
-	case schemas.StatusConflict:
+	case d.Status == schemas.StatusConflict:
 		e = apierr.New(409, apierr.CodeInvalidRequest, "the ledger saw this request id and attempt with different content")
-	case schemas.StatusDenied:
-		if d.Reason == schemas.ReasonPathMissingLevel {
-			// The gateway built the path from the key's identity, so
-			// the configuration is at fault and no retry can succeed:
-			// a 403, which SDKs do not retry, rather than a 429.
-			e = apierr.New(403, apierr.CodePathMissingLevel,
-				"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
-			break
+	case d.Reason == schemas.ReasonPathMissingLevel:
+		// The gateway built the path from the key's identity, so the
+		// configuration is at fault and no retry can succeed: a 403, which
+		// SDKs do not retry, rather than a 429.
+		e = apierr.New(403, apierr.CodePathMissingLevel,
+			"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
+	case d.RetryClass == schemas.RetryRequestError:
+		// Larger than a bucket can ever hold (exceeds_capacity).
+		msg := "request refused by the quota ledger: " + string(d.Reason)
+		if d.LimitDimension != "" {
+			msg = fmt.Sprintf("request too large for %s %s: it needs %d and the limit is %d, so it can never be admitted; reduce the prompt or max tokens", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
 		}
-		e = rateLimited(d)
+		e = apierr.New(413, apierr.CodeRequestTooLarge, msg)
+	case d.RetryClass == schemas.RetryPolicy:
+		// A daily quota or spend limit (Sluice's, or the provider's that
+		// the ledger recorded): no retry within an SDK's patience fits.
+		msg := "quota exhausted: " + string(d.Reason)
+		if d.LimitDimension != "" {
+			msg = fmt.Sprintf("quota exhausted on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
+		}
+		e = apierr.New(403, apierr.CodeQuotaExhausted, msg+resetsIn(d.RetryAfterMs))
 	default:
 		e = rateLimited(d)
 	}
 	e.Sluice.Type = "local_limit"
 	e.Sluice.Limiter = string(d.LimitDimension)
 	e.Sluice.LimitPath = d.LimitPath
-	e.Sluice.RetryAfterMs = d.RetryAfterMs
+	if SDKRetries(e.Status) {
+		e.Sluice.RetryAfterMs = d.RetryAfterMs
+	}
 	e.Sluice.GatewayDecision = d.GatewayDecision
 	e.Sluice.FallbackAllowed = d.FallbackAllowed
 	return e
 }
 
-// rateLimited is the 429 of a refusal on capacity or policy.
+// rateLimited is the 429 of a refusal on capacity: a retry may fit.
 func rateLimited(d schemas.Decision) *apierr.Error {
 	msg := "rate limit exceeded"
 	if d.LimitDimension != "" {
@@ -48,24 +71,43 @@ func rateLimited(d schemas.Decision) *apierr.Error {
 	} else if d.Reason != "" {
 		msg = "request refused by the quota ledger: " + string(d.Reason)
 	}
-	code := apierr.CodeRateLimited
-	if d.RetryClass == schemas.RetryPolicy {
-		code = apierr.CodeQuotaExhausted
+	return apierr.New(429, apierr.CodeRateLimited, msg)
+}
+
+// resetsIn says when a quota resets, in the message: a final refusal
+// carries no Retry-After (an SDK would wait for it, or retry at once).
+func resetsIn(ms int64) string {
+	if ms <= 0 {
+		return ""
 	}
-	return apierr.New(429, code, msg)
+	s := (ms + 999) / 1000
+	if s < 120 {
+		return fmt.Sprintf("; it resets in %d s", s)
+	}
+	return fmt.Sprintf("; it resets in %d min", (s+59)/60)
 }
 
 // providerError is the error contract for a provider refusal that will not
-// be retried (not retryable, or the ledger refused the retry d).
+// be retried (not retryable, or the ledger refused the retry d). A refusal
+// that can never succeed as sent (a request above the provider's limit, a
+// spent quota) gets a status SDKs do not retry and no Retry-After.
 func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.Decision) *apierr.Error {
 	status, code := 429, apierr.CodeUpstreamRejected
-	switch rej.Kind {
+	kind := rej.Kind
+	if d.Reason == schemas.ReasonProviderQuotaExhausted || d.Reason == schemas.ReasonQuotaExhausted {
+		// The retry met a quota the provider (or Sluice) has spent since.
+		kind = schemas.KindQuotaExhausted
+	}
+	switch kind {
 	case schemas.KindOverloaded:
 		status, code = 503, apierr.CodeUpstreamOverloaded
 	case schemas.KindQuotaExhausted:
-		code = apierr.CodeQuotaExhausted
+		status, code = 403, apierr.CodeQuotaExhausted
 	case schemas.KindRequestError:
-		status, code = 502, apierr.CodeUpstreamRequestError
+		// A 429 for a request larger than the provider's whole limit
+		// (OpenAI "Request too large"): ParseRejection gives this kind to
+		// no other 429 or 5xx.
+		status, code = 413, apierr.CodeRequestTooLarge
 	}
 	msg := fmt.Sprintf("provider %s refused the request (HTTP %d)", ev.Scope, rej.HTTPStatus)
 	if rej.Message != "" {
@@ -78,7 +120,9 @@ func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.De
 	e.Sluice.Type = "provider_limit"
 	e.Sluice.Limiter = string(rej.Limiter)
 	e.Sluice.Provider = rej.Deployment
-	e.Sluice.RetryAfterMs = max(rej.RetryAfterMs, d.RetryAfterMs)
+	if SDKRetries(status) {
+		e.Sluice.RetryAfterMs = max(rej.RetryAfterMs, d.RetryAfterMs)
+	}
 	e.Sluice.GatewayDecision = schemas.GDAdmittedThenProviderReject
 	return e
 }

@@ -41,12 +41,19 @@ type Request struct {
 	Priority             int32
 	StartMs              int64 // when the gateway received it
 	DeadlineMs           int64 // total deadline from StartMs; 0: none
-	// FallbackAllowed: the client allows fallback (Targets holds the
-	// eligible fallbacks after the primary only if it does).
+	// FallbackAllowed: the client allows fallback.
 	FallbackAllowed bool
 	Estimate        Usage
 	Streaming       bool
-	Targets         []Target // the primary first; at least one
+	// PromptFamily groups requests by system prompt and tools for the
+	// estimation-error analytics (computed by the shell).
+	PromptFamily string
+	// NeedsTools: the request has tools; NeedsStructuredOutput: it asks
+	// for json_object or json_schema output. A fallback must offer them.
+	NeedsTools, NeedsStructuredOutput bool
+	// Targets are the route's candidates in the route's order; Eligible
+	// picks those the request uses, at least one.
+	Targets []Target
 }
 
 // Target is one route candidate resolved to its provider.
@@ -59,6 +66,14 @@ type Target struct {
 	Path     []schemas.PathLevel
 	// Prices in USD per million tokens (micro-USD per token).
 	InputCostPerMTok, OutputCostPerMTok float64
+	// What the candidate offers a request (Request.Fits): its context
+	// window in tokens (0: unknown), tools, structured output.
+	ContextTokens           int64
+	Tools, StructuredOutput bool
+	// Unserved: the provider cannot answer this request (it does not speak
+	// the request's API, or the request does not translate to it), as the
+	// provider adapter tells the shell.
+	Unserved bool
 }
 
 // SpendMicros is the cost of in input and out output tokens on t.
@@ -163,7 +178,7 @@ const (
 	// WaitEnded: the wait for decisions in Scope ended with Decision (zero
 	// when none came): the gateway's heartbeat bookkeeping.
 	WaitEnded
-	// Dispatch sends Attempt to Targets[Target]. It comes back as
+	// Dispatch sends Attempt to Request.Targets[Target]. It comes back as
 	// UpstreamDone, or StreamStarted then StreamEnded.
 	Dispatch
 	// Relay: go on relaying the provider's stream of Attempt to the
@@ -217,8 +232,9 @@ type Lifecycle struct {
 	cfg Config
 	req Request
 
+	order    []int // Eligible(req): the targets the request may use
 	phase    phase
-	ti       int   // current target
+	ti       int   // current target: req.Targets[order[ti]]
 	attempt  int32 // current attempt (1-based)
 	answered bool  // the ledger answered the current wait (queued counts)
 	// rec is the current attempt's reservation: envelope and estimates.
@@ -239,12 +255,14 @@ type Lifecycle struct {
 }
 
 // New returns the lifecycle of req under cfg. It panics on a request
-// without targets or a config without an answer bound: programmer errors.
+// without an eligible target (the shell checks Eligible first) or a config
+// without an answer bound: programmer errors.
 func New(cfg Config, req Request) *Lifecycle {
-	if len(req.Targets) == 0 || cfg.AnswerTimeoutMs <= 0 {
-		panic("lifecycle: a request needs a target and an answer bound")
+	order := Eligible(&req)
+	if len(order) == 0 || cfg.AnswerTimeoutMs <= 0 {
+		panic("lifecycle: a request needs an eligible target and an answer bound")
 	}
-	return &Lifecycle{cfg: cfg, req: req}
+	return &Lifecycle{cfg: cfg, req: req, order: order}
 }
 
 // Done reports whether the client has its answer and nothing is held.
@@ -411,7 +429,7 @@ func (l *Lifecycle) decided(nowMs int64, d schemas.Decision) {
 // rejection): the fallback is a new reservation, in its own scope, that the
 // ledger decides like any other.
 func (l *Lifecycle) refused(nowMs int64, d schemas.Decision) {
-	if l.ti+1 < len(l.req.Targets) && (d.FallbackAllowed || (l.lastRej != nil && d.RetryClass != schemas.RetryDeadline)) {
+	if l.ti+1 < len(l.order) && (d.FallbackAllowed || (l.lastRej != nil && d.RetryClass != schemas.RetryDeadline)) {
 		l.ti++
 		l.attempt++
 		l.lastRej = nil
@@ -430,17 +448,17 @@ func (l *Lifecycle) dispatch(nowMs int64, d schemas.Decision) {
 		l.queueMs = max(1, nowMs-l.req.StartMs)
 	}
 	l.phase, l.grant = upstream, d
-	t := &l.req.Targets[l.ti]
+	t := l.target()
 	dis := l.derive(nowMs, schemas.TypeDispatched, l.rec)
 	dis.Dispatched = &schemas.Dispatched{Provider: t.Kind, Deployment: t.Provider, Model: t.Model, QueueMs: l.queueMs, Fallback: l.ti > 0}
 	l.emit(Effect{Kind: Telemetry, Event: dis})
-	l.emit(Effect{Kind: Dispatch, Target: l.ti, Attempt: l.attempt})
+	l.emit(Effect{Kind: Dispatch, Target: l.order[l.ti], Attempt: l.attempt})
 }
 
 // upstreamDone follows an attempt that ended before any byte reached the
 // client.
 func (l *Lifecycle) upstreamDone(nowMs int64, u *Upstream) {
-	t := &l.req.Targets[l.ti]
+	t := l.target()
 	switch {
 	case u.BuildError != "":
 		l.emit(Effect{Kind: Report, Event: l.released(nowMs, l.rec, schemas.ReasonError)})
@@ -472,7 +490,7 @@ func (l *Lifecycle) upstreamDone(nowMs int64, u *Upstream) {
 // reconciled with no usage and the client gets the error contract with the
 // provider's scrubbed message.
 func (l *Lifecycle) upstreamError(nowMs int64, u *Upstream) {
-	t := &l.req.Targets[l.ti]
+	t := l.target()
 	if u.Status == 429 || u.Status >= 500 {
 		rej := u.Rejection
 		rej.Deployment = t.Provider
@@ -546,7 +564,7 @@ func (l *Lifecycle) fail(nowMs int64, e *apierr.Error, gd schemas.GatewayDecisio
 }
 
 func (l *Lifecycle) reconcile(nowMs int64, u *Upstream, status int32, streaming bool) {
-	t := &l.req.Targets[l.ti]
+	t := l.target()
 	in := u.Usage.InputTokens
 	if in == 0 && u.Partial {
 		in = l.req.Estimate.InputTokens
@@ -566,7 +584,7 @@ func (l *Lifecycle) observed(nowMs int64, obs []schemas.Observation) {
 		return
 	}
 	po := l.derive(nowMs, schemas.TypeProviderObserved, l.rec)
-	po.ProviderObserved = &schemas.ProviderObserved{Deployment: l.req.Targets[l.ti].Provider, Observations: obs}
+	po.ProviderObserved = &schemas.ProviderObserved{Deployment: l.target().Provider, Observations: obs}
 	l.emit(Effect{Kind: Report, Event: po})
 }
 
@@ -595,7 +613,7 @@ func (l *Lifecycle) deadlineAt() int64 {
 // reserveEvent builds the ReserveRequested of the current attempt on the
 // current target.
 func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
-	t := &l.req.Targets[l.ti]
+	t := l.target()
 	ev := &schemas.Event{V: schemas.Version, Type: schemas.TypeReserveRequested, ProducedAtMs: nowMs,
 		RequestID: l.req.ID, Attempt: l.attempt, Node: l.req.Node,
 		Scope: t.Scope, Tenant: l.req.Tenant, KeyID: l.req.KeyID, Route: t.Profile, Class: l.req.Class}
@@ -613,7 +631,8 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		Streaming:         l.req.Streaming,
 		Priority:          l.req.Priority,
 		DeadlineMs:        deadline,
-		FallbackAllowed:   l.req.FallbackAllowed && len(l.req.Targets) > 1,
+		FallbackAllowed:   l.req.FallbackAllowed && len(l.order) > 1,
+		PromptFamily:      l.req.PromptFamily,
 	}
 	return ev
 }
@@ -633,6 +652,9 @@ func (l *Lifecycle) released(nowMs int64, ev *schemas.Event, reason schemas.Reas
 	rel.Released = &schemas.Released{Reason: reason}
 	return rel
 }
+
+// target is the current target.
+func (l *Lifecycle) target() *Target { return &l.req.Targets[l.order[l.ti]] }
 
 func (l *Lifecycle) setTimer(t Timer, atMs int64) {
 	l.emit(Effect{Kind: SetTimer, Timer: t, AtMs: atMs})

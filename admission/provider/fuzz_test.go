@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -12,6 +14,9 @@ func FuzzParseRateLimitHeaders(f *testing.F) {
 	f.Add("-1", "-1", "0", "garbage", "Tue, 14 Oct 2025 09:20:30 GMT")
 	f.Add("1e99", "NaN", "1h2m3.5s", "2025-10-14T09:20:00.123456789+02:00", "1.5")
 	f.Add("", "", "12ms", "", "")
+	// A far-future HTTP-date once gave a retry delay of −9223372036853 ms.
+	f.Add("5000", "4999", "6m0s", "7000-10-01T00:00:00Z", "Tue, 01 OCt 7000 0:00:00 GMT")
+	f.Add("99999999999999999999", "1e15", "99999999999999h", "9999-12-31T23:59:59Z", "1e300")
 	f.Fuzz(func(t *testing.T, limit, remaining, reset, rfcReset, retryAfter string) {
 		h := http.Header{}
 		for _, d := range []string{"requests", "tokens"} {
@@ -95,6 +100,48 @@ func FuzzStreamUsage(f *testing.F) {
 				t.Fatalf("bad usage %+v", u)
 			}
 			ParseUsage(k, data)
+		}
+	})
+}
+
+// FuzzStream: the adapter's view of a stream never panics, and what it
+// passes or translates for the client is well-formed SSE.
+func FuzzStream(f *testing.F) {
+	for _, name := range []string{"openai_stream_include_usage.sse", "openai_stream_cut.sse", "anthropic_stream.sse", "gemini_stream.sse"} {
+		for _, ev := range loadSSE(f, name) {
+			f.Add(string(ev.event), ev.data, true)
+		}
+	}
+	f.Add("", []byte(`{"choices":[],"usage":null}`), true)
+	f.Add("", []byte(`{"candidates":[{"content":{"parts":[{"text":"x"}]},"finishReason":"SAFETY"}]}`), false)
+	f.Fuzz(func(t *testing.T, event string, data []byte, forced bool) {
+		for _, k := range []Kind{schemas.ProviderOpenAI, schemas.ProviderAnthropic, schemas.ProviderGemini} {
+			s := NewStream(k, forced, "m", "r", true)
+			raw := append(append([]byte("data: "), data...), '\n', '\n')
+			out := append(s.Event([]byte(event), data, raw), s.Tail()...)
+			if k == schemas.ProviderGemini && len(out) > 0 && !bytes.HasPrefix(out, []byte("data: ")) {
+				t.Fatalf("translated stream %q", out)
+			}
+			if u, _ := s.Usage(); u.InputTokens < 0 || u.OutputTokens < 0 {
+				t.Fatalf("bad usage %+v", u)
+			}
+		}
+	})
+}
+
+// FuzzParseAnswer: a translated answer is always JSON.
+func FuzzParseAnswer(f *testing.F) {
+	for _, name := range []string{"openai_chat_200.http", "anthropic_messages_200.http", "gemini_200.http"} {
+		_, body := loadResponse(f, name)
+		f.Add(body)
+	}
+	f.Add([]byte(`{"candidates":null,"usageMetadata":{"promptTokenCount":-1}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, k := range schemas.ProviderKinds {
+			a := ParseAnswer(k, body, "m", "r")
+			if a.Translated && !json.Valid(a.Body) {
+				t.Fatalf("translation is not JSON: %s", a.Body)
+			}
 		}
 	})
 }

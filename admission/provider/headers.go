@@ -19,8 +19,13 @@ import (
 // Kind names a provider API flavour (the kinds are schemas.ProviderKinds).
 type Kind = schemas.ProviderKind
 
-// maxMs bounds any parsed delay (about 31 years) so arithmetic never overflows.
-const maxMs = int64(1) << 40
+// maxMs bounds every parsed delay and reset (31 days): a provider never
+// means a longer wait, and a bound at the point of parsing keeps a
+// far-future date or a huge number from overflowing anywhere downstream.
+const maxMs = int64(31 * 24 * 3600 * 1000)
+
+// maxCount bounds parsed limit and remaining counts; larger is garbage.
+const maxCount = int64(1e15)
 
 // ParseRateLimitHeaders maps a response's rate-limit headers to observations,
 // one per dimension whose remaining value is present and valid, in the order
@@ -98,12 +103,12 @@ func parseCount(s string) (int64, bool) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		f, ferr := strconv.ParseFloat(s, 64)
-		if ferr != nil || math.IsNaN(f) || f < 0 || f > 1e15 {
+		if ferr != nil || math.IsNaN(f) || f < 0 || f > float64(maxCount) {
 			return 0, false
 		}
 		n = int64(f)
 	}
-	if n < 0 {
+	if n < 0 || n > maxCount {
 		return 0, false
 	}
 	return n, true
@@ -123,13 +128,18 @@ func resetFromTime(s string, now time.Time) (int64, bool) {
 	return untilMs(t, now), true
 }
 
+// untilMs is the time from now until t in whole ms, rounded up, in
+// [0, maxMs]. t.Sub saturates at ±292 years, so the bound is applied
+// before rounding (rounding a saturated duration up would overflow).
 func untilMs(t, now time.Time) int64 {
-	d := t.Sub(now) // saturates at ±292 years
+	d := t.Sub(now)
 	if d <= 0 {
 		return 0
 	}
-	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
-	return min(ms, maxMs)
+	if d >= time.Duration(maxMs)*time.Millisecond {
+		return maxMs
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // ParseDurationMs parses a provider duration such as "1s", "6m0s", "12ms",
@@ -190,9 +200,13 @@ func ParseDurationMs(s string) (int64, bool) {
 	return ceilMs(total), true
 }
 
+// ceilMs rounds ms up to a whole number in [0, maxMs] (NaN gives 0).
 func ceilMs(ms float64) int64 {
 	if ms >= float64(maxMs) {
 		return maxMs
+	}
+	if !(ms > 0) {
+		return 0
 	}
 	return int64(math.Ceil(ms - 1e-9))
 }

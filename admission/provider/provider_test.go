@@ -179,6 +179,10 @@ func TestParseRetryAfter(t *testing.T) {
 		{"past date", map[string]string{"Retry-After": "Tue, 14 Oct 2025 09:00:00 GMT"}, 0, true},
 		{"negative", map[string]string{"Retry-After": "-5"}, 0, false},
 		{"garbage", map[string]string{"Retry-After": "later"}, 0, false},
+		// t.Sub saturates at 292 years; rounding it up once overflowed to −9223372036853.
+		{"far-future date", map[string]string{"Retry-After": "Tue, 01 OCt 7000 0:00:00 GMT"}, maxMs, true},
+		{"huge seconds", map[string]string{"Retry-After": "1e300"}, maxMs, true},
+		{"huge ms", map[string]string{"retry-after-ms": "1e300"}, maxMs, true},
 	}
 	for _, tt := range tests {
 		h := http.Header{}

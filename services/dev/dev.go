@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -237,6 +238,32 @@ ledger: %[3]s
 		return nil, fmt.Errorf("dev config: %w", err)
 	}
 	return c, nil
+}
+
+// SimURLPlaceholder is replaced by the simulator's base URL in a config
+// file given to ConfigFile (`sluice dev --config`).
+const SimURLPlaceholder = "${SIM_URL}"
+
+// ConfigFile reads a gateway configuration file for the dev stack: an
+// Options.Config that replaces SimURLPlaceholder with the simulator's URL
+// and loads the result. The file is read and checked (with a placeholder
+// URL) now, so a bad file fails before anything starts.
+func ConfigFile(path string) (func(simURL string) (*config.Config, error), error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	load := func(simURL string) (*config.Config, error) {
+		c, err := config.Load(strings.NewReader(strings.ReplaceAll(string(raw), SimURLPlaceholder, simURL)))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		return c, nil
+	}
+	if _, err := load("http://127.0.0.1:1"); err != nil {
+		return nil, err
+	}
+	return load, nil
 }
 
 // serve listens on addr and serves h until the returned stop is called.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -139,6 +140,12 @@ func TestChatCompletionPlainAndStreaming(t *testing.T) {
 			t.Errorf("estimate %+v: want tokenizer input and max_tokens output", e.ReserveRequested)
 		}
 	}
+	// The reconciled tokens reach sluice_gateway_tokens_total, the
+	// alerts' source for estimation drift and tenant token pressure.
+	if _, m := st.do(t, "GET", "/metrics", "", ""); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) {
+		t.Errorf("tokens metric missing or wrong:\n%s", m)
+	}
 
 	tests := []struct {
 		name      string
@@ -202,6 +209,23 @@ func TestEmbeddingsMessagesModels(t *testing.T) {
 	resp, b := st.do(t, "GET", "/v1/models", keyDemo, "")
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"list"`) {
 		t.Fatalf("models: %d %s", resp.StatusCode, b)
+	}
+	// count_tokens: the estimator's input count, no max_tokens needed.
+	if resp, b := st.do(t, "POST", "/v1/messages/count_tokens", keyDemo, `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 200 || !regexp.MustCompile(`^\{"input_tokens":[1-9][0-9]*\}\n$`).Match(b) {
+		t.Fatalf("count_tokens: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := st.do(t, "POST", "/v1/messages/count_tokens", keyDemo, `{"model":"claude-9","messages":[{"role":"user","content":"hi"}]}`); resp.StatusCode != 404 || !strings.Contains(string(b), `"type":"not_found_error"`) {
+		t.Fatalf("count_tokens of an unknown model: %d %s", resp.StatusCode, b)
+	}
+	// models.retrieve: a routed model, and model_not_found for another.
+	if resp, b := st.do(t, "GET", "/v1/models/claude-sonnet-4-5", keyDemo, ""); resp.StatusCode != 200 || !strings.Contains(string(b), `"id":"claude-sonnet-4-5"`) || !strings.Contains(string(b), `"object":"model"`) {
+		t.Fatalf("model: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := st.do(t, "GET", "/v1/models/gpt-9", keyDemo, ""); resp.StatusCode != 404 || !strings.Contains(string(b), `"code":"model_not_found"`) {
+		t.Fatalf("unknown model: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := st.do(t, "GET", "/v1/models/claude-sonnet-4-5", "", ""); resp.StatusCode != 401 {
+		t.Fatalf("model without a key: %d", resp.StatusCode)
 	}
 	if resp, _ := st.do(t, "GET", "/v1/models", "", ""); resp.StatusCode != 401 {
 		t.Fatalf("models without a key: %d", resp.StatusCode)

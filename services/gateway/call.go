@@ -14,47 +14,16 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
+	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// api is the client-facing shape of a request.
-type api int
-
-const (
-	apiChat       api = iota // POST /v1/chat/completions (OpenAI)
-	apiEmbeddings            // POST /v1/embeddings (OpenAI)
-	apiMessages              // POST /v1/messages (Anthropic)
-)
-
-func (a api) String() string {
+// parse parses a request body of API a.
+func parse(a provider.API, body []byte) (estimate.Request, error) {
 	switch a {
-	case apiChat:
-		return "chat"
-	case apiEmbeddings:
-		return "embeddings"
-	}
-	return "messages"
-}
-
-// serves reports whether a provider kind can answer this API: OpenAI-shaped
-// requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
-// Gemini, translated); Anthropic messages only to Anthropic. Bodies are
-// passed through, so no other translation is attempted.
-func (a api) serves(kind schemas.ProviderKind) bool {
-	switch a {
-	case apiChat:
-		return kind != schemas.ProviderAnthropic
-	case apiEmbeddings:
-		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
-	}
-	return kind == schemas.ProviderAnthropic
-}
-
-func (a api) parse(body []byte) (estimate.Request, error) {
-	switch a {
-	case apiChat:
+	case provider.APIChat:
 		return estimate.ParseOpenAIChat(body)
-	case apiEmbeddings:
+	case provider.APIEmbeddings:
 		return estimate.ParseEmbeddings(body)
 	}
 	return estimate.ParseAnthropicMessages(body)
@@ -66,7 +35,7 @@ func (a api) parse(body []byte) (estimate.Request, error) {
 type call struct {
 	s     *Server
 	cfg   *config.Config
-	api   api
+	api   provider.API
 	w     *recorder
 	r     *http.Request
 	ctx   context.Context // the client's context, bounded by the deadline
@@ -75,12 +44,13 @@ type call struct {
 	id    *config.Identity
 	adm   admission
 	route *config.Route
-	cands []candidate // eligible candidates, primary first
+	cands []candidate // the route's candidates (lifecycle.Target by index)
 	body  []byte
 	req   estimate.Request
 	est   estimate.Estimate
 	reqID string
 
+	lreq   lifecycle.Request    // what the lifecycle knows of the request
 	lc     *lifecycle.Lifecycle // every rule of the request's life
 	timers timers               // the lifecycle's pending timers
 
@@ -99,20 +69,19 @@ type call struct {
 // candidate is a route candidate resolved to its provider.
 type candidate struct {
 	*config.Candidate
-	prov     *config.Provider
-	fallback bool
+	prov *config.Provider
 }
 
 // handle serves one API. Every path out of it writes exactly one response
 // in the error contract or the provider's answer, and leaves no grant held:
 // a grant is always followed by Reconciled, Released or ProviderRejected.
-func (s *Server) handle(a api) http.HandlerFunc {
+func (s *Server) handle(a provider.API) http.HandlerFunc {
 	return func(hw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cfg := s.cfg.Load()
 		w := &recorder{ResponseWriter: hw}
 		defer func() { s.m.latency.WithLabelValues(a.String()).Observe(time.Since(start).Seconds()) }()
-		anth := a == apiMessages
+		anth := a == provider.APIMessages
 		reject := func(e *apierr.Error) {
 			s.m.requests.WithLabelValues(e.Code).Inc()
 			apierr.Write(w, e, anth)
@@ -137,7 +106,7 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			reject(withIdentity(e, id))
 			return
 		}
-		req, err := a.parse(body)
+		req, err := parse(a, body)
 		if err != nil {
 			reject(withIdentity(requestError(err), id))
 			return
@@ -155,12 +124,13 @@ func (s *Server) handle(a api) http.HandlerFunc {
 			p95 = route.DefaultMaxOutputTokens // the route's default reservation when the request does not say
 		}
 		c.est = s.est.Estimate(req, p95)
-		if a == apiEmbeddings {
+		if a == provider.APIEmbeddings {
 			c.est.OutputTokens = 0
 		}
 
-		c.cands = c.eligible()
-		if len(c.cands) == 0 {
+		c.cands = c.candidates()
+		c.lreq = c.lifecycleRequest()
+		if len(lifecycle.Eligible(&c.lreq)) == 0 {
 			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, fmt.Sprintf("model %q is served by a %s provider, which does not speak this API (%s)", req.Model, cfg.Provider(route.Provider).Kind, r.URL.Path))
 			e.Param = "model"
 			reject(withIdentity(e, id))
@@ -204,47 +174,25 @@ func (s *Server) handle(a api) http.HandlerFunc {
 	}
 }
 
-// eligible lists the candidates this request may use: the primary if it
-// speaks the API, then fallbacks that speak it, whose contract the route
-// allows (checked at config load) and that fit this request — its context
-// length, tools and structured output — when fallback is allowed at all.
-func (c *call) eligible() []candidate {
+// candidates resolves the route's candidates to their providers, in the
+// route's order. Which of them this request may use is the lifecycle's
+// rule (lifecycle.Eligible); the adapter says which can serve it.
+func (c *call) candidates() []candidate {
 	var out []candidate
 	for i := range c.route.Candidates {
 		cd := &c.route.Candidates[i]
-		p := c.cfg.Provider(cd.Provider)
-		if p == nil || !c.api.serves(p.Kind) || (p.Kind == schemas.ProviderGemini && !geminiTranslatable(c.req)) {
-			continue
+		if p := c.cfg.Provider(cd.Provider); p != nil { // always, once the config loaded
+			out = append(out, candidate{Candidate: cd, prov: p})
 		}
-		if len(out) > 0 {
-			if !c.adm.Fallback || !c.fits(cd) {
-				continue
-			}
-		}
-		out = append(out, candidate{Candidate: cd, prov: p, fallback: len(out) > 0})
 	}
 	return out
-}
-
-// fits tells whether a fallback candidate can serve this very request.
-func (c *call) fits(cd *config.Candidate) bool {
-	if cd.ContextTokens > 0 && c.est.InputTokens+c.est.OutputTokens > cd.ContextTokens {
-		return false
-	}
-	if len(c.req.Tools) > 0 && !cd.Tools {
-		return false
-	}
-	if rf := c.req.ResponseFormat; rf != nil && rf.Type != "text" && rf.Type != "" && !cd.StructuredOutput {
-		return false
-	}
-	return true
 }
 
 // run follows the request's life: it drives the lifecycle (every rule of
 // reserve, dispatch, retry, fallback, reconcile and release is there) and
 // executes the effects it asks for, until the client has its answer.
 func (c *call) run() {
-	c.lc = lifecycle.New(c.lifecycleConfig(), c.lifecycleRequest())
+	c.lc = lifecycle.New(c.lifecycleConfig(), c.lreq)
 	decisions, stop := c.s.rc.Watch(c.reqID)
 	defer stop()
 	defer func() {
@@ -299,6 +247,9 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt, EmergencyOK: c.emergencyOK(e.Attempt)})
 			}
 		case lifecycle.Report:
+			if rec := e.Event.Reconciled; rec != nil {
+				c.s.m.countTokens(e.Event.Tenant, rec)
+			}
 			c.s.report(stamp(e.Event))
 		case lifecycle.Telemetry:
 			c.s.background(stamp(e.Event), false)
@@ -354,7 +305,7 @@ func (c *call) respond(e *apierr.Error) {
 	if c.w.wrote {
 		return // a stream already started: nothing more can be said
 	}
-	apierr.Write(c.w, e, c.api == apiMessages)
+	apierr.Write(c.w, e, c.api == provider.APIMessages)
 }
 
 // lifecycleConfig is the part of the gateway config a lifecycle obeys.
@@ -368,11 +319,14 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 	req := lifecycle.Request{ID: c.reqID, Node: c.cfg.Node, Tenant: c.id.Tenant, KeyID: c.id.KeyID, Class: c.adm.Class,
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
-		Streaming: c.est.Streaming}
+		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
+		PromptFamily: promptFamily(c.r.Header, &c.req)}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
-			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok})
+			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
+			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,
+			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req)})
 	}
 	return req
 }

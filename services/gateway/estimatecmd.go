@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/admission/provider"
 )
 
 // EstimateReport is what `sluice estimate < request.json` prints.
@@ -36,23 +37,23 @@ func EstimateBody(est *estimate.Estimator, body []byte, apiName string, routeP95
 			apiName = "chat"
 		}
 	}
-	var a api
+	var a provider.API
 	switch strings.ToLower(apiName) {
 	case "chat":
-		a = apiChat
+		a = provider.APIChat
 	case "embeddings":
-		a = apiEmbeddings
+		a = provider.APIEmbeddings
 	case "messages":
-		a = apiMessages
+		a = provider.APIMessages
 	default:
 		return EstimateReport{}, fmt.Errorf("unknown api %q (chat, messages, embeddings)", apiName)
 	}
-	req, err := a.parse(body)
+	req, err := parse(a, body)
 	if err != nil {
 		return EstimateReport{}, fmt.Errorf("%s request: %w", a, err)
 	}
 	e := est.Estimate(req, routeP95)
-	if a == apiEmbeddings {
+	if a == provider.APIEmbeddings {
 		e.OutputTokens = 0
 	}
 	return EstimateReport{Format: req.Format, Model: req.Model, InputTokens: e.InputTokens, CachedInputTokens: e.CachedInputTokens,

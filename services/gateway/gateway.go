@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -69,10 +71,12 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.idem = newIdemStore(cfg.Idempotency)
 	s.m = newMetrics(s.reg)
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(apiChat))
-	s.mux.HandleFunc("POST /v1/embeddings", s.handle(apiEmbeddings))
-	s.mux.HandleFunc("POST /v1/messages", s.handle(apiMessages))
+	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
+	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
+	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
+	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -119,32 +123,59 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
 	}
-	// One list readable by both SDKs: OpenAI's fields plus Anthropic's
-	// (type, display_name, created_at, has_more, first_id, last_id).
-	type model struct {
-		ID          string `json:"id"`
-		Object      string `json:"object"`
-		Created     int64  `json:"created"`
-		OwnedBy     string `json:"owned_by"`
-		Type        string `json:"type"`
-		DisplayName string `json:"display_name"`
-		CreatedAt   string `json:"created_at"`
-	}
 	out := struct {
-		Object  string  `json:"object"`
-		Data    []model `json:"data"`
-		HasMore bool    `json:"has_more"`
-		FirstID string  `json:"first_id,omitempty"`
-		LastID  string  `json:"last_id,omitempty"`
-	}{Object: "list", Data: []model{}}
+		Object  string        `json:"object"`
+		Data    []modelObject `json:"data"`
+		HasMore bool          `json:"has_more"`
+		FirstID string        `json:"first_id,omitempty"`
+		LastID  string        `json:"last_id,omitempty"`
+	}{Object: "list", Data: []modelObject{}}
 	for _, m := range cfg.Models() {
-		out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "sluice", Type: "model", DisplayName: m, CreatedAt: "1970-01-01T00:00:00Z"})
+		out.Data = append(out.Data, newModelObject(m))
 	}
 	if n := len(out.Data); n > 0 {
 		out.FirstID, out.LastID = out.Data[0].ID, out.Data[n-1].ID
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// modelObject is one model readable by both SDKs: OpenAI's fields plus
+// Anthropic's (type, display_name, created_at).
+type modelObject struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Type        string `json:"type"`
+	DisplayName string `json:"display_name"`
+	CreatedAt   string `json:"created_at"`
+}
+
+func newModelObject(id string) modelObject {
+	return modelObject{ID: id, Object: "model", OwnedBy: "sluice", Type: "model", DisplayName: id, CreatedAt: "1970-01-01T00:00:00Z"}
+}
+
+// handleModel answers GET /v1/models/{id} (OpenAI's models.retrieve,
+// Anthropic's models.retrieve): a model the gateway routes, or 404
+// model_not_found.
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg.Load()
+	anthropic := r.Header.Get("anthropic-version") != ""
+	if _, e := s.identify(cfg, r); e != nil {
+		s.m.requests.WithLabelValues(e.Code).Inc()
+		apierr.Write(w, e, anthropic)
+		return
+	}
+	id := r.PathValue("id")
+	if !slices.Contains(cfg.Models(), id) {
+		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("model %q is not routed by this gateway (GET /v1/models lists those that are)", id))
+		e.Param = "model"
+		apierr.Write(w, e, anthropic)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(newModelObject(id))
 }
 
 // identify resolves the caller's API key.
@@ -188,6 +219,10 @@ type metrics struct {
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
+	// tokens counts reconciled tokens by tenant, dimension and source
+	// (estimated, actual): token pressure per tenant and estimation drift
+	// for the alerting rules (dashboards/alerts).
+	tokens *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -200,6 +235,17 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		lateGrants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_late_grants_total",
 			Help: "Grants released undispatched because they reached the gateway later than late_grant_ms after the ledger decided, by class and action (reserved_again, refused)."}, []string{"class", "action"}),
 	}
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
+		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants, m.tokens)
 	return m
+}
+
+// countTokens adds a reconciled request's estimate and actual usage to
+// sluice_gateway_tokens_total.
+func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
+	m.tokens.WithLabelValues(tenant, "input", "estimated").Add(float64(rec.EstimatedInputTokens))
+	m.tokens.WithLabelValues(tenant, "input", "actual").Add(float64(rec.InputTokens))
+	m.tokens.WithLabelValues(tenant, "output", "estimated").Add(float64(rec.EstimatedOutputTokens))
+	m.tokens.WithLabelValues(tenant, "output", "actual").Add(float64(rec.OutputTokens))
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -19,19 +18,21 @@ import (
 const sseLineMax = 8 << 20
 
 // relay relays the provider's SSE response held since the dispatch event
-// by event, flushing each, while counting usage, and returns its end for
+// by event, flushing each, while the adapter (provider.Stream) counts usage
+// and says what the client gets of each event, and returns its end for
 // the lifecycle (which never retries a stream: once the first byte reached
 // the client the attempt is final). A client that goes away cancels the
 // upstream call (the request context is the upstream's parent) and the
 // attempt is settled with the usage streamed so far (Partial).
 //
-// When the gateway forced stream_options.include_usage for an OpenAI-style
+// When the adapter forced stream_options.include_usage for an OpenAI-style
 // stream, the extra usage-only chunk ("choices": []) is counted and then
-// withheld, so the client sees exactly the stream it asked for.
+// withheld, so the client sees exactly the stream it asked for; a Gemini
+// stream is translated to chat.completion.chunk events.
 func (c *call) relay(attempt int32) lifecycle.Input {
 	resp, p, sent, forcedUsage := c.upResp, c.upCand.prov, c.upSent, c.upForced
 	defer resp.Body.Close()
-	su := provider.NewStreamUsage(p.Kind)
+	st := provider.NewStream(p.Kind, forcedUsage, c.req.Model, c.reqID, c.req.IncludeUsage)
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -45,10 +46,6 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 	c.w.WriteHeader(http.StatusOK)
 	c.w.Flush()
 
-	var tr *geminiStream
-	if p.Kind == schemas.ProviderGemini {
-		tr = &geminiStream{model: c.req.Model, id: "chatcmpl-" + c.reqID, includeUsage: c.req.IncludeUsage}
-	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	var (
 		event, data bytes.Buffer
@@ -62,20 +59,8 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		if raw.Len() == 0 {
 			return
 		}
-		if data.Len() > 0 || event.Len() > 0 {
-			su.Feed(event.Bytes(), data.Bytes())
-		}
-		if writeErr != nil {
-			return
-		}
-		out := raw.Bytes()
-		switch {
-		case tr != nil:
-			out = tr.translate(data.Bytes())
-		case forcedUsage && isUsageOnlyChunk(data.Bytes()):
-			out = nil
-		}
-		if len(out) == 0 {
+		out := st.Event(event.Bytes(), data.Bytes(), raw.Bytes())
+		if writeErr != nil || len(out) == 0 {
 			return
 		}
 		if firstByteMs == 0 {
@@ -118,16 +103,16 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 			break
 		}
 	}
-	if tr != nil && writeErr == nil && readErr == nil {
-		if tail := tr.finish(); len(tail) > 0 {
+	if writeErr == nil && readErr == nil {
+		if tail := st.Tail(); len(tail) > 0 {
 			_, writeErr = c.w.Write(tail)
 			c.w.Flush()
 		}
 	}
-	usage, partial := su.Usage()
+	usage, partial := st.Usage()
 	u := lifecycle.Upstream{Status: resp.StatusCode, Partial: partial, FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(),
 		Usage: lifecycle.Usage{InputTokens: usage.InputTokens, CachedInputTokens: usage.CachedInputTokens, OutputTokens: usage.OutputTokens}}
-	if writeErr != nil || readErr != nil || !su.Finished() {
+	if writeErr != nil || readErr != nil || !st.Finished() {
 		u.Failure = c.cancelReason()
 		if writeErr != nil {
 			u.Failure = schemas.ReasonClientDisconnect
@@ -152,20 +137,4 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			return out, err
 		}
 	}
-}
-
-// isUsageOnlyChunk recognises OpenAI's final usage chunk: "choices": []
-// and a non-null usage.
-func isUsageOnlyChunk(data []byte) bool {
-	if !bytes.Contains(data, []byte(`"usage"`)) {
-		return false
-	}
-	var ch struct {
-		Choices []json.RawMessage `json:"choices"`
-		Usage   json.RawMessage   `json:"usage"`
-	}
-	if json.Unmarshal(data, &ch) != nil {
-		return false
-	}
-	return ch.Choices != nil && len(ch.Choices) == 0 && len(ch.Usage) > 0 && string(ch.Usage) != "null"
 }

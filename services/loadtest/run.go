@@ -75,6 +75,10 @@ type Options struct {
 	Drain        time.Duration
 	MaxInFlight  int
 	Verbose      bool
+	// Started, if set, is called with the embedded stack's gateway and
+	// simulator base URLs once the stack is warm, before the arrivals
+	// start (a test points a Prometheus at the gateway's /metrics).
+	Started func(gatewayURL, simURL string)
 }
 
 // Run implements `sluice loadtest`.
@@ -221,6 +225,9 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		tg.quota = &q
 		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
 			return nil, err
+		}
+		if o.Started != nil {
+			o.Started(st.GatewayURL, st.SimURL)
 		}
 	case len(o.Brokers) > 0:
 		tg.mode = "stack"

@@ -23,8 +23,12 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // runBench runs the named benchmark and prints its result as JSON. Timings
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
+	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report [--json] (sluice bench NAME -h lists the flags)"
+	if helpAsked(args) {
+		return usageHelp(usage)
+	}
 	if len(args) == 0 {
-		return errors.New("usage: sluice bench ledger|ledger-kafka|gateway|codec [--json]")
+		return errors.New(usage)
 	}
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
@@ -32,6 +36,9 @@ func runBench(ctx context.Context, args []string) error {
 	brokers := brokersFlag(fs)
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
+	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
+	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
+	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -59,8 +66,12 @@ func runBench(ctx context.Context, args []string) error {
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
 			SustainEvents: *n, Progress: os.Stderr})
+	case "sink":
+		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
+	case "report":
+		res, err = benchReport(ctx, *chAddr, *n, *keep)
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report)", args[0])
 	}
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"os/signal"
@@ -91,12 +92,21 @@ func prefixFlag(fs *flag.FlagSet) *string {
 func runDev(ctx context.Context, args []string) error {
 	fs := newFlags("dev")
 	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
-	key := fs.String("api-key", "", "demo API key (default: random)")
+	key := fs.String("api-key", "", "demo API key (default: random; ignored with --config, whose keys apply)")
+	cfgPath := fs.String("config", "", "gateway configuration file for the stack; "+dev.SimURLPlaceholder+" in it becomes the simulator's URL (example: deploy/examples/dev-three-tenants.yaml; default: one demo tenant and key)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	st, err := dev.Start(ctx, dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)})
+	o := dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)}
+	if *cfgPath != "" {
+		load, err := dev.ConfigFile(*cfgPath)
+		if err != nil {
+			return err
+		}
+		o.Config = load
+	}
+	st, err := dev.Start(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -104,7 +114,11 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("# Sluice dev stack: embedded Kafka at %s, provider simulator at %s\n", st.Brokers[0], st.SimURL)
 	fmt.Printf("# Point an OpenAI SDK here (eval these lines in a shell); Ctrl-C stops.\n")
 	fmt.Printf("OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
-	fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	if *cfgPath == "" {
+		fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
+	} else {
+		fmt.Printf("# API keys: those whose hashes %s lists\n", *cfgPath)
+	}
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
@@ -203,8 +217,12 @@ func runSink(ctx context.Context, args []string) error {
 }
 
 func runTopics(ctx context.Context, args []string) error {
+	const usage = "usage: sluice topics ensure [--brokers …] [--partitions N] [--replication N] [--retention 168h] (sluice topics ensure -h lists the flags)"
+	if helpAsked(args) {
+		return usageHelp(usage)
+	}
 	if len(args) == 0 || args[0] != "ensure" {
-		return errors.New("usage: sluice topics ensure [--brokers …] [--partitions N] [--replication N] [--retention 168h]")
+		return errors.New(usage)
 	}
 	fs := newFlags("topics ensure")
 	brokers := brokersFlag(fs)
@@ -215,6 +233,20 @@ func runTopics(ctx context.Context, args []string) error {
 	ret := fs.Duration("retention", time.Duration(def.RetentionMs)*time.Millisecond, "retention of the request, decision and telemetry logs")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
+	}
+	// Validate before connecting: a bad flag must not wait on a broker.
+	var bad []error
+	if *parts < 1 || *parts > math.MaxInt32 {
+		bad = append(bad, fmt.Errorf("--partitions %d: want 1 to %d", *parts, math.MaxInt32))
+	}
+	if *repl < 1 || *repl > math.MaxInt16 {
+		bad = append(bad, fmt.Errorf("--replication %d: want 1 to %d", *repl, math.MaxInt16))
+	}
+	if *ret <= 0 && *ret != -time.Millisecond {
+		bad = append(bad, fmt.Errorf("--retention %s: want a positive duration (or -1ms: keep forever)", *ret))
+	}
+	if len(bad) > 0 {
+		return errors.Join(bad...)
 	}
 	cl, err := bus.NewClient(ctx, bus.SplitBrokers(*brokers), 10*time.Second)
 	if err != nil {
@@ -238,7 +270,10 @@ func runSim(ctx context.Context, args []string) error {
 }
 
 func runKeys(_ context.Context, args []string) error {
+	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)"
 	switch {
+	case helpAsked(args):
+		return usageHelp(usage)
 	case len(args) == 2 && args[0] == "hash":
 		fmt.Println(config.HashKey(args[1]))
 		return nil
@@ -249,7 +284,7 @@ func runKeys(_ context.Context, args []string) error {
 		fmt.Printf("key:    %s\nsha256: %s\n", k, config.HashKey(k))
 		return nil
 	}
-	return errors.New("usage: sluice keys hash KEY | sluice keys new")
+	return errors.New(usage)
 }
 
 // runEstimate prints the gateway's pre-flight estimate of the request on

@@ -31,8 +31,10 @@ func init() {
 		{"loadtest", "run a load scenario against a gateway, the embedded stack or the bare simulator", runLoadtest},
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
 		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
+		{"report", "the weekly calibration report from ClickHouse: `sluice report --format md|html|json`", runReport},
+		{"config", "install a calibration patch: `sluice config apply [--yes] PATCH`", runConfig},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
-		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec`", runBench},
+		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec|sink|report`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 	}
 }
@@ -64,7 +66,13 @@ func main() {
 				return
 			}
 			// One clear line, no stack trace.
-			msg := oneLine(strings.TrimPrefix(err.Error(), c.name+": "))
+			// Commands that run as their own CLI (sim, loadtest) prefix
+			// their errors already: print the prefix once.
+			msg := err.Error()
+			for _, p := range []string{"sluice " + c.name + ": ", c.name + ": "} {
+				msg = strings.TrimPrefix(msg, p)
+			}
+			msg = oneLine(msg)
 			fmt.Fprintf(os.Stderr, "sluice %s: %s\n", c.name, msg)
 			os.Exit(1)
 		}
@@ -92,4 +100,16 @@ func oneLine(s string) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// helpAsked reports whether args ask for a command's help (-h, --help,
+// help) before any subcommand: the command prints its usage and exits 0.
+func helpAsked(args []string) bool {
+	return len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help")
+}
+
+// usageHelp prints usage to stderr and returns flag.ErrHelp (exit 0).
+func usageHelp(usage string) error {
+	fmt.Fprintln(os.Stderr, usage)
+	return flag.ErrHelp
 }

@@ -50,6 +50,10 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		{"unreachable kafka", []string{"topics", "ensure", "--brokers", "127.0.0.1:1"}, []string{"kafka at 127.0.0.1:1 unreachable", "make up"}},
 		{"unreachable clickhouse", []string{"sink", "--brokers", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1"}, []string{"127.0.0.1:1", "unreachable", "make up"}},
 		{"unknown command", []string{"frobnicate"}, []string{"unknown command"}},
+		// Validated before connecting: the line names the flags, not Kafka.
+		{"bad topic flags", []string{"topics", "ensure", "--brokers", "127.0.0.1:1", "--partitions", "-1", "--replication", "0"},
+			[]string{"--partitions -1", "--replication 0"}},
+		{"sim flag", []string{"sim", "--bogus"}, []string{"sluice sim: flag provided but not defined"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -73,7 +77,30 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 					t.Errorf("line %q does not mention %q", first, w)
 				}
 			}
+			if strings.Contains(first, "unreachable") && c.name == "bad topic flags" {
+				t.Errorf("connected before validating: %q", first)
+			}
+			if strings.Count(first, "sluice ") > 1 {
+				t.Errorf("prefix printed twice: %q", first)
+			}
 		})
+	}
+}
+
+// TestHelpExitsZero: every command's help prints its usage and exits 0,
+// the commands with subcommands included.
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"bench", "--help"}, {"topics", "--help"}, {"keys", "--help"}, {"topics", "ensure", "--help"},
+		{"dev", "--help"}, {"gateway", "--help"}, {"bench", "ledger", "-h"}} {
+		var stderr bytes.Buffer
+		cmd := exec.Command(bin, args...)
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			t.Errorf("sluice %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		if !strings.Contains(strings.ToLower(stderr.String()), "usage") {
+			t.Errorf("sluice %s printed no usage:\n%s", strings.Join(args, " "), stderr.String())
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package gateway
+package provider
 
 import (
 	"encoding/json"
@@ -9,15 +9,15 @@ import (
 )
 
 // Gemini routes are served by translation, not passthrough: callers speak
-// OpenAI chat completions (the SDK they already have), and the gateway
+// OpenAI chat completions (the SDK they already have), and the adapter
 // turns the request into generateContent (streamGenerateContent?alt=sse for
 // streams) and the answer back into chat.completion / chat.completion.chunk.
 // Only what maps one to one is translated — text messages, system prompts,
 // max tokens, temperature, top_p, stop — so a request with tools, images or
-// other parts never goes to a Gemini candidate (see geminiTranslatable).
+// other parts never goes to a Gemini candidate (see GeminiTranslatable).
 
-// geminiTranslatable reports whether a chat request maps onto Gemini.
-func geminiTranslatable(req estimate.Request) bool {
+// GeminiTranslatable reports whether a chat request maps onto Gemini.
+func GeminiTranslatable(req estimate.Request) bool {
 	if len(req.Tools) > 0 || req.N > 1 || (req.ResponseFormat != nil && req.ResponseFormat.Type != "text") {
 		return false
 	}
@@ -118,7 +118,8 @@ type geminiResponse struct {
 	} `json:"usageMetadata"`
 }
 
-type openAIUsage struct {
+// chatUsage is the usage object of a translated chat.completion.
+type chatUsage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
 	TotalTokens      int64 `json:"total_tokens"`
@@ -135,12 +136,12 @@ func (g *geminiResponse) text() (string, string) {
 	return sb.String(), finishReason(g.Candidates[0].FinishReason)
 }
 
-func (g *geminiResponse) usage() *openAIUsage {
+func (g *geminiResponse) usage() *chatUsage {
 	if g.UsageMetadata == nil {
 		return nil
 	}
 	u := g.UsageMetadata
-	return &openAIUsage{PromptTokens: u.PromptTokenCount, CompletionTokens: u.CandidatesTokenCount, TotalTokens: u.PromptTokenCount + u.CandidatesTokenCount}
+	return &chatUsage{PromptTokens: u.PromptTokenCount, CompletionTokens: u.CandidatesTokenCount, TotalTokens: u.PromptTokenCount + u.CandidatesTokenCount}
 }
 
 func finishReason(r string) string {
@@ -157,8 +158,8 @@ func finishReason(r string) string {
 	return "stop"
 }
 
-// geminiToOpenAI translates a generateContent response to chat.completion.
-func geminiToOpenAI(body []byte, model, reqID string) ([]byte, error) {
+// GeminiToOpenAI translates a generateContent response to chat.completion.
+func GeminiToOpenAI(body []byte, model, reqID string) ([]byte, error) {
 	var g geminiResponse
 	if err := json.Unmarshal(body, &g); err != nil {
 		return nil, fmt.Errorf("gemini response: %w", err)
@@ -177,22 +178,31 @@ func geminiToOpenAI(body []byte, model, reqID string) ([]byte, error) {
 		FinishReason string `json:"finish_reason"`
 	}
 	return json.Marshal(struct {
-		ID      string       `json:"id"`
-		Object  string       `json:"object"`
-		Created int64        `json:"created"`
-		Model   string       `json:"model"`
-		Choices []choice     `json:"choices"`
-		Usage   *openAIUsage `json:"usage,omitempty"`
+		ID      string     `json:"id"`
+		Object  string     `json:"object"`
+		Created int64      `json:"created"`
+		Model   string     `json:"model"`
+		Choices []choice   `json:"choices"`
+		Usage   *chatUsage `json:"usage,omitempty"`
 	}{"chatcmpl-" + reqID, "chat.completion", 0, model, []choice{{0, msg{"assistant", text}, fr}}, g.usage()})
 }
 
-// geminiStream turns Gemini SSE chunks into chat.completion.chunk events.
-type geminiStream struct {
+// GeminiStream turns Gemini SSE chunks into chat.completion.chunk events.
+// Create it with NewGeminiStream; feed it each event's data with Translate
+// and end a clean stream with Finish.
+type GeminiStream struct {
 	model, id    string
 	includeUsage bool
 	started      bool
 	stop         string
-	usage        *openAIUsage
+	usage        *chatUsage
+}
+
+// NewGeminiStream returns the translation of one Gemini stream answering
+// the client's model under the chunk id id; includeUsage: the client asked
+// for stream_options.include_usage.
+func NewGeminiStream(model, id string, includeUsage bool) *GeminiStream {
+	return &GeminiStream{model: model, id: id, includeUsage: includeUsage}
 }
 
 type chunkDelta struct {
@@ -206,20 +216,20 @@ type chunkChoice struct {
 	FinishReason *string    `json:"finish_reason"`
 }
 
-func (t *geminiStream) chunk(choices []chunkChoice, usage *openAIUsage) []byte {
+func (t *GeminiStream) chunk(choices []chunkChoice, usage *chatUsage) []byte {
 	b, _ := json.Marshal(struct {
 		ID      string        `json:"id"`
 		Object  string        `json:"object"`
 		Created int64         `json:"created"`
 		Model   string        `json:"model"`
 		Choices []chunkChoice `json:"choices"`
-		Usage   *openAIUsage  `json:"usage,omitempty"`
+		Usage   *chatUsage    `json:"usage,omitempty"`
 	}{t.id, "chat.completion.chunk", 0, t.model, choices, usage})
 	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
-// translate turns one Gemini event's data into zero or more OpenAI events.
-func (t *geminiStream) translate(data []byte) []byte {
+// Translate turns one Gemini event's data into zero or more OpenAI events.
+func (t *GeminiStream) Translate(data []byte) []byte {
 	var g geminiResponse
 	if json.Unmarshal(data, &g) != nil {
 		return nil
@@ -242,8 +252,8 @@ func (t *geminiStream) translate(data []byte) []byte {
 	return out
 }
 
-// finish writes the closing chunks: finish_reason, usage if asked, [DONE].
-func (t *geminiStream) finish() []byte {
+// Finish writes the closing chunks: finish_reason, usage if asked, [DONE].
+func (t *GeminiStream) Finish() []byte {
 	fr := t.stop
 	if fr == "" {
 		fr = "stop"

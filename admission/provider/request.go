@@ -1,0 +1,189 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// API is the client-facing shape of a request.
+type API int
+
+// APIs the gateway serves.
+const (
+	APIChat       API = iota // POST /v1/chat/completions (OpenAI)
+	APIEmbeddings            // POST /v1/embeddings (OpenAI)
+	APIMessages              // POST /v1/messages (Anthropic)
+)
+
+func (a API) String() string {
+	switch a {
+	case APIChat:
+		return "chat"
+	case APIEmbeddings:
+		return "embeddings"
+	}
+	return "messages"
+}
+
+// Serves reports whether a provider kind can answer this API: OpenAI-shaped
+// requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
+// Gemini, translated); Anthropic messages only to Anthropic. Bodies are
+// passed through, so no other translation is attempted.
+func (a API) Serves(kind schemas.ProviderKind) bool {
+	switch a {
+	case APIChat:
+		return kind != schemas.ProviderAnthropic
+	case APIEmbeddings:
+		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
+	}
+	return kind == schemas.ProviderAnthropic
+}
+
+// CanServe reports whether a provider of kind can answer req sent to API
+// a: it speaks the API and, for Gemini, the request translates.
+func CanServe(a API, kind schemas.ProviderKind, req estimate.Request) bool {
+	return a.Serves(kind) && (kind != schemas.ProviderGemini || GeminiTranslatable(req))
+}
+
+// Attempt is what one upstream attempt is built from.
+type Attempt struct {
+	API API
+	// Request is the client's request as parsed, Body as it was sent.
+	Request estimate.Request
+	Body    []byte
+	// UpstreamModel is the candidate's model name at the provider.
+	UpstreamModel string
+	// AnthropicBeta is the client's anthropic-beta header, forwarded to
+	// Anthropic providers ("" = none).
+	AnthropicBeta string
+}
+
+// NewRequest builds the provider request for one attempt: the provider's
+// URL and authentication, and the client's body with only the model
+// replaced (and, for OpenAI-style streams, usage reporting forced on so
+// that the reconcile is exact: forcedUsage, see Stream). Gemini receives a
+// translated body. An error never holds the credential or the URL.
+func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Request, forcedUsage bool, err error) {
+	base := strings.TrimRight(p.BaseURL, "/")
+	body := a.Body
+	req := a.Request
+	var u string
+	switch {
+	case p.Kind == schemas.ProviderGemini:
+		b, err := geminiRequest(req, body)
+		if err != nil {
+			return nil, false, err
+		}
+		body = b
+		method := ":generateContent"
+		if req.Stream {
+			method = ":streamGenerateContent?alt=sse"
+		}
+		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
+	case p.Kind == schemas.ProviderAnthropic:
+		u = base + "/messages"
+	case p.Kind == schemas.ProviderAzure:
+		op := "/chat/completions"
+		if a.API == APIEmbeddings {
+			op = "/embeddings"
+		}
+		u = base + "/openai/deployments/" + url.PathEscape(p.Deployment) + op + "?api-version=" + url.QueryEscape(p.APIVersion)
+	default:
+		op := "/chat/completions"
+		if a.API == APIEmbeddings {
+			op = "/embeddings"
+		}
+		u = base + op
+	}
+	if p.Kind != schemas.ProviderGemini {
+		set := map[string]any{}
+		if a.UpstreamModel != req.Model {
+			set["model"] = a.UpstreamModel
+		}
+		if a.API == APIChat && req.Stream && !req.IncludeUsage {
+			forcedUsage = true
+			set["stream_options"] = streamOptionsWithUsage(body)
+		}
+		if len(set) > 0 {
+			b, err := setFields(body, set)
+			if err != nil {
+				return nil, false, err
+			}
+			body = b
+		}
+	}
+	up, err = http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		// The URL holds no credential (keys travel in headers), but name
+		// the provider rather than echo it anyway.
+		return nil, false, fmt.Errorf("build request for provider %s: invalid base_url", p.Name)
+	}
+	up.Header.Set("Content-Type", "application/json")
+	if req.Stream {
+		up.Header.Set("Accept", "text/event-stream")
+	}
+	key := p.APIKey()
+	switch p.Kind {
+	case schemas.ProviderAzure:
+		if key != "" {
+			up.Header.Set("api-key", key)
+		}
+	case schemas.ProviderAnthropic:
+		if key != "" {
+			up.Header.Set("x-api-key", key)
+		}
+		up.Header.Set("anthropic-version", p.APIVersion)
+		if a.AnthropicBeta != "" {
+			up.Header.Set("anthropic-beta", a.AnthropicBeta)
+		}
+	case schemas.ProviderGemini:
+		if key != "" {
+			up.Header.Set("x-goog-api-key", key)
+		}
+	default:
+		if key != "" {
+			up.Header.Set("Authorization", "Bearer "+key)
+		}
+	}
+	return up, forcedUsage, nil
+}
+
+// setFields replaces top-level fields of a JSON object. The parsers already
+// proved body is an object.
+func setFields(body []byte, set map[string]any) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, fmt.Errorf("rewrite request body: %w", err)
+	}
+	for k, v := range set {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("rewrite request body field %s: %w", k, err)
+		}
+		m[k] = b
+	}
+	return json.Marshal(m)
+}
+
+// streamOptionsWithUsage returns the request's stream_options with
+// include_usage set, keeping any other option the client gave.
+func streamOptionsWithUsage(body []byte) map[string]json.RawMessage {
+	var top struct {
+		StreamOptions map[string]json.RawMessage `json:"stream_options"`
+	}
+	_ = json.Unmarshal(body, &top)
+	if top.StreamOptions == nil {
+		top.StreamOptions = map[string]json.RawMessage{}
+	}
+	top.StreamOptions["include_usage"] = json.RawMessage("true")
+	return top.StreamOptions
+}

@@ -1,0 +1,173 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/admission/estimate"
+)
+
+const testKey = "sk-test-SECRET-0123456789abcdef"
+
+// testProviders loads one provider of every kind, all with testKey.
+func testProviders(t *testing.T) *config.Config {
+	t.Helper()
+	t.Setenv("SLUICE_PROVIDER_TEST_KEY", testKey)
+	cfg, err := config.Load(strings.NewReader(`providers:
+  - {name: oa, kind: openai, scope: s, base_url: "https://api.openai.com/v1/", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+  - {name: cp, kind: openai_compatible, scope: s, base_url: "http://127.0.0.1:8000/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+  - {name: az, kind: azure, scope: s, base_url: "https://x.openai.azure.com", deployment: "gpt 4o", api_version: "2024-10-21", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+  - {name: an, kind: anthropic, scope: s, base_url: "https://api.anthropic.com/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+  - {name: ge, kind: gemini, scope: s, base_url: "https://generativelanguage.googleapis.com/v1beta", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+  - {name: bad, kind: openai, scope: s, base_url: "http://[::1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
+routes:
+  - {model: m, provider: oa}
+tenants:
+  - id: t
+    keys:
+      - {id: k, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
+ledger:
+  scopes:
+    - {name: s, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestNewRequest: every provider kind's URL, credential header, other
+// headers and body rewrite, per API.
+func TestNewRequest(t *testing.T) {
+	cfg := testProviders(t)
+	chat := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":"END"}`
+	chatStream := `{"model":"m","stream":true,"stream_options":{"other":1},"messages":[{"role":"user","content":"hi"}]}`
+	messages := `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
+	embeddings := `{"model":"m","input":"hi"}`
+	tests := []struct {
+		name, provider string
+		api            API
+		body, upstream string
+		beta           string
+		url            string
+		header         map[string]string // "" = must be absent
+		bodyHas        []string
+		forced         bool
+	}{
+		{name: "openai chat, model kept", provider: "oa", api: APIChat, body: chat, upstream: "m",
+			url: "https://api.openai.com/v1/chat/completions", header: map[string]string{"Authorization": "Bearer " + testKey, "Accept": ""},
+			bodyHas: []string{`"model":"m"`}},
+		{name: "openai stream, usage forced, options kept", provider: "oa", api: APIChat, body: chatStream, upstream: "gpt-4o",
+			url: "https://api.openai.com/v1/chat/completions", header: map[string]string{"Accept": "text/event-stream"},
+			bodyHas: []string{`"model":"gpt-4o"`, `"include_usage":true`, `"other":1`}, forced: true},
+		{name: "compatible embeddings", provider: "cp", api: APIEmbeddings, body: embeddings, upstream: "e5",
+			url: "http://127.0.0.1:8000/v1/embeddings", header: map[string]string{"Authorization": "Bearer " + testKey}, bodyHas: []string{`"model":"e5"`}},
+		{name: "azure chat deployment path", provider: "az", api: APIChat, body: chat, upstream: "m",
+			url:    "https://x.openai.azure.com/openai/deployments/gpt%204o/chat/completions?api-version=2024-10-21",
+			header: map[string]string{"api-key": testKey, "Authorization": ""}},
+		{name: "azure embeddings", provider: "az", api: APIEmbeddings, body: embeddings, upstream: "m",
+			url: "https://x.openai.azure.com/openai/deployments/gpt%204o/embeddings?api-version=2024-10-21"},
+		{name: "anthropic messages, beta forwarded", provider: "an", api: APIMessages, body: messages, upstream: "claude", beta: "tools-2024",
+			url:     "https://api.anthropic.com/v1/messages",
+			header:  map[string]string{"x-api-key": testKey, "anthropic-version": "2023-06-01", "anthropic-beta": "tools-2024", "Authorization": ""},
+			bodyHas: []string{`"model":"claude"`}},
+		{name: "anthropic without beta", provider: "an", api: APIMessages, body: messages, upstream: "m",
+			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"anthropic-beta": ""}},
+		{name: "gemini translated", provider: "ge", api: APIChat, body: chat, upstream: "gemini-2.0-flash",
+			url:     "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent",
+			header:  map[string]string{"x-goog-api-key": testKey, "Authorization": ""},
+			bodyHas: []string{`"systemInstruction":{"parts":[{"text":"be brief"}]}`, `"maxOutputTokens":8`, `"stopSequences":["END"]`, `"temperature":0.5`}},
+		{name: "gemini stream", provider: "ge", api: APIChat, body: chatStream, upstream: "g",
+			url: "https://generativelanguage.googleapis.com/v1beta/models/g:streamGenerateContent?alt=sse"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := parseFor(tc.api, tc.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			up, forced, err := NewRequest(context.Background(), cfg.Provider(tc.provider),
+				Attempt{API: tc.api, Request: req, Body: []byte(tc.body), UpstreamModel: tc.upstream, AnthropicBeta: tc.beta})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := up.URL.String(); got != tc.url {
+				t.Errorf("url %s, want %s", got, tc.url)
+			}
+			if up.Method != "POST" || up.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s with Content-Type %q", up.Method, up.Header.Get("Content-Type"))
+			}
+			for k, want := range tc.header {
+				if got := up.Header.Get(k); got != want {
+					t.Errorf("header %s = %q, want %q", k, got, want)
+				}
+			}
+			if forced != tc.forced {
+				t.Errorf("forcedUsage %v, want %v", forced, tc.forced)
+			}
+			b, _ := io.ReadAll(up.Body)
+			if !json.Valid(b) {
+				t.Fatalf("body is not JSON: %s", b)
+			}
+			for _, s := range tc.bodyHas {
+				if !strings.Contains(string(b), s) {
+					t.Errorf("body %s lacks %s", b, s)
+				}
+			}
+			if strings.Contains(string(b), testKey) || strings.Contains(up.URL.String(), testKey) {
+				t.Errorf("the credential is in the body or URL")
+			}
+		})
+	}
+}
+
+// TestNewRequestErrorHoldsNoSecret: a bad base_url is reported by the
+// provider's name, never by its URL or credential.
+func TestNewRequestErrorHoldsNoSecret(t *testing.T) {
+	cfg := testProviders(t)
+	req, _ := parseFor(APIChat, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	_, _, err := NewRequest(context.Background(), cfg.Provider("bad"), Attempt{API: APIChat, Request: req, Body: []byte(`{"model":"m"}`), UpstreamModel: "m"})
+	if err == nil || !strings.Contains(err.Error(), "provider bad") || strings.Contains(err.Error(), testKey) || strings.Contains(err.Error(), "::1") {
+		t.Fatalf("error %v", err)
+	}
+}
+
+func TestCanServe(t *testing.T) {
+	text, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
+	tools, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`))
+	tests := []struct {
+		api  API
+		kind Kind
+		req  estimate.Request
+		want bool
+	}{
+		{APIChat, "openai", text, true},
+		{APIChat, "azure", tools, true},
+		{APIChat, "anthropic", text, false},
+		{APIChat, "gemini", text, true},
+		{APIChat, "gemini", tools, false},
+		{APIEmbeddings, "openai_compatible", text, true},
+		{APIEmbeddings, "gemini", text, false},
+		{APIMessages, "anthropic", text, true},
+		{APIMessages, "openai", text, false},
+	}
+	for _, tc := range tests {
+		if got := CanServe(tc.api, tc.kind, tc.req); got != tc.want {
+			t.Errorf("CanServe(%s, %s, tools=%d) = %v, want %v", tc.api, tc.kind, len(tc.req.Tools), got, tc.want)
+		}
+	}
+}
+
+func parseFor(a API, body string) (estimate.Request, error) {
+	switch a {
+	case APIEmbeddings:
+		return estimate.ParseEmbeddings([]byte(body))
+	case APIMessages:
+		return estimate.ParseAnthropicMessages([]byte(body))
+	}
+	return estimate.ParseOpenAIChat([]byte(body))
+}

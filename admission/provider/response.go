@@ -1,0 +1,106 @@
+package provider
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Answer is a provider's successful non-streaming answer as the adapter
+// reads it.
+type Answer struct {
+	// Usage is the provider's reported usage (zero when it reported none).
+	Usage Usage
+	// Body is what the client gets: the provider's body, or for Gemini its
+	// translation to chat.completion.
+	Body []byte
+	// Translated: Body is a translation, whose Content-Type is
+	// application/json whatever the provider's was.
+	Translated bool
+}
+
+// ParseAnswer reads a successful answer of a provider of kind to the
+// client's model; id is the logical request id (the translated answer's
+// "chatcmpl-" id). A Gemini body that does not parse is passed as it came.
+func ParseAnswer(kind Kind, body []byte, model, id string) Answer {
+	usage, _ := ParseUsage(kind, body)
+	a := Answer{Usage: usage, Body: body}
+	if kind == schemas.ProviderGemini {
+		if b, err := GeminiToOpenAI(body, model, id); err == nil {
+			a.Body, a.Translated = b, true
+		}
+	}
+	return a
+}
+
+// Stream is one streamed answer seen through the adapter: it counts the
+// usage of every SSE event and says what of it the client gets. The shell
+// reads and writes the SSE bytes; the zero value is not usable, create one
+// with NewStream. A Stream is not safe for concurrent use.
+type Stream struct {
+	usage       *StreamUsage
+	gemini      *GeminiStream // Gemini: the translation to chat chunks
+	forcedUsage bool
+}
+
+// NewStream returns the adapter of a stream from a provider of kind
+// answering req (whose model the client named); forcedUsage is
+// NewRequest's: the adapter set stream_options.include_usage, so the
+// usage-only chunk it brings is counted and then withheld, and the client
+// sees exactly the stream it asked for. id is the logical request id.
+func NewStream(kind Kind, forcedUsage bool, model, id string, includeUsage bool) *Stream {
+	s := &Stream{usage: NewStreamUsage(kind), forcedUsage: forcedUsage}
+	if kind == schemas.ProviderGemini {
+		s.gemini = NewGeminiStream(model, "chatcmpl-"+id, includeUsage)
+	}
+	return s
+}
+
+// Event takes one SSE event — its event name, its data and its bytes as
+// received — and returns what the client gets of it (nil: nothing). Feed
+// every event, also once the client is gone: the reconcile counts what the
+// provider sent.
+func (s *Stream) Event(event, data, raw []byte) []byte {
+	if len(data) > 0 || len(event) > 0 {
+		s.usage.Feed(event, data)
+	}
+	switch {
+	case s.gemini != nil:
+		return s.gemini.Translate(data)
+	case s.forcedUsage && isUsageOnlyChunk(data):
+		return nil
+	}
+	return raw
+}
+
+// Tail is what the client gets after a stream that ended cleanly (the
+// closing chunks of a translation; nil for a passthrough).
+func (s *Stream) Tail() []byte {
+	if s.gemini == nil {
+		return nil
+	}
+	return s.gemini.Finish()
+}
+
+// Usage is StreamUsage.Usage of the events so far.
+func (s *Stream) Usage() (Usage, bool) { return s.usage.Usage() }
+
+// Finished is StreamUsage.Finished: the provider ended the stream cleanly.
+func (s *Stream) Finished() bool { return s.usage.Finished() }
+
+// isUsageOnlyChunk recognises OpenAI's final usage chunk: "choices": []
+// and a non-null usage.
+func isUsageOnlyChunk(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"usage"`)) {
+		return false
+	}
+	var ch struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   json.RawMessage   `json:"usage"`
+	}
+	if json.Unmarshal(data, &ch) != nil {
+		return false
+	}
+	return ch.Choices != nil && len(ch.Choices) == 0 && len(ch.Usage) > 0 && string(ch.Usage) != "null"
+}

@@ -1,0 +1,262 @@
+//go:build integration
+
+package analytics
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/sluice-dev/sluice/analytics/synth"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// The oracle: metrics computed in Go straight from the events, with the
+// definitions README.md gives, by code that shares nothing with the SQL.
+
+type oAttempt struct {
+	reqID                                    string
+	attempt                                  int32
+	scope, tenant, route, class, path, model string
+	family, band, provider, limiter          string
+	limitPath, limitDim                      string
+	streaming                                bool
+	estIn, estOut, in, out, cached           int64
+	grantedMs, holdEndMs                     int64
+	reconciled, dispatched, rej429           bool
+	queued, denied                           bool
+	lastDecisionMs                           int64
+}
+
+type oRequest struct {
+	tenant, class, status, decision string
+	receivedMs, firstDispatchMs     int64
+}
+
+type oracle struct {
+	attempts map[string]*oAttempt
+	requests map[string]*oRequest
+	caps     map[string]int64 // scope|bucket|dimension → capacity
+	// streamDisagree counts attempts whose ReserveRequested and Reconciled
+	// disagree on streaming.
+	streamDisagree int
+}
+
+func newOracle(recs []synth.Record) *oracle {
+	o := &oracle{attempts: map[string]*oAttempt{}, requests: map[string]*oRequest{}, caps: map[string]int64{}}
+	for _, r := range recs {
+		e := r.Event
+		if e.ConfigChanged != nil {
+			row := Row{}
+			for _, c := range CapacityRows(&row, e) {
+				o.caps[c.Scope+"|"+c.Bucket+"|"+c.Dimension] = c.Capacity
+			}
+			continue
+		}
+		if e.RequestID == "" {
+			continue
+		}
+		rq := o.requests[e.RequestID]
+		if rq == nil {
+			rq = &oRequest{}
+			o.requests[e.RequestID] = rq
+		}
+		rq.tenant, rq.class = e.Tenant, e.Class
+		k := fmt.Sprintf("%s#%d", e.RequestID, e.Attempt)
+		a := o.attempts[k]
+		attemptEvent := e.Type != schemas.TypeOutcome && e.Type != schemas.TypeRetryRequested
+		if a == nil && attemptEvent {
+			a = &oAttempt{reqID: e.RequestID, attempt: e.Attempt, scope: e.Scope, tenant: e.Tenant, route: e.Route, class: e.Class}
+			o.attempts[k] = a
+		}
+		t := r.LogTimeMs
+		switch {
+		case e.ReserveRequested != nil:
+			p := e.ReserveRequested
+			a.estIn, a.estOut, a.streaming = p.InputTokens, p.OutputTokens, p.Streaming
+			a.family, a.band, a.path = p.PromptFamily, ContextBand(p.InputTokens), PathString(p.Path)
+			if rq.receivedMs == 0 {
+				rq.receivedMs = t
+			}
+		case e.Decision != nil:
+			d := e.Decision
+			switch d.Status {
+			case schemas.StatusGranted:
+				if a.grantedMs == 0 {
+					a.grantedMs = t
+				}
+			case schemas.StatusQueued:
+				a.queued = true
+			case schemas.StatusDenied:
+				a.denied = true
+			case schemas.StatusExpired:
+				if a.holdEndMs == 0 {
+					a.holdEndMs = t
+				}
+			}
+			if d.LimitPath != "" && t >= a.lastDecisionMs {
+				a.limitPath, a.limitDim, a.lastDecisionMs = d.LimitPath, string(d.LimitDimension), t
+			}
+		case e.Dispatched != nil:
+			a.dispatched, a.provider, a.model = true, string(e.Dispatched.Provider), e.Dispatched.Model
+			if rq.firstDispatchMs == 0 {
+				rq.firstDispatchMs = t
+			}
+		case e.Reconciled != nil:
+			p := e.Reconciled
+			a.reconciled, a.in, a.out, a.cached = true, p.InputTokens, p.OutputTokens, p.CachedInputTokens
+			// An attempt streamed if its reserve or its reconcile says so
+			// (the views take the max of both; the recorded load has
+			// attempts where they disagree).
+			if a.streaming != p.Streaming {
+				o.streamDisagree++
+			}
+			a.streaming = a.streaming || p.Streaming
+			if a.holdEndMs == 0 {
+				a.holdEndMs = t
+			}
+		case e.Released != nil:
+			if a.holdEndMs == 0 {
+				a.holdEndMs = t
+			}
+		case e.ProviderRejected != nil:
+			if e.ProviderRejected.HTTPStatus == 429 {
+				a.rej429, a.limiter = true, string(e.ProviderRejected.Limiter)
+			}
+		case e.Outcome != nil:
+			rq.status, rq.decision = string(e.Outcome.Status), string(e.Outcome.GatewayDecision)
+		}
+	}
+	return o
+}
+
+func (a *oAttempt) holdMs() int64 {
+	if a.grantedMs > 0 && a.holdEndMs >= a.grantedMs {
+		return a.holdEndMs - a.grantedMs
+	}
+	return 0
+}
+
+func (o *oracle) sortedAttempts() []*oAttempt {
+	var out []*oAttempt
+	for _, a := range o.attempts {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].reqID != out[j].reqID {
+			return out[i].reqID < out[j].reqID
+		}
+		return out[i].attempt < out[j].attempt
+	})
+	return out
+}
+
+// quantileRank returns ClickHouse quantileExact's pick (the element at
+// index ⌊level·n⌋ of the sorted values) and its neighbours, the tolerance
+// band the test accepts: one rank either side.
+func quantileRank(xs []float64, level float64) (lo, at, hi float64) {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(level * float64(len(s)))
+	if i >= len(s) {
+		i = len(s) - 1
+	}
+	return s[max(i-1, 0)], s[i], s[min(i+1, len(s)-1)]
+}
+
+// errStats is one estimation_error group in Go.
+type errStats struct {
+	n           int64
+	inE, outE   []float64
+	inSum, oSum float64
+}
+
+func (o *oracle) estimationError() map[string]*errStats {
+	out := map[string]*errStats{}
+	for _, a := range o.sortedAttempts() {
+		if !a.reconciled || a.in <= 0 || a.out <= 0 {
+			continue
+		}
+		ie := float64(a.estIn-a.in) / float64(a.in)
+		oe := float64(a.estOut-a.out) / float64(a.out)
+		stream := "not_streaming"
+		if a.streaming {
+			stream = "streaming"
+		}
+		for _, k := range []string{"route|" + a.route, "model|" + a.model, "tenant|" + a.tenant,
+			"prompt_family|" + a.family, "context_band|" + a.band, "streaming|" + stream} {
+			s := out[k]
+			if s == nil {
+				s = &errStats{}
+				out[k] = s
+			}
+			s.n++
+			s.inE, s.outE = append(s.inE, ie), append(s.outE, oe)
+			s.inSum += ie
+			s.oSum += oe
+		}
+	}
+	return out
+}
+
+// stranded returns token·ms and refusals per scope|bucket|dimension.
+func (o *oracle) stranded() (map[string]int64, map[string]int64) {
+	tok, refused := map[string]int64{}, map[string]int64{}
+	for key := range o.caps {
+		parts := strings.Split(key, "|")
+		scope, bucket, dim := parts[0], parts[1], parts[2]
+		if dim != "input_tokens" && dim != "output_tokens" && dim != "total_tokens" {
+			continue
+		}
+		found := false
+		for _, a := range o.attempts {
+			if a.scope != scope || !strings.Contains("/"+a.path+"/", "/"+bucket+"/") {
+				continue
+			}
+			found = true
+			sIn := max(a.estIn-a.in, 0) * a.holdMs()
+			sOut := max(a.estOut-a.out, 0) * a.holdMs()
+			switch dim {
+			case "input_tokens":
+				tok[key] += sIn
+			case "output_tokens":
+				tok[key] += sOut
+			default:
+				tok[key] += sIn + sOut
+			}
+			if (a.queued || a.denied) && a.limitDim == dim && strings.HasSuffix("/"+a.limitPath, "/"+bucket) {
+				refused[key]++
+			}
+		}
+		if !found {
+			delete(tok, key)
+		}
+	}
+	return tok, refused
+}
+
+type ampStats struct {
+	requests      map[string]bool
+	upstream      int64
+	retriedTokens int64
+}
+
+func (o *oracle) amplification() map[string]*ampStats {
+	out := map[string]*ampStats{}
+	for _, a := range o.attempts {
+		k := a.provider + "|" + a.tenant + "|" + a.class
+		s := out[k]
+		if s == nil {
+			s = &ampStats{requests: map[string]bool{}}
+			out[k] = s
+		}
+		s.requests[a.reqID] = true
+		if a.dispatched {
+			s.upstream++
+			if a.attempt > 1 {
+				s.retriedTokens += a.estIn + a.estOut
+			}
+		}
+	}
+	return out
+}

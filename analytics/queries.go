@@ -1,0 +1,219 @@
+package analytics
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+//go:embed queries/*.sql
+var queryFS embed.FS
+
+// Query is one metric: queries/NAME.sql. Its first line is
+// "-- NAME: what it measures"; {db} stands for the quoted database,
+// {attempts} and {requests} for the views of that name (or tables holding
+// a range of them, see Tables), and {from}/{to} for the range's unix
+// seconds (integers, so splicing them is as safe as client-side binding
+// and identical on every engine).
+type Query struct {
+	Name string
+	Doc  string
+	SQL  string
+}
+
+// Queries returns the embedded metric queries, by name.
+func Queries() ([]Query, error) {
+	entries, err := fs.ReadDir(queryFS, "queries")
+	if err != nil {
+		return nil, fmt.Errorf("read queries: %w", err)
+	}
+	var qs []Query
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		b, err := fs.ReadFile(queryFS, "queries/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		s := string(b)
+		first, _, _ := strings.Cut(s, "\n")
+		doc, ok := strings.CutPrefix(first, "-- "+name+": ")
+		if !ok {
+			return nil, fmt.Errorf("query %s: first line must be \"-- %s: what it measures\"", e.Name(), name)
+		}
+		qs = append(qs, Query{Name: name, Doc: doc, SQL: s})
+	}
+	sort.Slice(qs, func(i, j int) bool { return qs[i].Name < qs[j].Name })
+	return qs, nil
+}
+
+// QueryByName returns one embedded query.
+func QueryByName(name string) (Query, error) {
+	qs, err := Queries()
+	if err != nil {
+		return Query{}, err
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return q, nil
+		}
+	}
+	return Query{}, fmt.Errorf("no query %q", name)
+}
+
+// Range is a half-open time range [From, To), second precision.
+type Range struct{ From, To time.Time }
+
+// Tables names what {attempts} and {requests} read; empty fields mean the
+// views database.attempts and database.requests.
+type Tables struct{ Attempts, Requests string }
+
+// Render returns the query's SQL for database and range, comments dropped.
+func (q Query) Render(database string, r Range) string { return q.RenderIn(database, r, Tables{}) }
+
+// RenderIn is Render with {attempts} and {requests} read from t.
+func (q Query) RenderIn(database string, r Range, t Tables) string {
+	return q.render(database, strconv.FormatInt(r.From.Unix(), 10), strconv.FormatInt(r.To.Unix(), 10), t)
+}
+
+// RenderExpr renders the query with {from} and {to} replaced by SQL
+// expressions of unix seconds, e.g. Grafana's "toUInt32($__fromTime)".
+func (q Query) RenderExpr(database, fromExpr, toExpr string) string {
+	return q.render(database, "("+fromExpr+")", "("+toExpr+")", Tables{})
+}
+
+func (q Query) render(database, from, to string, t Tables) string {
+	if t.Attempts == "" {
+		t.Attempts = quoteIdent(database) + ".attempts"
+	}
+	if t.Requests == "" {
+		t.Requests = quoteIdent(database) + ".requests"
+	}
+	var lines []string
+	for _, l := range strings.Split(q.SQL, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "--") || strings.TrimSpace(l) == "" {
+			continue
+		}
+		lines = append(lines, l)
+	}
+	s := strings.Join(lines, "\n")
+	s = strings.ReplaceAll(s, "{attempts}", t.Attempts)
+	s = strings.ReplaceAll(s, "{requests}", t.Requests)
+	s = strings.ReplaceAll(s, "{db}", quoteIdent(database))
+	s = strings.ReplaceAll(s, "{from}", from)
+	s = strings.ReplaceAll(s, "{to}", to)
+	return s
+}
+
+// Result is a query's rows with values normalised to string, int64 or
+// float64 (the same on every engine, so results compare).
+type Result struct {
+	Columns []string `json:"columns"`
+	Rows    [][]any  `json:"rows"`
+}
+
+// Col returns the index of a column, or -1.
+func (r *Result) Col(name string) int {
+	for i, c := range r.Columns {
+		if c == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Run runs q over database and range on conn.
+func (q Query) Run(ctx context.Context, conn driver.Conn, database string, r Range) (*Result, error) {
+	return q.RunIn(ctx, conn, database, r, Tables{})
+}
+
+// RunIn is Run reading {attempts} and {requests} from t.
+func (q Query) RunIn(ctx context.Context, conn driver.Conn, database string, r Range, t Tables) (*Result, error) {
+	rows, err := conn.Query(ctx, q.RenderIn(database, r, t))
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", q.Name, err)
+	}
+	defer rows.Close()
+	res := &Result{Columns: rows.Columns()}
+	cts := rows.ColumnTypes()
+	for rows.Next() {
+		ptrs := make([]any, len(cts))
+		for i, ct := range cts {
+			ptrs[i] = reflect.New(ct.ScanType()).Interface()
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("query %s: %w", q.Name, err)
+		}
+		row := make([]any, len(ptrs))
+		for i, p := range ptrs {
+			row[i] = normalize(reflect.ValueOf(p).Elem().Interface())
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query %s: %w", q.Name, err)
+	}
+	return res, nil
+}
+
+// normalize maps a scanned value to string, int64 or float64.
+func normalize(v any) any {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return x
+	case float32:
+		return float64(x)
+	case time.Time:
+		return x.Unix()
+	case bool:
+		if x {
+			return int64(1)
+		}
+		return int64(0)
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return rv.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		u := rv.Uint()
+		if u > math.MaxInt64 {
+			return float64(u)
+		}
+		return int64(u)
+	}
+	return fmt.Sprint(v)
+}
+
+// Snapshot copies the attempts and requests of range r into two Memory
+// tables of database, so that many queries over one range merge the facts
+// once instead of once each (the views cannot take the range inside their
+// GROUP BY). CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
+// native protocol. drop removes the tables; call it when done.
+func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, drop func(), err error) {
+	suffix := strconv.FormatInt(r.From.Unix(), 10) + "_" + strconv.FormatInt(r.To.Unix(), 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	db := quoteIdent(database)
+	t = Tables{Attempts: db + ".tmp_report_attempts_" + suffix, Requests: db + ".tmp_report_requests_" + suffix}
+	drop = func() {
+		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Attempts)
+		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Requests)
+	}
+	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
+	for _, c := range []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}} {
+		if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT * FROM "+db+"."+c.view+where); err != nil {
+			drop()
+			return Tables{}, func() {}, fmt.Errorf("snapshot %s: %w", c.view, err)
+		}
+	}
+	return t, drop, nil
+}

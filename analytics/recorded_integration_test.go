@@ -1,0 +1,144 @@
+//go:build integration
+
+package analytics
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/analytics/synth"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/dev"
+	"github.com/sluice-dev/sluice/services/loadtest"
+)
+
+// recordLoad runs testdata/oracle-load.yaml against the embedded stack
+// (gateway, ledger, simulator on kfake) and returns every committed record
+// of every Sluice topic, with its log time: the recorded load.
+func recordLoad(t *testing.T) []synth.Record {
+	t.Helper()
+	b, err := os.ReadFile("testdata/oracle-load.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := loadtest.ParseScenario(b, "oracle-load.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := loadtest.NewKeys(sc)
+	simCfg := sc.SimConfig
+	ctx := context.Background()
+	st, err := dev.Start(ctx, dev.Options{Addr: "127.0.0.1:0", Sim: &simCfg, APIKey: "sk-oracle-unused",
+		Config: func(simURL string) (*config.Config, error) { return loadtest.GatewayConfig(sc, simURL, keys) }})
+	if err != nil {
+		t.Fatalf("embedded stack: %v", err)
+	}
+	defer st.Close()
+	hc := &http.Client{Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	start := time.Now()
+	dur := sc.Duration.D()
+	for ti := range sc.Tenants {
+		tn := sc.Tenants[ti]
+		m := map[string]any{"model": sc.Model, "max_tokens": tn.MaxTokens,
+			"messages": []map[string]string{
+				{"role": "system", "content": "You answer for tenant " + tn.ID + "."},
+				{"role": "user", "content": strings.Repeat("tok ", int(tn.PromptTokens))}}}
+		if tn.Stream {
+			m["stream"] = true
+			m["stream_options"] = map[string]bool{"include_usage": true}
+		}
+		body, _ := json.Marshal(m)
+		interval := time.Duration(float64(time.Second) / tn.Rate)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; time.Duration(i)*interval < dur; i++ {
+				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					req, _ := http.NewRequest(http.MethodPost, st.GatewayURL+"/v1/chat/completions", bytes.NewReader(body))
+					req.Header.Set("Authorization", "Bearer "+keys[tn.ID])
+					req.Header.Set("Content-Type", "application/json")
+					if resp, err := hc.Do(req); err == nil {
+						_, _ = bytes.NewBuffer(nil).ReadFrom(resp.Body)
+						resp.Body.Close()
+					}
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	// Let the gateway's last Reconciled/Outcome events and the ledger's
+	// expiries land.
+	time.Sleep(3 * time.Second)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(st.Brokers...), kgo.ConsumeTopics(bus.NamesWithPrefix("").All()...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var recs []synth.Record
+	idle := 0
+	for idle < 3 {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			var e schemas.Event
+			if schemas.Decode(r.Value, &e) != nil {
+				return
+			}
+			recs = append(recs, synth.Record{Partition: r.Partition % 2, LogTimeMs: r.Timestamp.UnixMilli(), Value: r.Value, Event: &e})
+		})
+		if n == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+	}
+	return recs
+}
+
+// TestIntegrationOracleRecordedLoad: the load tester's scenario against the
+// embedded stack, recorded, then through the real Kafka and sink into
+// ClickHouse 18.16; every query equals Go over the recorded events, and the
+// same rows give the same results on ClickHouse 26.x (chDB).
+func TestIntegrationOracleRecordedLoad(t *testing.T) {
+	recs := recordLoad(t)
+	types := map[schemas.Type]int{}
+	minMs, maxMs := recs[0].LogTimeMs, recs[0].LogTimeMs
+	for _, r := range recs {
+		types[r.Event.Type]++
+		minMs, maxMs = min(minMs, r.LogTimeMs), max(maxMs, r.LogTimeMs)
+	}
+	t.Logf("recorded %d events: %v", len(recs), types)
+	for _, typ := range []schemas.Type{schemas.TypeReserveRequested, schemas.TypeDecision, schemas.TypeDispatched, schemas.TypeReconciled, schemas.TypeOutcome} {
+		if types[typ] == 0 {
+			t.Fatalf("recorded load has no %s", typ)
+		}
+	}
+	conn, db := sinkFixture(t, recs)
+	rng := Range{From: time.UnixMilli(minMs).Add(-time.Hour).Truncate(time.Second), To: time.UnixMilli(maxMs).Add(time.Hour).Truncate(time.Second)}
+	// Producer times (produced_at) are the gateway's wall clock, close to
+	// the log times: the hour either side covers them.
+	got := runAll(t, conn, db, rng)
+	checkOracle(t, recs, got, rng, false)
+	t.Run("chdb_26", func(t *testing.T) { compareWithChDBRange(t, conn, db, got, rng, false) })
+}

@@ -1,0 +1,207 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Change is one value a patch changes in a gateway configuration.
+type Change struct {
+	Path string `json:"path"` // e.g. routes[gpt-4o-mini].p95_output_tokens
+	Old  string `json:"old"`  // "" = not set before
+	New  string `json:"new"`
+}
+
+func (c Change) String() string {
+	old := c.Old
+	if old == "" {
+		old = "(unset)"
+	}
+	return c.Path + ": " + old + " → " + c.New
+}
+
+// ParsePatch decodes a patch written by `sluice report --patch` and checks
+// it: source calibration, factors positive and within the bounds a report
+// can produce.
+func ParsePatch(b []byte) (Patch, error) {
+	var p Patch
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("patch: %w", err)
+	}
+	var errs []error
+	if p.Source != PatchSource {
+		errs = append(errs, fmt.Errorf("patch: source is %q, want %q", p.Source, PatchSource))
+	}
+	for i, r := range p.Routes {
+		if r.Route == "" || r.P95OutputTokens < 0 || (r.InputCorrection != 0 && (r.InputCorrection < 0.5 || r.InputCorrection > 2)) {
+			errs = append(errs, fmt.Errorf("patch: routes[%d]: route %q, p95_output_tokens %d, input_correction %v out of range", i, r.Route, r.P95OutputTokens, r.InputCorrection))
+		}
+	}
+	for i, bp := range p.Buckets {
+		if bp.Scope == "" || bp.Dimension == "" || bp.CapacityFactor <= 0.5 || bp.CapacityFactor > 2 {
+			errs = append(errs, fmt.Errorf("patch: buckets[%d]: scope %q dimension %q capacity_factor %v out of range", i, bp.Scope, bp.Dimension, bp.CapacityFactor))
+		}
+	}
+	for i, c := range p.Classes {
+		if c.Class == "" || c.MaxWaitFactor <= 0.5 || c.MaxWaitFactor > 2 {
+			errs = append(errs, fmt.Errorf("patch: classes[%d]: class %q max_wait_factor %v out of range", i, c.Class, c.MaxWaitFactor))
+		}
+	}
+	return p, errors.Join(errs...)
+}
+
+// ApplyPatch applies p to a gateway configuration (YAML, comments kept) and
+// returns the new document, what changed, and what the patch holds that the
+// configuration cannot take (reported, not applied).
+func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(doc, &root); err != nil {
+		return nil, nil, nil, fmt.Errorf("gateway config: %w", err)
+	}
+	if len(root.Content) == 0 || root.Content[0].Kind != yaml.MappingNode {
+		return nil, nil, nil, errors.New("gateway config: not a YAML mapping")
+	}
+	top := root.Content[0]
+	var changes []Change
+	var skipped []string
+
+	routes := get(top, "routes")
+	for _, rp := range p.Routes {
+		// Events name a route by its model profile; the file keys routes by
+		// model and may give the profile separately.
+		r := findItem(routes, "model", rp.Route)
+		if r == nil {
+			r = findItem(routes, "profile", rp.Route)
+		}
+		if r == nil {
+			skipped = append(skipped, fmt.Sprintf("route %s: not in the configuration", rp.Route))
+			continue
+		}
+		if rp.P95OutputTokens > 0 {
+			if c, ok := setInt(r, "p95_output_tokens", rp.P95OutputTokens); ok {
+				c.Path = "routes[" + rp.Route + "].p95_output_tokens"
+				changes = append(changes, c)
+			}
+		}
+		if rp.InputCorrection != 0 {
+			skipped = append(skipped, fmt.Sprintf("route %s: input correction ×%v (the gateway configuration has no input correction setting yet)", rp.Route, rp.InputCorrection))
+		}
+	}
+
+	ledger := get(top, "ledger")
+	scopes := get(ledger, "scopes")
+	for _, bp := range p.Buckets {
+		sc := findItem(scopes, "name", bp.Scope)
+		if sc == nil {
+			skipped = append(skipped, fmt.Sprintf("scope %s: not in the ledger configuration", bp.Scope))
+			continue
+		}
+		n := 0
+		buckets := get(sc, "buckets")
+		for i, b := range items(buckets) {
+			if scalar(b, "dimension") != bp.Dimension || (bp.Bucket != "" && scalar(b, "level")+":"+scalar(b, "id") != bp.Bucket) {
+				continue
+			}
+			old, err := strconv.ParseInt(scalar(b, "capacity"), 10, 64)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("scope %s bucket %d: capacity %q: %w", bp.Scope, i, scalar(b, "capacity"), err)
+			}
+			nv := max(1, int64(math.Round(float64(old)*bp.CapacityFactor)))
+			if c, ok := setInt(b, "capacity", nv); ok {
+				c.Path = fmt.Sprintf("ledger.scopes[%s].buckets[%s:%s %s].capacity", bp.Scope, scalar(b, "level"), scalar(b, "id"), bp.Dimension)
+				changes = append(changes, c)
+			}
+			n++
+		}
+		if n == 0 {
+			skipped = append(skipped, fmt.Sprintf("scope %s: no %s bucket", bp.Scope, bp.Dimension))
+		}
+	}
+	classes := get(ledger, "classes")
+	for _, cp := range p.Classes {
+		c := findItem(classes, "name", cp.Class)
+		if c == nil {
+			skipped = append(skipped, fmt.Sprintf("class %s: not in the ledger configuration", cp.Class))
+			continue
+		}
+		old, err := strconv.ParseInt(scalar(c, "max_wait_ms"), 10, 64)
+		if err != nil {
+			skipped = append(skipped, fmt.Sprintf("class %s: no max_wait_ms to scale", cp.Class))
+			continue
+		}
+		if ch, ok := setInt(c, "max_wait_ms", max(1, int64(math.Round(float64(old)*cp.MaxWaitFactor)))); ok {
+			ch.Path = "ledger.classes[" + cp.Class + "].max_wait_ms"
+			changes = append(changes, ch)
+		}
+	}
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, nil, nil, err
+	}
+	_ = enc.Close()
+	return out.Bytes(), changes, skipped, nil
+}
+
+// get returns the value node of key in mapping m (nil if absent).
+func get(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func scalar(m *yaml.Node, key string) string {
+	if v := get(m, key); v != nil && v.Kind == yaml.ScalarNode {
+		return v.Value
+	}
+	return ""
+}
+
+func items(seq *yaml.Node) []*yaml.Node {
+	if seq == nil || seq.Kind != yaml.SequenceNode {
+		return nil
+	}
+	return seq.Content
+}
+
+func findItem(seq *yaml.Node, key, value string) *yaml.Node {
+	for _, it := range items(seq) {
+		if scalar(it, key) == value {
+			return it
+		}
+	}
+	return nil
+}
+
+// setInt sets key of mapping m to v, adding it when absent; ok is false
+// when the value was already v.
+func setInt(m *yaml.Node, key string, v int64) (Change, bool) {
+	nv := strconv.FormatInt(v, 10)
+	if cur := get(m, key); cur != nil {
+		if cur.Value == nv {
+			return Change{}, false
+		}
+		c := Change{Old: cur.Value, New: nv}
+		cur.Value, cur.Tag, cur.Kind = nv, "!!int", yaml.ScalarNode
+		return c, true
+	}
+	m.Content = append(m.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: nv})
+	return Change{New: nv}, true
+}

@@ -1,0 +1,72 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/admission/config"
+)
+
+func TestApplyPatchToExampleConfig(t *testing.T) {
+	doc, err := os.ReadFile("../../deploy/examples/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Patch{Source: PatchSource,
+		Routes:  []RoutePatch{{Route: "gpt-4o-mini", P95OutputTokens: 175, InputCorrection: 0.953}, {Route: "no-such-route", P95OutputTokens: 9}},
+		Buckets: []BucketPatch{{Scope: "openai:org-example/proj-main", Dimension: "requests", CapacityFactor: 0.916}},
+		Classes: []ClassPatch{{Class: "agent", MaxWaitFactor: 1.186}}}
+	b, _ := json.Marshal(p)
+	if _, err := ParsePatch(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"OPENAI_UPSTREAM_KEY", "AZURE_OPENAI_KEY", "ANTHROPIC_UPSTREAM_KEY", "GEMINI_API_KEY"} {
+		t.Setenv(k, "test")
+	}
+	next, changes, skipped, err := ApplyPatch(doc, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"routes[gpt-4o-mini].p95_output_tokens: 900 → 175",
+		"ledger.scopes[openai:org-example/proj-main].buckets[deployment:openai-main requests].capacity: 400 → 366",
+		"ledger.scopes[openai:org-example/proj-main].buckets[tenant:* requests].capacity: 100 → 92",
+		"ledger.classes[agent].max_wait_ms: 5000 → 5930",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(skipped) != 2 || !strings.Contains(skipped[0], "input correction") || !strings.Contains(skipped[1], "no-such-route") {
+		t.Errorf("skipped: %q", skipped)
+	}
+	if _, err := config.Load(bytes.NewReader(next)); err != nil {
+		t.Errorf("patched config does not load: %v", err)
+	}
+	if !bytes.Contains(next, []byte("# from the calibration report")) {
+		t.Error("comments lost")
+	}
+	// Applying again changes nothing more than the bucket factors compound.
+	_, again, _, _ := ApplyPatch(next, Patch{Source: PatchSource, Routes: []RoutePatch{{Route: "gpt-4o-mini", P95OutputTokens: 175}}})
+	if len(again) != 0 {
+		t.Errorf("second apply changed %v", again)
+	}
+}
+
+func TestParsePatchListsEveryProblem(t *testing.T) {
+	_, err := ParsePatch([]byte(`{"source":"manual","routes":[{"route":"","p95_output_tokens":-1}],"buckets":[{"scope":"s","dimension":"requests","capacity_factor":5}],"classes":[{"class":"x","max_wait_factor":0}]}`))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, w := range []string{"source is \"manual\"", "routes[0]", "buckets[0]", "classes[0]"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/analytics"
+)
+
+// Recommendation kinds.
+const (
+	KindRouteOutputEstimate  = "route_output_estimate"
+	KindRouteInputCorrection = "route_input_correction"
+	KindBucketCapacity       = "bucket_capacity"
+	KindClassDeadline        = "class_deadline"
+	KindStrandedQuota        = "stranded_quota"
+)
+
+// Recommendation is one proposed change with the figures that justify it.
+type Recommendation struct {
+	Kind        string     `json:"kind"`
+	Target      string     `json:"target"`
+	Current     float64    `json:"current"`
+	Recommended float64    `json:"recommended"`
+	Reason      string     `json:"reason"`
+	Evidence    []Evidence `json:"evidence"`
+	// InPatch is false for advice the patch does not carry.
+	InPatch bool `json:"in_patch"`
+}
+
+// Evidence is one named figure behind a recommendation.
+type Evidence struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+}
+
+// PatchSource is the ConfigChanged source of an applied calibration patch.
+const PatchSource = "calibration"
+
+// Patch is the config change a report proposes; `sluice config apply`
+// shows it as a diff against a gateway configuration and installs it.
+type Patch struct {
+	Source  string        `json:"source"`
+	From    time.Time     `json:"from"`
+	To      time.Time     `json:"to"`
+	Routes  []RoutePatch  `json:"routes"`
+	Buckets []BucketPatch `json:"buckets"`
+	Classes []ClassPatch  `json:"classes"`
+}
+
+// RoutePatch sets a route's output estimate (the p95 of actual output;
+// it caps the output reservation) and reports its bounded input correction
+// factor (1 = none).
+type RoutePatch struct {
+	Route           string  `json:"route"`
+	P95OutputTokens int64   `json:"p95_output_tokens,omitempty"`
+	InputCorrection float64 `json:"input_correction,omitempty"`
+}
+
+// BucketPatch scales the capacity of a scope's buckets of one dimension
+// (Bucket "" = every bucket of that dimension in the scope).
+type BucketPatch struct {
+	Scope          string  `json:"scope"`
+	Bucket         string  `json:"bucket,omitempty"`
+	Dimension      string  `json:"dimension"`
+	CapacityFactor float64 `json:"capacity_factor"`
+}
+
+// ClassPatch scales a traffic class's max queue wait.
+type ClassPatch struct {
+	Class         string  `json:"class"`
+	MaxWaitFactor float64 `json:"max_wait_factor"`
+}
+
+func clamp(v, lo, hi float64) float64 { return math.Max(lo, math.Min(hi, v)) }
+
+// round3 keeps factors readable and stable in golden files.
+func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
+
+func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recommendation, Patch) {
+	p := Patch{Source: PatchSource, From: rep.From, To: rep.To, Routes: []RoutePatch{}, Buckets: []BucketPatch{}, Classes: []ClassPatch{}}
+	var recs []Recommendation
+	get := func(res *analytics.Result, row []any, col string) float64 {
+		if i := res.Col(col); i >= 0 {
+			return toF(row[i])
+		}
+		return math.NaN()
+	}
+	str := func(res *analytics.Result, row []any, col string) string {
+		if i := res.Col(col); i >= 0 {
+			return fmt.Sprint(row[i])
+		}
+		return ""
+	}
+
+	// Routes: output estimate = p95 of actual output; input correction
+	// bounded per report and never under the observed p95 of actual ÷
+	// estimated input.
+	rc := cur["route_calibration"]
+	for _, row := range rc.Rows {
+		route := str(rc, row, "route")
+		n := get(rc, row, "n")
+		if n < float64(b.MinSamples) {
+			continue
+		}
+		rp := RoutePatch{Route: route}
+		outP95, estOut := get(rc, row, "out_p95"), get(rc, row, "est_out_mean")
+		if outP95 > 0 && math.Abs(estOut-outP95) > 0.05*outP95 {
+			rp.P95OutputTokens = int64(math.Ceil(outP95))
+			recs = append(recs, Recommendation{Kind: KindRouteOutputEstimate, Target: route, Current: math.Round(estOut),
+				Recommended: float64(rp.P95OutputTokens), InPatch: true,
+				Reason:   fmt.Sprintf("reserves %.0f output tokens on average; 95%% of its responses use at most %.0f", estOut, outP95),
+				Evidence: []Evidence{{"reconciled attempts", n}, {"p95 actual output tokens", outP95}, {"mean reserved output tokens", round3(estOut)}}})
+		}
+		ratio, under := get(rc, row, "in_ratio"), get(rc, row, "in_under_p95")
+		if ratio > 0 {
+			want := 1 / ratio
+			f := clamp(want, 1-b.InputCorrectionMax, 1+b.InputCorrectionMax)
+			if under > 0 {
+				f = math.Max(f, under)
+			}
+			f = round3(f)
+			if math.Abs(f-1) >= 0.01 {
+				rp.InputCorrection = f
+				recs = append(recs, Recommendation{Kind: KindRouteInputCorrection, Target: route, Current: 1, Recommended: f, InPatch: true,
+					Reason: fmt.Sprintf("input estimates are %.1f%% of actual; correction bounded to ±%.0f%% per report and not under the p95 of actual ÷ estimate",
+						100*ratio, 100*b.InputCorrectionMax),
+					Evidence: []Evidence{{"reconciled attempts", n}, {"estimated ÷ actual input", round3(ratio)}, {"unbounded factor", round3(want)},
+						{"p95 actual ÷ estimated input", round3(under)}}})
+			}
+		}
+		if rp.P95OutputTokens != 0 || rp.InputCorrection != 0 {
+			p.Routes = append(p.Routes, rp)
+		}
+	}
+
+	// Buckets: provider 429s in a scope mean its local limits admit more
+	// than the provider does: lower its request buckets, bounded.
+	s429 := cur["scope_429"]
+	for _, row := range s429.Rows {
+		ratio := get(s429, row, "ratio")
+		if ratio <= b.Provider429Min {
+			continue
+		}
+		scope := str(s429, row, "scope")
+		f := round3(1 - math.Min(b.CapacityChangeMax, 2*ratio))
+		p.Buckets = append(p.Buckets, BucketPatch{Scope: scope, Dimension: "requests", CapacityFactor: f})
+		recs = append(recs, Recommendation{Kind: KindBucketCapacity, Target: scope + " requests buckets", Current: 1, Recommended: f, InPatch: true,
+			Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429 although the ledger admitted them (a calibration problem): lower the request buckets, at most %.0f%% per report",
+				100*ratio, 100*b.CapacityChangeMax),
+			Evidence: []Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}})
+	}
+	// Stranded quota that turned demand away is advice, not a patch: the
+	// route estimates above are the fix; a larger bucket would let the
+	// provider see more than it allows.
+	sq := cur["stranded_quota"]
+	for _, row := range sq.Rows {
+		pct, refused := get(sq, row, "pct_of_capacity"), get(sq, row, "refused")
+		if pct < 5 || refused == 0 {
+			continue
+		}
+		target := str(sq, row, "scope") + " " + str(sq, row, "bucket") + " " + str(sq, row, "dimension")
+		recs = append(recs, Recommendation{Kind: KindStrandedQuota, Target: target, Current: round3(pct), Recommended: round3(pct),
+			Reason:   fmt.Sprintf("%.1f%% of the bucket sat reserved and unused while it queued or denied %.0f attempts: correct the route estimates rather than the bucket size", pct, refused),
+			Evidence: []Evidence{{"stranded token·s", round3(get(sq, row, "stranded_token_s"))}, {"% of capacity", round3(pct)}, {"attempts queued or denied here", refused}}})
+	}
+
+	// Classes: deadline misses above the threshold raise the class's max
+	// queue wait, bounded.
+	dm, qw := cur["deadline_misses"], cur["queue_wait"]
+	p99 := map[string]float64{}
+	for _, row := range qw.Rows {
+		p99[str(qw, row, "class")] = get(qw, row, "p99_ms")
+	}
+	for _, row := range dm.Rows {
+		ratio := get(dm, row, "miss_ratio")
+		if ratio <= b.DeadlineMissMin {
+			continue
+		}
+		class := str(dm, row, "class")
+		f := round3(1 + math.Min(b.DeadlineRaiseMax, 5*ratio))
+		p.Classes = append(p.Classes, ClassPatch{Class: class, MaxWaitFactor: f})
+		recs = append(recs, Recommendation{Kind: KindClassDeadline, Target: class, Current: 1, Recommended: f, InPatch: true,
+			Reason: fmt.Sprintf("%.1f%% of %s requests missed their deadline or expired queued: raise the class's max wait, at most +%.0f%% per report",
+				100*ratio, class, 100*b.DeadlineRaiseMax),
+			Evidence: []Evidence{{"requests", get(dm, row, "requests")}, {"misses", get(dm, row, "misses")}, {"miss ratio", round3(ratio)},
+				{"p99 queue wait ms (dispatched)", p99[class]}, {"deadline ms", get(dm, row, "deadline_ms_max")}}})
+	}
+	return recs, p
+}

@@ -1,0 +1,433 @@
+// Package report builds Sluice's weekly calibration report from the
+// metric queries of package analytics: every metric with its week-over-week
+// change, recommendations with their evidence and bounded corrections, and
+// a config patch that `sluice config apply` can install. It renders the
+// report as markdown (for review in a pull request), JSON and HTML with
+// inline SVG charts (no network needed).
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/sluice-dev/sluice/analytics"
+)
+
+// Source runs one metric query over a range. ClickHouse is the production
+// source; tests replay recorded results.
+type Source interface {
+	Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error)
+}
+
+// ClickHouse is a Source over a Sluice database on a ClickHouse server.
+// The first query of a range snapshots that range's attempts and requests
+// (analytics.Snapshot), so the facts are merged once per range, not once
+// per query; Close drops the snapshots. The zero Snapshots map disables
+// that (every query reads the views).
+type ClickHouse struct {
+	Conn      driver.Conn
+	Database  string
+	Snapshots map[[2]int64]analytics.Tables
+	drops     []func()
+	span      analytics.Range
+}
+
+// NewClickHouse returns a snapshotting ClickHouse source.
+func NewClickHouse(conn driver.Conn, database string) *ClickHouse {
+	return &ClickHouse{Conn: conn, Database: database, Snapshots: map[[2]int64]analytics.Tables{}}
+}
+
+// Cover tells the source that the queries to come fall inside span, so one
+// snapshot of span serves them all (the queries filter by range themselves).
+func (c *ClickHouse) Cover(span analytics.Range) { c.span = span }
+
+// Run implements Source.
+func (c *ClickHouse) Run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
+	res, err := c.run(ctx, q, r)
+	if err == nil {
+		roundFloats(res)
+	}
+	return res, err
+}
+
+// roundFloats keeps 12 significant digits of every float cell. ClickHouse
+// sums floats in whatever order its threads finish, so the last bits of a
+// sum or quantile differ from run to run; a report (and its golden test)
+// must not.
+func roundFloats(res *analytics.Result) {
+	for _, row := range res.Rows {
+		for i, v := range row {
+			if f, ok := v.(float64); ok && !math.IsNaN(f) && !math.IsInf(f, 0) {
+				row[i], _ = strconv.ParseFloat(strconv.FormatFloat(f, 'g', 12, 64), 64)
+			}
+		}
+	}
+}
+
+func (c *ClickHouse) run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
+	if c.Snapshots == nil {
+		return q.Run(ctx, c.Conn, c.Database, r)
+	}
+	sr := r
+	if !c.span.From.After(r.From) && !c.span.To.Before(r.To) {
+		sr = c.span
+	}
+	key := [2]int64{sr.From.Unix(), sr.To.Unix()}
+	t, ok := c.Snapshots[key]
+	if !ok {
+		var drop func()
+		var err error
+		if t, drop, err = analytics.Snapshot(ctx, c.Conn, c.Database, sr); err != nil {
+			return nil, err
+		}
+		c.drops = append(c.drops, drop)
+		c.Snapshots[key] = t
+	}
+	return q.RunIn(ctx, c.Conn, c.Database, r, t)
+}
+
+// Close drops the snapshots.
+func (c *ClickHouse) Close() {
+	for _, d := range c.drops {
+		d()
+	}
+	c.drops = nil
+}
+
+// ErrNoData is returned when the range holds no request.
+var ErrNoData = errors.New("no data")
+
+// Report is the weekly calibration report.
+type Report struct {
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	PrevFrom time.Time `json:"previous_from"`
+	PrevTo   time.Time `json:"previous_to"`
+
+	Headline        []Headline       `json:"headline"`
+	Sections        []Section        `json:"sections"`
+	Recommendations []Recommendation `json:"recommendations"`
+	Patch           Patch            `json:"patch"`
+}
+
+// Headline is one scalar metric with its week-over-week change.
+type Headline struct {
+	Name  string   `json:"name"`
+	Unit  string   `json:"unit"`
+	Value float64  `json:"value"`
+	Prev  *float64 `json:"previous"` // nil: no data the week before
+	// Delta is Value − Prev; nil without Prev.
+	Delta *float64 `json:"delta"`
+	// Better says which direction is an improvement: "up", "down" or "".
+	Better string `json:"better"`
+}
+
+// Section is one metric query's result for the range, with the previous
+// range's value of its main column per row.
+type Section struct {
+	Name    string   `json:"name"`
+	Title   string   `json:"title"`
+	Doc     string   `json:"doc"`
+	Keys    []string `json:"keys"`
+	Value   string   `json:"value"` // the column compared week over week
+	Columns []string `json:"columns"`
+	Rows    [][]any  `json:"rows"`
+	// Prev holds, per row, the previous range's Value for the same keys
+	// (nil: the row is new).
+	Prev []*float64 `json:"previous"`
+}
+
+// spec says how each metric is keyed and which column is compared.
+type spec struct {
+	name, title string
+	keys        []string
+	value       string
+}
+
+var specs = []spec{
+	{"estimation_error", "Estimation error ((estimate − actual) ÷ actual)", []string{"by", "key"}, "out_bias"},
+	{"route_calibration", "Route calibration evidence", []string{"route"}, "out_p95"},
+	{"stranded_quota", "Stranded quota (reserved above actual use)", []string{"scope", "bucket", "dimension"}, "stranded_token_s"},
+	{"retry_amplification", "Retry amplification (upstream attempts ÷ logical requests)", []string{"provider", "tenant", "class"}, "amplification"},
+	{"acceptance", "Acceptance rate (dispatched ÷ received)", []string{"tenant", "class"}, "acceptance_rate"},
+	{"ratio_429", "Provider 429 ratio (429s ÷ upstream attempts)", []string{"by", "key"}, "ratio"},
+	{"gateway_decision_mix", "gateway_decision mix", []string{"gateway_decision"}, "requests"},
+	{"queue_wait", "Queue wait (ms, log time)", []string{"class"}, "p95_ms"},
+	{"outcome_mix", "Outcome mix", []string{"status"}, "share"},
+	{"deadline_misses", "Deadline misses", []string{"class"}, "miss_ratio"},
+	{"cache_headroom", "Prompt-cache headroom", []string{"route"}, "cached_share"},
+	{"borrowed", "Borrowed capacity", []string{"class"}, "borrowed_share"},
+	{"saturation", "Saturation (attempts queued or denied)", []string{"tenant", "route"}, "refused_share"},
+	{"daily_headroom", "Daily-quota headroom", []string{"scope", "bucket"}, "headroom"},
+	{"scope_429", "Provider 429s by scope", []string{"scope"}, "ratio"},
+}
+
+// LastFullWeek returns the last full ISO week (Monday 00:00 UTC to the
+// next Monday) before now.
+func LastFullWeek(now time.Time) analytics.Range {
+	d := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	wd := (int(d.Weekday()) + 6) % 7 // Monday = 0
+	thisMonday := d.AddDate(0, 0, -wd)
+	return analytics.Range{From: thisMonday.AddDate(0, 0, -7), To: thisMonday}
+}
+
+// Options tune Build.
+type Options struct {
+	// Progress receives one line per query run ("report: 3/30 …"); nil = none.
+	Progress io.Writer
+	// Bounds of the corrections; zero values take the defaults.
+	Bounds Bounds
+}
+
+// Bounds limit what one report may recommend.
+type Bounds struct {
+	// InputCorrectionMax is the largest change of a route's input
+	// correction factor per report (default 0.10 = ±10 %).
+	InputCorrectionMax float64
+	// CapacityChangeMax is the largest bucket capacity change per report
+	// (default 0.10).
+	CapacityChangeMax float64
+	// Provider429Min is the 429 ratio above which a scope's request
+	// buckets are lowered (default 0.005).
+	Provider429Min float64
+	// DeadlineMissMin is the miss ratio above which a class's max wait is
+	// raised (default 0.02); DeadlineRaiseMax bounds the raise (default 0.5).
+	DeadlineMissMin, DeadlineRaiseMax float64
+	// MinSamples is the reconciled attempts a route needs before its
+	// estimates are recommended (default 30).
+	MinSamples int64
+}
+
+func (b Bounds) withDefaults() Bounds {
+	def := func(v *float64, d float64) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&b.InputCorrectionMax, 0.10)
+	def(&b.CapacityChangeMax, 0.10)
+	def(&b.Provider429Min, 0.005)
+	def(&b.DeadlineMissMin, 0.02)
+	def(&b.DeadlineRaiseMax, 0.5)
+	if b.MinSamples <= 0 {
+		b.MinSamples = 30
+	}
+	return b
+}
+
+// Build runs every metric over r and over the week before it and derives
+// the headline, recommendations and patch. It fails with ErrNoData when r
+// holds no request.
+func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Report, error) {
+	prev := analytics.Range{From: r.From.Add(-r.To.Sub(r.From)), To: r.From}
+	rep := &Report{From: r.From.UTC(), To: r.To.UTC(), PrevFrom: prev.From.UTC(), PrevTo: prev.To.UTC()}
+	if c, ok := src.(interface{ Cover(analytics.Range) }); ok {
+		c.Cover(analytics.Range{From: prev.From, To: r.To})
+	}
+	total := 2 * len(specs)
+	step := 0
+	run := func(s spec, rr analytics.Range, which string) (*analytics.Result, error) {
+		step++
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, "report: %d/%d %s (%s week)\n", step, total, s.name, which)
+		}
+		q, err := analytics.QueryByName(s.name)
+		if err != nil {
+			return nil, err
+		}
+		return src.Run(ctx, q, rr)
+	}
+	cur := map[string]*analytics.Result{}
+	old := map[string]*analytics.Result{}
+	for _, s := range specs {
+		res, err := run(s, r, "this")
+		if err != nil {
+			return nil, err
+		}
+		cur[s.name] = res
+		if s.name == "acceptance" && sumCol(res, "received") == 0 {
+			return nil, fmt.Errorf("%w in %s – %s", ErrNoData, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+		}
+	}
+	for _, s := range specs {
+		res, err := run(s, prev, "previous")
+		if err != nil {
+			return nil, err
+		}
+		old[s.name] = res
+	}
+	for _, s := range specs {
+		q, _ := analytics.QueryByName(s.name)
+		sec := Section{Name: s.name, Title: s.title, Doc: q.Doc, Keys: s.keys, Value: s.value,
+			Columns: cur[s.name].Columns, Rows: cur[s.name].Rows}
+		prevBy := index(old[s.name], s.keys, s.value)
+		for _, row := range sec.Rows {
+			k := rowKey(cur[s.name], row, s.keys)
+			if v, ok := prevBy[k]; ok {
+				sec.Prev = append(sec.Prev, ptr(v))
+			} else {
+				sec.Prev = append(sec.Prev, nil)
+			}
+		}
+		rep.Sections = append(rep.Sections, sec)
+	}
+	rep.Headline = headline(cur, old)
+	rep.Recommendations, rep.Patch = recommend(cur, o.Bounds.withDefaults(), rep)
+	return rep, nil
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func rowKey(res *analytics.Result, row []any, keys []string) string {
+	k := ""
+	for _, c := range keys {
+		if i := res.Col(c); i >= 0 {
+			k += fmt.Sprint(row[i]) + "\x00"
+		}
+	}
+	return k
+}
+
+func index(res *analytics.Result, keys []string, value string) map[string]float64 {
+	out := map[string]float64{}
+	vi := res.Col(value)
+	if vi < 0 {
+		return out
+	}
+	for _, row := range res.Rows {
+		out[rowKey(res, row, keys)] = toF(row[vi])
+	}
+	return out
+}
+
+func toF(v any) float64 {
+	switch x := v.(type) {
+	case int64:
+		return float64(x)
+	case float64:
+		return x
+	}
+	return math.NaN()
+}
+
+func sumCol(res *analytics.Result, col string) float64 {
+	return sumWhere(res, col, nil)
+}
+
+func sumWhere(res *analytics.Result, col string, keep func(row []any) bool) float64 {
+	i := res.Col(col)
+	if i < 0 {
+		return 0
+	}
+	s := 0.0
+	for _, row := range res.Rows {
+		if keep == nil || keep(row) {
+			s += toF(row[i])
+		}
+	}
+	return s
+}
+
+func colIs(res *analytics.Result, col, want string) func([]any) bool {
+	i := res.Col(col)
+	return func(row []any) bool { return i >= 0 && row[i] == want }
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// headlineOf computes the scalar metrics of one week's results; ok is
+// false when the week has no request.
+func headlineOf(res map[string]*analytics.Result) (map[string]float64, bool) {
+	acc := res["acceptance"]
+	if acc == nil || sumCol(acc, "received") == 0 {
+		return nil, false
+	}
+	h := map[string]float64{}
+	h["requests received"] = sumCol(acc, "received")
+	h["acceptance rate"] = div(sumCol(acc, "dispatched"), sumCol(acc, "received"))
+	r429 := res["ratio_429"]
+	byClass := colIs(r429, "by", "class")
+	h["provider 429 ratio"] = div(sumWhere(r429, "provider_429", byClass), sumWhere(r429, "upstream_attempts", byClass))
+	amp := res["retry_amplification"]
+	h["retry amplification"] = div(sumCol(amp, "upstream_attempts"), sumCol(amp, "requests"))
+	h["retried tokens"] = sumCol(amp, "retried_tokens")
+	ee := res["estimation_error"]
+	byStream := colIs(ee, "by", "streaming")
+	n := sumWhere(ee, "n", byStream)
+	var ob, ib float64
+	if ni, oi, ii := ee.Col("n"), ee.Col("out_bias"), ee.Col("in_bias"); ni >= 0 && oi >= 0 && ii >= 0 {
+		for _, row := range ee.Rows {
+			if byStream(row) {
+				ob += toF(row[oi]) * toF(row[ni])
+				ib += toF(row[ii]) * toF(row[ni])
+			}
+		}
+	}
+	h["output estimation bias"] = div(ob, n)
+	h["input estimation bias"] = div(ib, n)
+	h["stranded token·s"] = strandedTotal(res["stranded_quota"])
+	dm := res["deadline_misses"]
+	h["deadline miss ratio"] = div(sumCol(dm, "misses"), sumCol(dm, "requests"))
+	h["success share"] = sumWhere(res["outcome_mix"], "share", colIs(res["outcome_mix"], "status", "success"))
+	return h, true
+}
+
+// strandedTotal sums, per scope, the stranded token·s of the bucket that
+// strands the most (every request of a scope passes its widest bucket, so
+// summing overlapping buckets would count a hold twice).
+func strandedTotal(res *analytics.Result) float64 {
+	si, vi := res.Col("scope"), res.Col("stranded_token_s")
+	if si < 0 || vi < 0 {
+		return 0
+	}
+	best := map[string]float64{}
+	for _, row := range res.Rows {
+		s := fmt.Sprint(row[si])
+		best[s] = math.Max(best[s], toF(row[vi]))
+	}
+	t := 0.0
+	for _, v := range best {
+		t += v
+	}
+	return t
+}
+
+var headlineOrder = []struct{ name, unit, better string }{
+	{"requests received", "requests", ""},
+	{"acceptance rate", "ratio", "up"},
+	{"success share", "ratio", "up"},
+	{"provider 429 ratio", "ratio", "down"},
+	{"retry amplification", "attempts/request", "down"},
+	{"retried tokens", "tokens", "down"},
+	{"output estimation bias", "ratio", "down"},
+	{"input estimation bias", "ratio", "down"},
+	{"stranded token·s", "token·s", "down"},
+	{"deadline miss ratio", "ratio", "down"},
+}
+
+func headline(cur, old map[string]*analytics.Result) []Headline {
+	c, _ := headlineOf(cur)
+	p, havePrev := headlineOf(old)
+	var out []Headline
+	for _, h := range headlineOrder {
+		x := Headline{Name: h.name, Unit: h.unit, Value: c[h.name], Better: h.better}
+		if havePrev {
+			x.Prev = ptr(p[h.name])
+			x.Delta = ptr(c[h.name] - p[h.name])
+		}
+		out = append(out, x)
+	}
+	return out
+}

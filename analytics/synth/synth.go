@@ -1,0 +1,306 @@
+// Package synth generates a seeded, realistic Sluice event log — the event
+// sequences a gateway and a ledger write for each request (reserve, decision,
+// queue, dispatch, provider 429 and retry, reconcile or release, outcome),
+// plus the ConfigChanged of every scope — for analytics' oracle test, its
+// chDB comparison, the report's golden files and the benchmarks. The same
+// Options and Seed give the same records byte for byte.
+//
+// One route ("chat-4x") reserves about 4× the output it uses, so the
+// calibration report has something to correct.
+package synth
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Record is one Kafka record of the generated log.
+type Record struct {
+	Partition int32
+	LogTimeMs int64 // the record timestamp (LogAppendTime on Sluice topics)
+	Value     []byte
+	Event     *schemas.Event
+}
+
+// Options shape a run. The zero value of a field takes its default.
+type Options struct {
+	Seed     uint64
+	Requests int   // logical requests; default 2000
+	StartMs  int64 // log time of the first event; default 2026-11-23T00:00:00Z (a Monday)
+	// SpanMs is the log-time span the arrivals cover; default 7 days.
+	SpanMs int64
+	// OutputFactor4x is how much chat-4x over-reserves output; default 4.
+	OutputFactor4x float64
+	// Batch, when > 0, goes into every event and request id, so logs
+	// generated in batches (the benchmarks) do not collide.
+	Batch int
+}
+
+// DefaultStartMs is Monday 2026-11-23 00:00:00 UTC.
+const DefaultStartMs = 1795392000000
+
+func (o Options) withDefaults() Options {
+	if o.Requests <= 0 {
+		o.Requests = 2000
+	}
+	if o.StartMs <= 0 {
+		o.StartMs = DefaultStartMs
+	}
+	if o.SpanMs <= 0 {
+		o.SpanMs = 7 * 86400 * 1000
+	}
+	if o.OutputFactor4x <= 0 {
+		o.OutputFactor4x = 4
+	}
+	return o
+}
+
+type route struct {
+	name, provider, model, scope string
+	partition                    int32
+	inMean, outMean              int64
+	outFactor                    float64 // reserved output ÷ actual output
+	inFactor                     float64 // estimated input ÷ actual input
+}
+
+type tenant struct{ id, class string }
+
+// Scopes are the provider scopes of the generated log, with their buckets.
+var Scopes = []struct {
+	Name    string
+	Buckets []Bucket
+}{
+	{"openai:org-1/proj-1", []Bucket{
+		{"org", "org-1", schemas.DimRequests, 600},
+		{"org", "org-1", schemas.DimInputTokens, 400000},
+		{"org", "org-1", schemas.DimOutputTokens, 60000},
+		{"tenant", "acme", schemas.DimTotalTokens, 200000},
+		{"tenant", "globex", schemas.DimTotalTokens, 150000},
+		{"tenant", "initech", schemas.DimTotalTokens, 100000},
+	}},
+	{"anthropic:ws-1/sonnet", []Bucket{
+		{"org", "org-1", schemas.DimRequests, 300},
+		{"org", "org-1", schemas.DimInputTokens, 200000},
+		{"org", "org-1", schemas.DimOutputTokens, 40000},
+		{"tenant", "acme", schemas.DimRequestsPerDay, 20000},
+	}},
+}
+
+// Bucket is one configured bucket of a generated scope.
+type Bucket struct {
+	Level, ID string
+	Dimension schemas.Dimension
+	Capacity  int64
+}
+
+var routes = []route{
+	{"chat-default", "openai", "gpt-4o", "openai:org-1/proj-1", 0, 1800, 300, 1.3, 1.05},
+	{"chat-4x", "openai", "gpt-4o-mini", "openai:org-1/proj-1", 0, 900, 120, 4, 1.0},
+	{"summarize", "anthropic", "claude-sonnet", "anthropic:ws-1/sonnet", 1, 12000, 400, 1.5, 0.92},
+}
+
+var tenants = []tenant{{"acme", "interactive"}, {"globex", "agent"}, {"initech", "batch"}}
+
+var families = []string{"pf-support", "pf-search", "pf-extract", "pf-code"}
+
+// Generate returns the log of one run, in log-time order per partition
+// (and globally).
+func Generate(o Options) []Record {
+	o = o.withDefaults()
+	g := &gen{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed))}
+	for i, sc := range Scopes {
+		g.config(int32(i), sc.Name, sc.Buckets)
+	}
+	step := o.SpanMs / int64(o.Requests)
+	for i := 0; i < o.Requests; i++ {
+		g.request(i, o.StartMs+1000+int64(i)*step+g.rng.Int64N(max(step, 1)))
+	}
+	sortRecords(g.out)
+	return g.out
+}
+
+type gen struct {
+	o   Options
+	rng *rand.Rand
+	out []Record
+	ids int
+}
+
+func (g *gen) emit(e *schemas.Event, partition int32, logMs int64) {
+	g.ids++
+	e.V = schemas.Version
+	e.ID = fmt.Sprintf("0190a0b0-%04x-7000-8000-%012x", g.o.Batch&0xffff, g.ids)
+	e.ProducedAtMs = logMs
+	b, err := schemas.Encode(e)
+	if err != nil {
+		panic(err) // the generator builds only valid events
+	}
+	g.out = append(g.out, Record{Partition: partition, LogTimeMs: logMs, Value: b, Event: e})
+}
+
+func (g *gen) config(partition int32, scope string, buckets []Bucket) {
+	type bc struct {
+		Level     string            `json:"level"`
+		ID        string            `json:"id"`
+		Dimension schemas.Dimension `json:"dimension"`
+		Capacity  int64             `json:"capacity"`
+		PeriodMs  int64             `json:"period_ms"`
+	}
+	var bs []bc
+	for _, b := range buckets {
+		p := int64(60000)
+		if b.Dimension == schemas.DimRequestsPerDay {
+			p = 86400000
+		}
+		bs = append(bs, bc{b.Level, b.ID, b.Dimension, b.Capacity, p})
+	}
+	doc, _ := json.Marshal(map[string]any{"scopes": []any{map[string]any{"name": scope, "buckets": bs}}})
+	e := &schemas.Event{Type: schemas.TypeConfigChanged, Scope: scope,
+		ConfigChanged: &schemas.ConfigChanged{ConfigVersion: "v1", Source: "deploy/examples/sluice.yaml", Ledger: doc}}
+	g.emit(e, partition, g.o.StartMs)
+}
+
+// around returns a value near mean (±50 %, at least 1).
+func (g *gen) around(mean int64) int64 {
+	return max(1, mean/2+g.rng.Int64N(mean+1))
+}
+
+func (g *gen) request(i int, t int64) {
+	r := routes[g.rng.IntN(len(routes))]
+	tn := tenants[g.rng.IntN(len(tenants))]
+	reqID := fmt.Sprintf("req-%06d", i)
+	if g.o.Batch > 0 {
+		reqID = fmt.Sprintf("req-b%d-%06d", g.o.Batch, i)
+	}
+	env := func(typ schemas.Type, attempt int32) *schemas.Event {
+		return &schemas.Event{Type: typ, RequestID: reqID, Attempt: attempt, Node: "gw-1", Scope: r.scope,
+			Tenant: tn.id, KeyID: "key-" + tn.id, Route: r.name, Class: tn.class}
+	}
+	streaming := g.rng.IntN(3) == 0
+	family := families[g.rng.IntN(len(families))]
+	actIn := g.around(r.inMean)
+	actOut := g.around(r.outMean)
+	cached := int64(0)
+	if g.rng.IntN(4) == 0 {
+		cached = actIn / 3
+	}
+	estIn := int64(float64(actIn) * r.inFactor)
+	estOut := int64(float64(actOut) * r.outFactor)
+	if r.name == "chat-4x" {
+		estOut = int64(float64(actOut) * g.o.OutputFactor4x)
+	}
+	path := []schemas.PathLevel{{Level: "org", ID: "org-1"}, {Level: "tenant", ID: tn.id}, {Level: "key", ID: "key-" + tn.id}}
+	deadline := map[string]int64{"interactive": 3000, "agent": 20000, "batch": 1200000}[tn.class]
+	received := t
+	firstQueueMs := int64(-1)
+	maxAttempts := int32(3)
+	for attempt := int32(1); attempt <= maxAttempts; attempt++ {
+		e := env(schemas.TypeReserveRequested, attempt)
+		e.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: estIn, CachedInputTokens: cached,
+			OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
+			MaxAttempts: maxAttempts, PromptFamily: family}
+		g.emit(e, r.partition, t)
+		t += 1 + g.rng.Int64N(3)
+
+		// The ledger: mostly granted at once; some queued then granted or
+		// expired; a few denied.
+		roll := g.rng.IntN(100)
+		dec := func(st schemas.Status, gd schemas.GatewayDecision) *schemas.Event {
+			d := env(schemas.TypeDecision, attempt)
+			d.Node = "ledger-1"
+			d.Decision = &schemas.Decision{Status: st, GatewayDecision: gd, LogTimeMs: t, InputPartition: r.partition, HoldTTLMs: 60000}
+			return d
+		}
+		if roll < 6 { // denied
+			d := dec(schemas.StatusDenied, schemas.GDRejectedLocally)
+			d.Decision.Reason, d.Decision.LimitPath, d.Decision.LimitDimension = "over_limit", "org:org-1", schemas.DimOutputTokens
+			d.Decision.Needed, d.Decision.Available, d.Decision.RetryAfterMs = estOut, estOut/3, 800
+			d.Decision.RetryClass = "retryable_capacity"
+			g.emit(d, r.partition, t)
+			g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDRejectedLocally, firstQueueMs, 0, 0)
+			return
+		}
+		gd := schemas.GDAdmitted
+		if roll < 20 { // queued
+			d := dec(schemas.StatusQueued, schemas.GDQueued)
+			d.Decision.LimitPath, d.Decision.LimitDimension = "org:org-1/tenant:"+tn.id, schemas.DimTotalTokens
+			d.Decision.Needed, d.Decision.Available = estIn+estOut, (estIn+estOut)/2
+			g.emit(d, r.partition, t)
+			wait := 5 + g.rng.Int64N(deadline/2)
+			if roll < 9 { // expired in the queue
+				t += deadline / 2
+				x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
+				x.Decision.Reason = "queue_timeout"
+				g.emit(x, r.partition, t)
+				g.outcome(env, attempt, t, received, "timeout", 429, "queue_timeout", schemas.GDQueuedThenExpired, firstQueueMs, 0, 0)
+				return
+			}
+			t += wait
+			gd = schemas.GDQueuedThenAdmitted
+		}
+		gr := dec(schemas.StatusGranted, gd)
+		gr.Decision.Borrowed = tn.class == "batch" && g.rng.IntN(5) == 0
+		g.emit(gr, r.partition, t)
+		t += 1 + g.rng.Int64N(4)
+		disp := env(schemas.TypeDispatched, attempt)
+		q := t - received
+		if firstQueueMs < 0 {
+			firstQueueMs = q
+		}
+		disp.Dispatched = &schemas.Dispatched{Provider: schemas.ProviderKind(r.provider), Deployment: r.model + "-east", Model: r.model, QueueMs: q}
+		g.emit(disp, r.partition, t)
+		lat := 200 + g.rng.Int64N(2500)
+		t += lat
+		if g.rng.IntN(100) < 4 && attempt < maxAttempts { // provider 429, retried
+			pr := env(schemas.TypeProviderRejected, attempt)
+			pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 429, Kind: "rate_limited", Limiter: schemas.DimRequests, RetryAfterMs: 1000, Deployment: r.model + "-east"}
+			g.emit(pr, r.partition, t)
+			rel := env(schemas.TypeReleased, attempt)
+			rel.Released = &schemas.Released{Reason: "provider_rejected"}
+			g.emit(rel, r.partition, t)
+			rr := env(schemas.TypeRetryRequested, attempt+1)
+			rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: 1000}
+			g.emit(rr, r.partition, t)
+			t += 1000
+			continue
+		}
+		if g.rng.IntN(100) < 3 { // client went away mid-stream
+			rel := env(schemas.TypeReleased, attempt)
+			rel.Released = &schemas.Released{Reason: "client_disconnect", InputTokens: actIn, OutputTokens: actOut / 2}
+			g.emit(rel, r.partition, t)
+			g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", gd, firstQueueMs, actIn, actOut/2)
+			return
+		}
+		rc := env(schemas.TypeReconciled, attempt)
+		rc.Reconciled = &schemas.Reconciled{InputTokens: actIn, CachedInputTokens: cached, OutputTokens: actOut,
+			HTTPStatus: 200, FirstByteMs: lat / 4, TotalMs: lat, Streaming: streaming,
+			EstimatedInputTokens: estIn, EstimatedOutputTokens: estOut}
+		g.emit(rc, r.partition, t)
+		g.outcome(env, attempt, t, received, "success", 200, "", gd, firstQueueMs, actIn, actOut)
+		return
+	}
+	g.outcome(env, maxAttempts, t, received, "failure", 429, "retries_exhausted", schemas.GDAdmittedThenProviderReject, firstQueueMs, 0, 0)
+}
+
+func (g *gen) outcome(env func(schemas.Type, int32) *schemas.Event, attempt int32, t, received int64,
+	status string, http int32, code string, gd schemas.GatewayDecision, queueMs, in, out int64) {
+	o := env(schemas.TypeOutcome, attempt)
+	o.Outcome = &schemas.Outcome{Status: schemas.OutcomeStatus(status), HTTPStatus: http, Attempts: attempt, QueueMs: max(queueMs, 0),
+		TotalMs: t + 1 - received, ErrorCode: code, GatewayDecision: gd, InputTokens: in, OutputTokens: out}
+	r := routes[0]
+	for _, x := range routes {
+		if x.name == o.Route {
+			r = x
+		}
+	}
+	g.emit(o, r.partition, t+1)
+}
+
+func sortRecords(rs []Record) {
+	// Stable by log time: events of one request are already in order.
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].LogTimeMs < rs[j].LogTimeMs })
+}

@@ -1,0 +1,56 @@
+package dev
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigFileThreeTenants starts the dev stack (embedded kfake) on
+// deploy/examples/dev-three-tenants.yaml: each of its three keys, one per
+// class, is served, and a key the file does not list is refused.
+func TestConfigFileThreeTenants(t *testing.T) {
+	load, err := ConfigFile("../../deploy/examples/dev-three-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := Start(ctx, Options{Addr: "127.0.0.1:0", Config: load})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for key, want := range map[string]int{"sk-sluice-dev-web": 200, "sk-sluice-dev-agent": 200, "sk-sluice-dev-batch": 200, st.APIKey: 401} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.GatewayURL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("key %s: status %d, want %d", key, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestConfigFileRefusesABadFileBeforeStarting: a file that does not load
+// fails in ConfigFile, with its path and the problem.
+func TestConfigFileRefusesABadFileBeforeStarting(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(p, []byte("node: x\nroutes:\n  - {model: m, provider: nowhere}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ConfigFile(p); err == nil || !strings.Contains(err.Error(), p) {
+		t.Fatalf("want an error naming %s, got %v", p, err)
+	}
+	if _, err := ConfigFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
+		t.Fatal("a missing file loaded")
+	}
+}
