@@ -477,7 +477,13 @@ func (s *Service) commit(ctx context.Context) bool {
 		return true
 	case err == nil:
 		s.m.aborts.Inc()
-		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr)
+		// franz-go aborts without an error when partitions were revoked
+		// or lost during the transaction (a rebalance) or the broker
+		// refused the offset commit; say which, the remedies differ.
+		s.mu.Lock()
+		rebalanced := len(s.dropped) > 0
+		s.mu.Unlock()
+		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr, "rebalance", rebalanced)
 		s.cancelRebuilds() // the abort rewound the partitions they were to resume
 		return false
 	default:

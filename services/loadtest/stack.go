@@ -144,6 +144,14 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 		p.metricsURL = "http://" + maddr + "/metrics"
 		st.ledgers = append(st.ledgers, p)
 	}
+	// The gateway publishes its config (ConfigChanged on every requests
+	// partition) at start, and the ledgers decide and snapshot it: start
+	// it once the group is stable, or that first transaction races the
+	// second ledger's join, and a partition revoked during a transaction
+	// aborts it (a rebalance, not the steady state measured here).
+	if err := st.waitLedgersJoined(ctx); err != nil {
+		return st, err
+	}
 	gwYAML, err := GatewayConfigYAML(sc, st.simURL, keys)
 	if err != nil {
 		return st, err
@@ -162,9 +170,6 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	}
 	st.gwURL = "http://" + gaddr
 	go st.scrapeLoop()
-	if err := st.waitLedgersJoined(ctx); err != nil {
-		return st, err
-	}
 	return st, nil
 }
 
