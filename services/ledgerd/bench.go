@@ -32,7 +32,10 @@ type KafkaBenchOptions struct {
 	// SustainEvents is the number of pre-produced requests the single
 	// partition's ledger must decide for the throughput run.
 	SustainEvents int
-	Progress      io.Writer
+	// CommitInterval is the ledger member's Config.CommitInterval (0 =
+	// its default).
+	CommitInterval time.Duration
+	Progress       io.Writer
 }
 
 // RoundTrip is the admission round trip (reserve produced → decision
@@ -51,6 +54,7 @@ type RoundTrip struct {
 type KafkaBenchResult struct {
 	Bench                    string      `json:"bench"`
 	Brokers                  string      `json:"brokers"`
+	CommitIntervalMs         float64     `json:"commit_interval_ms"`
 	RoundTrips               []RoundTrip `json:"round_trips"`
 	SustainEvents            int         `json:"sustain_events"`
 	SustainedDecisionsPerSec float64     `json:"sustained_decisions_per_sec_one_partition"`
@@ -73,6 +77,11 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 		o.Progress = io.Discard
 	}
 	res := &KafkaBenchResult{Bench: "ledger-kafka", Brokers: fmt.Sprint(o.Brokers), SustainEvents: o.SustainEvents}
+	cfg := Config{CommitInterval: o.CommitInterval, Brokers: o.Brokers, Node: "-"}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	res.CommitIntervalMs = float64(cfg.CommitInterval.Microseconds()) / 1000
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// Round trips: 4 partitions, one in-process ledger member.
@@ -81,7 +90,7 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 		return nil, err
 	}
 	defer cleanup()
-	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: quiet, Registerer: prometheus.NewRegistry()})
+	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: quiet, Registerer: prometheus.NewRegistry(), CommitInterval: o.CommitInterval})
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +117,7 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 
 	// Sustained: a backlog on one partition, decided by a fresh member.
 	fmt.Fprintf(o.Progress, "sustained: %d requests on one partition…\n", o.SustainEvents)
-	rate, err := sustained(ctx, o.Brokers, o.SustainEvents, quiet)
+	rate, err := sustained(ctx, o.Brokers, o.SustainEvents, o.CommitInterval, quiet)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +179,7 @@ func pct(sorted []float64, q float64) float64 {
 // sustained pre-produces n requests onto a one-partition topic, then starts
 // a ledger member and measures its decision rate from the log append times
 // of the first and last decisions.
-func sustained(ctx context.Context, brokers []string, n int, log *slog.Logger) (float64, error) {
+func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Duration, log *slog.Logger) (float64, error) {
 	names, cleanup, err := benchTopics(ctx, brokers, 1)
 	if err != nil {
 		return 0, err
@@ -203,7 +212,7 @@ func sustained(ctx context.Context, brokers []string, n int, log *slog.Logger) (
 		return 0, perr
 	}
 	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench-s", Log: log,
-		Registerer: prometheus.NewRegistry(), SnapshotEvery: 1 << 30, SnapshotInterval: time.Hour})
+		Registerer: prometheus.NewRegistry(), SnapshotEvery: 1 << 30, SnapshotInterval: time.Hour, CommitInterval: commitEvery})
 	if err != nil {
 		return 0, err
 	}

@@ -45,8 +45,16 @@ type Config struct {
 	// Together they bound the takeover time after a crash.
 	SessionTimeout     time.Duration
 	TransactionTimeout time.Duration
-	Log                *slog.Logger
-	Registerer         prometheus.Registerer
+	// CommitInterval is how long a transaction stays open while rounds
+	// produce their decisions into it (default 100ms; 0 or less than a
+	// millisecond takes the default). Decisions are produced as soon as
+	// they are decided and gateways act on them then (read_uncommitted),
+	// so the commit is off the decision path: it bounds how much a crash
+	// makes the next owner re-derive and how late read_committed readers
+	// (sink, views, replay) see a decision. See docs/ledger-service.md.
+	CommitInterval time.Duration
+	Log            *slog.Logger
+	Registerer     prometheus.Registerer
 }
 
 func (c *Config) defaults() error {
@@ -72,6 +80,14 @@ func (c *Config) defaults() error {
 	if c.TransactionTimeout <= 0 {
 		c.TransactionTimeout = 6 * time.Second
 	}
+	if c.CommitInterval < time.Millisecond {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.CommitInterval > c.TransactionTimeout/2 {
+		// The broker aborts a transaction open for longer than its
+		// timeout; leave the commit half of it.
+		return fmt.Errorf("ledger: commit interval %v must be at most half the transaction timeout %v", c.CommitInterval, c.TransactionTimeout)
+	}
 	if c.TickMinGap <= 0 {
 		c.TickMinGap = 5 * time.Millisecond
 	}
@@ -95,6 +111,9 @@ type partState struct {
 	// the state after a round is a pure function of the inputs, so the
 	// outputs are the ones any owner would produce, byte for byte.
 	pending []output
+	// produced counts the records of pending already produced in the
+	// open transaction; the rest are produced by the next round.
+	produced int
 	// pendingInputs counts the inputs applied since the last commit.
 	pendingInputs int
 	// ungranted is the ledger's Stats.UngrantedUsage last counted in the
@@ -139,6 +158,15 @@ type Service struct {
 	catching   map[int32]uint64
 	rebuildSeq uint64
 	rebuilt    chan rebuildResult
+
+	// The open transaction, if any: when it began, whether a partition
+	// was revoked or lost since (franz-go will abort it, so end it now),
+	// and the first produce error of its records.
+	inTxn      bool
+	txnBegan   time.Time
+	txnDropped bool
+	perrMu     sync.Mutex
+	produceErr error
 
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
@@ -190,6 +218,12 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),
+		// A produce that the broker answers CONCURRENT_TRANSACTIONS (the
+		// previous transaction's markers still being written) is retried
+		// by franz-go only after a metadata refresh, and refreshes are at
+		// most one per MetadataMinAge: at the default 5s that stalled
+		// every decision for up to 5s (docs/ledger-service.md).
+		kgo.MetadataMinAge(10*time.Millisecond),
 		kgo.ProducerBatchMaxBytes(bus.SnapshotMaxBytes),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),
@@ -233,12 +267,14 @@ func (s *Service) Loop(ctx context.Context) error {
 	var qbuf []ledger.QueueStat
 	for {
 		if ctx.Err() != nil {
+			s.endOnExit()
 			return nil
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
 		fs := s.sess.PollFetches(pollCtx)
 		cancel()
 		if fs.IsClientClosed() || ctx.Err() != nil {
+			s.endOnExit()
 			return nil
 		}
 		fs.EachError(func(t string, p int32, err error) {
@@ -257,7 +293,10 @@ func (s *Service) Loop(ctx context.Context) error {
 				s.rewindAll()
 			}
 		}
-		if s.hasPending() {
+		if s.hasUnproduced() {
+			s.produce(ctx)
+		}
+		if s.inTxn && s.commitDue() {
 			if done := s.commit(ctx); !done && ctx.Err() != nil {
 				return nil
 			}
@@ -408,60 +447,118 @@ func (s *Service) apply(fs kgo.Fetches) error {
 	return applyErr
 }
 
-func (s *Service) hasPending() bool {
+func (s *Service) hasUnproduced() bool {
 	for _, ps := range s.parts {
-		if len(ps.pending) > 0 {
+		if ps.produced < len(ps.pending) {
 			return true
 		}
 	}
 	return false
 }
 
-// commit produces every partition's pending records in one transaction and
-// commits each owned partition's applied input offset with them. It
+// produce sends every partition's pending records not yet produced into
+// the open transaction, beginning one if none is open. It does not wait for
+// the broker: with no linger the records go out at once, and a gateway acts
+// on a decision as soon as the broker has it (docs/ledger-service.md,
+// Acting on produced decisions). A produce error is kept for commit, which
+// then aborts.
+//
+// A transaction therefore always begins with a produce, never with the
+// offset commit: on a Kafka 4 broker (transaction version 2) a
+// TxnOffsetCommit sent while the previous transaction's markers are still
+// being written fails with CONCURRENT_TRANSACTIONS, which franz-go treats
+// as abortable, whereas a produce in that window is retried.
+func (s *Service) produce(ctx context.Context) {
+	if !s.inTxn {
+		if err := s.sess.Begin(); err != nil {
+			// Only possible if an earlier transaction is still open.
+			s.log.Warn("begin transaction", "err", err)
+			s.m.aborts.Inc()
+			s.rewindAll()
+			s.abortOpen(ctx)
+			return
+		}
+		s.inTxn, s.txnBegan, s.txnDropped = true, time.Now(), false
+		s.perrMu.Lock()
+		s.produceErr = nil
+		s.perrMu.Unlock()
+	}
+	for _, ps := range s.parts {
+		for _, o := range ps.pending[ps.produced:] {
+			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, s.promise)
+		}
+		ps.produced = len(ps.pending)
+	}
+}
+
+// promise notes the first produce error of the open transaction.
+func (s *Service) promise(_ *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	s.perrMu.Lock()
+	if s.produceErr == nil {
+		s.produceErr = err
+	}
+	s.perrMu.Unlock()
+}
+
+// commitDue says whether the open transaction should end now: it has been
+// open for CommitInterval, a produce failed (it can only abort), or a
+// partition was revoked or lost (franz-go aborts it; the sooner, the
+// sooner the partition's next owner may start).
+func (s *Service) commitDue() bool {
+	s.perrMu.Lock()
+	failed := s.produceErr != nil
+	s.perrMu.Unlock()
+	return failed || s.txnDropped || time.Since(s.txnBegan) >= s.cfg.CommitInterval
+}
+
+// endOnExit ends a transaction left open when the loop stops: it commits
+// what was decided if it can still do so within a couple of seconds, so a
+// clean shutdown leaves the next owner nothing to re-derive.
+func (s *Service) endOnExit() {
+	if !s.inTxn {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.commit(ctx)
+}
+
+// commit ends the open transaction: it waits for its records, commits each
+// owned partition's applied input offset with them and tries to commit. It
 // reports whether the transaction committed.
 //
-// A clean abort (the broker refused the offset commit, a rebalance began)
-// keeps every partition's state and pending records: the next round
-// produces them again. Only an unknown outcome (End itself failed, so the
-// transaction may have committed) or a fenced producer throws the state
-// away and rebuilds it from the committed log.
+// A clean abort (a produce failed, the broker refused the offset commit, a
+// rebalance began) keeps every partition's state and pending records: the
+// next round produces them again. Only an unknown outcome (End itself
+// failed, so the transaction may have committed) or a fenced producer
+// throws the state away and rebuilds it from the committed log.
 func (s *Service) commit(ctx context.Context) bool {
-	if err := s.sess.Begin(); err != nil {
-		// Only possible if an earlier transaction is still open.
-		s.log.Warn("begin transaction", "err", err)
-		s.m.aborts.Inc()
-		s.rewindAll()
-		s.abortOpen(ctx)
+	// Every pending record must be in the transaction that commits the
+	// offsets of the inputs it was derived from.
+	s.produce(ctx)
+	if !s.inTxn {
 		return false
 	}
-	var produceErr error
-	var perr sync.Mutex
-	promise := func(_ *kgo.Record, err error) {
-		if err != nil {
-			perr.Lock()
-			produceErr = err
-			perr.Unlock()
-		}
-	}
+	s.inTxn = false
+	began := time.Now()
 	offsets := make(map[int32]int64, len(s.parts))
 	for p, ps := range s.parts {
 		offsets[p] = ps.l.Offset()
-		for _, o := range ps.pending {
-			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
-		}
 	}
 	try := kgo.TryCommit
-	if err := s.sess.Client().Flush(ctx); err != nil {
-		produceErr = err
-	}
-	perr.Lock()
+	flushErr := s.sess.Client().Flush(ctx)
+	s.perrMu.Lock()
+	produceErr := errors.Join(s.produceErr, flushErr)
+	s.perrMu.Unlock()
 	if produceErr != nil {
 		try = kgo.TryAbort
 	}
-	perr.Unlock()
 	endCtx := kgo.PreTxnCommitFnContext(ctx, commitOffsets(s.cfg.Topics.Requests, offsets))
 	committed, err := s.sess.End(endCtx, try)
+	s.m.commitSeconds.Observe(time.Since(began).Seconds())
 	switch {
 	case err == nil && committed:
 		s.m.transactions.Inc()
@@ -472,7 +569,7 @@ func (s *Service) commit(ctx context.Context) bool {
 				}
 			}
 			s.m.applied.Add(float64(ps.pendingInputs))
-			ps.pending, ps.pendingInputs = ps.pending[:0], 0
+			ps.pending, ps.produced, ps.pendingInputs = ps.pending[:0], 0, 0
 		}
 		return true
 	case err == nil:
@@ -481,9 +578,12 @@ func (s *Service) commit(ctx context.Context) bool {
 		// or lost during the transaction (a rebalance) or the broker
 		// refused the offset commit; say which, the remedies differ.
 		s.mu.Lock()
-		rebalanced := len(s.dropped) > 0
+		rebalanced := s.txnDropped || len(s.dropped) > 0
 		s.mu.Unlock()
 		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr, "rebalance", rebalanced)
+		for _, ps := range s.parts {
+			ps.reproduce()
+		}
 		s.cancelRebuilds() // the abort rewound the partitions they were to resume
 		return false
 	default:
@@ -494,6 +594,25 @@ func (s *Service) commit(ctx context.Context) bool {
 		s.abortOpen(ctx)
 		return false
 	}
+}
+
+// reproduce marks every pending record as not produced, after an abort,
+// keeping only the newest pending snapshot (an older one was superseded
+// while it was in the aborted transaction).
+func (ps *partState) reproduce() {
+	last := -1
+	for i, o := range ps.pending {
+		if o.snapshot {
+			last = i
+		}
+	}
+	kept := ps.pending[:0]
+	for i, o := range ps.pending {
+		if !o.snapshot || i == last {
+			kept = append(kept, o)
+		}
+	}
+	ps.pending, ps.produced = kept, 0
 }
 
 // commitOffsets returns the PreTxnCommit hook that sets the committed offset
@@ -564,6 +683,9 @@ func (s *Service) pollWait() time.Duration {
 	if len(s.catching) > 0 {
 		wait = 10 * time.Millisecond // install a finished rebuild promptly
 	}
+	if s.inTxn {
+		wait = min(wait, time.Until(s.txnBegan.Add(s.cfg.CommitInterval)))
+	}
 	now := time.Now().UnixMilli()
 	for _, ps := range s.parts {
 		if at, ok := ps.l.NextWakeMs(); ok && !ps.tickInFlight {
@@ -582,6 +704,7 @@ func (s *Service) applyDrops() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for p := range s.dropped {
+		s.txnDropped = s.txnDropped || s.inTxn
 		delete(s.parts, p)
 		if s.catching[p] != 0 {
 			// Paused partitions stay paused across rebalances: resume
@@ -661,9 +784,11 @@ func (s *Service) snapshot(p int32, ps *partState) error {
 		s.log.Warn("snapshot too large; skipped", "partition", p, "bytes", len(b), "max", bus.SnapshotMaxBytes)
 		return nil
 	}
-	// A newer snapshot of the partition supersedes a pending one.
-	kept := ps.pending[:0]
-	for _, o := range ps.pending {
+	// A newer snapshot of the partition supersedes a pending one not yet
+	// produced (one already in the open transaction stays; compaction
+	// keeps the newer).
+	kept := ps.pending[:ps.produced]
+	for _, o := range ps.pending[ps.produced:] {
 		if !o.snapshot {
 			kept = append(kept, o)
 		}

@@ -39,6 +39,7 @@ func runBench(ctx context.Context, args []string) error {
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
+	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -65,7 +66,7 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchGateway(ctx, *n, *conc)
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
-			SustainEvents: *n, Progress: os.Stderr})
+			SustainEvents: *n, CommitInterval: *commitEvery, Progress: os.Stderr})
 	case "sink":
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":

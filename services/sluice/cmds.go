@@ -187,6 +187,7 @@ func runLedger(ctx context.Context, args []string) error {
 	group := fs.String("group", "sluice-ledger", "consumer group")
 	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
+	commitEvery := fs.Duration("commit-interval", 100*time.Millisecond, "end the open transaction after this long; decisions are produced, and acted on, before it commits")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9101)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
@@ -196,7 +197,7 @@ func runLedger(ctx context.Context, args []string) error {
 		go func() { _ = http.ListenAndServe(*metricsAddr, promHandler()) }()
 	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, Log: logger(*verbose)})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Log: logger(*verbose)})
 }
 
 func runSink(ctx context.Context, args []string) error {
