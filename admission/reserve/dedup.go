@@ -12,7 +12,9 @@ import (
 // ledger has produced it, before its transaction commits. If that
 // transaction aborts, the same decisions — same ids, byte for byte — are
 // produced again, by the same ledger or by the partition's next owner, after
-// the first copies. seen drops the second copies.
+// the first copies. Dedup drops the second copies. It is exported for the
+// pipeline simulation (internal/pipesim), which runs the gateways' own
+// dedup over its simulated decisions partitions.
 //
 // It needs no set of ids: the ledger produces the decisions of one input
 // partition in input order (offset, then index within the input, as in the
@@ -23,17 +25,18 @@ import (
 // is not above the highest already delivered for its input partition is
 // therefore a copy of a delivered one. That bounds the memory by the number
 // of input partitions.
-type seen struct {
+type Dedup struct {
 	last map[int32]decisionPos // by input partition
 }
 
 type decisionPos struct{ offset, index int64 }
 
-func newSeen() *seen { return &seen{last: map[int32]decisionPos{}} }
+// NewDedup returns the dedup of one decisions partition's reader.
+func NewDedup() *Dedup { return &Dedup{last: map[int32]decisionPos{}} }
 
-// first reports whether ev (a decision) is delivered for the first time, and
+// First reports whether ev (a decision) is delivered for the first time, and
 // notes it.
-func (s *seen) first(ev *schemas.Event) bool {
+func (s *Dedup) First(ev *schemas.Event) bool {
 	d := ev.Decision
 	pos := decisionPos{d.InputOffset, decisionIndex(ev.ID)}
 	last, ok := s.last[d.InputPartition]

@@ -31,9 +31,9 @@ func TestSeenDropsReproducedDecisions(t *testing.T) {
 		{dec(1, 2, 0), false},
 		{dec(1, 4, 0), true},
 	}
-	s := newSeen()
+	s := NewDedup()
 	for i, st := range steps {
-		if got := s.first(st.ev); got != st.first {
+		if got := s.First(st.ev); got != st.first {
 			t.Errorf("step %d (%s): first = %v, want %v", i, st.ev.ID, got, st.first)
 		}
 	}

@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	starts := map[int32]kgo.Offset{own: kgo.NewOffset().At(end.Offset)}
 	cons, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Topics.Decisions: starts}),
-		// Act on decisions as soon as they are produced; seen drops the
+		// Act on decisions as soon as they are produced; a Dedup drops the
 		// copies an aborted transaction leaves (dedup.go).
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.FetchMaxWait(10*time.Millisecond),
@@ -157,7 +157,7 @@ func (c *Client) Close() {
 func (c *Client) consume() {
 	defer close(c.done)
 	var ev schemas.Event
-	seen := newSeen()
+	seen := NewDedup()
 	for {
 		fs := c.cons.PollFetches(context.Background())
 		if fs.IsClientClosed() {
@@ -173,7 +173,7 @@ func (c *Client) consume() {
 			if ev.Node != c.cfg.Node {
 				return
 			}
-			if !seen.first(&ev) {
+			if !seen.First(&ev) {
 				c.reproduced.Add(1)
 				return
 			}

@@ -11,7 +11,18 @@
 // failed produces, partition stalls (a broker or ledger pause: the backlog
 // is decided at once), ledger crashes and rebalances (the new owner
 // restores the last snapshot and re-applies the tail, re-producing those
-// decisions: aborted rounds). The provider model holds wall-clock token
+// decisions: aborted rounds). The ledger commits every commitIntervalMs, as
+// the service does, and gateways act on a decision as soon as it is
+// produced, before that commit (each gateway reads its one decisions
+// partition in order and drops copies with admission/reserve's Dedup). So a
+// crash between produce and commit makes the next owner, restarted from the
+// committed snapshot and offset, produce again decisions gateways already
+// acted on; a zombie ledger goes on deciding (never committing) while the
+// next owner takes over; and a new owner of another version re-derives the
+// aborted round differently. The auditor checks that what each gateway
+// acted on is what the committed log holds, except for a re-derivation by
+// another version, whose usage on grants the committed log does not have
+// must be charged as debt (ledger.Stats.UngrantedUsage). The provider model holds wall-clock token
 // buckets and answers 429 when they are empty, injects 429s and 503s with
 // Retry-After, streams, and cuts streams. Clients cancel, disconnect
 // mid-stream and time out.
@@ -26,6 +37,7 @@ import (
 	"sort"
 
 	"github.com/sluice-dev/sluice/admission/lifecycle"
+	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -51,6 +63,12 @@ type Stats struct {
 	Crashes, Stalls, LostDecisions, DupDecisions    int
 	LateDecisions, FailedProduces, Retries, Records int
 	Cancels, Success                                int
+	// Zombies and VersionChanges count crashes whose old owner went on
+	// deciding until fenced, and whose new owner was of another version;
+	// Aborted counts decisions produced but never committed (acted on by
+	// gateways all the same); Copies the copies gateways dropped;
+	// Ungranted the usage charged on grants the committed log lacks.
+	Zombies, VersionChanges, Aborted, Copies, Ungranted int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -68,6 +86,7 @@ const (
 	answerTimeoutMs  = 2000
 	holdTTLMs        = 30_000
 	snapshotEvery    = 25 // records between snapshots
+	commitIntervalMs = 100
 	clientTimeoutMs  = 60_000
 )
 
@@ -80,7 +99,8 @@ func Run(seed uint64, o Options) Result {
 		o.Gateways = 3
 	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), opts: o, reqs: map[string]*request{},
-		lost: map[resKey]bool{}, delivered: map[resKey]bool{}}
+		lost: map[resKey]bool{}, delivered: map[resKey]bool{}, dedup: map[string]*reserve.Dedup{},
+		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}}
 	s.res.Seed = seed
 	s.setup()
 	s.loop()
@@ -110,6 +130,22 @@ type sim struct {
 
 	// lastAppend keeps each producer's order per partition.
 	lastAppend map[string]int64
+
+	// Each gateway reads its decisions partition in order (nodeAt is the
+	// time of its last delivery) through its own Dedup; acted holds what
+	// it acted on, by node and decision; reconciled the attempts whose
+	// usage a gateway reported.
+	dedup      map[string]*reserve.Dedup
+	nodeAt     map[string]int64
+	acted      map[actedKey][]byte
+	actedOrder []actedKey
+	reconciled map[resKey]bool
+}
+
+type actedKey struct {
+	node string
+	part int32
+	key  [2]int64
 }
 
 func (s *sim) problem(format string, args ...any) {
@@ -177,7 +213,8 @@ func (s *sim) setup() {
 	s.lastAppend = map[string]int64{}
 	s.now = 1_000_000
 	for i := range scopes {
-		p := &partition{s: s, id: int32(i), scope: scopeName(i), led: ledger.New(int32(i), ledger.Config{}), first: map[[2]int64][]byte{}}
+		p := &partition{s: s, id: int32(i), scope: scopeName(i), led: ledger.New(int32(i), ledger.Config{}), first: map[[2]int64][]byte{},
+			committed: map[[2]int64][]byte{}, v2: map[int64]bool{}}
 		s.parts = append(s.parts, p)
 		s.prov = append(s.prov, &bucket{tokens: providerBurst, atMs: s.now})
 		p.append("setup", &schemas.Event{V: schemas.Version, Type: schemas.TypeConfigChanged, ID: s.id(),
@@ -202,7 +239,8 @@ func (s *sim) setup() {
 	end := t + 5000
 	for range s.rng.IntN(4) {
 		p, when := s.rng.IntN(scopes), s.now+int64(s.rng.Int64N(end-s.now))
-		s.at(when, func() { s.parts[p].crash() })
+		zombie, upgrade := s.chance(400), s.chance(300)
+		s.at(when, func() { s.parts[p].crash(zombie, upgrade) })
 	}
 	for range s.rng.IntN(3) {
 		p, when, d := s.rng.IntN(scopes), s.now+int64(s.rng.Int64N(end-s.now)), int64(500+s.rng.IntN(4000))
@@ -280,12 +318,101 @@ type partition struct {
 	// first holds the first encoding of every decision, by (input
 	// offset, index): a re-derived one must be byte-identical.
 	first map[[2]int64][]byte
+
+	// The transaction: decisions produced since the last commit
+	// (pending), the committed ones, and the committed offset and
+	// snapshot a new owner starts from. epoch invalidates a commit
+	// scheduled before a crash.
+	pending       []decRec
+	committed     map[[2]int64][]byte
+	committedOff  int64
+	committedSnap []byte
+	commitAt      int64
+	epoch         int
+	// zombie is the previous owner still deciding (never committing)
+	// until zombieUntil, when it is fenced.
+	zombie      *ledger.Ledger
+	zombieUntil int64
+	// v2 marks inputs re-derived by a ledger of another version: the
+	// aborted round of a crash whose new owner was upgraded.
+	v2 map[int64]bool
+}
+
+type decRec struct {
+	key [2]int64
+	b   []byte
 }
 
 func (p *partition) append(_ string, ev *schemas.Event, at int64) {
 	p.log = append(p.log, record{at: at, ev: ev})
 	p.s.res.Stats.Records++
 	p.schedulePump(at + 1 + int64(p.s.rng.IntN(4)))
+	if p.zombie != nil {
+		p.s.at(at+1+int64(p.s.rng.IntN(4)), p.pumpZombie)
+	}
+}
+
+// pumpZombie lets a fenced-to-be previous owner decide what it fetched:
+// gateways see its decisions (read_uncommitted) though they never commit.
+func (p *partition) pumpZombie() {
+	z := p.zombie
+	if z == nil {
+		return
+	}
+	if p.s.now >= p.zombieUntil {
+		p.zombie = nil // fenced
+		return
+	}
+	var out []ledger.Output
+	for off := z.Offset(); off < int64(len(p.log)); off = z.Offset() {
+		r := p.log[off]
+		out = z.Apply(r.at, off, r.ev, out[:0])
+		for i := range out {
+			p.decided(&out[i], false)
+		}
+	}
+}
+
+// input is the record at off as the owner's version sees it. A ledger of
+// another version (v2) decides the aborted round differently; modelled
+// here as reading every reservation of that round as far larger than any
+// bucket, so it denies what the old version granted.
+func (p *partition) input(off int64) *schemas.Event {
+	ev := p.log[off].ev
+	if !p.v2[off] || ev.ReserveRequested == nil {
+		return ev
+	}
+	cp := *ev
+	rr := *ev.ReserveRequested
+	rr.InputTokens *= 1000
+	cp.ReserveRequested = &rr
+	return &cp
+}
+
+// scheduleCommit ends the owner's transaction commitIntervalMs after its
+// first produced decision, as the service does.
+func (p *partition) scheduleCommit() {
+	if p.commitAt != 0 || len(p.pending) == 0 {
+		return
+	}
+	p.commitAt = p.s.now + commitIntervalMs
+	epoch := p.epoch
+	p.s.at(p.commitAt, func() {
+		if p.epoch != epoch {
+			return // the owner crashed: the transaction aborted
+		}
+		p.commitAt = 0
+		if p.s.now < p.stalledUntil {
+			p.stalledUntil = max(p.stalledUntil, p.s.now)
+			p.scheduleCommit()
+			return
+		}
+		for _, d := range p.pending {
+			p.committed[d.key] = d.b
+		}
+		p.pending = p.pending[:0]
+		p.committedOff, p.committedSnap = p.led.Offset(), p.snap
+	})
 }
 
 func (p *partition) schedulePump(t int64) {
@@ -312,9 +439,9 @@ func (p *partition) pump() {
 	}
 	for off := p.led.Offset(); off < int64(len(p.log)); off = p.led.Offset() {
 		r := p.log[off]
-		p.out = p.led.Apply(r.at, off, r.ev, p.out[:0])
+		p.out = p.led.Apply(r.at, off, p.input(off), p.out[:0])
 		for i := range p.out {
-			p.decided(&p.out[i])
+			p.decided(&p.out[i], true)
 		}
 		if (off+1)%snapshotEvery == 0 {
 			b, err := p.led.MarshalSnapshot()
@@ -325,6 +452,7 @@ func (p *partition) pump() {
 		}
 	}
 	p.checkConservation()
+	p.scheduleCommit()
 	if ms, ok := p.led.NextWakeMs(); ok && (p.tickAt == 0 || ms < p.tickAt) {
 		p.tickAt = max(ms, p.s.now+1)
 		at := p.tickAt
@@ -338,7 +466,9 @@ func (p *partition) pump() {
 	}
 }
 
-func (p *partition) decided(o *ledger.Output) {
+// decided takes one produced decision: the owner's (it joins the open
+// transaction) or a zombie's (it never commits). Gateways see both.
+func (p *partition) decided(o *ledger.Output, owner bool) {
 	ev := o.Event()
 	b, err := schemas.Encode(ev)
 	if err != nil {
@@ -347,12 +477,15 @@ func (p *partition) decided(o *ledger.Output) {
 	}
 	key := [2]int64{ev.Decision.InputOffset, int64(o.Index)}
 	if prev, ok := p.first[key]; ok {
-		if !bytes.Equal(prev, b) {
+		if !bytes.Equal(prev, b) && !(owner && p.v2[key[0]]) {
 			p.s.problem("partition %d: re-derived decision %v differs:\n %s\n %s", p.id, key, prev, b)
 		}
 	} else {
 		p.first[key] = b
 		p.s.audit(ev)
+	}
+	if owner {
+		p.pending = append(p.pending, decRec{key, b})
 	}
 	// Deliver to the gateway that waits (read_committed consumer).
 	var d schemas.Event
@@ -360,7 +493,15 @@ func (p *partition) decided(o *ledger.Output) {
 		p.s.problem("partition %d: decision does not decode: %v", p.id, err)
 		return
 	}
+	// The gateway's decisions partition keeps order: a late decision
+	// delays every later one of that gateway (its consumer stalled).
 	s := p.s
+	node := d.Node
+	after := func(ms int64) int64 {
+		t := max(s.now+ms, s.nodeAt[node])
+		s.nodeAt[node] = t
+		return t
+	}
 	switch {
 	case s.chance(10):
 		s.res.Stats.LostDecisions++
@@ -370,32 +511,61 @@ func (p *partition) decided(o *ledger.Output) {
 		return
 	case s.chance(20):
 		s.res.Stats.LateDecisions++
-		s.at(s.now+int64(400+s.rng.IntN(3000)), func() { s.deliver(&d) })
+		s.at(after(int64(400+s.rng.IntN(3000))), func() { s.deliver(p.id, key, b, &d) })
 		return
 	case s.chance(20):
 		s.res.Stats.DupDecisions++
-		s.at(s.now+int64(1+s.rng.IntN(netMaxMs/2)), func() { s.deliver(&d) })
+		s.at(after(int64(1+s.rng.IntN(netMaxMs/2))), func() { s.deliver(p.id, key, b, &d) })
 	}
-	s.at(s.now+int64(1+s.rng.IntN(netMaxMs/2)), func() { s.deliver(&d) })
+	s.at(after(int64(1+s.rng.IntN(netMaxMs/2))), func() { s.deliver(p.id, key, b, &d) })
 }
 
-// crash kills the partition's ledger: its new owner (a restart or a
-// rebalance) restores the last snapshot and re-applies the tail, after a
-// takeover pause.
-func (p *partition) crash() {
-	p.s.res.Stats.Crashes++
+// crash kills the partition's ledger between produce and commit: its open
+// transaction aborts (gateways acted on its decisions all the same), and
+// the new owner (a restart or a rebalance), after a takeover pause,
+// restores the committed snapshot, re-applies the committed tail without
+// producing, and decides again from the committed offset. zombie keeps the
+// old owner deciding, never committing, until it is fenced; upgrade makes
+// the new owner of another version for the aborted round.
+func (p *partition) crash(zombie, upgrade bool) {
+	s := p.s
+	s.res.Stats.Crashes++
+	s.res.Stats.Aborted += len(p.pending)
+	if zombie {
+		s.res.Stats.Zombies++
+		p.zombie, p.zombieUntil = p.led, s.now+int64(100+s.rng.IntN(1500))
+	}
+	if upgrade && p.led.Offset() > p.committedOff {
+		s.res.Stats.VersionChanges++
+		for off := p.committedOff; off < p.led.Offset(); off++ {
+			p.v2[off] = true
+		}
+	}
+	p.epoch++
+	p.pending, p.commitAt = nil, 0
+	p.snap = p.committedSnap
 	if p.snap == nil {
 		p.led = ledger.New(p.id, ledger.Config{})
 	} else {
 		l, err := ledger.Restore(p.snap)
 		if err != nil {
-			p.s.problem("partition %d: restore: %v", p.id, err)
+			s.problem("partition %d: restore: %v", p.id, err)
 			return
 		}
 		p.led = l
 	}
+	var out []ledger.Output
+	for off := p.led.Offset(); off < p.committedOff; off++ {
+		out = p.led.Apply(p.log[off].at, off, p.input(off), out[:0])
+		for i := range out {
+			b, err := schemas.Encode(out[i].Event())
+			if k := [2]int64{off, int64(out[i].Index)}; err != nil || !bytes.Equal(b, p.committed[k]) {
+				s.problem("partition %d: catch-up of %v differs from the committed decision", p.id, k)
+			}
+		}
+	}
 	p.tickAt = 0
-	p.stall(int64(200 + p.s.rng.IntN(2000)))
+	p.stall(int64(200 + s.rng.IntN(2000)))
 }
 
 // stall pauses the partition's consumption for ms (a broker restart, a GC
@@ -496,7 +666,25 @@ func (s *sim) arrive(id string) {
 	s.step(r, lifecycle.Input{Kind: lifecycle.Start})
 }
 
-func (s *sim) deliver(ev *schemas.Event) {
+// deliver hands a decision to its gateway's consumer, which drops copies
+// (admission/reserve.Dedup) and acts on the rest.
+func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
+	dd := s.dedup[ev.Node]
+	if dd == nil {
+		dd = reserve.NewDedup()
+		s.dedup[ev.Node] = dd
+	}
+	if !dd.First(ev) {
+		s.res.Stats.Copies++
+		return
+	}
+	ak := actedKey{ev.Node, part, key}
+	if _, ok := s.acted[ak]; ok {
+		s.problem("%s acted twice on decision %d/%v", ev.Node, part, key)
+	} else {
+		s.acted[ak] = b
+		s.actedOrder = append(s.actedOrder, ak)
+	}
 	if ev.Decision.Status == schemas.StatusGranted {
 		s.delivered[resKey{ev.RequestID, ev.Attempt}] = true
 	}
@@ -556,6 +744,9 @@ func (s *sim) step(r *request, in lifecycle.Input) {
 				s.res.Stats.Retries++
 			}
 		case lifecycle.Report:
+			if e.Event.Type == schemas.TypeReconciled {
+				s.reconciled[resKey{e.Event.RequestID, e.Event.Attempt}] = true
+			}
 			s.send(r.node, e.Event, false)
 		case lifecycle.Telemetry:
 			if o := e.Event.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
@@ -691,6 +882,64 @@ func (s *sim) final() {
 		}
 		p.replay()
 	}
+	s.auditActed()
+}
+
+// auditActed: what each gateway acted on is what the committed log holds,
+// decision by decision, except where a ledger of another version
+// re-derived an aborted round; a grant acted on there that the committed
+// log does not have, and whose usage the gateway reported, is charged as
+// debt exactly once (Stats.UngrantedUsage).
+func (s *sim) auditActed() {
+	exposed := map[resKey]bool{}
+	for _, ak := range s.actedOrder {
+		p := s.parts[ak.part]
+		b, cb := s.acted[ak], p.committed[ak.key]
+		if cb == nil {
+			s.problem("%s acted on decision %d/%v, which never committed", ak.node, ak.part, ak.key)
+			continue
+		}
+		if bytes.Equal(b, cb) {
+			continue
+		}
+		if !p.v2[ak.key[0]] {
+			s.problem("%s acted on decision %d/%v, which differs from the committed one:\n %s\n %s", ak.node, ak.part, ak.key, b, cb)
+			continue
+		}
+		var a, c schemas.Event
+		if schemas.Decode(b, &a) != nil || schemas.Decode(cb, &c) != nil {
+			s.problem("decision %d/%v does not decode", ak.part, ak.key)
+			continue
+		}
+		if a.Decision.Status == schemas.StatusGranted && !s.committedGrant(p, resKey{c.RequestID, c.Attempt}) {
+			exposed[resKey{a.RequestID, a.Attempt}] = true
+		}
+	}
+	want := 0
+	for k := range exposed {
+		if s.reconciled[k] {
+			want++
+		}
+	}
+	var got int64
+	for _, p := range s.parts {
+		got += p.led.Stats().UngrantedUsage
+	}
+	s.res.Stats.Ungranted = int(got)
+	if got != int64(want) {
+		s.problem("usage charged on grants the committed log lacks: %d, want %d (acted-on grants the log denied, then reconciled)", got, want)
+	}
+}
+
+// committedGrant says whether the committed log of p grants k.
+func (s *sim) committedGrant(p *partition, k resKey) bool {
+	for _, b := range p.committed {
+		var ev schemas.Event
+		if schemas.Decode(b, &ev) == nil && ev.RequestID == k.id && ev.Attempt == k.attempt && ev.Decision.Status == schemas.StatusGranted {
+			return true
+		}
+	}
+	return false
 }
 
 // replay re-applies the partition's whole recorded log to a new ledger:
@@ -699,19 +948,19 @@ func (p *partition) replay() {
 	l := ledger.New(p.id, ledger.Config{})
 	var out []ledger.Output
 	n := 0
-	keys := make([][2]int64, 0, len(p.first))
-	for k := range p.first {
+	keys := make([][2]int64, 0, len(p.committed))
+	for k := range p.committed {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		return keys[i][0] < keys[j][0] || keys[i][0] == keys[j][0] && keys[i][1] < keys[j][1]
 	})
 	for off, r := range p.log {
-		out = l.Apply(r.at, int64(off), r.ev, out[:0])
+		out = l.Apply(r.at, int64(off), p.input(int64(off)), out[:0])
 		for i := range out {
 			b, err := schemas.Encode(out[i].Event())
 			key := [2]int64{int64(off), int64(out[i].Index)}
-			if err != nil || !bytes.Equal(b, p.first[key]) {
+			if err != nil || !bytes.Equal(b, p.committed[key]) {
 				p.s.problem("partition %d: replay of %v differs from the recorded decision", p.id, key)
 				return
 			}
