@@ -75,6 +75,9 @@ type rig struct {
 	decisions []decisionAt
 	granted   map[string]bool
 	errs      []string
+	// gatewayActs: grants are reconciled by actOn, a gateway's reader of
+	// produced decisions, not by the committed auditor.
+	gatewayActs bool
 }
 
 type decisionAt struct {
@@ -117,10 +120,11 @@ func newRig(t *testing.T, partitions int32) *rig {
 // ledger starts a `sluice ledger` process at the default snapshot, session
 // and transaction settings: shortened values would hide how takeover and
 // snapshots behave in production.
-func (r *rig) ledger(node string) *exec.Cmd {
+func (r *rig) ledger(node string, extra ...string) *exec.Cmd {
 	r.t.Helper()
-	cmd := exec.Command(sluiceBin, "ledger", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix,
-		"--group", r.group, "--node", node, "-v")
+	args := append([]string{"ledger", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix,
+		"--group", r.group, "--node", node, "-v"}, extra...)
+	cmd := exec.Command(sluiceBin, args...)
 	logf, err := os.Create(filepath.Join(r.t.TempDir(), node+".log"))
 	if err != nil {
 		r.t.Fatal(err)
@@ -215,7 +219,7 @@ func (r *rig) audit(ctx context.Context) {
 				r.terminal[ev.RequestID] = append(r.terminal[ev.RequestID], ev)
 			}
 			r.mu.Unlock()
-			if d.Status == schemas.StatusGranted {
+			if d.Status == schemas.StatusGranted && !r.gatewayActs {
 				rc := ev
 				rc.Type, rc.ID, rc.Decision = schemas.TypeReconciled, schemas.NewID(), nil
 				rc.Reconciled = &schemas.Reconciled{InputTokens: 10, OutputTokens: 10, HTTPStatus: 200}
