@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
+	"github.com/sluice-dev/sluice/services/loadtest"
 )
 
 func promHandler() http.Handler { return promhttp.Handler() }
@@ -34,11 +35,12 @@ func runBench(ctx context.Context, args []string) error {
 	_ = fs.Bool("json", true, "print JSON (the only format)")
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
 	brokers := brokersFlag(fs)
-	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
-	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
+	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate; gateway --process: of each concurrent series")
+	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
+	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args[1:]); err != nil {
@@ -63,6 +65,10 @@ func runBench(ctx context.Context, args []string) error {
 	case "codec":
 		res, err = benchCodec(*n)
 	case "gateway":
+		if *process {
+			res, err = loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(*brokers), Requests: *n, Clients: *conc, Duration: *dur})
+			break
+		}
 		res, err = benchGateway(ctx, *n, *conc)
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,

@@ -1,0 +1,237 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// benchScenario is the stack of `sluice bench gateway --brokers`: one
+// tenant, a simulator without modelled latency and limits far above the
+// load, so the run measures the gateway's path, not the policy.
+const benchScenario = `name: bench-gateway
+description: the gateway's own cost
+duration: 1s
+model: gpt-4o-mini
+sim:
+  providers:
+    openai: {rpm: 1000000000, tpm: 1000000000000, window: 60s}
+  latency: {ttft: 0s}
+  output: {min: 1.0, max: 1.0}
+sluice:
+  factor: 0.9
+classes:
+  interactive: {deadline: 10s, max_wait: 300ms}
+tenants:
+  - {id: bench, weight: 1, class: interactive, rate: 1, prompt_tokens: 200, max_tokens: 16}
+`
+
+// GatewayProcessOptions sizes BenchGatewayProcess. Zero values take
+// defaults.
+type GatewayProcessOptions struct {
+	Brokers   []string
+	SluiceBin string        // default: this executable
+	Requests  int           // sequential requests per 1-client series (default 2000)
+	Clients   int           // clients of the concurrent series (default 16)
+	Duration  time.Duration // per concurrent series (default 5s)
+}
+
+// GatewayProcessResult is what `sluice bench gateway --brokers` prints.
+type GatewayProcessResult struct {
+	Bench       string `json:"bench"`
+	Description string `json:"description"`
+	Brokers     string `json:"brokers"`
+	// One client, sequential requests.
+	Requests     int     `json:"requests"`
+	DirectP50Ms  float64 `json:"direct_p50_ms"`
+	DirectP99Ms  float64 `json:"direct_p99_ms"`
+	GatewayP50Ms float64 `json:"gateway_p50_ms"`
+	GatewayP99Ms float64 `json:"gateway_p99_ms"`
+	AddedP50Ms   float64 `json:"added_p50_ms"`
+	AddedP99Ms   float64 `json:"added_p99_ms"`
+	// Clients concurrent clients, each for the duration.
+	Clients               int     `json:"clients"`
+	DirectP50MsN          float64 `json:"direct_p50_ms_concurrent"`
+	GatewayP50MsN         float64 `json:"gateway_p50_ms_concurrent"`
+	GatewayP99MsN         float64 `json:"gateway_p99_ms_concurrent"`
+	AddedP50MsN           float64 `json:"added_p50_ms_concurrent"`
+	RequestsPerSec        float64 `json:"gateway_requests_per_sec_concurrent"`
+	GatewayCPUSeconds     float64 `json:"gateway_cpu_seconds"`
+	RequestsPerGatewayCPU float64 `json:"requests_per_gateway_cpu_second"`
+	Errors                int64   `json:"errors"`
+}
+
+// BenchGatewayProcess measures a gateway process alone: the simulator, two
+// ledgers (on brokers) and the gateway run as separate processes, as in
+// `sluice loadtest --brokers`; this process only sends requests, straight
+// to the simulator and through the gateway, at 1 and Clients clients, and
+// reads the gateway's CPU time from /proc. Timings belong here, never in
+// tests.
+func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*GatewayProcessResult, error) {
+	if o.Requests <= 0 {
+		o.Requests = 2000
+	}
+	if o.Clients <= 0 {
+		o.Clients = 16
+	}
+	if o.Duration <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	sc, err := ParseScenario([]byte(benchScenario), "bench")
+	if err != nil {
+		return nil, err
+	}
+	keys := NewKeys(sc)
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
+	}
+	defer st.Close()
+	var gwPID int
+	for _, p := range st.procs {
+		if p.name == "gateway" {
+			gwPID = p.cmd.Process.Pid
+		}
+	}
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	gwURL, directURL, key := st.gwURL+"/v1/chat/completions", st.simURL+"/openai/v1/chat/completions", keys["bench"]
+	if err := warmup(ctx, hc, gwURL, keys[warmupTenant], sc.Model); err != nil {
+		return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
+	}
+	body := []byte(`{"model":"` + sc.Model + `","max_tokens":16,"messages":[{"role":"user","content":"` +
+		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
+	call := func(url string) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	}
+	var errs atomic.Int64
+	sequential := func(url string) []float64 {
+		for range 100 { // warm connections, tokenizer, ledger nodes
+			_ = call(url)
+		}
+		out := make([]float64, 0, o.Requests)
+		for range o.Requests {
+			t0 := time.Now()
+			if err := call(url); err != nil {
+				errs.Add(1)
+				continue
+			}
+			out = append(out, ms(time.Since(t0)))
+		}
+		slices.Sort(out)
+		return out
+	}
+	concurrent := func(url string) ([]float64, int) {
+		var mu sync.Mutex
+		var all []float64
+		runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+		defer cancel()
+		var wg sync.WaitGroup
+		for range o.Clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var mine []float64
+				for runCtx.Err() == nil {
+					t0 := time.Now()
+					if err := call(url); err != nil {
+						if runCtx.Err() == nil {
+							errs.Add(1)
+						}
+						continue
+					}
+					mine = append(mine, ms(time.Since(t0)))
+				}
+				mu.Lock()
+				all = append(all, mine...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		slices.Sort(all)
+		return all, len(all)
+	}
+
+	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
+		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
+	direct, via := sequential(directURL), sequential(gwURL)
+	res.DirectP50Ms, res.DirectP99Ms = q(direct, 0.50), q(direct, 0.99)
+	res.GatewayP50Ms, res.GatewayP99Ms = q(via, 0.50), q(via, 0.99)
+	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
+
+	directN, _ := concurrent(directURL)
+	cpu0, err := procCPU(gwPID)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	viaN, n := concurrent(gwURL)
+	el := time.Since(start)
+	cpu1, err := procCPU(gwPID)
+	if err != nil {
+		return nil, err
+	}
+	res.DirectP50MsN = q(directN, 0.50)
+	res.GatewayP50MsN, res.GatewayP99MsN = q(viaN, 0.50), q(viaN, 0.99)
+	res.AddedP50MsN = res.GatewayP50MsN - res.DirectP50MsN
+	res.RequestsPerSec = float64(n) / el.Seconds()
+	res.GatewayCPUSeconds = (cpu1 - cpu0).Seconds()
+	if res.GatewayCPUSeconds > 0 {
+		res.RequestsPerGatewayCPU = float64(n) / res.GatewayCPUSeconds
+	}
+	res.Errors = errs.Load()
+	return res, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func q(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[int(p*float64(len(sorted)-1))]
+}
+
+// procCPU is the user+system CPU time of process pid, from /proc (Linux;
+// clock ticks of 10 ms, the kernel's USER_HZ).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("gateway CPU time: %w", err)
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("gateway CPU time: short /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	stt, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("gateway CPU time: /proc/%d/stat: %v %v", pid, err1, err2)
+	}
+	return time.Duration(ut+stt) * 10 * time.Millisecond, nil
+}
