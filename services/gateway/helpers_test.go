@@ -173,8 +173,11 @@ func (s *stack) do(t *testing.T, method, path, key, body string, hdr ...string) 
 // bound passes (then the test fails with what was seen).
 func (s *stack) events(t *testing.T, reqID string, done func([]schemas.Event) bool) []schemas.Event {
 	t.Helper()
+	// Decisions as the gateway sees them: produced, not yet committed (the
+	// ledger commits every 100 ms, so a committed reader could see the
+	// gateway's Reconciled before the grant it followed).
 	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...), kgo.ConsumeTopics(s.names.Requests, s.names.Telemetry, s.names.Decisions),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
