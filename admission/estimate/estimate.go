@@ -240,7 +240,8 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 	var text, media int64 // media: images etc., not scaled by the factor
 	approx := false
 
-	if req.Format == FormatEmbeddings {
+	if req.Format == FormatEmbeddings || req.Format == FormatOpenAICompletions {
+		// Raw text, no chat framing: embeddings inputs, legacy prompts.
 		for _, s := range req.Input {
 			text += c.count(s)
 		}
