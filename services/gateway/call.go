@@ -25,6 +25,10 @@ func parse(a provider.API, body []byte) (estimate.Request, error) {
 		return estimate.ParseOpenAIChat(body)
 	case provider.APIEmbeddings:
 		return estimate.ParseEmbeddings(body)
+	case provider.APIResponses:
+		return estimate.ParseOpenAIResponses(body)
+	case provider.APICompletions:
+		return estimate.ParseOpenAICompletions(body)
 	}
 	return estimate.ParseAnthropicMessages(body)
 }
@@ -131,7 +135,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		c.cands = c.candidates()
 		c.lreq = c.lifecycleRequest()
 		if len(lifecycle.Eligible(&c.lreq)) == 0 {
-			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, fmt.Sprintf("model %q is served by a %s provider, which does not speak this API (%s)", req.Model, cfg.Provider(route.Provider).Kind, r.URL.Path))
+			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, c.unsupported())
 			e.Param = "model"
 			reject(withIdentity(e, id))
 			return

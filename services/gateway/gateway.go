@@ -74,6 +74,8 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
 	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
+	s.mux.HandleFunc("POST /v1/responses", s.handle(provider.APIResponses))
+	s.mux.HandleFunc("POST /v1/completions", s.handle(provider.APICompletions))
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
@@ -106,7 +108,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		switch r.URL.Path {
-		case "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/models", "/healthz", "/readyz", "/metrics":
+		case "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/models", "/healthz", "/readyz", "/metrics":
 			apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)), anth)
 		default:
 			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)
