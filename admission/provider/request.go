@@ -19,11 +19,11 @@ type API int
 
 // APIs the gateway serves.
 const (
-	APIChat       API = iota // POST /v1/chat/completions (OpenAI)
-	APIEmbeddings            // POST /v1/embeddings (OpenAI)
-	APIMessages              // POST /v1/messages (Anthropic)
-	APIResponses             // POST /v1/responses (OpenAI Responses API)
-	APICompletions           // POST /v1/completions (OpenAI legacy completions)
+	APIChat        API = iota // POST /v1/chat/completions (OpenAI)
+	APIEmbeddings             // POST /v1/embeddings (OpenAI)
+	APIMessages               // POST /v1/messages (Anthropic)
+	APIResponses              // POST /v1/responses (OpenAI Responses API)
+	APICompletions            // POST /v1/completions (OpenAI legacy completions)
 )
 
 func (a API) String() string {
