@@ -221,6 +221,8 @@ providers:
 routes:
   - {model: gpt-4o-mini, provider: sim-openai, profile: gpt-4o-mini}
   - {model: gpt-4o, provider: sim-openai, profile: gpt-4o}
+  - {model: o4-mini, provider: sim-openai, profile: o4-mini}
+  - {model: gpt-3.5-turbo-instruct, provider: sim-openai, profile: gpt-3.5-turbo-instruct}
   - {model: text-embedding-3-small, provider: sim-openai, profile: text-embedding-3-small}
   - {model: azure-gpt-4o-mini, provider: sim-azure, upstream_model: gpt-4o-mini, profile: gpt-4o-mini}
   - {model: claude-sonnet-4-5, provider: sim-anthropic, profile: claude-sonnet-4-5}
