@@ -47,7 +47,8 @@ func (e *RequestError) Error() string {
 	return e.Code + " (" + e.Param + "): " + e.Message
 }
 
-// Request is what estimation needs from a chat, messages or embeddings body.
+// Request is what estimation needs from a chat, messages, embeddings,
+// Responses API or legacy completions body.
 // Fields the estimator does not need are not kept; the gateway forwards the
 // original body untouched.
 type Request struct {

@@ -291,7 +291,7 @@ func runKeys(_ context.Context, args []string) error {
 // stdin as JSON. (Registered in main.go as "estimate".)
 func runEstimate(_ context.Context, args []string) error {
 	fs := newFlags("estimate")
-	api := fs.String("api", "", "request shape: chat, messages or embeddings (default: guessed from the body)")
+	api := fs.String("api", "", "request shape: chat, messages, embeddings, responses or completions (default: guessed from the body)")
 	p95 := fs.Int64("p95", 0, "the route's p95 output tokens (0: unknown)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
