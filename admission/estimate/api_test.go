@@ -35,6 +35,7 @@ func TestParseResponsesAndCompletions(t *testing.T) {
 		{"responses bad part", ParseOpenAIResponses, `{"model":"gpt-4o","input":[{"role":"user","content":[7]}]}`, want{code: CodeInvalidType, param: "input[0].content[0]"}},
 		{"responses max_output_tokens", ParseOpenAIResponses, `{"model":"gpt-4o","input":"x","max_output_tokens":0}`, want{code: CodeInvalidValue, param: "max_output_tokens"}},
 		{"responses schema missing", ParseOpenAIResponses, `{"model":"gpt-4o","input":"x","text":{"format":{"type":"json_schema","name":"s"}}}`, want{code: CodeMissingField, param: "text.format.schema"}},
+		{"responses in the background", ParseOpenAIResponses, `{"model":"gpt-4o","input":"x","background":true}`, want{code: CodeInvalidValue, param: "background"}},
 		{"responses nameless function", ParseOpenAIResponses, `{"model":"gpt-4o","input":"x","tools":[{"type":"function"}]}`, want{code: CodeMissingField, param: "tools[0].name"}},
 
 		{"completions string", ParseOpenAICompletions, `{"model":"gpt-3.5-turbo-instruct","prompt":"hello"}`,

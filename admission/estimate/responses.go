@@ -16,6 +16,7 @@ type responsesBody struct {
 	Text            json.RawMessage   `json:"text"`
 	MaxOutputTokens json.RawMessage   `json:"max_output_tokens"`
 	Stream          *bool             `json:"stream"`
+	Background      *bool             `json:"background"`
 }
 
 // responsesItem is one input item: a message (type "message", or a bare
@@ -45,7 +46,8 @@ type responsesPart struct {
 // ParseOpenAIResponses parses an OpenAI Responses API request body: input
 // as a string or an array of input items, instructions (a top-level system
 // prompt, kept in System), flat function tools, text.format (structured
-// output) and max_output_tokens. Stateful references (previous_response_id,
+// output) and max_output_tokens; background: true is refused. Stateful
+// references (previous_response_id,
 // item_reference) are counted only as far as the body shows them: what the
 // provider stored is not visible here.
 func ParseOpenAIResponses(body []byte) (Request, error) {
@@ -61,6 +63,13 @@ func ParseOpenAIResponses(body []byte) (Request, error) {
 		return Request{}, e
 	}
 	req.Model = *b.Model
+	if b.Background != nil && *b.Background {
+		// A background response answers at once, status "queued", and
+		// reports its usage only when polled later: the reservation could
+		// never be reconciled with what the provider generated.
+		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "background",
+			Message: "background responses are not supported through Sluice: the gateway reconciles each request with the usage of its answer, which a background response does not carry; send it without background (stream it instead for long outputs)"}
+	}
 	switch firstByte(b.Instructions) {
 	case 0, 'n':
 	case '"':

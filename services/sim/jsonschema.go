@@ -19,21 +19,40 @@ import (
 // optional ones deep in a recursive schema. The value is
 // deterministic: the same schema gives the same JSON.
 
-// schemaDepthMax bounds recursion (a $ref cycle, a pathological schema).
-const schemaDepthMax = 24
+// Bounds of one generated value: recursion depth (a $ref cycle) and the
+// values generated in all (a schema whose every level multiplies: many
+// required recursive properties, minItems at every level), so a hostile
+// schema costs at most a few milliseconds. Past the node bound optional
+// properties are dropped and arrays shrink to minItems 0.
+const (
+	schemaDepthMax = 24
+	schemaNodesMax = 4096
+)
 
 // genJSON returns a value valid against schema (a decoded JSON Schema).
 func genJSON(schema any) any {
 	root, _ := schema.(map[string]any)
-	return genValue(root, root, "value", 0)
+	g := &generator{root: root}
+	return g.value(root, "value", 0)
 }
 
-func genValue(s, root map[string]any, name string, depth int) any {
-	if s == nil || depth > schemaDepthMax {
+// generator holds one generation's root (for $ref) and its node count.
+type generator struct {
+	root  map[string]any
+	nodes int
+}
+
+// spent reports whether the node bound is reached.
+func (g *generator) spent() bool { return g.nodes >= schemaNodesMax }
+
+func (g *generator) value(s map[string]any, name string, depth int) any {
+	g.nodes++
+	root := g.root
+	if s == nil || depth > schemaDepthMax || g.nodes > 4*schemaNodesMax {
 		return nil
 	}
 	if ref, ok := s["$ref"].(string); ok {
-		return genValue(resolveRef(root, ref), root, name, depth+1)
+		return g.value(resolveRef(root, ref), name, depth+1)
 	}
 	if v, ok := s["const"]; ok {
 		return v
@@ -45,11 +64,11 @@ func genValue(s, root map[string]any, name string, depth int) any {
 		if alts, ok := s[k].([]any); ok && len(alts) > 0 {
 			for _, a := range alts { // prefer a branch that is not null
 				if am, _ := a.(map[string]any); am != nil && am["type"] != "null" {
-					return genValue(am, root, name, depth+1)
+					return g.value(am, name, depth+1)
 				}
 			}
 			am, _ := alts[0].(map[string]any)
-			return genValue(am, root, name, depth+1)
+			return g.value(am, name, depth+1)
 		}
 	}
 	if all, ok := s["allOf"].([]any); ok && len(all) > 0 {
@@ -63,23 +82,29 @@ func genValue(s, root map[string]any, name string, depth int) any {
 				merged[k] = v
 			}
 		}
-		return genValue(merged, root, name, depth+1)
+		return g.value(merged, name, depth+1)
 	}
 	switch schemaType(s) {
 	case "object":
-		return genObject(s, root, depth)
+		return g.object(s, depth)
 	case "array":
 		items, _ := s["items"].(map[string]any)
 		n := 1
 		if lo, ok := s["minItems"].(float64); ok && lo > 1 {
 			n = int(min(lo, 16))
 		}
+		if g.spent() {
+			n = 0
+			if lo, ok := s["minItems"].(float64); ok && lo > 0 {
+				n = int(min(lo, 16))
+			}
+		}
 		if hi, ok := s["maxItems"].(float64); ok && float64(n) > hi {
 			n = int(hi)
 		}
 		out := make([]any, 0, n)
 		for range n {
-			out = append(out, genValue(items, root, strings.TrimSuffix(name, "s"), depth+1))
+			out = append(out, g.value(items, strings.TrimSuffix(name, "s"), depth+1))
 		}
 		return out
 	case "string":
@@ -119,9 +144,10 @@ func schemaType(s map[string]any) string {
 	return ""
 }
 
-// genObject generates every property; past half the depth bound only the
-// required ones, so an optional recursive property ends the recursion.
-func genObject(s, root map[string]any, depth int) map[string]any {
+// object generates every property; past half the depth bound or the node
+// bound only the required ones, so an optional recursive property ends the
+// recursion.
+func (g *generator) object(s map[string]any, depth int) map[string]any {
 	props, _ := s["properties"].(map[string]any)
 	required := map[string]bool{}
 	if req, ok := s["required"].([]any); ok {
@@ -133,7 +159,7 @@ func genObject(s, root map[string]any, depth int) map[string]any {
 	}
 	keys := make([]string, 0, len(props))
 	for k := range props {
-		if depth < schemaDepthMax/2 || required[k] {
+		if (depth < schemaDepthMax/2 && !g.spent()) || required[k] {
 			keys = append(keys, k)
 		}
 	}
@@ -141,7 +167,7 @@ func genObject(s, root map[string]any, depth int) map[string]any {
 	out := make(map[string]any, len(keys))
 	for _, k := range keys {
 		ps, _ := props[k].(map[string]any)
-		out[k] = genValue(ps, root, k, depth+1)
+		out[k] = g.value(ps, k, depth+1)
 	}
 	return out
 }
