@@ -55,6 +55,14 @@ def test_responses_create(oai):
     assert 0 < u.output_tokens_details.reasoning_tokens < u.output_tokens
 
 
+def test_responses_input_tokens(oai):
+    # The gateway's estimate, with no upstream call: what a response with the
+    # same input reserves.
+    n = oai.responses.input_tokens.count(model="gpt-4o-mini", input="Say hello to Sluice.").input_tokens
+    more = oai.responses.input_tokens.count(model="gpt-4o-mini", instructions="Be brief.", input="Say hello to Sluice.").input_tokens
+    assert 0 < n < more
+
+
 def test_responses_input_items(oai):
     r = oai.responses.create(model="gpt-4o-mini", max_output_tokens=32, input=[
         {"role": "developer", "content": "Answer in one word."},

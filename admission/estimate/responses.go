@@ -47,9 +47,8 @@ type responsesPart struct {
 // as a string or an array of input items, instructions (a top-level system
 // prompt, kept in System), flat function tools, text.format (structured
 // output) and max_output_tokens; background: true is refused. Stateful
-// references (previous_response_id,
-// item_reference) are counted only as far as the body shows them: what the
-// provider stored is not visible here.
+// references (previous_response_id, item_reference) are counted only as far
+// as the body shows them: what the provider stored is not visible here.
 func ParseOpenAIResponses(body []byte) (Request, error) {
 	if e := topLevel(body); e != nil {
 		return Request{}, e

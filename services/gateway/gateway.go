@@ -75,6 +75,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
 	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
 	s.mux.HandleFunc("POST /v1/responses", s.handle(provider.APIResponses))
+	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.handleResponsesInputTokens)
 	s.mux.HandleFunc("POST /v1/completions", s.handle(provider.APICompletions))
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)

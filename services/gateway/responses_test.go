@@ -63,6 +63,32 @@ func TestResponsesAndCompletions(t *testing.T) {
 	}
 }
 
+// TestResponsesInputTokens: the estimator's input count, no upstream call;
+// more input counts more.
+func TestResponsesInputTokens(t *testing.T) {
+	st := simStack(t)
+	count := func(body string) int64 {
+		resp, b := st.do(t, "POST", "/v1/responses/input_tokens", keyDemo, body)
+		var out struct {
+			Object      string `json:"object"`
+			InputTokens int64  `json:"input_tokens"`
+		}
+		if resp.StatusCode != 200 || json.Unmarshal(b, &out) != nil || out.Object != "response.input_tokens" || out.InputTokens <= 0 {
+			t.Fatalf("input_tokens: %d %s", resp.StatusCode, b)
+		}
+		return out.InputTokens
+	}
+	if short, long := count(`{"model":"gpt-4o-mini","input":"hi"}`), count(`{"model":"gpt-4o-mini","instructions":"be brief","input":"hi there, how are you?"}`); long <= short {
+		t.Errorf("input_tokens %d for more input than %d", long, short)
+	}
+	if resp, b := st.do(t, "POST", "/v1/responses/input_tokens", keyDemo, `{"model":"gpt-9","input":"hi"}`); resp.StatusCode != 404 {
+		t.Errorf("unknown model: %d %s", resp.StatusCode, b)
+	}
+	if resp, _ := st.do(t, "POST", "/v1/responses/input_tokens", "", `{"model":"gpt-4o-mini","input":"hi"}`); resp.StatusCode != 401 {
+		t.Errorf("no key: %d", resp.StatusCode)
+	}
+}
+
 // TestGeminiSaysWhatItCannotTranslate: a Gemini route refuses what its
 // translation does not carry with a message naming each field, and keeps
 // serving plain text.
