@@ -287,7 +287,7 @@ func (e *authError) Error() string { return e.msg }
 var (
 	errBadScheme = &authError{"invalid_authorization", "the Authorization header must be \"Bearer <API key or operator token>\""}
 	errBadBearer = &authError{"invalid_credential", "this API key or operator token is not valid"}
-	errBadKey    = &authError{"invalid_api_key", "this API key is not valid (unknown, revoked or paused)"}
+	errBadKey    = &authError{"invalid_api_key", "this API key is not valid (unknown, revoked or disabled)"}
 	errBadToken  = &authError{"invalid_operator_token", "this operator token is not valid"}
 	errNoCred    = &authError{"credential_required", "present an API key (tenant view) or the operator token"}
 )
