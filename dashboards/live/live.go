@@ -155,16 +155,21 @@ func (v *View) Start(ctx context.Context) error {
 	defer adm.Close()
 	topics := []string{v.cfg.Topics.Requests, v.cfg.Topics.Decisions, v.cfg.Topics.Telemetry}
 	// Topics created a moment ago may not be in every broker's metadata
-	// yet: look again for a few seconds before calling them missing.
+	// yet, and a partition whose leader is being elected answers with an
+	// error: look again for a few seconds. A partition left out here would
+	// never be read (a tenant's traffic on it would be missing from the
+	// view), so every partition must have answered.
 	var starts map[string]map[int32]kgo.Offset
+	var failed []string
 	for wait := time.Now().Add(10 * time.Second); ; {
 		ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
 		if err != nil {
 			return fmt.Errorf("live: list end offsets: %w", err)
 		}
-		starts = map[string]map[int32]kgo.Offset{}
+		starts, failed = map[string]map[int32]kgo.Offset{}, nil
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Err != nil || o.Partition < 0 {
+				failed = append(failed, fmt.Sprintf("%s[%d]: %v", o.Topic, o.Partition, o.Err))
 				return
 			}
 			if starts[o.Topic] == nil {
@@ -172,7 +177,7 @@ func (v *View) Start(ctx context.Context) error {
 			}
 			starts[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
 		})
-		if len(starts) == len(topics) || time.Now().After(wait) || ctx.Err() != nil {
+		if (len(starts) == len(topics) && len(failed) == 0) || time.Now().After(wait) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -181,6 +186,9 @@ func (v *View) Start(ctx context.Context) error {
 		if len(starts[t]) == 0 {
 			return fmt.Errorf("live: topic %s has no partitions (run `sluice topics ensure`)", t)
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("live: partitions without an end offset: %s", strings.Join(failed, "; "))
 	}
 	cons, err := kgo.NewClient(bus.Opts(v.cfg.Brokers,
 		kgo.ConsumePartitions(starts),
