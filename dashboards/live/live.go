@@ -65,7 +65,7 @@ type Config struct {
 	WriteTimeout time.Duration // per websocket frame, default 2 s; slower clients are dropped
 	MaxClients   int           // concurrent websocket clients, default 256
 	// RecheckInterval is how often an open websocket's credential is
-	// looked up again (default 5 s): a revoked or paused key loses the
+	// looked up again (default 5 s): a revoked or disabled key loses the
 	// stream within it.
 	RecheckInterval time.Duration
 	Now             func() time.Time // clock (tests), default time.Now
@@ -364,7 +364,7 @@ func (v *View) tenantFor(key string) (principal, bool) {
 }
 
 // stillValid reports whether a viewer admitted earlier is admitted now: a
-// key revoked or paused while its websocket is open loses the stream.
+// key revoked or disabled while its websocket is open loses the stream.
 func (v *View) stillValid(r *http.Request, p principal) bool {
 	q, err := v.authenticate(r, true)
 	return err == nil && q == p
