@@ -2,9 +2,11 @@
 // websocket → live quota page). It reads sluice.requests, sluice.decisions
 // and sluice.telemetry (read_committed, from the end, no consumer group: a
 // view is a projection and never commits), keeps rolling per scope /
-// tenant / key / class counters over the last 60 s, and serves them as
-// JSON (/api/snapshot), as a websocket stream (/ws, a snapshot every
-// 500 ms) and as a self-contained HTML page (/).
+// tenant / key / class counters over the last 60 s (with their per-second
+// timeline, which the page draws as charts), and serves them as JSON
+// (/api/snapshot), as a websocket stream (/ws, a snapshot every 500 ms)
+// and as a self-contained HTML page (/). `sluice dev` embeds it; `sluice
+// view` runs it alone against a Kafka cluster.
 //
 // Security (dashboards/README.md): a request that presents an API key sees
 // only that key's tenant; a request without one is the operator view and
