@@ -12,9 +12,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -185,15 +187,25 @@ func TestBrowserLiveView(t *testing.T) {
 	defer cancelAlloc()
 	// newTab opens a tab; its first action runs without a deadline (a
 	// deadline there would bound the browser's life, see chromedp.Run).
-	newTab := func(parent context.Context) context.Context {
-		tab, cancel := chromedp.NewContext(parent)
+	newTab := func(parent context.Context, opts ...chromedp.ContextOption) context.Context {
+		tab, cancel := chromedp.NewContext(parent, opts...)
 		t.Cleanup(cancel)
 		if err := chromedp.Do(tab); err != nil {
 			t.Fatalf("start chromium: %v", err)
 		}
 		return tab
 	}
-	tab := newTab(alloc)
+	// Every websocket frame the tenant's page receives, to check that what
+	// the server sends (not only what the page shows) is the tenant's own.
+	var framesMu sync.Mutex
+	var frames []string
+	tab := newTab(alloc, chromedp.WithListener(func(ev any) {
+		if f, ok := ev.(*network.EventWebSocketFrameReceived); ok && f.Response != nil {
+			framesMu.Lock()
+			frames = append(frames, string(f.Response.PayloadData))
+			framesMu.Unlock()
+		}
+	}))
 
 	// Tenant web's view, connected before any traffic.
 	c, done := context.WithTimeout(tab, 60*time.Second)
@@ -260,10 +272,21 @@ func TestBrowserLiveView(t *testing.T) {
 	// id, class or prompts, in the text, the markup or the tooltips.
 	text := eval[string](t, tab, `document.body.innerText`)
 	html := eval[string](t, tab, `document.documentElement.outerHTML`)
+	framesMu.Lock()
+	sent := strings.Join(frames, "\n")
+	nFrames := len(frames)
+	framesMu.Unlock()
 	for _, trace := range []string{"agents", "agent-runner", "automation", keyAgents, "hello from"} {
 		if strings.Contains(text, trace) || strings.Contains(html, trace) {
 			t.Errorf("tenant web's view shows %q", trace)
 		}
+		if strings.Contains(sent, trace) {
+			t.Errorf("a websocket frame to tenant web's page carries %q", trace)
+		}
+	}
+	t.Logf("tenant web's page received %d websocket frames (%d bytes)", nFrames, len(sent))
+	if nFrames == 0 || !strings.Contains(sent, "web-app") {
+		t.Errorf("%d websocket frames seen, none with web's own key id", nFrames)
 	}
 	if !strings.Contains(text, "web-app") {
 		t.Errorf("tenant web's view does not show its own key id:\n%s", text)
