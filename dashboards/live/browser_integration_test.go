@@ -18,6 +18,8 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -144,6 +146,16 @@ func TestBrowserLiveView(t *testing.T) {
 	browser := chromium(t)
 	brokers := testenv.KafkaBrokers(t)
 	prefix := fmt.Sprintf("viewtest%d.", time.Now().UnixNano())
+	t.Cleanup(func() { // runs last: after the stack and the view stopped
+		cl, err := kgo.NewClient(kgo.SeedBrokers(bus.SplitBrokers(brokers)...))
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, bus.NamesWithPrefix(prefix).All()...)
+	})
 
 	load, err := dev.ConfigFile(threeTenants)
 	if err != nil {
