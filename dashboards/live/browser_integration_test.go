@@ -48,8 +48,9 @@ func chromium(t *testing.T) string {
 }
 
 // startView runs `sluice view` against the real broker and returns the URL
-// it prints.
-func startView(t *testing.T, ctx context.Context, brokers, prefix, config string) string {
+// it prints. The process lives until the test's cleanups (so that a failing
+// test can still ask it what it holds), 5 min at most.
+func startView(t *testing.T, brokers, prefix, config string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "sluice")
 	build := exec.Command("go", "build", "-o", bin, "./services/sluice")
@@ -57,6 +58,8 @@ func startView(t *testing.T, ctx context.Context, brokers, prefix, config string
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build sluice: %v\n%s", err, out)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
 	cmd := exec.CommandContext(ctx, bin, "view", "--brokers", brokers, "--topic-prefix", prefix,
 		"--listen", "127.0.0.1:0", "--config", config, "-v")
 	cmd.Stderr = testWriter{t}
@@ -175,7 +178,7 @@ func TestBrowserLiveView(t *testing.T) {
 	if err := os.WriteFile(gwConfig, []byte(strings.ReplaceAll(string(raw), dev.SimURLPlaceholder, st.SimURL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	view := startView(t, ctx, brokers, prefix, gwConfig)
+	view := startView(t, brokers, prefix, gwConfig)
 	t.Cleanup(func() { // what the view itself holds, when the page disagrees
 		if !t.Failed() {
 			return
