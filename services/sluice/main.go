@@ -26,6 +26,7 @@ func init() {
 		{"gateway", "run the gateway (admission node) against a Kafka cluster", runGateway},
 		{"ledger", "run a ledger member (single writer per sluice.requests partition)", runLedger},
 		{"sink", "copy every Sluice event into ClickHouse", runSink},
+		{"view", "serve the live quota view against a Kafka cluster: `sluice view --brokers ADDR [--listen ADDR] [--config FILE]`", runView},
 		{"topics", "manage Kafka topics: `sluice topics ensure`", runTopics},
 		{"sim", "run the provider simulator", runSim},
 		{"loadtest", "run a load scenario against a gateway, the embedded stack or the bare simulator", runLoadtest},
