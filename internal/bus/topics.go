@@ -73,6 +73,12 @@ func (c TopicsConfig) Specs() []TopicSpec {
 			"retention.ms":   ret,
 			"cleanup.policy": "delete",
 		}},
+		{Name: n.Admin, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
+			// Gateways need only the newest admin state (key "state"); the
+			// history of changes is on sluice.requests (ConfigChanged with
+			// actor, reason and change), replayed and audited there.
+			"cleanup.policy": "compact",
+		}},
 	}
 }
 

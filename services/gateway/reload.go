@@ -28,7 +28,15 @@ type Reloader struct {
 	publish PublishFunc
 	log     *slog.Logger
 	seen    [32]byte // digest of the file as last read, good or bad
+	// overlay, if set, turns the file's configuration into the one to run
+	// (the admin API's tenants, keys and ledger document over the file;
+	// services/admin.Binding.Overlay).
+	overlay func(*config.Config) (*config.Config, error)
 }
+
+// SetOverlay installs the hook that turns each loaded file into the
+// configuration to run (services/admin.Binding.Overlay).
+func (r *Reloader) SetOverlay(f func(*config.Config) (*config.Config, error)) { r.overlay = f }
 
 // NewReloader watches path for srv. The file's current content is taken as
 // already loaded.
@@ -54,6 +62,11 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	next, err := config.Load(bytes.NewReader(b))
 	if err != nil {
 		return r.refuse(fmt.Errorf("config %s: %w", r.path, err))
+	}
+	if r.overlay != nil {
+		if next, err = r.overlay(next); err != nil {
+			return r.refuse(fmt.Errorf("config %s: %w", r.path, err))
+		}
 	}
 	cur := r.srv.Config()
 	if !bytes.Equal(next.LedgerJSON(), cur.LedgerJSON()) && r.publish != nil {
