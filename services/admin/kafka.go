@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -34,7 +34,7 @@ const Source = "admin-api"
 // Bounds of one change (put a limit on everything).
 const (
 	updateTimeout  = 15 * time.Second
-	updateAttempts = 4 // a writer fenced by a concurrent one retries, then 409s
+	updateAttempts = 8 // a writer fenced by a concurrent one retries (and then sees 409)
 )
 
 // KafkaConfig configures a KafkaStore.
@@ -239,8 +239,19 @@ func wait(ctx context.Context, ch chan int) error {
 	}
 }
 
-// errFenced says that another writer started while this one was writing.
-var errFenced = errors.New("admin: fenced by a concurrent writer")
+// jitter is the wait before attempt+2: random in [0, 25 ms × 2^attempt).
+func jitter(attempt int) time.Duration {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	n := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24
+	span := uint64(25*time.Millisecond) << min(attempt, 5)
+	return time.Duration(n % span)
+}
+
+// errFenced says that a transaction of this change did not commit —
+// typically another writer fenced this one — and the change may be tried
+// again against the newer state.
+var errFenced = errors.New("admin: not committed (fenced by a concurrent writer, or the broker refused the transaction)")
 
 // Update implements Store.
 func (s *KafkaStore) Update(ctx context.Context, base int64, a Actor, reason string, op Op) (State, error) {
@@ -250,12 +261,26 @@ func (s *KafkaStore) Update(ctx context.Context, base int64, a Actor, reason str
 	defer s.wmu.Unlock()
 	var err error
 	for attempt := 0; attempt < updateAttempts; attempt++ {
+		// Versions only grow: a base below what this node has applied is a
+		// conflict whatever the other writers do, so say so without
+		// fencing anyone.
+		if cur := s.State(); base < cur.Version {
+			_, e := Prepare(cur, base, a, op, s.cfg.Check)
+			return cur, e
+		}
 		var st State
 		st, err = s.update(ctx, base, a, reason, op)
 		if !errors.Is(err, errFenced) {
 			return st, err
 		}
+		// Two writers that fence each other in lockstep would both run out
+		// of attempts: back off for a random, growing time.
 		s.log.Info("admin change fenced by a concurrent writer; reading the newer state", "attempt", attempt+1)
+		select {
+		case <-time.After(jitter(attempt)):
+		case <-ctx.Done():
+			return s.State(), ctx.Err()
+		}
 	}
 	return s.State(), err
 }
@@ -276,7 +301,7 @@ func (s *KafkaStore) update(ctx context.Context, base int64, a Actor, reason str
 	n, seen := s.marker()
 	defer s.forget(n)
 	if err := s.txn(ctx, tx, &kgo.Record{Topic: names.Admin, Partition: 0, Key: []byte(keyLock), Value: []byte(n)}); err != nil {
-		return State{}, err
+		return State{}, fmt.Errorf("%w (the fence: %v)", errFenced, err) // nothing of the change is written yet
 	}
 	// 2. Everything committed before the fence is now read.
 	if err := wait(ctx, seen); err != nil {
@@ -292,7 +317,16 @@ func (s *KafkaStore) update(ctx context.Context, base int64, a Actor, reason str
 		return State{}, err
 	}
 	if err := s.txn(ctx, tx, recs...); err != nil {
-		return State{}, err
+		// Fenced, or an answer that leaves it open whether the commit
+		// happened (brokers report a fenced transaction in more than one
+		// way): read to the end and look.
+		if serr := s.sync(ctx); serr != nil {
+			return State{}, errors.Join(err, serr)
+		}
+		if cur := s.State(); cur.Version == next.Version && bytes.Equal(marshalState(cur), marshalState(next)) {
+			return next, nil // it did commit
+		}
+		return State{}, fmt.Errorf("%w (%v)", errFenced, err)
 	}
 	// 4. Read our own write before answering, so the caller's next request
 	// to this gateway sees it.
@@ -318,18 +352,9 @@ func (s *KafkaStore) txn(ctx context.Context, tx *kgo.Client, recs ...*kgo.Recor
 	commit := kgo.TransactionEndTry(perr == nil)
 	eerr := tx.EndTransaction(ctx, commit)
 	if err := errors.Join(perr, eerr); err != nil {
-		if isFenced(err) {
-			return errFenced
-		}
 		return fmt.Errorf("admin: transaction: %w", err)
 	}
 	return nil
-}
-
-func isFenced(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
-		errors.Is(err, kerr.InvalidProducerIDMapping) || errors.Is(err, kerr.ConcurrentTransactions) ||
-		errors.Is(err, kerr.TransactionAbortable)
 }
 
 // records builds the change's records: the state for the admin topic and a
