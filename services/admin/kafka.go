@@ -33,7 +33,13 @@ const Source = "admin-api"
 
 // Bounds of one change (put a limit on everything).
 const (
-	updateTimeout  = 15 * time.Second
+	updateTimeout = 15 * time.Second
+	// txnTimeout bounds how long a writer that died mid-change can hold
+	// its transaction open: the ledger reads sluice.requests
+	// read_committed, so an open transaction there holds back every
+	// partition's later records until it ends (the next writer's fence
+	// ends it sooner).
+	txnTimeout     = 5 * time.Second
 	updateAttempts = 8 // a writer fenced by a concurrent one retries (and then sees 409)
 )
 
@@ -289,7 +295,7 @@ func (s *KafkaStore) update(ctx context.Context, base int64, a Actor, reason str
 	names := s.cfg.Names
 	tx, err := bus.NewClient(ctx, s.cfg.Brokers, 10*time.Second,
 		kgo.TransactionalID(names.Admin+".writer"),
-		kgo.TransactionTimeout(updateTimeout),
+		kgo.TransactionTimeout(txnTimeout),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 	)
 	if err != nil {
