@@ -102,6 +102,7 @@ func OpenKafka(ctx context.Context, cfg KafkaConfig) (*KafkaStore, error) {
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Names.Admin: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.FetchMaxPartitionBytes(bus.AdminMaxBytes),
 	)
 	if err != nil {
 		return nil, err
@@ -297,6 +298,7 @@ func (s *KafkaStore) update(ctx context.Context, base int64, a Actor, reason str
 		kgo.TransactionalID(names.Admin+".writer"),
 		kgo.TransactionTimeout(txnTimeout),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchMaxBytes(bus.AdminMaxBytes),
 	)
 	if err != nil {
 		return State{}, err

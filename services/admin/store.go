@@ -54,8 +54,23 @@ func Prepare(cur State, base int64, a Actor, op Op, check CheckFunc) (State, *ap
 			return cur, invalidConfig(err)
 		}
 	}
+	if n := len(next.Ledger); n > LedgerBytesMax {
+		return cur, bad(apierr.CodeInvalidConfig, "the ledger document would be %d bytes, above the %d that one sluice.requests record may hold", n, LedgerBytesMax)
+	}
+	if n := len(marshalState(next)); n > StateBytesMax {
+		return cur, bad(apierr.CodeInvalidConfig, "the admin state would be %d bytes, above its %d-byte bound", n, StateBytesMax)
+	}
 	return next, nil
 }
+
+// Size bounds of one change's records (put a limit on everything): the
+// ledger document travels on sluice.requests, whose records the broker
+// caps at 1 MiB by default; the admin state on the admin topic, sized for
+// it (bus.AdminMaxBytes).
+const (
+	LedgerBytesMax = 900 << 10
+	StateBytesMax  = 6 << 20
+)
 
 func invalidConfig(err error) *apierr.Error {
 	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")

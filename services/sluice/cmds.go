@@ -96,11 +96,21 @@ func runDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
 	key := fs.String("api-key", "", "demo API key (default: random; ignored with --config, whose keys apply)")
 	cfgPath := fs.String("config", "", "gateway configuration file for the stack; "+dev.SimURLPlaceholder+" in it becomes the simulator's URL (example: deploy/examples/dev-three-tenants.yaml; default: one demo tenant and key)")
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API's operator token (env SLUICE_ADMIN_TOKEN; default: a random one, printed)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o := dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)}
+	adminToken, err := readAdminToken(*adminTokenFile)
+	if err != nil {
+		return err
+	}
+	if adminToken == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		adminToken = "sluice-admin-" + hex.EncodeToString(b[:])
+	}
+	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose)}
 	if *cfgPath != "" {
 		load, err := dev.ConfigFile(*cfgPath)
 		if err != nil {
@@ -121,6 +131,9 @@ func runDev(ctx context.Context, args []string) error {
 	} else {
 		fmt.Printf("# API keys: those whose hashes %s lists\n", *cfgPath)
 	}
+	fmt.Printf("SLUICE_ADMIN_URL=%s/admin/v1\nSLUICE_ADMIN_TOKEN=%s\n", st.GatewayURL, adminToken)
+	fmt.Printf("# admin API (docs/admin-api.md): curl -s $SLUICE_ADMIN_URL/tenants -H \"Authorization: Bearer $SLUICE_ADMIN_TOKEN\"\n")
+	fmt.Printf("# your own limits and what is left: curl -s ${OPENAI_BASE_URL%%/v1}/v1/sluice/usage -H \"Authorization: Bearer <api key>\"\n")
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
