@@ -45,7 +45,7 @@ type Options struct {
 	// AdminToken turns on the admin API (/admin/v1) with this operator
 	// token; empty = off (the gateway still follows admin changes).
 	AdminToken string
-	Log    *slog.Logger
+	Log        *slog.Logger
 	// Sim configures the provider simulator (default sim.DefaultConfig()).
 	Sim *sim.Config
 	// Config builds the gateway configuration for the simulator's URL
