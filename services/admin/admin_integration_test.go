@@ -253,6 +253,25 @@ func TestAdminAcrossGateways(t *testing.T) {
 		return false
 	})
 
+	// The ledgers follow the same changes: a daily limit set through B
+	// refuses A's requests once it is spent.
+	v = version(t, ctx, b, opToken)
+	mustChange(t, ctx, 200, "PUT", b+"/admin/v1/tenants/shop/keys/shop-key/limits", opToken, map[string]any{"base_version": v, "reason": "trial",
+		"limits": []map[string]any{{"dimension": "requests_per_day", "capacity": 3}}})
+	until(t, "a key limit set on B is enforced by the ledger for A's requests", func() bool {
+		code, out := chat(t, ctx, a, key)
+		if code == 403 || code == 429 { // a spent daily quota is not retryable: 403
+			if e := out["error"].(map[string]any); e["code"] != "quota_exhausted" {
+				t.Fatalf("over the daily key limit: %v", out)
+			}
+			return true
+		}
+		if code != 200 {
+			t.Fatalf("chat: %d %v", code, out)
+		}
+		return false
+	})
+
 	v = version(t, ctx, b, opToken)
 	mustChange(t, ctx, 200, "POST", b+"/admin/v1/tenants/shop/keys/shop-key/pause", opToken, map[string]any{"base_version": v, "reason": "incident 42"})
 	until(t, "key paused on gateway B gets 403 on gateway A", func() bool {
@@ -306,7 +325,8 @@ func TestAdminAcrossGateways(t *testing.T) {
 				seen[cc.Change]++
 			}
 		})
-		return seen["key.pause tenant=shop key=shop-key"] == 2 && seen["key.create tenant=shop key=shop-key"] == 2
+		return seen["key.pause tenant=shop key=shop-key"] == 2 && seen["key.create tenant=shop key=shop-key"] == 2 &&
+			seen["key.limits tenant=shop key=shop-key"] == 2
 	})
 }
 
