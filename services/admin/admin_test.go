@@ -431,3 +431,42 @@ func FuzzParseChange(f *testing.F) {
 		}
 	})
 }
+
+// TestBindingKeepsAdminStateOverFileReloads: a reloaded file keeps the
+// admin state's tenants (once there is one), and an admin change applied
+// between a reload's overlay and its swap is installed again.
+func TestBindingKeepsAdminStateOverFileReloads(t *testing.T) {
+	f := newFixture(t)
+	out := f.mustChange(201, opToken, "POST", "/admin/v1/tenants/acme/keys", map[string]any{"id": "acme-2"})
+	secret := out["api_key"].(string)
+	b := NewBinding(f.gw, f.gw.get(), nil)
+	b.Apply(f.store.State())
+
+	// The file changes: a new node name, and a tenant the admin API does
+	// not know (ignored: tenants are the admin state's now).
+	y := strings.Replace(testYAML, "SEEDHASH", config.HashKey(seedKey), 1)
+	y = strings.Replace(y, "node: gw-admin-test", "node: gw-renamed", 1)
+	y = strings.Replace(y, "tenants:\n", "tenants:\n  - {id: ghost}\n", 1)
+	file, err := config.Load(strings.NewReader(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := b.Overlay(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Node != "gw-renamed" || next.Lookup(secret) == nil || len(next.Tenants) != 1 {
+		t.Fatalf("overlay: node %q, admin key %v, tenants %d", next.Node, next.Lookup(secret) != nil, len(next.Tenants))
+	}
+	// An admin change lands before the reloader swaps next in.
+	st, e := Prepare(f.store.State(), f.store.State().Version, Actor{}, Op{Kind: OpKeyPause, Tenant: "acme", Key: "acme-2"}, nil)
+	if e != nil {
+		t.Fatal(e)
+	}
+	b.Apply(st)
+	f.gw.SetConfig(next) // the reloader's swap, with the older state
+	b.Installed()
+	if id := f.gw.get().Lookup(secret); id == nil || !id.Paused || f.gw.get().Node != "gw-renamed" {
+		t.Fatalf("after the reload: %+v", id)
+	}
+}

@@ -24,8 +24,10 @@ type Binding struct {
 	mu   sync.Mutex
 	base *config.Config // the file, as last loaded
 	st   State
-	srv  Target
-	log  *slog.Logger
+	// overlaid is the state version the last Overlay used.
+	overlaid int64
+	srv      Target
+	log      *slog.Logger
 	// reseed replaces the store's version-0 seed when the file changes
 	// before the first admin change (nil: nothing to reseed).
 	reseed func(State)
@@ -81,6 +83,7 @@ func (b *Binding) Overlay(file *config.Config) (*config.Config, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.base = file
+	b.overlaid = b.st.Version
 	if b.st.Version == 0 {
 		b.st = Seed(file)
 		if b.reseed != nil {
@@ -93,6 +96,28 @@ func (b *Binding) Overlay(file *config.Config) (*config.Config, error) {
 		return nil, fmt.Errorf("admin state version %d does not fit the new file: %w", b.st.Version, err)
 	}
 	return c, nil
+}
+
+// Installed is the file reloader's hook after it swapped in what Overlay
+// returned: if an admin change was applied in between, the reloader's swap
+// undid it, so it is installed again over the new file.
+//
+// The race it closes: Overlay(file, v1) → Apply(v2) installs v2 → the
+// reloader installs its (file, v1) configuration. Installed sees v2 ≠ v1
+// and installs (file, v2).
+func (b *Binding) Installed() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.st.Version == b.overlaid || b.st.Version == 0 {
+		return
+	}
+	c, err := b.base.WithAdmission(b.st.ConfigTenants(), b.st.Ledger)
+	if err != nil {
+		b.log.Error("admin state refused by the reloaded file; keeping the running config", "version", b.st.Version, "err", err)
+		return
+	}
+	b.srv.SetConfig(c)
+	b.overlaid = b.st.Version
 }
 
 // Reseed replaces the version-0 seed (the file changed before any admin

@@ -32,11 +32,18 @@ type Reloader struct {
 	// (the admin API's tenants, keys and ledger document over the file;
 	// services/admin.Binding.Overlay).
 	overlay func(*config.Config) (*config.Config, error)
+	// installed, if set, is called after a reload swapped the
+	// configuration in, so that an admin change applied between overlay
+	// and swap is installed again (services/admin.Binding.Installed).
+	installed func()
 }
 
-// SetOverlay installs the hook that turns each loaded file into the
-// configuration to run (services/admin.Binding.Overlay).
-func (r *Reloader) SetOverlay(f func(*config.Config) (*config.Config, error)) { r.overlay = f }
+// SetOverlay installs the hooks that turn each loaded file into the
+// configuration to run and re-check it once swapped in
+// (services/admin.Binding.Overlay and Installed).
+func (r *Reloader) SetOverlay(overlay func(*config.Config) (*config.Config, error), installed func()) {
+	r.overlay, r.installed = overlay, installed
+}
 
 // NewReloader watches path for srv. The file's current content is taken as
 // already loaded.
@@ -75,6 +82,9 @@ func (r *Reloader) Reload(ctx context.Context) error {
 		}
 	}
 	r.srv.SetConfig(next)
+	if r.installed != nil {
+		r.installed()
+	}
 	r.log.Info("config reloaded", "path", r.path, "routes", len(next.Routes), "tenants", len(next.Tenants))
 	return nil
 }

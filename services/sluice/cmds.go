@@ -196,7 +196,7 @@ func runGateway(ctx context.Context, args []string) error {
 	reloader := gateway.NewReloader(*cfgPath, gw, func(ctx context.Context, ledgerJSON []byte, source string) error {
 		return ledgerd.PublishConfig(ctx, bs, names, ledgerJSON, source)
 	}, log)
-	reloader.SetOverlay(adm.Binding.Overlay)
+	reloader.SetOverlay(adm.Binding.Overlay, adm.Binding.Installed)
 	go reloader.Run(ctx, time.Duration(cfg.ReloadIntervalMs)*time.Millisecond, hup)
 	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
