@@ -91,7 +91,7 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 // the commands with subcommands included.
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{{"bench", "--help"}, {"topics", "--help"}, {"keys", "--help"}, {"topics", "ensure", "--help"},
-		{"dev", "--help"}, {"gateway", "--help"}, {"admin", "--help"}, {"bench", "ledger", "-h"}} {
+		{"dev", "--help"}, {"gateway", "--help"}, {"bench", "ledger", "-h"}} {
 		var stderr bytes.Buffer
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = &stderr
