@@ -307,6 +307,15 @@ type ConfigChanged struct {
 	Actor  string `json:"actor,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Ledger []byte `json:"ledger"` // JSON document, base64 on the wire
+	// Change says in one line what an admin API change did (e.g.
+	// "key.revoke tenant=acme key=acme-app"), for the audited history.
+	Change string `json:"change,omitempty"`
+	// Admission is the admin API's document (tenants, teams, keys as
+	// SHA-256 hashes, partners; services/admin.State as JSON). It travels
+	// only on the admin topic that gateways read, never on sluice.requests:
+	// the ledger needs only Ledger, and the request log is copied to
+	// analytics whole.
+	Admission []byte `json:"admission,omitempty"`
 }
 
 // Tick advances a partition's clock through the log while work is pending.

@@ -41,6 +41,11 @@ type Server struct {
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
+
+	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
+	// quota (usage.go).
+	admin  atomic.Pointer[http.Handler]
+	levels LevelSource
 }
 
 // Option configures a Server.
@@ -80,6 +85,8 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
+	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
+	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

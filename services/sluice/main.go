@@ -30,6 +30,7 @@ func init() {
 		{"topics", "manage Kafka topics: `sluice topics ensure`", runTopics},
 		{"sim", "run the provider simulator", runSim},
 		{"loadtest", "run a load scenario against a gateway, the embedded stack or the bare simulator", runLoadtest},
+		{"admin", "admin API client: `sluice admin [--reason R] METHOD PATH [JSON]` (docs/admin-api.md)", runAdmin},
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
 		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
 		{"report", "the weekly calibration report from ClickHouse: `sluice report --format md|html|json`", runReport},
