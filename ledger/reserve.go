@@ -252,7 +252,8 @@ func malformedReserve(ev *schemas.Event) schemas.Reason {
 		return schemas.ReasonPathTooLong
 	case rr.InputTokens < 0 || rr.InputTokens > maxAmount:
 		return schemas.ReasonInvalidInputTokens
-	case rr.OutputTokens < 0 || rr.OutputTokens > maxAmount:
+	case rr.OutputTokens < 0 || rr.OutputTokens > maxAmount,
+		rr.MaxOutputTokens < 0 || rr.MaxOutputTokens > maxAmount:
 		return schemas.ReasonInvalidOutputTokens
 	case rr.CachedInputTokens < 0 || rr.CachedInputTokens > rr.InputTokens:
 		return schemas.ReasonInvalidCachedTokens
@@ -347,6 +348,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		dRequests: 1, dInput: rr.InputTokens, dOutput: rr.OutputTokens, dTotal: rr.InputTokens + rr.OutputTokens,
 		dConcurrency: 1, dRequestsPerDay: 1, dSpend: rr.SpendMicros, dRamp: 1,
 	}
+	r.MaxOut = max(rr.MaxOutputTokens, rr.OutputTokens)
 	if rr.Streaming {
 		r.Flags |= fStreaming
 	}
@@ -780,8 +782,12 @@ func (l *Ledger) granted(ri int32, borrowed bool) {
 }
 
 // settle ends a grant: each bucket gets back its estimate minus the actual
-// usage (negative: debt) and its held amount drops by the estimate.
-func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state uint8) {
+// usage (negative: debt) and its held amount drops by the estimate. A
+// max_tokens_on_arrival bucket keeps its whole charge when the attempt was
+// sent (the provider counted it on arrival): it only takes overage as
+// debt. sent is false when the attempt never reached the provider's
+// counter (provider-rejected, released without usage, retried unsettled).
+func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state uint8, sent bool) {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
@@ -802,6 +808,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			act := actual[sp.dim]
 			if sp.exclCached {
 				act = max(0, act-cached)
+			}
+			if sp.arrival && sent {
+				act = max(act, a)
 			}
 			b.Held -= a
 			if sp.kind == kToken {
@@ -876,7 +885,7 @@ func (l *Ledger) expireHolds(out []Output) []Output {
 			r := &l.st.Res[h]
 			actual := r.Need
 			actual[dConcurrency] = 0
-			l.settle(h, &actual, r.Cached, stExpired)
+			l.settle(h, &actual, r.Cached, stExpired, true)
 			l.st.Stats.Abandoned++
 			out = l.emit(out, r, schemas.Decision{
 				Status: schemas.StatusHoldExpired, Reason: schemas.ReasonHoldAbandoned,
@@ -927,7 +936,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
-		l.settle(ri, &actual, cached, stReconciled)
+		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
 	case stQueued:
 		return l.cancel(ri, out)
@@ -952,7 +961,7 @@ func (l *Ledger) release(ev *schemas.Event, out []Output) []Output {
 		if in+o > 0 {
 			actual[dSpend] = r.Need[dSpend]
 		}
-		l.settle(ri, &actual, 0, stReleased)
+		l.settle(ri, &actual, 0, stReleased, in+o > 0)
 		l.st.Stats.Released++
 	case stQueued:
 		return l.cancel(ri, out)

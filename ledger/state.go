@@ -164,6 +164,7 @@ type res struct {
 	Path      [maxPath]int32 `json:"p"`
 	Need      [numDims]int64 `json:"nd8"`
 	Cached    int64          `json:"ca,omitempty"`
+	MaxOut    int64          `json:"mo,omitempty"` // output a max_tokens_on_arrival bucket charges, ≥ Need[dOutput] (0 in old snapshots: Need[dOutput])
 	FP        uint64         `json:"fp,omitempty"`
 	Seq       int64          `json:"q,omitempty"`
 	Key       int64          `json:"key,omitempty"` // queue order, µs
