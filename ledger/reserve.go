@@ -363,6 +363,8 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	maxWait := rr.MaxWaitMs
 	if maxWait == 0 {
 		maxWait = l.st.Config.Classes[ci].MaxWaitMs
+	} else {
+		r.Flags |= fOwnWait
 	}
 	r.ExpireMs = now + maxWait
 	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
@@ -406,6 +408,12 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 	r = &l.st.Res[ri]
 	if r.NotBefore > l.st.Now && v.why == whyNone {
 		v.why, v.fitMs, v.limNode = whyBackoff, r.NotBefore, noIdx
+	}
+	if v.why == whyCooldown {
+		// A deadline before the cooldown's end is refused by decide
+		// (deadline_exceeded); otherwise the wait for the provider does
+		// not count against the max wait.
+		l.waitOutCooldown(r, v.fitMs)
 	}
 	d, deny := l.decide(r, &v)
 	if !deny {

@@ -83,7 +83,8 @@ const (
 	fRejected
 	fEmergency
 	fRetry
-	fGuard // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
+	fGuard   // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
+	fOwnWait // the request named its own max wait: a provider cooldown does not extend it
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
