@@ -263,6 +263,12 @@ type CooldownConfig struct {
 	// reopens if the provider gave no Retry-After.
 	QuotaPeriodMs      int64 `json:"quota_period_ms"`
 	QuotaResetOffsetMs int64 `json:"quota_reset_offset_ms"`
+	// StormHoldAttempts sets the storm hold: for one Retry-After after a
+	// provider 429's cooldown ends (each further 429 extends it), a waiter
+	// whose deadline leaves room for more than StormHoldAttempts attempts
+	// a Retry-After apart waits, so that what must go now goes first and
+	// what can wait does not meet the storm. Default 3.
+	StormHoldAttempts int64 `json:"storm_hold_attempts"`
 }
 
 // Defaults.
@@ -345,6 +351,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.Cooldown.RateLimitedMs, 1_000)
 	setDef(&c.Cooldown.OverloadedMs, 2_000)
 	setDef(&c.Cooldown.QuotaPeriodMs, dayMs)
+	setDef(&c.Cooldown.StormHoldAttempts, 3)
 	for si := range c.Scopes {
 		s := &c.Scopes[si]
 		setDef(&s.DefaultTenantWeight, 1)
@@ -469,6 +476,7 @@ func (c Config) Validate() error {
 	pos("cooldown.rate_limited_ms", c.Cooldown.RateLimitedMs, dayMs)
 	pos("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, dayMs)
 	pos("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, maxPeriodMs)
+	pos("cooldown.storm_hold_attempts", c.Cooldown.StormHoldAttempts, 100)
 	if c.Cooldown.QuotaResetOffsetMs < 0 || c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
 		bad("cooldown.quota_reset_offset_ms", "%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)
 	}

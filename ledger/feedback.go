@@ -47,6 +47,8 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			wait = cfg.RateLimitedMs
 		}
 		until := now + wait
+		sc.RecoverMs = max(sc.RecoverMs, until+wait)
+		sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
 		if dimKnown {
 			sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
 		} else if until > sc.CoolAll {

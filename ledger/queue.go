@@ -337,10 +337,11 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 }
 
 // waitOutCooldown applies the storm rule to a waiter that a provider
-// cooldown (until, from Retry-After) holds back: waiting for the provider
-// does not count against its class's max wait, so its queue expiry moves to
-// until + max wait (never past its deadline), and it flows out when the
-// provider takes work again instead of expiring while the scope is closed.
+// cooldown (until, from Retry-After) or the storm hold keeps back: waiting
+// for the provider does not count against its class's max wait, so its
+// queue expiry moves to its deadline (until + max wait if it has none), and
+// it flows out when the provider takes work again instead of expiring while
+// the scope is closed.
 // A max wait the request named itself is kept. It reports true when the
 // deadline comes before the cooldown ends: the waiter can never be granted
 // in time and is refused at once.
@@ -352,7 +353,10 @@ func (l *Ledger) waitOutCooldown(r *res, until int64) (pastDeadline bool) {
 		return false // the caller's own bound on queueing holds
 	}
 	e := until + l.st.Config.Classes[r.ClassIdx].MaxWaitMs
-	if r.Deadline > 0 && e > r.Deadline {
+	if r.Deadline > 0 {
+		// The backlog the pause built flows out at the provider's
+		// recovering rate, which can take longer than a class's max wait:
+		// the deadline is the bound.
 		e = r.Deadline
 	}
 	r.ExpireMs = max(r.ExpireMs, e)

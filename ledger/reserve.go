@@ -556,6 +556,10 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.overload = sc.CoolAll == cool && sc.CoolAllOverload
 		return v
 	}
+	if hold := l.stormHold(r, sc); hold > now {
+		v.why, v.fitMs = whyCooldown, hold
+		return v
+	}
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
 	// applies borrow reserves when the grant turned out to be borrowed.
 	// The loops below run for every bucket of every request: the slices
@@ -629,6 +633,28 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	return v
 }
 
+// stormHold returns when a waiter that the storm hold keeps back may go
+// (0: it is not held). While the scope recovers from a provider 429, a
+// waiter goes once its slack is down to RecoverSlackMs, room for
+// StormHoldAttempts attempts a Retry-After apart, or when the recovery
+// ends. Slack is the time to its deadline, or to its queue expiry if it has
+// none. Least slack goes first: the rest would meet the same storm, and
+// each rejection costs a retry and closes the scope again.
+func (l *Ledger) stormHold(r *res, sc *scopeState) int64 {
+	now := l.st.Now
+	if sc.RecoverMs <= now {
+		return 0
+	}
+	due := r.Deadline
+	if due == 0 {
+		due = r.ExpireMs
+	}
+	if due-now <= sc.RecoverSlackMs {
+		return 0
+	}
+	return min(sc.RecoverMs, due-sc.RecoverSlackMs)
+}
+
 // grant debits every bucket on r's path (all of them: the caller checked
 // that each covers its amount, or forces an emergency admission).
 func (l *Ledger) grant(ri int32, borrowed bool) {
@@ -685,7 +711,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	sc := &l.st.Scopes[r.Scope]
-	if sc.CoolPolicy > now || sc.CoolAll > now {
+	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now {
 		return false
 	}
 	for d := range numDims {

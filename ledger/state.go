@@ -224,6 +224,11 @@ type scopeState struct {
 	RetryMilli      int64          `json:"retry_milli"` // retry credits × 1000
 	WakeMs          int64          `json:"wake_ms"`     // next time a pump may change something; 0 none
 	Dirty           bool           `json:"dirty,omitempty"`
+	// RecoverMs: until then the scope recovers from a provider 429 and
+	// holds back waiters whose deadline leaves more than RecoverSlackMs
+	// (the storm hold, Config.Cooldown.StormHoldAttempts).
+	RecoverMs      int64 `json:"recover_ms,omitempty"`
+	RecoverSlackMs int64 `json:"recover_slack_ms,omitempty"`
 	// Rescued counts grants made, since an aged waiter of a lower class was
 	// last granted, to higher-class waiters that went ahead of it because
 	// their expiry was earlier (deadline rescue; at most Config.RescueMax).
