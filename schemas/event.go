@@ -113,6 +113,12 @@ type ReserveRequested struct {
 	OutputTokens      int64 `json:"output_tokens"`       // reserved completion tokens
 	SpendMicros       int64 `json:"spend_micros"`        // estimated cost, micro-units
 
+	// MaxOutputTokens is the output a provider that counts max_tokens on
+	// arrival (OpenAI, Azure) charges for this request: its max_tokens.
+	// 0 means OutputTokens. Only ledger buckets with accounting
+	// max_tokens_on_arrival charge it.
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+
 	Streaming bool  `json:"streaming,omitempty"`
 	Priority  int32 `json:"priority,omitempty"` // higher first within a class
 	// MaxWaitMs is how long the request may wait in a queue, counted from the

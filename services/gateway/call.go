@@ -324,7 +324,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
 		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
-		PromptFamily: promptFamily(c.r.Header, &c.req)}
+		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
