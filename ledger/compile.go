@@ -9,6 +9,9 @@ type spec struct {
 	kind       uint8
 	dim        uint8
 	exclCached bool
+	// arrival: the bucket charges max output tokens at grant and keeps
+	// the charge (AccountingMaxTokensOnArrival).
+	arrival    bool
 	capacity   int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
 	period     int64
 	window     int64
@@ -124,6 +127,7 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 		offset:   b.ResetOffsetMs,
 	}
 	sp.exclCached = b.ExcludeCachedInput && (d == dInput || d == dTotal)
+	sp.arrival = b.Accounting == AccountingMaxTokensOnArrival && (d == dOutput || d == dTotal)
 	switch sp.kind {
 	case kToken, kRamp:
 		sp.burst = b.Capacity * b.WindowMs
@@ -186,9 +190,15 @@ func (sc *scopeCfg) weight(tenant string) int64 {
 	return sc.defW
 }
 
-// amount is what a reservation debits from a bucket of spec sp.
+// amount is what a reservation debits from a bucket of spec sp: its need in
+// the bucket's dimension, with the max output tokens in place of the output
+// estimate on a max_tokens_on_arrival bucket, and without cached input on
+// a bucket that excludes it.
 func (sp *spec) amount(r *res) int64 {
 	a := r.Need[sp.dim]
+	if sp.arrival && r.MaxOut > r.Need[dOutput] {
+		a += r.MaxOut - r.Need[dOutput]
+	}
 	if sp.exclCached {
 		a -= r.Cached
 		if a < 0 {

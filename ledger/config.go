@@ -56,6 +56,32 @@ const (
 	RefillRamp = "ramp"
 )
 
+// Accounting modes of a bucket: how the provider whose quota the bucket
+// mirrors counts a request's output tokens. A bucket that counts the way
+// its provider does neither over-admits (refunding what the provider keeps)
+// nor strands capacity (keeping what the provider returns).
+const (
+	// AccountingReconcile holds the estimate from grant to reconcile, then
+	// charges the actual usage: unused capacity returns at once, overage
+	// becomes debt. The default, and the rule for Sluice's own buckets
+	// (tenant, team, key budgets).
+	AccountingReconcile = "reconcile"
+	// AccountingMaxTokensOnArrival charges the request's max output tokens
+	// (ReserveRequested.MaxOutputTokens, at least the estimate) when it is
+	// granted and never refunds it: the provider counted max_tokens when
+	// the request arrived, so the capacity stays consumed until the bucket
+	// refills. Usage above the charge is still debt. An attempt that never
+	// reached the provider (provider-rejected, released without usage, retried
+	// before dispatch) gets its charge back. OpenAI and Azure OpenAI TPM.
+	AccountingMaxTokensOnArrival = "max_tokens_on_arrival"
+	// AccountingOutputWhenProduced: the provider counts output as it is
+	// produced (Anthropic OTPM). The ledger holds the estimate while the
+	// request runs (the output will come) and charges the actual output at
+	// reconcile: the arithmetic of AccountingReconcile, named so that the
+	// config says which provider rule a bucket mirrors.
+	AccountingOutputWhenProduced = "output_when_produced"
+)
+
 // Overload actions of a class.
 const (
 	OverloadDeny     = "deny"     // deny with retry_after_ms
@@ -184,8 +210,15 @@ type BucketConfig struct {
 	// consume: kept for guaranteed traffic.
 	BorrowReserve int64 `json:"borrow_reserve,omitempty"`
 	// ExcludeCachedInput makes input-token dimensions ignore cached input
-	// (Anthropic does not count cache reads against ITPM).
+	// (Anthropic does not count cache reads against ITPM): neither the
+	// estimate nor the actual of cached input tokens is charged.
 	ExcludeCachedInput bool `json:"exclude_cached_input,omitempty"`
+	// Accounting says how the provider behind this bucket counts output
+	// tokens (output_tokens and total_tokens buckets only): "reconcile"
+	// (default, Sluice's own buckets), "max_tokens_on_arrival" (OpenAI,
+	// Azure) or "output_when_produced" (Anthropic OTPM). See the
+	// Accounting* constants.
+	Accounting string `json:"accounting,omitempty"`
 	// Ramp configures a ramp bucket.
 	Ramp *RampConfig `json:"ramp,omitempty"`
 }
@@ -230,6 +263,12 @@ type CooldownConfig struct {
 	// reopens if the provider gave no Retry-After.
 	QuotaPeriodMs      int64 `json:"quota_period_ms"`
 	QuotaResetOffsetMs int64 `json:"quota_reset_offset_ms"`
+	// StormHoldAttempts sets the storm hold: for one Retry-After after a
+	// provider 429's cooldown ends (each further 429 extends it), a waiter
+	// whose deadline leaves room for more than StormHoldAttempts attempts
+	// a Retry-After apart waits, so that what must go now goes first and
+	// what can wait does not meet the storm. Default 3.
+	StormHoldAttempts int64 `json:"storm_hold_attempts"`
 }
 
 // Defaults.
@@ -312,6 +351,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.Cooldown.RateLimitedMs, 1_000)
 	setDef(&c.Cooldown.OverloadedMs, 2_000)
 	setDef(&c.Cooldown.QuotaPeriodMs, dayMs)
+	setDef(&c.Cooldown.StormHoldAttempts, 3)
 	for si := range c.Scopes {
 		s := &c.Scopes[si]
 		setDef(&s.DefaultTenantWeight, 1)
@@ -436,6 +476,7 @@ func (c Config) Validate() error {
 	pos("cooldown.rate_limited_ms", c.Cooldown.RateLimitedMs, dayMs)
 	pos("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, dayMs)
 	pos("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, maxPeriodMs)
+	pos("cooldown.storm_hold_attempts", c.Cooldown.StormHoldAttempts, 100)
 	if c.Cooldown.QuotaResetOffsetMs < 0 || c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
 		bad("cooldown.quota_reset_offset_ms", "%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)
 	}
@@ -528,6 +569,7 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	if b.Ramp != nil && b.Refill != RefillRamp {
 		bad(loc+".ramp", "set on a %q bucket", b.Refill)
 	}
+	validateAccounting(loc, b, bad)
 	switch b.Refill {
 	case RefillToken, RefillRamp:
 		if b.PeriodMs <= 0 || b.PeriodMs > dayMs {
@@ -591,6 +633,24 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	}
 	if b.Dimension == schemas.DimRamp && b.Refill != RefillRamp {
 		bad(loc+".refill", "dimension ramp needs refill %q", RefillRamp)
+	}
+}
+
+// validateAccounting checks a bucket's accounting mode and cached-input
+// flag against its dimension: both describe how a provider counts tokens.
+func validateAccounting(loc string, b BucketConfig, bad func(loc, format string, a ...any)) {
+	switch b.Accounting {
+	case "", AccountingReconcile:
+	case AccountingMaxTokensOnArrival, AccountingOutputWhenProduced:
+		if b.Dimension != schemas.DimOutputTokens && b.Dimension != schemas.DimTotalTokens {
+			bad(loc+".accounting", "%q counts output tokens: only for output_tokens or total_tokens buckets, not %s", b.Accounting, b.Dimension)
+		}
+	default:
+		bad(loc+".accounting", "unknown accounting %q (want %q, %q or %q)", b.Accounting,
+			AccountingReconcile, AccountingMaxTokensOnArrival, AccountingOutputWhenProduced)
+	}
+	if b.ExcludeCachedInput && b.Dimension != schemas.DimInputTokens && b.Dimension != schemas.DimTotalTokens {
+		bad(loc+".exclude_cached_input", "only for input_tokens or total_tokens buckets, not %s", b.Dimension)
 	}
 }
 

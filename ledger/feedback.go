@@ -38,7 +38,17 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	limDim, dimKnown := dimIndex(pr.Limiter)
 	switch pr.Kind {
 	case schemas.KindRateLimited:
-		until := now + max(ra, cfg.RateLimitedMs)
+		// The provider's Retry-After is the floor, and the cooldown: a
+		// blanket RateLimitedMs longer than it would keep queued work
+		// waiting past the moment the provider takes it again. The default
+		// applies only when the provider named no delay.
+		wait := ra
+		if wait == 0 {
+			wait = cfg.RateLimitedMs
+		}
+		until := now + wait
+		sc.RecoverMs = max(sc.RecoverMs, until+wait)
+		sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
 		if dimKnown {
 			sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
 		} else if until > sc.CoolAll {
@@ -74,7 +84,7 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 		if r.State == stGranted {
 			l.rampReject(r)
 			actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
-			l.settle(ri, &actual, 0, stReleased)
+			l.settle(ri, &actual, 0, stReleased, false)
 			l.st.Stats.Released++
 		}
 	}
@@ -196,7 +206,7 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	if l.st.Res[pi].State == stGranted {
 		// The gateway asks to retry an attempt it never settled: release it.
 		actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
-		l.settle(pi, &actual, 0, stReleased)
+		l.settle(pi, &actual, 0, stReleased, false)
 		l.st.Stats.Released++
 	}
 	if l.st.Res[pi].State == stQueued {
@@ -209,8 +219,8 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	now := l.st.Now
 	*r = res{
 		RequestID: p.RequestID, Attempt: att, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Route: p.Route,
-		Class: p.Class, Scope: p.Scope, ClassIdx: p.ClassIdx, State: stQueued, Flags: p.Flags & (fStreaming | fFallback),
-		NPath: p.NPath, Path: p.Path, Need: p.Need, Cached: p.Cached, FP: fp, Seq: l.st.Seq, Priority: p.Priority,
+		Class: p.Class, Scope: p.Scope, ClassIdx: p.ClassIdx, State: stQueued, Flags: p.Flags & (fStreaming | fFallback | fOwnWait),
+		NPath: p.NPath, Path: p.Path, Need: p.Need, Cached: p.Cached, MaxOut: p.MaxOut, FP: fp, Seq: l.st.Seq, Priority: p.Priority,
 		EnqMs: now, FirstMs: p.FirstMs, Deadline: p.Deadline, MaxAtt: p.MaxAtt, Gen: l.st.Gen,
 		List: noIdx, Prev: noIdx, Next: noIdx,
 	}

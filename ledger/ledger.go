@@ -345,6 +345,11 @@ func fingerprint(ev *schemas.Event) (fp, pathHash uint64) {
 	h = fnvInt(h, int64(rr.MaxAttempts))
 	h = fnvBool(h, rr.FallbackAllowed)
 	h = fnvBool(h, rr.EmergencyAdmitted)
+	if rr.MaxOutputTokens != 0 {
+		// Mixed in only when set, so fingerprints of events from before
+		// the field existed do not change.
+		h = fnvInt(h, rr.MaxOutputTokens)
+	}
 	return h, ph
 }
 

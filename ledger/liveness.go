@@ -124,7 +124,7 @@ func (l *Ledger) releaseNode(node string, out []Output) []Output {
 		switch r.State {
 		case stGranted:
 			actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
-			l.settle(ri, &actual, 0, stExpired)
+			l.settle(ri, &actual, 0, stExpired, true)
 			l.st.Stats.NodeLost++
 			out = l.emit(out, r, schemas.Decision{
 				Status: schemas.StatusHoldExpired, Reason: schemas.ReasonNodeLost,

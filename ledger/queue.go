@@ -281,6 +281,12 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	off := l.st.Config.Classes[r.ClassIdx].AgeOffsetMs
 	reclaim := !w.allowBorrow || (w.minWaitingOffset >= 0 && w.minWaitingOffset < off)
 	v := l.check(r, true, reclaim)
+	if v.why == whyCooldown && ri != w.arrival {
+		if l.waitOutCooldown(r, v.fitMs) {
+			l.removeAt(sc, i)
+			return l.cooldownPastDeadline(ri, out), true
+		}
+	}
 	if v.ok {
 		l.removeAt(sc, i)
 		l.grant(ri, v.borrowed)
@@ -328,4 +334,50 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 		GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: class,
 		FallbackAllowed: l.st.Config.Classes[r.ClassIdx].Overload == OverloadFallback && r.Flags&fFallback != 0,
 	})
+}
+
+// waitOutCooldown applies the storm rule to a waiter that a provider
+// cooldown (until, from Retry-After) or the storm hold keeps back: waiting
+// for the provider does not count against its class's max wait, so its
+// queue expiry moves to its deadline (until + max wait if it has none), and
+// it flows out when the provider takes work again instead of expiring while
+// the scope is closed.
+// A max wait the request named itself is kept. It reports true when the
+// deadline comes before the cooldown ends: the waiter can never be granted
+// in time and is refused at once.
+func (l *Ledger) waitOutCooldown(r *res, until int64) (pastDeadline bool) {
+	if r.Deadline > 0 && r.Deadline <= until {
+		return true
+	}
+	if r.Flags&fOwnWait != 0 {
+		return false // the caller's own bound on queueing holds
+	}
+	e := until + l.st.Config.Classes[r.ClassIdx].MaxWaitMs
+	if r.Deadline > 0 {
+		// The backlog the pause built flows out at the provider's
+		// recovering rate, which can take longer than a class's max wait:
+		// the deadline is the bound.
+		e = r.Deadline
+	}
+	r.ExpireMs = max(r.ExpireMs, e)
+	return false
+}
+
+// cooldownPastDeadline refuses a waiter whose deadline passes before the
+// provider's cooldown ends: a clear answer now (fallback where its class
+// and request allow) rather than an expiry at its deadline.
+func (l *Ledger) cooldownPastDeadline(ri int32, out []Output) []Output {
+	l.finish(ri, stExpired)
+	l.st.Stats.Expired++
+	r := &l.st.Res[ri]
+	sc := &l.st.Scopes[r.Scope]
+	d := schemas.Decision{
+		Status: schemas.StatusExpired, Reason: schemas.ReasonDeadlineExceeded,
+		GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: schemas.RetryDeadline,
+		FallbackAllowed: l.st.Config.Classes[r.ClassIdx].Overload == OverloadFallback && r.Flags&fFallback != 0,
+	}
+	if c := max(sc.CoolAll, sc.CoolPolicy); c > l.st.Now {
+		d.RetryAfterMs = c - l.st.Now
+	}
+	return l.emit(out, r, d)
 }

@@ -252,7 +252,8 @@ func malformedReserve(ev *schemas.Event) schemas.Reason {
 		return schemas.ReasonPathTooLong
 	case rr.InputTokens < 0 || rr.InputTokens > maxAmount:
 		return schemas.ReasonInvalidInputTokens
-	case rr.OutputTokens < 0 || rr.OutputTokens > maxAmount:
+	case rr.OutputTokens < 0 || rr.OutputTokens > maxAmount,
+		rr.MaxOutputTokens < 0 || rr.MaxOutputTokens > maxAmount:
 		return schemas.ReasonInvalidOutputTokens
 	case rr.CachedInputTokens < 0 || rr.CachedInputTokens > rr.InputTokens:
 		return schemas.ReasonInvalidCachedTokens
@@ -347,6 +348,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		dRequests: 1, dInput: rr.InputTokens, dOutput: rr.OutputTokens, dTotal: rr.InputTokens + rr.OutputTokens,
 		dConcurrency: 1, dRequestsPerDay: 1, dSpend: rr.SpendMicros, dRamp: 1,
 	}
+	r.MaxOut = max(rr.MaxOutputTokens, rr.OutputTokens)
 	if rr.Streaming {
 		r.Flags |= fStreaming
 	}
@@ -361,6 +363,8 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	maxWait := rr.MaxWaitMs
 	if maxWait == 0 {
 		maxWait = l.st.Config.Classes[ci].MaxWaitMs
+	} else {
+		r.Flags |= fOwnWait
 	}
 	r.ExpireMs = now + maxWait
 	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
@@ -404,6 +408,12 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 	r = &l.st.Res[ri]
 	if r.NotBefore > l.st.Now && v.why == whyNone {
 		v.why, v.fitMs, v.limNode = whyBackoff, r.NotBefore, noIdx
+	}
+	if v.why == whyCooldown {
+		// A deadline before the cooldown's end is refused by decide
+		// (deadline_exceeded); otherwise the wait for the provider does
+		// not count against the max wait.
+		l.waitOutCooldown(r, v.fitMs)
 	}
 	d, deny := l.decide(r, &v)
 	if !deny {
@@ -546,6 +556,10 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.overload = sc.CoolAll == cool && sc.CoolAllOverload
 		return v
 	}
+	if hold := l.stormHold(r, sc); hold > now {
+		v.why, v.fitMs = whyCooldown, hold
+		return v
+	}
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
 	// applies borrow reserves when the grant turned out to be borrowed.
 	// The loops below run for every bucket of every request: the slices
@@ -619,6 +633,28 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	return v
 }
 
+// stormHold returns when a waiter that the storm hold keeps back may go
+// (0: it is not held). While the scope recovers from a provider 429, a
+// waiter goes once its slack is down to RecoverSlackMs, room for
+// StormHoldAttempts attempts a Retry-After apart, or when the recovery
+// ends. Slack is the time to its deadline, or to its queue expiry if it has
+// none. Least slack goes first: the rest would meet the same storm, and
+// each rejection costs a retry and closes the scope again.
+func (l *Ledger) stormHold(r *res, sc *scopeState) int64 {
+	now := l.st.Now
+	if sc.RecoverMs <= now {
+		return 0
+	}
+	due := r.Deadline
+	if due == 0 {
+		due = r.ExpireMs
+	}
+	if due-now <= sc.RecoverSlackMs {
+		return 0
+	}
+	return min(sc.RecoverMs, due-sc.RecoverSlackMs)
+}
+
 // grant debits every bucket on r's path (all of them: the caller checked
 // that each covers its amount, or forces an emergency admission).
 func (l *Ledger) grant(ri int32, borrowed bool) {
@@ -675,7 +711,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	sc := &l.st.Scopes[r.Scope]
-	if sc.CoolPolicy > now || sc.CoolAll > now {
+	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now {
 		return false
 	}
 	for d := range numDims {
@@ -780,8 +816,12 @@ func (l *Ledger) granted(ri int32, borrowed bool) {
 }
 
 // settle ends a grant: each bucket gets back its estimate minus the actual
-// usage (negative: debt) and its held amount drops by the estimate.
-func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state uint8) {
+// usage (negative: debt) and its held amount drops by the estimate. A
+// max_tokens_on_arrival bucket keeps its whole charge when the attempt was
+// sent (the provider counted it on arrival): it only takes overage as
+// debt. sent is false when the attempt never reached the provider's
+// counter (provider-rejected, released without usage, retried unsettled).
+func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state uint8, sent bool) {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
@@ -802,6 +842,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			act := actual[sp.dim]
 			if sp.exclCached {
 				act = max(0, act-cached)
+			}
+			if sp.arrival && sent {
+				act = max(act, a)
 			}
 			b.Held -= a
 			if sp.kind == kToken {
@@ -876,7 +919,7 @@ func (l *Ledger) expireHolds(out []Output) []Output {
 			r := &l.st.Res[h]
 			actual := r.Need
 			actual[dConcurrency] = 0
-			l.settle(h, &actual, r.Cached, stExpired)
+			l.settle(h, &actual, r.Cached, stExpired, true)
 			l.st.Stats.Abandoned++
 			out = l.emit(out, r, schemas.Decision{
 				Status: schemas.StatusHoldExpired, Reason: schemas.ReasonHoldAbandoned,
@@ -930,7 +973,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
-		l.settle(ri, &actual, cached, stReconciled)
+		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
 	case stQueued:
 		return l.cancel(ri, out)
@@ -955,7 +998,7 @@ func (l *Ledger) release(ev *schemas.Event, out []Output) []Output {
 		if in+o > 0 {
 			actual[dSpend] = r.Need[dSpend]
 		}
-		l.settle(ri, &actual, 0, stReleased)
+		l.settle(ri, &actual, 0, stReleased, in+o > 0)
 		l.st.Stats.Released++
 	case stQueued:
 		return l.cancel(ri, out)

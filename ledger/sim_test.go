@@ -340,6 +340,9 @@ func (a *auditor) deadlineRule(l *Ledger, wk resKey) {
 			u.ExpireMs+uOff >= w.ExpireMs+wOff {
 			continue
 		}
+		if l.stormHold(u, sc) > now {
+			continue // held back by the storm hold: w has less slack (least slack first)
+		}
 		if wouldBorrow(l, u) {
 			continue // reclaim: a waiter within its baseline goes before a borrower
 		}

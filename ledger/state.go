@@ -83,7 +83,8 @@ const (
 	fRejected
 	fEmergency
 	fRetry
-	fGuard // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
+	fGuard   // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
+	fOwnWait // the request named its own max wait: a provider cooldown does not extend it
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
@@ -164,6 +165,7 @@ type res struct {
 	Path      [maxPath]int32 `json:"p"`
 	Need      [numDims]int64 `json:"nd8"`
 	Cached    int64          `json:"ca,omitempty"`
+	MaxOut    int64          `json:"mo,omitempty"` // output a max_tokens_on_arrival bucket charges, ≥ Need[dOutput] (0 in old snapshots: Need[dOutput])
 	FP        uint64         `json:"fp,omitempty"`
 	Seq       int64          `json:"q,omitempty"`
 	Key       int64          `json:"key,omitempty"` // queue order, µs
@@ -222,6 +224,11 @@ type scopeState struct {
 	RetryMilli      int64          `json:"retry_milli"` // retry credits × 1000
 	WakeMs          int64          `json:"wake_ms"`     // next time a pump may change something; 0 none
 	Dirty           bool           `json:"dirty,omitempty"`
+	// RecoverMs: until then the scope recovers from a provider 429 and
+	// holds back waiters whose deadline leaves more than RecoverSlackMs
+	// (the storm hold, Config.Cooldown.StormHoldAttempts).
+	RecoverMs      int64 `json:"recover_ms,omitempty"`
+	RecoverSlackMs int64 `json:"recover_slack_ms,omitempty"`
 	// Rescued counts grants made, since an aged waiter of a lower class was
 	// last granted, to higher-class waiters that went ahead of it because
 	// their expiry was earlier (deadline rescue; at most Config.RescueMax).

@@ -60,7 +60,8 @@ func goldenEvents() []Event {
 		GatewayDecision: GDQueuedThenAdmitted, InputTokens: 1100, OutputTokens: 300}
 	out = append(out, e)
 	e = env(TypeConfigChanged)
-	e.ConfigChanged = &ConfigChanged{ConfigVersion: "v7", Source: "deploy/examples/sluice.yaml", Ledger: []byte(`{"scopes":[]}`)}
+	e.ConfigChanged = &ConfigChanged{ConfigVersion: "v7", Source: "admin-api", Actor: "operator:alice", Reason: "incident 42",
+		Ledger: []byte(`{"scopes":[]}`), Change: "key.pause tenant=acme key=acme-app", Admission: []byte(`{"version":7}`)}
 	out = append(out, e)
 	e = env(TypeTick)
 	e.Tick = &Tick{Reason: "queue"}

@@ -113,6 +113,12 @@ type ReserveRequested struct {
 	OutputTokens      int64 `json:"output_tokens"`       // reserved completion tokens
 	SpendMicros       int64 `json:"spend_micros"`        // estimated cost, micro-units
 
+	// MaxOutputTokens is the output a provider that counts max_tokens on
+	// arrival (OpenAI, Azure) charges for this request: its max_tokens.
+	// 0 means OutputTokens. Only ledger buckets with accounting
+	// max_tokens_on_arrival charge it.
+	MaxOutputTokens int64 `json:"max_output_tokens,omitempty"`
+
 	Streaming bool  `json:"streaming,omitempty"`
 	Priority  int32 `json:"priority,omitempty"` // higher first within a class
 	// MaxWaitMs is how long the request may wait in a queue, counted from the
@@ -307,6 +313,15 @@ type ConfigChanged struct {
 	Actor  string `json:"actor,omitempty"`
 	Reason string `json:"reason,omitempty"`
 	Ledger []byte `json:"ledger"` // JSON document, base64 on the wire
+	// Change says in one line what an admin API change did (e.g.
+	// "key.revoke tenant=acme key=acme-app"), for the audited history.
+	Change string `json:"change,omitempty"`
+	// Admission is the admin API's document (tenants, teams, keys as
+	// SHA-256 hashes, partners; services/admin.State as JSON). It travels
+	// only on the admin topic that gateways read, never on sluice.requests:
+	// the ledger needs only Ledger, and the request log is copied to
+	// analytics whole.
+	Admission []byte `json:"admission,omitempty"`
 }
 
 // Tick advances a partition's clock through the log while work is pending.

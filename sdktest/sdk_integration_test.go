@@ -62,6 +62,9 @@ func TestOfficialSDKs(t *testing.T) {
 		}
 	}
 	t.Run("api", func(t *testing.T) { pytest(t, "test_sdk.py") })
+	// The Responses API, legacy completions, n choices, tool calls and
+	// structured output.
+	t.Run("surface", func(t *testing.T) { pytest(t, "test_sdk_surface.py") })
 	// Provider errors that can never succeed, at the SDKs' default retry
 	// settings: one attempt each (-s prints the count and the time taken).
 	t.Run("final errors", func(t *testing.T) { pytest(t, "test_sdk_final.py", "-s") })
@@ -107,6 +110,8 @@ providers:
   - {name: sim-anthropic-daily, kind: anthropic, scope: sim-anthropic-daily, base_url: %[1]s/anthropic/v1}
 routes:
   - {model: gpt-4o-mini, provider: sim-openai}
+  - {model: o4-mini, provider: sim-openai}
+  - {model: gpt-3.5-turbo-instruct, provider: sim-openai}
   - {model: text-embedding-3-small, provider: sim-openai}
   - {model: claude-sonnet-4-5, provider: sim-anthropic}
   - {model: gemini-daily, provider: sim-gemini-daily}

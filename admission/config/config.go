@@ -64,6 +64,7 @@ type Config struct {
 	// ConfigChanged event to every partition.
 	Ledger yaml.Node `yaml:"ledger"`
 
+	raw        []byte // the file as read, for WithAdmission
 	ledgerJSON []byte
 	classes    map[string]bool
 	lateMs     map[string]int64     // class → late-grant bound
@@ -234,6 +235,7 @@ func Load(r io.Reader) (*Config, error) {
 	if err := c.finish(os.Getenv); err != nil {
 		return nil, err
 	}
+	c.raw = data
 	return &c, nil
 }
 

@@ -60,6 +60,10 @@ type Estimate struct {
 	// MaxTokens repeats the request's max output (0 if unset); some
 	// providers (Azure OpenAI) charge it against their token limit up front.
 	MaxTokens int64
+	// ArrivalOutputTokens is the output such a provider charges when the
+	// request arrives: MaxTokens for each of the n choices (0 if unset).
+	ArrivalOutputTokens int64
+
 	Streaming bool
 	Encoding  string // tokenizer used, e.g. "o200k_base" or "cl100k_base*1.15"
 	// Approximate is true when the count is not exact tokenizer output for
@@ -240,7 +244,8 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 	var text, media int64 // media: images etc., not scaled by the factor
 	approx := false
 
-	if req.Format == FormatEmbeddings {
+	if req.Format == FormatEmbeddings || req.Format == FormatOpenAICompletions {
+		// Raw text, no chat framing: embeddings inputs, legacy prompts.
 		for _, s := range req.Input {
 			text += c.count(s)
 		}
@@ -297,6 +302,7 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 		if req.N > 1 {
 			out.OutputTokens *= req.N
 		}
+		out.ArrivalOutputTokens = req.MaxTokens * max(1, req.N)
 	}
 	return out
 }

@@ -54,3 +54,21 @@ func FuzzParseEmbeddings(f *testing.F) {
 		`{"model":"x","input":[-1]}`,
 	})
 }
+
+func FuzzParseOpenAIResponses(f *testing.F) {
+	fuzzParser(f, ParseOpenAIResponses, []string{
+		`{"model":"gpt-4o","input":"hi"}`,
+		`{"model":"o4-mini","instructions":"be brief","input":[{"role":"user","content":[{"type":"input_text","text":"x"},{"type":"input_image","image_url":"data:image/png;base64,iVBORw0KGgo=","detail":"low"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"1"},{"type":"reasoning","summary":[{"type":"summary_text","text":"r"}]},{"type":"item_reference","id":"i"}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}],"text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}}},"max_output_tokens":64,"stream":true}`,
+		`{"model":"gpt-4o","input":[{"content":"x"}],"max_output_tokens":0}`,
+		`{"model":"gpt-4o","input":7}`,
+	})
+}
+
+func FuzzParseOpenAICompletions(f *testing.F) {
+	fuzzParser(f, ParseOpenAICompletions, []string{
+		`{"model":"gpt-3.5-turbo-instruct","prompt":"Say this is a test"}`,
+		`{"model":"gpt-3.5-turbo-instruct","prompt":["a","b"],"suffix":"z","max_tokens":7,"n":2,"best_of":3,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"model":"davinci-002","prompt":[[1,2],[3]]}`,
+		`{"model":"davinci-002","prompt":[1,-2],"n":3,"best_of":2}`,
+	})
+}

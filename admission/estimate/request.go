@@ -47,14 +47,16 @@ func (e *RequestError) Error() string {
 	return e.Code + " (" + e.Param + "): " + e.Message
 }
 
-// Request is what estimation needs from a chat, messages or embeddings body.
+// Request is what estimation needs from a chat, messages, embeddings,
+// Responses API or legacy completions body.
 // Fields the estimator does not need are not kept; the gateway forwards the
 // original body untouched.
 type Request struct {
 	Format Format
 	Model  string
-	// System holds Anthropic's top-level system prompt. OpenAI system and
-	// developer prompts stay in Messages with their role.
+	// System holds a top-level system prompt: Anthropic's system, the
+	// Responses API's instructions. OpenAI chat system and developer
+	// prompts stay in Messages with their role.
 	System   []Part
 	Messages []Message
 	Tools    []Tool
@@ -63,11 +65,14 @@ type Request struct {
 	// MaxTokens is max_completion_tokens, else max_tokens (OpenAI), or
 	// max_tokens (Anthropic, required). 0 means not set.
 	MaxTokens int64
-	// N is the number of choices asked for (OpenAI n); at least 1.
+	// N is the number of outputs the provider generates, which the
+	// reservation multiplies: chat's n; for legacy completions max(n,
+	// best_of) × prompts. At least 1.
 	N            int64
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage
-	// Embeddings input: text inputs, and token-array inputs already counted.
+	// Embeddings input and legacy completions prompts (and suffix): text
+	// inputs, and token-array inputs already counted.
 	Input       []string
 	InputTokens int64
 }

@@ -44,6 +44,10 @@ type Request struct {
 	// FallbackAllowed: the client allows fallback.
 	FallbackAllowed bool
 	Estimate        Usage
+	// MaxOutputTokens is what a provider that counts max_tokens on arrival
+	// charges for the output (estimate.Estimate.ArrivalOutputTokens; 0:
+	// the output estimate).
+	MaxOutputTokens int64
 	Streaming       bool
 	// PromptFamily groups requests by system prompt and tools for the
 	// estimation-error analytics (computed by the shell).
@@ -627,6 +631,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		InputTokens:       e.InputTokens,
 		CachedInputTokens: e.CachedInputTokens,
 		OutputTokens:      e.OutputTokens,
+		MaxOutputTokens:   l.req.MaxOutputTokens,
 		SpendMicros:       t.SpendMicros(e.InputTokens, e.OutputTokens),
 		Streaming:         l.req.Streaming,
 		Priority:          l.req.Priority,

@@ -81,7 +81,7 @@ func FuzzParseRejection(f *testing.F) {
 
 func FuzzStreamUsage(f *testing.F) {
 	for _, name := range []string{"openai_stream_include_usage.sse", "openai_stream_cut.sse", "anthropic_stream.sse",
-		"anthropic_stream_cut.sse", "gemini_stream.sse"} {
+		"anthropic_stream_cut.sse", "gemini_stream.sse", "openai_responses_stream.sse", "openai_completions_stream.sse"} {
 		for _, ev := range loadSSE(f, name) {
 			f.Add(string(ev.event), ev.data)
 		}

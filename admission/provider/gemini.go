@@ -17,21 +17,45 @@ import (
 // other parts never goes to a Gemini candidate (see GeminiTranslatable).
 
 // GeminiTranslatable reports whether a chat request maps onto Gemini.
-func GeminiTranslatable(req estimate.Request) bool {
-	if len(req.Tools) > 0 || req.N > 1 || (req.ResponseFormat != nil && req.ResponseFormat.Type != "text") {
-		return false
+func GeminiTranslatable(req estimate.Request) bool { return len(GeminiUntranslatable(req)) == 0 }
+
+// geminiReasonsMax bounds the reasons GeminiUntranslatable lists (the
+// first of each kind say enough).
+const geminiReasonsMax = 8
+
+// GeminiUntranslatable lists what of a chat request the translation to
+// generateContent does not carry, each naming the field: tools, n > 1,
+// structured response_format, tool calls and tool results in the
+// history, non-text content parts. Empty: the request translates.
+func GeminiUntranslatable(req estimate.Request) []string {
+	var why []string
+	if n := len(req.Tools); n > 0 {
+		why = append(why, fmt.Sprintf("tools (%d given)", n))
 	}
-	for _, m := range req.Messages {
-		if len(m.ToolCalls) > 0 || m.Role == "tool" || m.Role == "function" {
-			return false
+	if req.N > 1 {
+		why = append(why, fmt.Sprintf("n > 1 (n = %d)", req.N))
+	}
+	if rf := req.ResponseFormat; rf != nil && rf.Type != "text" {
+		why = append(why, fmt.Sprintf("response_format of type %q", rf.Type))
+	}
+	for i, m := range req.Messages {
+		if len(why) >= geminiReasonsMax {
+			break
 		}
-		for _, p := range m.Parts {
+		switch {
+		case len(m.ToolCalls) > 0:
+			why = append(why, fmt.Sprintf("tool calls in messages[%d]", i))
+		case m.Role == "tool" || m.Role == "function":
+			why = append(why, fmt.Sprintf("a %s message (messages[%d])", m.Role, i))
+		}
+		for j, p := range m.Parts {
 			if p.Type != estimate.PartText {
-				return false
+				why = append(why, fmt.Sprintf("%s content (messages[%d].content[%d])", p.Type, i, j))
+				break // one per message
 			}
 		}
 	}
-	return true
+	return why
 }
 
 type geminiPart struct {

@@ -300,6 +300,7 @@ func TestParseUsage(t *testing.T) {
 		{"openai_chat_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 2006, CachedInputTokens: 1920, OutputTokens: 300}},
 		{"openai_reasoning_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 75, OutputTokens: 1186, ReasoningTokens: 1024}},
 		{"openai_embeddings_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 8}},
+		{"openai_responses_200.http", schemas.ProviderOpenAI, Usage{InputTokens: 36, OutputTokens: 387, ReasoningTokens: 320}},
 		{"azure_chat_200.http", schemas.ProviderAzure, Usage{InputTokens: 12, OutputTokens: 3}},
 		{"anthropic_messages_200.http", schemas.ProviderAnthropic, Usage{InputTokens: 12 + 1500 + 2048, CachedInputTokens: 2048, CacheWriteInputTokens: 1500, OutputTokens: 6}},
 		{"gemini_200.http", schemas.ProviderGemini, Usage{InputTokens: 1041, CachedInputTokens: 1024, OutputTokens: 204, ReasoningTokens: 200}},
@@ -334,6 +335,11 @@ func TestStreamUsage(t *testing.T) {
 		// Cut after message_start: input known; output from deltas (57 bytes → 15).
 		{"anthropic_stream_cut.sse", schemas.ProviderAnthropic, Usage{InputTokens: 472, OutputTokens: 15}, true, false},
 		{"gemini_stream.sse", schemas.ProviderGemini, Usage{InputTokens: 9, OutputTokens: 10}, false, true},
+		// Responses API: response.completed's usage, reasoning included.
+		{"openai_responses_stream.sse", schemas.ProviderOpenAI, Usage{InputTokens: 12, OutputTokens: 70, ReasoningTokens: 64}, false, true},
+		// Cut after two text deltas ("Hello", " there!": 12 bytes) → max(2, 3) = 3.
+		{"openai_responses_stream_cut.sse", schemas.ProviderOpenAI, Usage{OutputTokens: 3}, true, false},
+		{"openai_completions_stream.sse", schemas.ProviderOpenAI, Usage{InputTokens: 5, OutputTokens: 4}, false, true},
 	}
 	for _, tt := range tests {
 		s := NewStreamUsage(tt.kind)

@@ -19,9 +19,11 @@ type API int
 
 // APIs the gateway serves.
 const (
-	APIChat       API = iota // POST /v1/chat/completions (OpenAI)
-	APIEmbeddings            // POST /v1/embeddings (OpenAI)
-	APIMessages              // POST /v1/messages (Anthropic)
+	APIChat        API = iota // POST /v1/chat/completions (OpenAI)
+	APIEmbeddings             // POST /v1/embeddings (OpenAI)
+	APIMessages               // POST /v1/messages (Anthropic)
+	APIResponses              // POST /v1/responses (OpenAI Responses API)
+	APICompletions            // POST /v1/completions (OpenAI legacy completions)
 )
 
 func (a API) String() string {
@@ -30,19 +32,39 @@ func (a API) String() string {
 		return "chat"
 	case APIEmbeddings:
 		return "embeddings"
+	case APIResponses:
+		return "responses"
+	case APICompletions:
+		return "completions"
 	}
 	return "messages"
 }
 
+// Path is the API's client-facing path.
+func (a API) Path() string {
+	switch a {
+	case APIChat:
+		return "/v1/chat/completions"
+	case APIEmbeddings:
+		return "/v1/embeddings"
+	case APIResponses:
+		return "/v1/responses"
+	case APICompletions:
+		return "/v1/completions"
+	}
+	return "/v1/messages"
+}
+
 // Serves reports whether a provider kind can answer this API: OpenAI-shaped
-// requests go to OpenAI, Azure and OpenAI-compatible providers (and chat to
-// Gemini, translated); Anthropic messages only to Anthropic. Bodies are
-// passed through, so no other translation is attempted.
+// requests (chat, embeddings, responses, completions) go to OpenAI, Azure
+// and OpenAI-compatible providers, and chat also to Gemini, translated;
+// Anthropic messages only to Anthropic. Bodies are passed through, so no
+// other translation is attempted.
 func (a API) Serves(kind schemas.ProviderKind) bool {
 	switch a {
 	case APIChat:
 		return kind != schemas.ProviderAnthropic
-	case APIEmbeddings:
+	case APIEmbeddings, APIResponses, APICompletions:
 		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
 	}
 	return kind == schemas.ProviderAnthropic
@@ -51,7 +73,26 @@ func (a API) Serves(kind schemas.ProviderKind) bool {
 // CanServe reports whether a provider of kind can answer req sent to API
 // a: it speaks the API and, for Gemini, the request translates.
 func CanServe(a API, kind schemas.ProviderKind, req estimate.Request) bool {
-	return a.Serves(kind) && (kind != schemas.ProviderGemini || GeminiTranslatable(req))
+	return Unsupported(a, kind, req) == ""
+}
+
+// Unsupported says what keeps a provider of kind from answering req sent
+// to API a ("" = nothing): the API itself, or for Gemini each part of the
+// request that does not translate to generateContent. It is the text of
+// the client's unsupported_api error, so it names the fields.
+func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request) string {
+	if !a.Serves(kind) {
+		if kind == schemas.ProviderGemini {
+			return "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); " + a.Path() + " is not translated"
+		}
+		return "a provider of kind " + string(kind) + " does not speak " + a.Path()
+	}
+	if kind == schemas.ProviderGemini {
+		if why := GeminiUntranslatable(req); len(why) > 0 {
+			return "the translation to Gemini generateContent does not support " + strings.Join(why, "; ")
+		}
+	}
+	return ""
 }
 
 // Attempt is what one upstream attempt is built from.
@@ -91,25 +132,27 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
 	case p.Kind == schemas.ProviderAnthropic:
 		u = base + "/messages"
+	case p.Kind == schemas.ProviderAzure && a.API == APIResponses:
+		// Azure serves the Responses API only on its v1 surface, with the
+		// deployment in the body's model (no deployment in the path).
+		u = base + "/openai/v1/responses"
 	case p.Kind == schemas.ProviderAzure:
-		op := "/chat/completions"
-		if a.API == APIEmbeddings {
-			op = "/embeddings"
-		}
-		u = base + "/openai/deployments/" + url.PathEscape(p.Deployment) + op + "?api-version=" + url.QueryEscape(p.APIVersion)
+		u = base + "/openai/deployments/" + url.PathEscape(p.Deployment) + openAIOp(a.API) + "?api-version=" + url.QueryEscape(p.APIVersion)
 	default:
-		op := "/chat/completions"
-		if a.API == APIEmbeddings {
-			op = "/embeddings"
-		}
-		u = base + op
+		u = base + openAIOp(a.API)
 	}
 	if p.Kind != schemas.ProviderGemini {
 		set := map[string]any{}
-		if a.UpstreamModel != req.Model {
-			set["model"] = a.UpstreamModel
+		model := a.UpstreamModel
+		if p.Kind == schemas.ProviderAzure && a.API == APIResponses && p.Deployment != "" {
+			model = p.Deployment
 		}
-		if a.API == APIChat && req.Stream && !req.IncludeUsage {
+		if model != req.Model {
+			set["model"] = model
+		}
+		// Chat and legacy completions report a stream's usage only when
+		// asked; the Responses API always does (response.completed).
+		if (a.API == APIChat || a.API == APICompletions) && req.Stream && !req.IncludeUsage {
 			forcedUsage = true
 			set["stream_options"] = streamOptionsWithUsage(body)
 		}
@@ -155,6 +198,19 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		}
 	}
 	return up, forcedUsage, nil
+}
+
+// openAIOp is the path of API a under an OpenAI-style base URL.
+func openAIOp(a API) string {
+	switch a {
+	case APIEmbeddings:
+		return "/embeddings"
+	case APIResponses:
+		return "/responses"
+	case APICompletions:
+		return "/completions"
+	}
+	return "/chat/completions"
 }
 
 // setFields replaces top-level fields of a JSON object. The parsers already

@@ -48,6 +48,8 @@ func TestNewRequest(t *testing.T) {
 	chatStream := `{"model":"m","stream":true,"stream_options":{"other":1},"messages":[{"role":"user","content":"hi"}]}`
 	messages := `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	embeddings := `{"model":"m","input":"hi"}`
+	responses := `{"model":"m","input":"hi","stream":true}`
+	completions := `{"model":"m","prompt":"hi","stream":true}`
 	tests := []struct {
 		name, provider string
 		api            API
@@ -71,6 +73,14 @@ func TestNewRequest(t *testing.T) {
 			header: map[string]string{"api-key": testKey, "Authorization": ""}},
 		{name: "azure embeddings", provider: "az", api: APIEmbeddings, body: embeddings, upstream: "m",
 			url: "https://x.openai.azure.com/openai/deployments/gpt%204o/embeddings?api-version=2024-10-21"},
+		{name: "openai responses stream, usage not forced", provider: "oa", api: APIResponses, body: responses, upstream: "o4-mini",
+			url: "https://api.openai.com/v1/responses", header: map[string]string{"Accept": "text/event-stream"}, bodyHas: []string{`"model":"o4-mini"`}},
+		{name: "openai completions stream, usage forced", provider: "oa", api: APICompletions, body: completions, upstream: "m",
+			url: "https://api.openai.com/v1/completions", bodyHas: []string{`"include_usage":true`}, forced: true},
+		{name: "azure responses on the v1 surface, deployment as model", provider: "az", api: APIResponses, body: responses, upstream: "m",
+			url: "https://x.openai.azure.com/openai/v1/responses", header: map[string]string{"api-key": testKey}, bodyHas: []string{`"model":"gpt 4o"`}},
+		{name: "azure completions", provider: "az", api: APICompletions, body: completions, upstream: "m",
+			url: "https://x.openai.azure.com/openai/deployments/gpt%204o/completions?api-version=2024-10-21", forced: true},
 		{name: "anthropic messages, beta forwarded", provider: "an", api: APIMessages, body: messages, upstream: "claude", beta: "tools-2024",
 			url:     "https://api.anthropic.com/v1/messages",
 			header:  map[string]string{"x-api-key": testKey, "anthropic-version": "2023-06-01", "anthropic-beta": "tools-2024", "Authorization": ""},
@@ -154,6 +164,10 @@ func TestCanServe(t *testing.T) {
 		{APIEmbeddings, "gemini", text, false},
 		{APIMessages, "anthropic", text, true},
 		{APIMessages, "openai", text, false},
+		{APIResponses, "azure", text, true},
+		{APIResponses, "gemini", text, false},
+		{APICompletions, "anthropic", text, false},
+		{APICompletions, "openai_compatible", text, true},
 	}
 	for _, tc := range tests {
 		if got := CanServe(tc.api, tc.kind, tc.req); got != tc.want {
@@ -168,6 +182,45 @@ func parseFor(a API, body string) (estimate.Request, error) {
 		return estimate.ParseEmbeddings([]byte(body))
 	case APIMessages:
 		return estimate.ParseAnthropicMessages([]byte(body))
+	case APIResponses:
+		return estimate.ParseOpenAIResponses([]byte(body))
+	case APICompletions:
+		return estimate.ParseOpenAICompletions([]byte(body))
 	}
 	return estimate.ParseOpenAIChat([]byte(body))
+}
+
+// TestUnsupported: the unsupported_api error names exactly what keeps a
+// provider from a request.
+func TestUnsupported(t *testing.T) {
+	chat := func(body string) estimate.Request {
+		r, err := estimate.ParseOpenAIChat([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	text := chat(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+	all := chat(`{"model":"m","n":2,"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"},
+		"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"c","content":"1"}]}`)
+	tests := []struct {
+		api  API
+		kind Kind
+		req  estimate.Request
+		want string
+	}{
+		{APIChat, "gemini", text, ""},
+		{APIChat, "gemini", all, "the translation to Gemini generateContent does not support tools (1 given); n > 1 (n = 2); " +
+			`response_format of type "json_object"; image content (messages[0].content[1]); tool calls in messages[1]; a tool message (messages[2])`},
+		{APIResponses, "gemini", text, "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); /v1/responses is not translated"},
+		{APIMessages, "openai", text, "a provider of kind openai does not speak /v1/messages"},
+		{APICompletions, "openai", text, ""},
+	}
+	for _, tc := range tests {
+		if got := Unsupported(tc.api, tc.kind, tc.req); got != tc.want {
+			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
+		}
+	}
 }

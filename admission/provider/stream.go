@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -18,6 +19,11 @@ import (
 //   - Anthropic events: message_start (message.usage: input_tokens, cache
 //     reads/writes, initial output_tokens), message_delta (usage.output_tokens,
 //     cumulative), content_block_delta (fallback count), message_stop.
+//   - OpenAI legacy completions chunks: choices[].text deltas, the same
+//     final usage chunk.
+//   - OpenAI Responses API events: response.completed (or incomplete,
+//     failed) carries the response's usage (authoritative, reasoning
+//     tokens included); *.delta events are the fallback count.
 //   - Gemini streamGenerateContent chunks: the latest usageMetadata
 //     (cumulative); a candidate with finishReason plus usageMetadata ends it.
 //
@@ -41,6 +47,7 @@ func NewStreamUsage(kind Kind) *StreamUsage { return &StreamUsage{kind: kind} }
 type openAIChunk struct {
 	Usage   *openAIUsage `json:"usage"`
 	Choices []struct {
+		Text  string `json:"text"` // legacy completions
 		Delta *struct {
 			Content          string `json:"content"`
 			Refusal          string `json:"refusal"`
@@ -96,7 +103,57 @@ func (s *StreamUsage) Feed(event, data []byte) {
 	case schemas.ProviderGemini:
 		s.feedGemini(data)
 	default:
+		if isResponsesEvent(event, data) {
+			s.feedResponses(data)
+			return
+		}
 		s.feedOpenAI(data)
+	}
+}
+
+// responsesEvent is one Responses API stream event: a delta (text,
+// refusal, reasoning, function-call arguments) or the response it ends
+// with (response.completed / incomplete / failed carry the usage).
+type responsesEvent struct {
+	Type     string `json:"type"`
+	Delta    any    `json:"delta"` // a string for every delta this counts
+	Response *struct {
+		Usage *openAIUsage `json:"usage"`
+	} `json:"response"`
+}
+
+// isResponsesEvent tells a Responses API event from a chat or completions
+// chunk: OpenAI names every Responses event (`event: response.…`); a
+// stream without event names is recognised by its leading type.
+func isResponsesEvent(event, data []byte) bool {
+	if len(event) > 0 {
+		return bytes.HasPrefix(event, []byte("response.")) || bytes.Equal(event, []byte("error"))
+	}
+	return bytes.HasPrefix(data, []byte(`{"type":"response.`))
+}
+
+func (s *StreamUsage) feedResponses(data []byte) {
+	if len(data) == 0 || data[0] != '{' {
+		return
+	}
+	var ev responsesEvent
+	if json.Unmarshal(data, &ev) != nil {
+		return
+	}
+	switch ev.Type {
+	case "response.completed", "response.incomplete", "response.failed":
+		s.finished = true
+		if ev.Response != nil && ev.Response.Usage != nil {
+			if u, ok := ev.Response.Usage.normalise(); ok {
+				s.usage, s.reported, s.inputKnown = u, true, true
+			}
+		}
+	case "error":
+		s.finished = true
+	default:
+		if d, ok := ev.Delta.(string); ok && strings.HasSuffix(ev.Type, ".delta") {
+			s.delta(d)
+		}
 	}
 }
 
@@ -121,6 +178,7 @@ func (s *StreamUsage) feedOpenAI(data []byte) {
 		return
 	}
 	for _, ch := range c.Choices {
+		s.delta(ch.Text)
 		d := ch.Delta
 		if d == nil {
 			continue

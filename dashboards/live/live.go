@@ -2,9 +2,11 @@
 // websocket → live quota page). It reads sluice.requests, sluice.decisions
 // and sluice.telemetry (read_committed, from the end, no consumer group: a
 // view is a projection and never commits), keeps rolling per scope /
-// tenant / key / class counters over the last 60 s, and serves them as
-// JSON (/api/snapshot), as a websocket stream (/ws, a snapshot every
-// 500 ms) and as a self-contained HTML page (/).
+// tenant / key / class counters over the last 60 s (with their per-second
+// timeline, which the page draws as charts), and serves them as JSON
+// (/api/snapshot), as a websocket stream (/ws, a snapshot every 500 ms)
+// and as a self-contained HTML page (/). `sluice dev` embeds it; `sluice
+// view` runs it alone against a Kafka cluster.
 //
 // Security (dashboards/README.md): a request that presents an API key sees
 // only that key's tenant; a request without one is the operator view and
@@ -39,6 +41,10 @@ import (
 //go:embed static/index.html
 var indexHTML []byte
 
+// closeCredentialInvalid is the websocket close code of a stream whose
+// credential stopped being valid.
+const closeCredentialInvalid = 4401
+
 // Config configures a live view.
 type Config struct {
 	Brokers []string
@@ -56,11 +62,15 @@ type Config struct {
 	// requests whose Host is a loopback name (DNS-rebinding guard).
 	OperatorToken string
 
-	Window       time.Duration    // rolling window, default 60 s
-	PushInterval time.Duration    // websocket push period, default 500 ms
-	WriteTimeout time.Duration    // per websocket frame, default 2 s; slower clients are dropped
-	MaxClients   int              // concurrent websocket clients, default 256
-	Now          func() time.Time // clock (tests), default time.Now
+	Window       time.Duration // rolling window, default 60 s
+	PushInterval time.Duration // websocket push period, default 500 ms
+	WriteTimeout time.Duration // per websocket frame, default 2 s; slower clients are dropped
+	MaxClients   int           // concurrent websocket clients, default 256
+	// RecheckInterval is how often an open websocket's credential is
+	// looked up again (default 5 s): a revoked or disabled key loses the
+	// stream within it.
+	RecheckInterval time.Duration
+	Now             func() time.Time // clock (tests), default time.Now
 }
 
 // View is a running live view: an http.Handler plus its Kafka consumer.
@@ -105,6 +115,9 @@ func New(cfg Config) *View {
 	if cfg.MaxClients <= 0 {
 		cfg.MaxClients = 256
 	}
+	if cfg.RecheckInterval <= 0 {
+		cfg.RecheckInterval = 5 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -144,16 +157,21 @@ func (v *View) Start(ctx context.Context) error {
 	defer adm.Close()
 	topics := []string{v.cfg.Topics.Requests, v.cfg.Topics.Decisions, v.cfg.Topics.Telemetry}
 	// Topics created a moment ago may not be in every broker's metadata
-	// yet: look again for a few seconds before calling them missing.
+	// yet, and a partition whose leader is being elected answers with an
+	// error: look again for a few seconds. A partition left out here would
+	// never be read (a tenant's traffic on it would be missing from the
+	// view), so every partition must have answered.
 	var starts map[string]map[int32]kgo.Offset
+	var failed []string
 	for wait := time.Now().Add(10 * time.Second); ; {
 		ends, err := kadm.NewClient(adm).ListEndOffsets(ctx, topics...)
 		if err != nil {
 			return fmt.Errorf("live: list end offsets: %w", err)
 		}
-		starts = map[string]map[int32]kgo.Offset{}
+		starts, failed = map[string]map[int32]kgo.Offset{}, nil
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Err != nil || o.Partition < 0 {
+				failed = append(failed, fmt.Sprintf("%s[%d]: %v", o.Topic, o.Partition, o.Err))
 				return
 			}
 			if starts[o.Topic] == nil {
@@ -161,7 +179,7 @@ func (v *View) Start(ctx context.Context) error {
 			}
 			starts[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
 		})
-		if len(starts) == len(topics) || time.Now().After(wait) || ctx.Err() != nil {
+		if (len(starts) == len(topics) && len(failed) == 0) || time.Now().After(wait) || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -170,6 +188,9 @@ func (v *View) Start(ctx context.Context) error {
 		if len(starts[t]) == 0 {
 			return fmt.Errorf("live: topic %s has no partitions (run `sluice topics ensure`)", t)
 		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("live: partitions without an end offset: %s", strings.Join(failed, "; "))
 	}
 	cons, err := kgo.NewClient(bus.Opts(v.cfg.Brokers,
 		kgo.ConsumePartitions(starts),
@@ -266,7 +287,20 @@ type principal struct {
 	tenant   string
 }
 
-var errUnauthorized = errors.New("unauthorized")
+// authError is why a viewer was refused: a stable code for the page and a
+// sentence for people. The page stops reconnecting on any of them (a
+// wrong key does not become right by retrying).
+type authError struct{ code, msg string }
+
+func (e *authError) Error() string { return e.msg }
+
+var (
+	errBadScheme = &authError{"invalid_authorization", "the Authorization header must be \"Bearer <API key or operator token>\""}
+	errBadBearer = &authError{"invalid_credential", "this API key or operator token is not valid"}
+	errBadKey    = &authError{"invalid_api_key", "this API key is not valid (unknown, revoked or disabled)"}
+	errBadToken  = &authError{"invalid_operator_token", "this operator token is not valid"}
+	errNoCred    = &authError{"credential_required", "present an API key (tenant view) or the operator token"}
+)
 
 // authenticate resolves the viewer. Credentials: "Authorization: Bearer X"
 // (X = operator token or an API key); on the websocket, whose browser API
@@ -276,7 +310,7 @@ func (v *View) authenticate(r *http.Request, allowQuery bool) (principal, error)
 	if h := r.Header.Get("Authorization"); h != "" {
 		const pfx = "bearer "
 		if len(h) <= len(pfx) || !strings.EqualFold(h[:len(pfx)], pfx) {
-			return principal{}, errUnauthorized
+			return principal{}, errBadScheme
 		}
 		bearer = strings.TrimSpace(h[len(pfx):])
 	}
@@ -290,21 +324,27 @@ func (v *View) authenticate(r *http.Request, allowQuery bool) (principal, error)
 		if v.isOperatorToken(bearer) {
 			return principal{operator: true}, nil
 		}
-		return v.tenantFor(bearer)
+		if p, ok := v.tenantFor(bearer); ok {
+			return p, nil
+		}
+		return principal{}, errBadBearer
 	case key != "":
-		return v.tenantFor(key)
+		if p, ok := v.tenantFor(key); ok {
+			return p, nil
+		}
+		return principal{}, errBadKey
 	case token != "":
 		if v.isOperatorToken(token) {
 			return principal{operator: true}, nil
 		}
-		return principal{}, errUnauthorized
+		return principal{}, errBadToken
 	}
 	// No credential: the operator view, open only without a token and only
 	// to loopback Host names.
 	if v.cfg.OperatorToken == "" && loopbackHost(r.Host) {
 		return principal{operator: true}, nil
 	}
-	return principal{}, errUnauthorized
+	return principal{}, errNoCred
 }
 
 func (v *View) isOperatorToken(s string) bool {
@@ -314,27 +354,38 @@ func (v *View) isOperatorToken(s string) bool {
 
 // tenantFor maps an API key to its tenant view; an unknown key is refused
 // (never widened to the operator view).
-func (v *View) tenantFor(key string) (principal, error) {
+func (v *View) tenantFor(key string) (principal, bool) {
 	if v.cfg.Lookup == nil {
-		return principal{}, errUnauthorized
+		return principal{}, false
 	}
 	tenant, ok := v.cfg.Lookup(key)
 	if !ok || tenant == "" {
-		return principal{}, errUnauthorized
+		return principal{}, false
 	}
-	return principal{tenant: tenant}, nil
+	return principal{tenant: tenant}, true
 }
 
-func unauthorized(w http.ResponseWriter) {
+// stillValid reports whether a viewer admitted earlier is admitted now: a
+// key revoked or disabled while its websocket is open loses the stream.
+func (v *View) stillValid(r *http.Request, p principal) bool {
+	q, err := v.authenticate(r, true)
+	return err == nil && q == p
+}
+
+func unauthorized(w http.ResponseWriter, err error) {
+	ae, ok := err.(*authError)
+	if !ok {
+		ae = errNoCred
+	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="sluice live view"`)
-	writeJSONError(w, http.StatusUnauthorized, "present an API key (tenant view) or the operator token")
+	writeJSONError(w, http.StatusUnauthorized, ae.code, ae.msg)
 }
 
-func writeJSONError(w http.ResponseWriter, status int, msg string) {
+func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg, "code": code})
 }
 
 func loopbackHost(hostport string) bool {
@@ -396,12 +447,12 @@ func (v *View) snapshotJSON(p principal) ([]byte, error) {
 func (v *View) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	p, err := v.authenticate(r, false)
 	if err != nil {
-		unauthorized(w)
+		unauthorized(w, err)
 		return
 	}
 	b, err := v.snapshotJSON(p)
 	if err != nil {
-		writeJSONError(w, http.StatusInternalServerError, "snapshot encoding failed")
+		writeJSONError(w, http.StatusInternalServerError, "internal", "snapshot encoding failed")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -413,12 +464,12 @@ func (v *View) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 func (v *View) serveWS(w http.ResponseWriter, r *http.Request) {
 	p, err := v.authenticate(r, true)
 	if err != nil {
-		unauthorized(w)
+		unauthorized(w, err)
 		return
 	}
 	if n := v.clients.Add(1); n > int64(v.cfg.MaxClients) {
 		v.clients.Add(-1)
-		writeJSONError(w, http.StatusServiceUnavailable, "too many live view clients")
+		writeJSONError(w, http.StatusServiceUnavailable, "too_many_clients", "too many live view clients")
 		return
 	}
 	defer v.clients.Add(-1)
@@ -439,7 +490,18 @@ func (v *View) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 	t := time.NewTicker(v.cfg.PushInterval)
 	defer t.Stop()
+	checked := time.Now()
 	for {
+		if time.Since(checked) >= v.cfg.RecheckInterval {
+			checked = time.Now()
+			if !v.stillValid(r, p) {
+				// 4401 (the private range of RFC 6455 §7.4.2): the page
+				// reads it as "not valid any more" and stops reconnecting.
+				_ = conn.WriteControl(websocket.CloseMessage,
+					websocket.FormatCloseMessage(closeCredentialInvalid, "this credential is no longer valid"), time.Now().Add(time.Second))
+				return
+			}
+		}
 		b, err := v.snapshotJSON(p)
 		if err != nil {
 			return

@@ -27,7 +27,22 @@ const (
 	maxTombs = 100000
 	// observedTTL drops provider observations nobody refreshed.
 	observedTTL = 10 * time.Minute
+	// waitTTL forgets a queued request whose end was never seen (the
+	// longest class wait of the examples is 20 min).
+	waitTTL   = 30 * time.Minute
+	maxWaits  = 100000
+	maxFlight = 100000
+	// TimelineTenantsMax bounds the tenants drawn over time in the operator
+	// view; the rest are summed as OtherTenants.
+	TimelineTenantsMax = 8
+	// estErrSpanS is the trailing span of the estimation-error line: each
+	// point is (estimate − actual) ÷ actual over the reconciles of the last
+	// estErrSpanS seconds, so a second with one request does not spike it.
+	estErrSpanS = 10
 )
+
+// OtherTenants names the sum of the tenants beyond TimelineTenantsMax.
+const OtherTenants = "(other tenants)"
 
 // Counter slots of one time bucket.
 const (
@@ -94,12 +109,17 @@ type SeriesKey struct {
 type bucket struct {
 	sec int64 // unix second
 	v   vec
+	// queue depth of the series when the bucket opened and at its latest
+	// event: a gauge drawn over time (seconds without a bucket carry the
+	// previous bucket's end value).
+	depthStart, depthEnd int64
 }
 
 type series struct {
 	key      SeriesKey
 	buckets  []bucket // ascending sec, at most window+1 of them
 	inFlight int64
+	queued   int64 // requests waiting in a queue now (a gauge)
 }
 
 type flight struct {
@@ -115,6 +135,11 @@ type obsKey struct {
 type observed struct {
 	ObservedRow
 	tenant string
+	hist   []obsPoint // ascending sec, last observation per second, within the window
+}
+
+type obsPoint struct {
+	sec, remaining int64
 }
 
 type ring struct {
@@ -153,6 +178,7 @@ type Projection struct {
 	window   int64 // seconds
 	series   map[SeriesKey]*series
 	flights  map[string]flight
+	waits    map[string]flight // queued, not yet granted, denied, expired or cancelled
 	tombs    map[string]int64
 	observed map[obsKey]observed
 	recent   ring
@@ -180,6 +206,7 @@ func NewProjection(window time.Duration, now func() time.Time) *Projection {
 		now: now, window: w,
 		series:   map[SeriesKey]*series{},
 		flights:  map[string]flight{},
+		waits:    map[string]flight{},
 		tombs:    map[string]int64{},
 		observed: map[obsKey]observed{},
 		byTenant: map[string]*ring{},
@@ -297,7 +324,14 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 		if o := ev.ProviderObserved; o != nil {
 			for _, ob := range o.Observations {
 				k := obsKey{ev.Scope, o.Deployment, ob.Dimension}
-				p.observed[k] = observed{tenant: ev.Tenant, ObservedRow: ObservedRow{
+				prev := p.observed[k]
+				h := prev.hist
+				if n := len(h); n > 0 && h[n-1].sec == sec {
+					h[n-1].remaining = ob.Remaining
+				} else {
+					h = append(trimHist(h, sec-p.window), obsPoint{sec: sec, remaining: ob.Remaining})
+				}
+				p.observed[k] = observed{tenant: ev.Tenant, hist: h, ObservedRow: ObservedRow{
 					Scope: ev.Scope, Deployment: o.Deployment, Dimension: string(ob.Dimension),
 					Limit: ob.Limit, Remaining: ob.Remaining, ResetMs: ob.ResetMs, ObservedAtMs: nowMs,
 				}}
@@ -327,19 +361,29 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 		return
 	}
 	sec, nowMs := now.Unix(), now.UnixMilli()
+	if d.Status != schemas.StatusQueued {
+		p.unwait(ev, sec)
+	}
 	switch d.Status {
 	case schemas.StatusGranted:
 		if s := p.add(ev, sec, cGranted, 1); s != nil {
 			k := flightKey(ev)
 			if _, settled := p.tombs[k]; settled {
 				delete(p.tombs, k)
-			} else if _, dup := p.flights[k]; !dup {
+			} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
 				p.flights[k] = flight{s: s, atMs: nowMs}
 				s.inFlight++
 			}
 		}
 	case schemas.StatusQueued:
-		p.add(ev, sec, cQueued, 1)
+		if s := p.add(ev, sec, cQueued, 1); s != nil {
+			k := flightKey(ev)
+			if _, dup := p.waits[k]; !dup && len(p.waits) < maxWaits {
+				p.waits[k] = flight{s: s, atMs: nowMs}
+				s.queued++
+				p.newest(s, sec).depthEnd = s.queued
+			}
+		}
 	case schemas.StatusDenied:
 		if s := p.add(ev, sec, cDenied, 1); s != nil {
 			i, ok := dimSlot[d.LimitDimension]
@@ -363,6 +407,16 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
 		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
 		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed,
+		StatusWords: d.Status.Words(), GatewayDecisionWords: d.GatewayDecision.Words(),
+	}
+	if d.Reason != "" {
+		row.ReasonWords = d.Reason.Words()
+	}
+	if d.LimitDimension != "" {
+		row.LimitDimensionWords = d.LimitDimension.Words()
+	}
+	if d.RetryClass != "" {
+		row.RetryClassWords = d.RetryClass.Words()
 	}
 	p.recent.push(row)
 	r := p.byTenant[ev.Tenant]
@@ -374,6 +428,21 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 		p.byTenant[ev.Tenant] = r
 	}
 	r.push(row)
+}
+
+// unwait ends a queued attempt's wait (it was granted, denied, expired or
+// cancelled). A wait that began before the view started is not known and
+// changes nothing.
+func (p *Projection) unwait(ev *schemas.Event, sec int64) {
+	k := flightKey(ev)
+	w, ok := p.waits[k]
+	if !ok {
+		return
+	}
+	delete(p.waits, k)
+	b := p.newest(w.s, sec)
+	w.s.queued--
+	b.depthEnd = w.s.queued
 }
 
 // settle ends an attempt's in-flight hold (reconciled, released, rejected
@@ -407,8 +476,15 @@ func (p *Projection) add(ev *schemas.Event, sec int64, c int, n int64) *series {
 		s = &series{key: k}
 		p.series[k] = s
 	}
+	p.newest(s, sec).v[c] += n
+	return s
+}
+
+// newest returns s's bucket of second sec, opening it if needed; a clock
+// that stepped back gets the newest bucket.
+func (p *Projection) newest(s *series, sec int64) *bucket {
 	if nb := len(s.buckets); nb == 0 || sec > s.buckets[nb-1].sec {
-		s.buckets = append(s.buckets, bucket{sec: sec})
+		s.buckets = append(s.buckets, bucket{sec: sec, depthStart: s.queued, depthEnd: s.queued})
 		// Drop buckets that left the window (keeps the slice short).
 		cut := 0
 		for cut < len(s.buckets) && s.buckets[cut].sec <= sec-p.window {
@@ -418,9 +494,7 @@ func (p *Projection) add(ev *schemas.Event, sec int64, c int, n int64) *series {
 			s.buckets = append(s.buckets[:0], s.buckets[cut:]...)
 		}
 	}
-	// A clock that stepped back adds to the newest bucket.
-	s.buckets[len(s.buckets)-1].v[c] += n
-	return s
+	return &s.buckets[len(s.buckets)-1]
 }
 
 // prune forgets what left the window: empty series, stale holds, old
@@ -434,6 +508,12 @@ func (p *Projection) prune(now time.Time) {
 			delete(p.flights, k)
 		}
 	}
+	for k, w := range p.waits {
+		if nowMs-w.atMs > waitTTL.Milliseconds() {
+			w.s.queued--
+			delete(p.waits, k)
+		}
+	}
 	for k, s := range p.series {
 		cut := 0
 		for cut < len(s.buckets) && s.buckets[cut].sec <= sec-p.window {
@@ -442,7 +522,7 @@ func (p *Projection) prune(now time.Time) {
 		if cut > 0 {
 			s.buckets = append(s.buckets[:0], s.buckets[cut:]...)
 		}
-		if len(s.buckets) == 0 && s.inFlight == 0 {
+		if len(s.buckets) == 0 && s.inFlight == 0 && s.queued == 0 {
 			delete(p.series, k)
 		}
 	}
@@ -454,7 +534,10 @@ func (p *Projection) prune(now time.Time) {
 	for k, o := range p.observed {
 		if nowMs-o.ObservedAtMs > observedTTL.Milliseconds() {
 			delete(p.observed, k)
+			continue
 		}
+		o.hist = trimHist(o.hist, sec-p.window)
+		p.observed[k] = o
 	}
 }
 
@@ -488,6 +571,10 @@ type Counters struct {
 	// InFlight is granted − reconciled − released − rejected − expired:
 	// attempts holding quota now (a gauge, not windowed).
 	InFlight int64 `json:"in_flight"`
+	// QueueDepth is the number of requests waiting in a queue now: queued
+	// and not yet granted, denied, expired or cancelled (a gauge). Waits
+	// that began before the view started are not counted.
+	QueueDepth int64 `json:"queue_depth"`
 }
 
 // SeriesRow is one (scope, tenant, key, class) series.
@@ -538,6 +625,52 @@ type DecisionRow struct {
 	GatewayDecision string `json:"gateway_decision"`
 	RetryClass      string `json:"retry_class,omitempty"`
 	Borrowed        bool   `json:"borrowed,omitempty"`
+
+	// The codes above in plain words (schemas/words.go), for people.
+	StatusWords          string `json:"status_words"`
+	ReasonWords          string `json:"reason_words,omitempty"`
+	LimitDimensionWords  string `json:"limit_dimension_words,omitempty"`
+	GatewayDecisionWords string `json:"gateway_decision_words"`
+	RetryClassWords      string `json:"retry_class_words,omitempty"`
+}
+
+// Timeline is the window drawn over time, one point per second: point i
+// is the second StartS+i, the last point is the current (partial) second.
+type Timeline struct {
+	StartS int64 `json:"start_s"`
+	Points int   `json:"points"`
+	// Tenants: per tenant, busiest first; in the operator view at most
+	// TimelineTenantsMax, the rest summed as OtherTenants.
+	Tenants []RateLine `json:"tenants"`
+	Classes []RateLine `json:"classes"` // per traffic class, by name
+	// Estimation errors: (estimate − actual) ÷ actual over the reconciles
+	// of the trailing 10 s at each point; null where there were none.
+	InputEstimationError  []*float64 `json:"input_estimation_error"`
+	OutputEstimationError []*float64 `json:"output_estimation_error"`
+	// ProviderRemaining: operator view only (a scope's remaining quota
+	// reflects every tenant's usage).
+	ProviderRemaining []RemainingLine `json:"provider_remaining"`
+}
+
+// RateLine is one tenant's or class's counts per second, and its queue
+// depth at the end of each second.
+type RateLine struct {
+	Name       string  `json:"name"`
+	Received   []int64 `json:"received"`
+	Granted    []int64 `json:"granted"`
+	Denied     []int64 `json:"denied"` // denied + expired
+	QueueDepth []int64 `json:"queue_depth"`
+}
+
+// RemainingLine is what a provider reported remaining for one dimension of
+// a scope/deployment, per second; null before its first report in the
+// window (later seconds carry the last report).
+type RemainingLine struct {
+	Scope      string   `json:"scope"`
+	Deployment string   `json:"deployment"`
+	Dimension  string   `json:"dimension"`
+	Limit      int64    `json:"limit"` // the latest report's limit (0 = not reported)
+	Remaining  []*int64 `json:"remaining"`
 }
 
 // StreamStats describes the consumed stream (operator view only).
@@ -562,6 +695,7 @@ type Snapshot struct {
 	Series           []SeriesRow   `json:"series"`
 	ProviderObserved []ObservedRow `json:"provider_observed"`
 	RecentDecisions  []DecisionRow `json:"recent_decisions"`
+	Timeline         Timeline      `json:"timeline"`
 	Stream           *StreamStats  `json:"stream,omitempty"`
 }
 
@@ -588,11 +722,12 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		snap.View, snap.Tenant = "tenant", tenant
 	}
 	var total vec
-	var totalInFlight int64
+	var totalInFlight, totalQueued int64
 	tenants := map[string]*struct {
-		v        vec
-		inFlight int64
+		v                vec
+		inFlight, queued int64
 	}{}
+	tl := newTimelineBuilder(sec-p.window+1, int(p.window))
 	for _, s := range p.series {
 		if filter && s.key.Tenant != tenant {
 			continue
@@ -607,18 +742,19 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 				v[j] += b.v[j]
 			}
 		}
-		if v == (vec{}) && s.inFlight == 0 {
+		if v == (vec{}) && s.inFlight == 0 && s.queued == 0 {
 			continue
 		}
+		tl.add(s)
 		snap.Series = append(snap.Series, SeriesRow{
 			Scope: s.key.Scope, Tenant: s.key.Tenant, KeyID: s.key.KeyID, Class: s.key.Class,
-			Counters: counters(&v, s.inFlight),
+			Counters: counters(&v, s.inFlight, s.queued),
 		})
 		t := tenants[s.key.Tenant]
 		if t == nil {
 			t = &struct {
-				v        vec
-				inFlight int64
+				v                vec
+				inFlight, queued int64
 			}{}
 			tenants[s.key.Tenant] = t
 		}
@@ -627,7 +763,9 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 			total[j] += v[j]
 		}
 		t.inFlight += s.inFlight
+		t.queued += s.queued
 		totalInFlight += s.inFlight
+		totalQueued += s.queued
 	}
 	sort.Slice(snap.Series, func(i, j int) bool {
 		a, b := snap.Series[i], snap.Series[j]
@@ -643,10 +781,11 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		return a.Class < b.Class
 	})
 	for name, t := range tenants {
-		snap.Tenants = append(snap.Tenants, TenantRow{Tenant: name, Counters: counters(&t.v, t.inFlight)})
+		snap.Tenants = append(snap.Tenants, TenantRow{Tenant: name, Counters: counters(&t.v, t.inFlight, t.queued)})
 	}
 	sort.Slice(snap.Tenants, func(i, j int) bool { return snap.Tenants[i].Tenant < snap.Tenants[j].Tenant })
-	snap.Totals = counters(&total, totalInFlight)
+	snap.Totals = counters(&total, totalInFlight, totalQueued)
+	snap.Timeline = tl.finish(filter)
 
 	if filter {
 		if r := p.byTenant[tenant]; r != nil {
@@ -657,7 +796,18 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	snap.RecentDecisions = p.recent.newestFirst()
 	for _, o := range p.observed {
 		snap.ProviderObserved = append(snap.ProviderObserved, o.ObservedRow)
+		snap.Timeline.ProviderRemaining = append(snap.Timeline.ProviderRemaining, tl.remaining(o))
 	}
+	sort.Slice(snap.Timeline.ProviderRemaining, func(i, j int) bool {
+		a, b := snap.Timeline.ProviderRemaining[i], snap.Timeline.ProviderRemaining[j]
+		if a.Scope != b.Scope {
+			return a.Scope < b.Scope
+		}
+		if a.Deployment != b.Deployment {
+			return a.Deployment < b.Deployment
+		}
+		return a.Dimension < b.Dimension
+	})
 	sort.Slice(snap.ProviderObserved, func(i, j int) bool {
 		a, b := snap.ProviderObserved[i], snap.ProviderObserved[j]
 		if a.Scope != b.Scope {
@@ -675,7 +825,7 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	return snap
 }
 
-func counters(v *vec, inFlight int64) Counters {
+func counters(v *vec, inFlight, queued int64) Counters {
 	c := Counters{
 		Received: v[cReceived], Granted: v[cGranted], Queued: v[cQueued], Denied: v[cDenied],
 		Expired: v[cExpired], Cancelled: v[cCancelled], Dispatched: v[cDispatched], Retries: v[cRetries],
@@ -688,6 +838,7 @@ func counters(v *vec, inFlight int64) Counters {
 		DeniedByDimension:     map[string]int64{},
 		Outcomes:              map[string]int64{},
 		InFlight:              inFlight,
+		QueueDepth:            queued,
 	}
 	for i := 0; i < deniedSlots; i++ {
 		if n := v[cDeniedDim+i]; n != 0 {

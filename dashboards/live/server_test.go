@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,5 +262,64 @@ func TestListenRefusesOpenNonLoopback(t *testing.T) {
 	_, _, err := Listen(context.Background(), Config{Addr: "0.0.0.0:0", Brokers: []string{"127.0.0.1:1"}})
 	if err == nil || !strings.Contains(err.Error(), "operator token") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestRefusalSaysWhy: every refusal carries a stable code, so that the page
+// can tell a wrong key from a missing credential and stop retrying.
+func TestRefusalSaysWhy(t *testing.T) {
+	_, srv := testView(t, "op-secret")
+	for _, c := range []struct{ path, auth, code string }{
+		{"/api/snapshot", "", "credential_required"},
+		{"/api/snapshot", "Bearer sk-nobody", "invalid_credential"},
+		{"/api/snapshot", "Basic eA==", "invalid_authorization"},
+		{"/ws?key=sk-nobody", "", "invalid_api_key"},
+		{"/ws?token=nope", "", "invalid_operator_token"},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+c.path, nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ Error, Code string }
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || body.Code != c.code || body.Error == "" {
+			t.Errorf("%s %q: %d %+v, want 401 %s", c.path, c.auth, resp.StatusCode, body, c.code)
+		}
+	}
+}
+
+// TestWebsocketDropsRevokedKey: a key revoked while its stream is open
+// loses the stream with the credential-invalid close code.
+func TestWebsocketDropsRevokedKey(t *testing.T) {
+	var revoked atomic.Bool
+	v := New(Config{PushInterval: 10 * time.Millisecond, RecheckInterval: 10 * time.Millisecond,
+		Lookup: func(key string) (string, bool) {
+			if key == "sk-acme" && !revoked.Load() {
+				return "acme", true
+			}
+			return "", false
+		}})
+	srv := httptest.NewServer(v)
+	defer func() { v.Close(); srv.Close() }()
+	c, _, err := websocket.DefaultDialer.Dial(wsURL(srv, "?key=sk-acme"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	readSnapshot(t, c)
+	revoked.Store(true)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, _, err := c.ReadMessage(); err != nil {
+			if !websocket.IsCloseError(err, closeCredentialInvalid) {
+				t.Fatalf("want close %d, got %v", closeCredentialInvalid, err)
+			}
+			return
+		}
 	}
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Debian's headless-capable Chromium for the report's HTML test
-# (analytics/report: the HTML is rendered to a PNG and its charts checked).
+# (analytics/report: the HTML is rendered to a PNG and its charts checked)
+# and the live view's browser test (dashboards/live, driven with chromedp).
 # Idempotent; prints the browser's path on its last line.
 set -euo pipefail
 

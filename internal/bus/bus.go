@@ -22,6 +22,11 @@ import (
 // share one cluster.
 type Names struct {
 	Requests, Decisions, Snapshots, Telemetry string
+	// Admin is the admin API's compacted topic: the newest admin state
+	// (tenants, keys, partners, limits) that every gateway follows. It is
+	// not in All(): the sink copies All() to analytics, and this topic
+	// holds key hashes and partner token hashes.
+	Admin string
 }
 
 // DefaultNames are the production topic names.
@@ -34,6 +39,7 @@ func NamesWithPrefix(prefix string) Names {
 		Decisions: prefix + "sluice.decisions",
 		Snapshots: prefix + "sluice.snapshots",
 		Telemetry: prefix + "sluice.telemetry",
+		Admin:     prefix + "sluice.admin",
 	}
 }
 

@@ -26,6 +26,9 @@ type TopicSpec struct {
 // the ledger's producer accept (compressed, as the broker counts it).
 const SnapshotMaxBytes = 64 << 20
 
+// AdminMaxBytes is the largest admin-state record the admin topic accepts.
+const AdminMaxBytes = 8 << 20
+
 // TopicsConfig sizes Sluice's topics. Its zero value is not valid; use
 // DefaultTopics and override.
 type TopicsConfig struct {
@@ -72,6 +75,15 @@ func (c TopicsConfig) Specs() []TopicSpec {
 		{Name: n.Telemetry, Partitions: c.RequestPartitions, Replication: c.Replication, Configs: map[string]string{
 			"retention.ms":   ret,
 			"cleanup.policy": "delete",
+		}},
+		{Name: n.Admin, Partitions: 1, Replication: c.Replication, Configs: map[string]string{
+			// Gateways need only the newest admin state (key "state"); the
+			// history of changes is on sluice.requests (ConfigChanged with
+			// actor, reason and change), replayed and audited there.
+			"cleanup.policy": "compact",
+			// The whole state is one record (tenants, keys, partners and
+			// the ledger document).
+			"max.message.bytes": strconv.Itoa(AdminMaxBytes),
 		}},
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/dashboards/live"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 	"github.com/sluice-dev/sluice/services/sim"
@@ -41,7 +42,10 @@ type Options struct {
 	// Topics names the topics (zero value = defaults); tests use a prefix.
 	Topics bus.Names
 	APIKey string // demo key; random when empty
-	Log    *slog.Logger
+	// AdminToken turns on the admin API (/admin/v1) with this operator
+	// token; empty = off (the gateway still follows admin changes).
+	AdminToken string
+	Log        *slog.Logger
 	// Sim configures the provider simulator (default sim.DefaultConfig()).
 	Sim *sim.Config
 	// Config builds the gateway configuration for the simulator's URL
@@ -165,7 +169,17 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.closers = append(st.closers, rc.Close)
-	gw := gateway.New(cfg, rc, o.Log)
+	levels, err := gateway.FollowSnapshots(ctx, st.Brokers, o.Topics, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, levels.Close)
+	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels))
+	adm, err := admin.Start(ctx, gw, cfg, st.Brokers, o.Topics, o.AdminToken, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("admin: %w", err)
+	}
+	st.closers = append(st.closers, adm.Close)
 	addr := o.Addr
 	if addr == "" {
 		addr = "127.0.0.1:8080"
@@ -184,7 +198,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// it to the key's tenant.
 	viewURL, stopView, err := live.Listen(ctx, live.Config{Brokers: st.Brokers, Topics: o.Topics, Addr: "127.0.0.1:0", Log: o.Log,
 		Lookup: func(key string) (string, bool) {
-			if id := cfg.Lookup(key); id != nil && !id.Disabled {
+			if id := gw.Config().Lookup(key); id != nil && !id.Disabled { // admin changes included
 				return id.Tenant, true
 			}
 			return "", false
@@ -221,6 +235,8 @@ providers:
 routes:
   - {model: gpt-4o-mini, provider: sim-openai, profile: gpt-4o-mini}
   - {model: gpt-4o, provider: sim-openai, profile: gpt-4o}
+  - {model: o4-mini, provider: sim-openai, profile: o4-mini}
+  - {model: gpt-3.5-turbo-instruct, provider: sim-openai, profile: gpt-3.5-turbo-instruct}
   - {model: text-embedding-3-small, provider: sim-openai, profile: text-embedding-3-small}
   - {model: azure-gpt-4o-mini, provider: sim-azure, upstream_model: gpt-4o-mini, profile: gpt-4o-mini}
   - {model: claude-sonnet-4-5, provider: sim-anthropic, profile: claude-sonnet-4-5}

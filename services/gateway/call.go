@@ -25,6 +25,10 @@ func parse(a provider.API, body []byte) (estimate.Request, error) {
 		return estimate.ParseOpenAIChat(body)
 	case provider.APIEmbeddings:
 		return estimate.ParseEmbeddings(body)
+	case provider.APIResponses:
+		return estimate.ParseOpenAIResponses(body)
+	case provider.APICompletions:
+		return estimate.ParseOpenAICompletions(body)
 	}
 	return estimate.ParseAnthropicMessages(body)
 }
@@ -131,7 +135,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		c.cands = c.candidates()
 		c.lreq = c.lifecycleRequest()
 		if len(lifecycle.Eligible(&c.lreq)) == 0 {
-			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, fmt.Sprintf("model %q is served by a %s provider, which does not speak this API (%s)", req.Model, cfg.Provider(route.Provider).Kind, r.URL.Path))
+			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, c.unsupported())
 			e.Param = "model"
 			reject(withIdentity(e, id))
 			return
@@ -320,7 +324,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
 		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
-		PromptFamily: promptFamily(c.r.Header, &c.req)}
+		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),

@@ -23,12 +23,15 @@ type EstimateReport struct {
 }
 
 // EstimateBody estimates a request body the way the gateway does. apiName is
-// "chat", "messages", "embeddings" or "" to guess from the body: an
+// "chat", "messages", "embeddings", "responses", "completions" or "" to
+// guess from the body: a "prompt" field means completions, an
 // "input" field means embeddings, a claude model means messages, anything
 // else chat. routeP95 is the route's p95 output (0: unknown).
 func EstimateBody(est *estimate.Estimator, body []byte, apiName string, routeP95 int64) (EstimateReport, error) {
 	if apiName == "" {
 		switch {
+		case bytes.Contains(body, []byte(`"prompt"`)) && !bytes.Contains(body, []byte(`"messages"`)):
+			apiName = "completions"
 		case bytes.Contains(body, []byte(`"input"`)) && !bytes.Contains(body, []byte(`"messages"`)):
 			apiName = "embeddings"
 		case bytes.Contains(bytes.ToLower(body), []byte("claude")):
@@ -45,8 +48,12 @@ func EstimateBody(est *estimate.Estimator, body []byte, apiName string, routeP95
 		a = provider.APIEmbeddings
 	case "messages":
 		a = provider.APIMessages
+	case "responses":
+		a = provider.APIResponses
+	case "completions":
+		a = provider.APICompletions
 	default:
-		return EstimateReport{}, fmt.Errorf("unknown api %q (chat, messages, embeddings)", apiName)
+		return EstimateReport{}, fmt.Errorf("unknown api %q (chat, messages, embeddings, responses, completions)", apiName)
 	}
 	req, err := parse(a, body)
 	if err != nil {

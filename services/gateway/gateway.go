@@ -41,6 +41,11 @@ type Server struct {
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
+
+	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
+	// quota (usage.go).
+	admin  atomic.Pointer[http.Handler]
+	levels LevelSource
 }
 
 // Option configures a Server.
@@ -74,9 +79,14 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
 	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
+	s.mux.HandleFunc("POST /v1/responses", s.handle(provider.APIResponses))
+	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.handleResponsesInputTokens)
+	s.mux.HandleFunc("POST /v1/completions", s.handle(provider.APICompletions))
 	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
+	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
+	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -106,7 +116,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		switch r.URL.Path {
-		case "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/models", "/healthz", "/readyz", "/metrics":
+		case "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/models", "/healthz", "/readyz", "/metrics":
 			apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)), anth)
 		default:
 			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)

@@ -28,6 +28,21 @@ type Reloader struct {
 	publish PublishFunc
 	log     *slog.Logger
 	seen    [32]byte // digest of the file as last read, good or bad
+	// overlay, if set, turns the file's configuration into the one to run
+	// (the admin API's tenants, keys and ledger document over the file;
+	// services/admin.Binding.Overlay).
+	overlay func(*config.Config) (*config.Config, error)
+	// installed, if set, is called after a reload swapped the
+	// configuration in, so that an admin change applied between overlay
+	// and swap is installed again (services/admin.Binding.Installed).
+	installed func()
+}
+
+// SetOverlay installs the hooks that turn each loaded file into the
+// configuration to run and re-check it once swapped in
+// (services/admin.Binding.Overlay and Installed).
+func (r *Reloader) SetOverlay(overlay func(*config.Config) (*config.Config, error), installed func()) {
+	r.overlay, r.installed = overlay, installed
 }
 
 // NewReloader watches path for srv. The file's current content is taken as
@@ -55,6 +70,11 @@ func (r *Reloader) Reload(ctx context.Context) error {
 	if err != nil {
 		return r.refuse(fmt.Errorf("config %s: %w", r.path, err))
 	}
+	if r.overlay != nil {
+		if next, err = r.overlay(next); err != nil {
+			return r.refuse(fmt.Errorf("config %s: %w", r.path, err))
+		}
+	}
 	cur := r.srv.Config()
 	if !bytes.Equal(next.LedgerJSON(), cur.LedgerJSON()) && r.publish != nil {
 		if err := r.publish(ctx, next.LedgerJSON(), r.path); err != nil {
@@ -62,6 +82,9 @@ func (r *Reloader) Reload(ctx context.Context) error {
 		}
 	}
 	r.srv.SetConfig(next)
+	if r.installed != nil {
+		r.installed()
+	}
 	r.log.Info("config reloaded", "path", r.path, "routes", len(next.Routes), "tenants", len(next.Tenants))
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/sim"
 )
 
 // Names used in the generated gateway config.
@@ -120,6 +121,7 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 	q := EffectiveQuota(sc)
 	lim := sc.ProviderLimits()
 	var bs []ledger.BucketConfig
+	acct := simAccounting(sc.Provider, sc.SimConfig.Providers[sc.Provider])
 	tok := func(d schemas.Dimension, perMin int64) {
 		if perMin <= 0 || q.Disabled {
 			return
@@ -129,8 +131,16 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		for perMin*win < 60_000 && win < 60_000 {
 			win = min(60_000, win*2)
 		}
-		bs = append(bs, ledger.BucketConfig{Level: ledger.LevelDeployment, ID: simProviderName, Dimension: d,
-			Capacity: perMin, PeriodMs: 60_000, WindowMs: win})
+		b := ledger.BucketConfig{Level: ledger.LevelDeployment, ID: simProviderName, Dimension: d,
+			Capacity: perMin, PeriodMs: 60_000, WindowMs: win}
+		switch d {
+		case schemas.DimOutputTokens, schemas.DimTotalTokens:
+			b.Accounting = acct.output
+			b.ExcludeCachedInput = d == schemas.DimTotalTokens && acct.excludeCached
+		case schemas.DimInputTokens:
+			b.ExcludeCachedInput = acct.excludeCached
+		}
+		bs = append(bs, b)
 	}
 	tok(schemas.DimRequests, q.RequestsPerMin)
 	tok(schemas.DimTotalTokens, q.TokensPerMin)
@@ -188,6 +198,32 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		return ledger.Config{}, fmt.Errorf("generated ledger config: %w", err)
 	}
 	return out, nil
+}
+
+// simCounting is how a simulator provider counts tokens, as ledger bucket
+// settings.
+type simCounting struct {
+	output        string // the accounting of output and total token buckets
+	excludeCached bool   // cache reads are not counted against input
+}
+
+// simAccounting is how the scenario's simulator counts tokens: max tokens
+// charged at admission and kept (OpenAI, Azure) is max_tokens_on_arrival;
+// output charged after the response (Anthropic) is output_when_produced; a
+// refunded reservation is plain reconcile. Cache reads are excluded where
+// the simulator simulates caching (Anthropic) and does not count them.
+func simAccounting(provider string, pc sim.ProviderConfig) simCounting {
+	var a simCounting
+	switch {
+	case pc.ReserveMaxTokens && !pc.RefundUnused:
+		a.output = ledger.AccountingMaxTokensOnArrival
+	case !pc.ReserveMaxTokens:
+		a.output = ledger.AccountingOutputWhenProduced
+	default:
+		a.output = ledger.AccountingReconcile
+	}
+	a.excludeCached = provider == sim.Anthropic && !pc.CountCacheReads
+	return a
 }
 
 func resetOffsetMs(hhmm string) (int64, error) {

@@ -14,7 +14,7 @@ func TestShippedScenariosParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"burst", "daily-quota", "long-context", "max-output", "migration-ramp", "noisy-neighbor", "steady", "storm", "streaming-disconnects"}
+	want := []string{"burst", "daily-quota", "long-context", "max-output", "migration-ramp", "noisy-neighbor", "openai-max-tokens", "steady", "storm", "streaming-disconnects"}
 	got := map[string]bool{}
 	for _, f := range files {
 		sc, err := LoadScenario(f, "")

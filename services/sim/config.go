@@ -152,9 +152,10 @@ type ProviderConfig struct {
 	// Models is what GET /openai/v1/models lists (OpenAI only).
 	Models []string `yaml:"models,omitempty" json:"models,omitempty"`
 	// ReserveMaxTokens counts the request's max output tokens against
-	// OTPM/TPM at admission (OpenAI, Azure and Anthropic estimate this way).
-	// When false, or when the request has no max tokens, output is charged
-	// after the response from the actual count (the bucket may go into debt).
+	// OTPM/TPM at admission (OpenAI and Azure count this way). When false
+	// (Anthropic: output counts as it is produced), or when the request has
+	// no max tokens, output is charged after the response from the actual
+	// count (the bucket may go into debt).
 	ReserveMaxTokens bool `yaml:"reserve_max_tokens" json:"reserve_max_tokens"`
 	// RefundUnused returns the unused part of the max-tokens reservation after
 	// the response (Anthropic adjusts OTPM to the actual output; OpenAI and
@@ -248,7 +249,7 @@ func DefaultConfig() Config {
 			},
 			Anthropic: {
 				Limits:           Limits{RPM: 1000, ITPM: 450000, OTPM: 90000, Window: Duration(5 * time.Second), WindowMode: WindowBucket},
-				ReserveMaxTokens: true,
+				ReserveMaxTokens: false, // OTPM counts output as it is produced
 				RefundUnused:     true,
 				CountCacheReads:  false,
 				DefaultMaxTokens: 1024,

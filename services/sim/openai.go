@@ -66,10 +66,11 @@ func (s *Server) openAIChat(provider string) http.HandlerFunc {
 		if so, ok := body["stream_options"].(map[string]any); ok {
 			includeUsage, _ = so["include_usage"].(bool)
 		}
-		textBytes := stringBytes(body["messages"]) + stringBytes(body["tools"]) + stringBytes(body["functions"])
+		textBytes := stringBytes(body["messages"]) + stringBytes(body["tools"]) + stringBytes(body["functions"]) + stringBytes(body["response_format"])
+		n := choicesN(body)
 		c := call{
 			provider: provider, model: ec.model, input: s.estimateInput(textBytes, int64(len(msgs))),
-			maxTokens: maxTokens, stream: stream,
+			maxTokens: maxTokens, choices: n, stream: stream,
 		}
 		t, rj := s.admit(r, c)
 		if rj != nil {
@@ -82,93 +83,13 @@ func (s *Server) openAIChat(provider string) http.HandlerFunc {
 		if provider == Azure {
 			h.Set("apim-request-id", "sim-"+t.id)
 		}
-		finish := "stop"
-		if t.finish {
-			finish = "length"
+		a := answerFor(body, ec.model, t.output, t.finish)
+		ch := chatCompletion{s: s, t: t, a: a, n: n, id: "chatcmpl-sim" + t.id, model: ec.model, created: t.rv.now.Unix(), includeUsage: includeUsage}
+		if stream {
+			ch.stream(w, r)
+		} else {
+			ch.write(w, r)
 		}
-		id := "chatcmpl-sim" + t.id
-		created := t.rv.now.Unix()
-		usage := func(out int64) map[string]any {
-			return map[string]any{
-				"prompt_tokens": t.c.input, "completion_tokens": out, "total_tokens": t.c.input + out,
-				"prompt_tokens_details":     map[string]any{"cached_tokens": 0, "audio_tokens": 0},
-				"completion_tokens_details": map[string]any{"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
-			}
-		}
-		ctx := r.Context()
-		if !stream {
-			if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()+s.perToken(t.output)); err != nil {
-				s.finish(t, t.output, true)
-				return
-			}
-			writeJSON(w, http.StatusOK, map[string]any{
-				"id": id, "object": "chat.completion", "created": created, "model": ec.model,
-				"system_fingerprint": "fp_sim",
-				"choices": []any{map[string]any{
-					"index":         0,
-					"message":       map[string]any{"role": "assistant", "content": outputText(0, t.output), "refusal": nil},
-					"logprobs":      nil,
-					"finish_reason": finish,
-				}},
-				"usage": usage(t.output),
-			})
-			s.finish(t, t.output, false)
-			return
-		}
-
-		sse := newSSE(w)
-		chunk := func(delta map[string]any, fin any) map[string]any {
-			m := map[string]any{
-				"id": id, "object": "chat.completion.chunk", "created": created, "model": ec.model,
-				"system_fingerprint": "fp_sim",
-				"choices":            []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": fin}},
-			}
-			if includeUsage {
-				m["usage"] = nil
-			}
-			return m
-		}
-		var sent int64
-		fail := func() { s.finish(t, sent, true) }
-		if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
-			fail()
-			return
-		}
-		if sse.data(chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)) != nil {
-			fail()
-			return
-		}
-		for _, k := range chunks(t.output, s.cfg.StreamChunkTokens) {
-			if sent > 0 {
-				if err := s.sleep(ctx, s.perToken(k)); err != nil {
-					fail()
-					return
-				}
-			}
-			if sse.data(chunk(map[string]any{"content": outputText(sent, k)}, nil)) != nil {
-				fail()
-				return
-			}
-			sent += k
-		}
-		if sse.data(chunk(map[string]any{}, finish)) != nil {
-			fail()
-			return
-		}
-		if includeUsage {
-			if sse.data(map[string]any{
-				"id": id, "object": "chat.completion.chunk", "created": created, "model": ec.model,
-				"system_fingerprint": "fp_sim", "choices": []any{}, "usage": usage(sent),
-			}) != nil {
-				fail()
-				return
-			}
-		}
-		if sse.raw("data: [DONE]\n\n") != nil {
-			fail()
-			return
-		}
-		s.finish(t, sent, false)
 	}
 }
 

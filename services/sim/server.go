@@ -237,10 +237,14 @@ func (s *Server) routes() {
 	for _, prefix := range []string{"/openai/v1", "/v1"} {
 		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
 		m.HandleFunc("POST "+prefix+"/embeddings", s.openAIEmbeddings(OpenAI))
+		m.HandleFunc("POST "+prefix+"/responses", s.openAIResponses(OpenAI))
+		m.HandleFunc("POST "+prefix+"/completions", s.openAICompletions(OpenAI))
 		m.HandleFunc("GET "+prefix+"/models", s.openAIModels)
 	}
 	m.HandleFunc("POST /azure/openai/deployments/{deployment}/chat/completions", s.openAIChat(Azure))
 	m.HandleFunc("POST /azure/openai/deployments/{deployment}/embeddings", s.openAIEmbeddings(Azure))
+	m.HandleFunc("POST /azure/openai/deployments/{deployment}/completions", s.openAICompletions(Azure))
+	m.HandleFunc("POST /azure/openai/v1/responses", s.openAIResponses(Azure))
 	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
 	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)
 	m.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
@@ -348,6 +352,7 @@ type call struct {
 	cacheKey  string // Anthropic prompt cache prefix key ("" = none)
 	cacheSize int64
 	maxTokens int64 // explicit max output tokens (0 = not set)
+	choices   int64 // outputs generated (chat and completions n × prompts; 0 = 1)
 	embedding bool
 	stream    bool
 }
@@ -469,7 +474,7 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 	var reserve int64
 	if pc.ReserveMaxTokens && c.maxTokens > 0 && !c.embedding {
-		reserve = c.maxTokens
+		reserve = c.maxTokens * max(1, c.choices)
 	}
 	if d := sc.admit(demand{input: counted, output: reserve}, now); d != nil {
 		st.RateLimited++

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/analytics"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
@@ -94,11 +96,21 @@ func runDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "", "gateway listen address (default 127.0.0.1:8080, or a free port if taken)")
 	key := fs.String("api-key", "", "demo API key (default: random; ignored with --config, whose keys apply)")
 	cfgPath := fs.String("config", "", "gateway configuration file for the stack; "+dev.SimURLPlaceholder+" in it becomes the simulator's URL (example: deploy/examples/dev-three-tenants.yaml; default: one demo tenant and key)")
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the admin API's operator token (env SLUICE_ADMIN_TOKEN; default: a random one, printed)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	o := dev.Options{Addr: *addr, APIKey: *key, Log: logger(*verbose)}
+	adminToken, err := readAdminToken(*adminTokenFile)
+	if err != nil {
+		return err
+	}
+	if adminToken == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		adminToken = "sluice-admin-" + hex.EncodeToString(b[:])
+	}
+	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose)}
 	if *cfgPath != "" {
 		load, err := dev.ConfigFile(*cfgPath)
 		if err != nil {
@@ -119,6 +131,9 @@ func runDev(ctx context.Context, args []string) error {
 	} else {
 		fmt.Printf("# API keys: those whose hashes %s lists\n", *cfgPath)
 	}
+	fmt.Printf("SLUICE_ADMIN_URL=%s/admin/v1\nSLUICE_ADMIN_TOKEN=%s\n", st.GatewayURL, adminToken)
+	fmt.Printf("# admin API (docs/admin-api.md): curl -s $SLUICE_ADMIN_URL/tenants -H \"Authorization: Bearer $SLUICE_ADMIN_TOKEN\"\n")
+	fmt.Printf("# your own limits and what is left: curl -s ${OPENAI_BASE_URL%%/v1}/v1/sluice/usage -H \"Authorization: Bearer <api key>\"\n")
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
@@ -132,6 +147,7 @@ func runGateway(ctx context.Context, args []string) error {
 	cfgPath := fs.String("config", "deploy/examples/sluice.yaml", "gateway configuration file (YAML)")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
 	publish := fs.Bool("publish-config", true, "publish the ledger section as a ConfigChanged event at start")
+	adminTokenFile := fs.String("admin-token-file", "", "file holding the operator token that turns on the admin API at /admin/v1 (env SLUICE_ADMIN_TOKEN; default: admin API off)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -141,19 +157,36 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	adminToken, err := readAdminToken(*adminTokenFile)
+	if err != nil {
+		return err
+	}
 	bs := bus.SplitBrokers(*brokers)
 	names := bus.NamesWithPrefix(*prefix)
-	if *publish {
-		if err := ledgerd.PublishConfig(ctx, bs, names, cfg.LedgerJSON(), *cfgPath); err != nil {
-			return err
-		}
-	}
 	rc, err := reserve.New(ctx, reserve.Config{Brokers: bs, Topics: names, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: log})
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	gw := gateway.New(cfg, rc, log)
+	levels, err := gateway.FollowSnapshots(ctx, bs, names, log)
+	if err != nil {
+		return err
+	}
+	defer levels.Close()
+	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels))
+	// Every gateway follows the admin topic, token or not: a change made
+	// on any gateway takes effect on all. Once the admin API has made a
+	// change, tenants, keys and the ledger section are its, not the file's.
+	adm, err := admin.Start(ctx, gw, cfg, bs, names, adminToken, log)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	if *publish {
+		if err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath); err != nil {
+			return err
+		}
+	}
 	// Hot reload: SIGHUP, or a change of the file seen by polling. A bad
 	// file keeps the running config (and says why); a good one whose
 	// ledger section changed is published as ConfigChanged first.
@@ -163,6 +196,7 @@ func runGateway(ctx context.Context, args []string) error {
 	reloader := gateway.NewReloader(*cfgPath, gw, func(ctx context.Context, ledgerJSON []byte, source string) error {
 		return ledgerd.PublishConfig(ctx, bs, names, ledgerJSON, source)
 	}, log)
+	reloader.SetOverlay(adm.Binding.Overlay, adm.Binding.Installed)
 	go reloader.Run(ctx, time.Duration(cfg.ReloadIntervalMs)*time.Millisecond, hup)
 	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
@@ -292,7 +326,7 @@ func runKeys(_ context.Context, args []string) error {
 // stdin as JSON. (Registered in main.go as "estimate".)
 func runEstimate(_ context.Context, args []string) error {
 	fs := newFlags("estimate")
-	api := fs.String("api", "", "request shape: chat, messages or embeddings (default: guessed from the body)")
+	api := fs.String("api", "", "request shape: chat, messages, embeddings, responses or completions (default: guessed from the body)")
 	p95 := fs.Int64("p95", 0, "the route's p95 output tokens (0: unknown)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -314,4 +348,22 @@ func runEstimate(_ context.Context, args []string) error {
 // benchGateway runs `sluice bench gateway` (wired in bench.go).
 func benchGateway(ctx context.Context, n, concurrency int) (any, error) {
 	return gateway.BenchGateway(ctx, gateway.BenchOptions{Requests: n, Concurrency: concurrency})
+}
+
+// readAdminToken returns the operator token of the admin API: the file's
+// first line, else SLUICE_ADMIN_TOKEN, else "" (admin API off). There is no
+// token flag: a command line is visible to every user of the machine.
+func readAdminToken(path string) (string, error) {
+	if path == "" {
+		return strings.TrimSpace(os.Getenv("SLUICE_ADMIN_TOKEN")), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	tok, _, _ := strings.Cut(string(b), "\n")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", fmt.Errorf("admin token: %s is empty", path)
+	}
+	return tok, nil
 }

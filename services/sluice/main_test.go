@@ -50,6 +50,8 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 		{"unreachable kafka", []string{"topics", "ensure", "--brokers", "127.0.0.1:1"}, []string{"kafka at 127.0.0.1:1 unreachable", "make up"}},
 		{"unreachable clickhouse", []string{"sink", "--brokers", "127.0.0.1:1", "--clickhouse", "127.0.0.1:1"}, []string{"127.0.0.1:1", "unreachable", "make up"}},
 		{"unknown command", []string{"frobnicate"}, []string{"unknown command"}},
+		{"view, unreachable kafka", []string{"view", "--brokers", "127.0.0.1:1"}, []string{"kafka at 127.0.0.1:1 unreachable", "make up"}},
+		{"view, missing config", []string{"view", "--config", filepath.Join(dir, "nope.yaml")}, []string{"nope.yaml", "no such file"}},
 		// Validated before connecting: the line names the flags, not Kafka.
 		{"bad topic flags", []string{"topics", "ensure", "--brokers", "127.0.0.1:1", "--partitions", "-1", "--replication", "0"},
 			[]string{"--partitions -1", "--replication 0"}},
@@ -91,7 +93,7 @@ func TestBadInputIsOneClearLine(t *testing.T) {
 // the commands with subcommands included.
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{{"bench", "--help"}, {"topics", "--help"}, {"keys", "--help"}, {"topics", "ensure", "--help"},
-		{"dev", "--help"}, {"gateway", "--help"}, {"bench", "ledger", "-h"}} {
+		{"dev", "--help"}, {"gateway", "--help"}, {"view", "--help"}, {"bench", "ledger", "-h"}} {
 		var stderr bytes.Buffer
 		cmd := exec.Command(bin, args...)
 		cmd.Stderr = &stderr

@@ -1,0 +1,28 @@
+package apierr
+
+// Codes of the admin API (/admin/v1) and of the tenant usage endpoint. They
+// are stable like the others: operators' scripts and partners match on them.
+const (
+	// CodeMissingAdminToken: no operator or partner token was presented.
+	CodeMissingAdminToken = "missing_admin_token"
+	// CodeInvalidAdminToken: the token is neither the operator token nor a
+	// partner's.
+	CodeInvalidAdminToken = "invalid_admin_token"
+	// CodeAdminDisabled: the gateway runs without an operator token, so
+	// its admin API is off.
+	CodeAdminDisabled = "admin_api_disabled"
+	// CodeOperatorRequired: the call is for the operator only (partners
+	// manage their own tenants, never partners or other levels).
+	CodeOperatorRequired = "operator_required"
+	// CodeVersionConflict: the request's base_version is not the current
+	// version; read the resource again and re-apply the change.
+	CodeVersionConflict = "version_conflict"
+	// CodeAlreadyExists: a tenant, team, key or partner with that id exists.
+	CodeAlreadyExists = "already_exists"
+	// CodeAllotmentExceeded: a partner's sub-tenant limits would add up to
+	// more than the partner's allotment.
+	CodeAllotmentExceeded = "allotment_exceeded"
+	// CodeInvalidConfig: the change would produce a configuration the
+	// gateway or the ledger refuses; the message lists every problem.
+	CodeInvalidConfig = "invalid_config"
+)

@@ -1,0 +1,48 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// WithAdmission returns the configuration of c's file with its tenants and
+// its ledger section replaced: the admin API (services/admin) owns those
+// once it has made a change, while providers, routes and the other settings
+// stay the file's. The result is validated like a loaded file; c itself is
+// unchanged. A Config not made by Load or LoadFile cannot be overlaid.
+func (c *Config) WithAdmission(tenants []Tenant, ledgerJSON []byte) (*Config, error) {
+	if c.raw == nil {
+		return nil, errors.New("config: overlay needs a configuration loaded from a file")
+	}
+	var n Config
+	dec := yaml.NewDecoder(bytes.NewReader(c.raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&n); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	n.Tenants = make([]Tenant, len(tenants))
+	for i, t := range tenants {
+		t.Keys = append([]Key(nil), t.Keys...)
+		n.Tenants[i] = t
+	}
+	// JSON is YAML: the ledger document becomes the ledger node as if the
+	// file had it.
+	var doc yaml.Node
+	if err := yaml.Unmarshal(ledgerJSON, &doc); err != nil {
+		return nil, fmt.Errorf("ledger document: %w", err)
+	}
+	n.Ledger = yaml.Node{}
+	if len(doc.Content) > 0 {
+		n.Ledger = *doc.Content[0]
+	}
+	if err := n.finish(os.Getenv); err != nil {
+		return nil, err
+	}
+	n.raw = c.raw
+	return &n, nil
+}

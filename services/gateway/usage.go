@@ -1,0 +1,232 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// LevelSource tells the usage endpoint what the ledger last reported for
+// a bucket node. The gateway does not keep quota itself (the ledger is the
+// single writer), so what it shows is an observation: Levels returns the
+// node's buckets projected to atMs by refill alone, the ledger log time
+// the observation is from, and whether any ledger partition reported the
+// scope at all (false: nothing is known, and remaining is left out).
+type LevelSource interface {
+	Levels(scope, level, id string, atMs int64) (levels []ledger.BucketLevel, observedAtMs int64, scopeKnown bool)
+}
+
+// WithLevels sets where GET /v1/sluice/usage reads remaining quota from
+// (SnapshotLevels in production); without it the endpoint shows limits
+// only.
+func WithLevels(src LevelSource) Option { return func(s *Server) { s.levels = src } }
+
+// Usage is the body of GET /v1/sluice/usage: the calling key's own limits
+// (tenant, team and key levels, in every scope the gateway routes to) and
+// what remains of them. It never shows another tenant's, nor the org level
+// (a partner's allotment is shared by its tenants).
+type Usage struct {
+	Object string `json:"object"` // "sluice.usage"
+	Tenant string `json:"tenant"`
+	KeyID  string `json:"key_id"`
+	Team   string `json:"team,omitempty"`
+	Class  string `json:"class,omitempty"`
+	Paused bool   `json:"paused"`
+	// NowMs is the gateway's clock when it answered.
+	NowMs  int64        `json:"now_ms"`
+	Limits []UsageLimit `json:"limits"`
+	// DailyHeadroom repeats the limits whose window is a day or longer
+	// (requests per day, spend), with the share that is left.
+	DailyHeadroom []Headroom `json:"daily_headroom"`
+	// Staleness explains how old Remaining may be.
+	Staleness string `json:"staleness"`
+}
+
+// UsageLimit is one bucket of the caller's path.
+type UsageLimit struct {
+	Scope     string            `json:"scope"`
+	Level     string            `json:"level"`
+	ID        string            `json:"id"`
+	Dimension schemas.Dimension `json:"dimension"`
+	Refill    string            `json:"refill"`
+	Capacity  int64             `json:"capacity"`
+	PeriodMs  int64             `json:"period_ms,omitempty"`
+	// Remaining is absent when no ledger observation covers the scope.
+	Remaining *int64 `json:"remaining,omitempty"`
+	// ResetsAtMs is when the bucket is full again if nothing more is
+	// charged (unix ms); absent when full or unknown.
+	ResetsAtMs int64 `json:"resets_at_ms,omitempty"`
+	// ObservedAtMs is the ledger log time Remaining was read at; the
+	// projection to NowMs adds refill only.
+	ObservedAtMs int64 `json:"observed_at_ms,omitempty"`
+	// Source: ledger_snapshot (a partition snapshot holds the bucket),
+	// untouched (the snapshot holds the scope but nothing charged the
+	// bucket yet: it is full), or unobserved (no snapshot of the scope).
+	Source string `json:"source"`
+}
+
+// Headroom is a daily (or longer) limit and its share left.
+type Headroom struct {
+	Scope      string            `json:"scope"`
+	Level      string            `json:"level"`
+	Dimension  schemas.Dimension `json:"dimension"`
+	Capacity   int64             `json:"capacity"`
+	Remaining  *int64            `json:"remaining,omitempty"`
+	Percent    *float64          `json:"percent_left,omitempty"`
+	ResetsAtMs int64             `json:"resets_at_ms,omitempty"`
+}
+
+// UsageStaleness is Usage.Staleness.
+const UsageStaleness = "remaining is read from the ledger's newest partition snapshot (written every snapshot-every events or snapshot-interval, default 10000 events / 30 s) and projected to now by refill only: charges made after observed_at_ms are not in it, so it can overstate what is left by up to that much traffic. Limits are exact: they are the configuration in force."
+
+const dayMs = 86_400_000
+
+// handleUsage answers GET /v1/sluice/usage for the presented API key.
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg.Load()
+	id, e := s.identify(cfg, r)
+	if e != nil && e.Code != apierr.CodePaused {
+		s.m.requests.WithLabelValues(e.Code).Inc()
+		apierr.Write(w, e, false)
+		return
+	}
+	if id == nil { // paused: identify refuses it, but a paused tenant may read its usage
+		id = cfg.Lookup(bearerKey(r))
+	}
+	if id == nil {
+		apierr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidKey, "invalid API key"), false)
+		return
+	}
+	u := s.usage(cfg, id, time.Now().UnixMilli())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(u)
+}
+
+func bearerKey(r *http.Request) string {
+	if k, ok := stringsCutBearer(r.Header.Get("Authorization")); ok {
+		return k
+	}
+	return r.Header.Get("x-api-key")
+}
+
+func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) Usage {
+	u := Usage{Object: "sluice.usage", Tenant: id.Tenant, KeyID: id.KeyID, Team: id.Team, Class: id.Class,
+		Paused: id.Paused || id.TenantPaused, NowMs: nowMs, Limits: []UsageLimit{}, DailyHeadroom: []Headroom{}, Staleness: UsageStaleness}
+	doc := ledgerDoc(cfg)
+	if doc == nil {
+		return u
+	}
+	var scopes []string
+	for _, p := range cfg.Providers {
+		if !slices.Contains(scopes, p.Scope) {
+			scopes = append(scopes, p.Scope)
+		}
+	}
+	slices.Sort(scopes)
+	for _, scope := range scopes {
+		sc := scopeConfig(doc, scope)
+		if sc == nil {
+			continue
+		}
+		for _, lv := range [...][2]string{{ledger.LevelTenant, id.Tenant}, {ledger.LevelTeam, id.Team}, {ledger.LevelKey, id.KeyID}} {
+			if lv[1] == "" {
+				continue
+			}
+			buckets := bucketsOf(sc, lv[0], lv[1])
+			if len(buckets) == 0 {
+				continue
+			}
+			var obs []ledger.BucketLevel
+			var at int64
+			known := false
+			if s.levels != nil {
+				obs, at, known = s.levels.Levels(scope, lv[0], lv[1], nowMs)
+			}
+			for _, b := range buckets {
+				ul := UsageLimit{Scope: scope, Level: lv[0], ID: lv[1], Dimension: b.Dimension, Refill: b.Refill,
+					Capacity: b.Capacity, PeriodMs: b.PeriodMs, Source: "unobserved"}
+				if known {
+					ul.ObservedAtMs, ul.Source = at, "untouched"
+					rem := b.Capacity
+					for _, o := range obs {
+						if o.Dimension == b.Dimension {
+							rem, ul.ResetsAtMs, ul.Source = o.Remaining, o.FullAtMs, "ledger_snapshot"
+						}
+					}
+					ul.Remaining = &rem
+				}
+				u.Limits = append(u.Limits, ul)
+				if b.Dimension == schemas.DimRequestsPerDay || b.Dimension == schemas.DimSpend || b.PeriodMs >= dayMs {
+					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: b.Capacity, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
+					if ul.Remaining != nil && b.Capacity > 0 {
+						p := float64(max(*ul.Remaining, 0)) * 100 / float64(b.Capacity)
+						h.Percent = &p
+					}
+					u.DailyHeadroom = append(u.DailyHeadroom, h)
+				}
+			}
+		}
+	}
+	return u
+}
+
+// ledgerDoc is the parsed ledger document of cfg, cached per configuration
+// (a reload or an admin change installs a new *config.Config).
+func ledgerDoc(cfg *config.Config) *ledger.Config {
+	docCache.Lock()
+	defer docCache.Unlock()
+	if docCache.cfg == cfg {
+		return docCache.doc
+	}
+	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
+	if err != nil {
+		return nil
+	}
+	docCache.cfg, docCache.doc = cfg, &lc
+	return &lc
+}
+
+var docCache struct {
+	sync.Mutex
+	cfg *config.Config
+	doc *ledger.Config
+}
+
+// scopeConfig is the scope's configuration, or the "*" template's.
+func scopeConfig(doc *ledger.Config, scope string) *ledger.ScopeConfig {
+	var tmpl *ledger.ScopeConfig
+	for i := range doc.Scopes {
+		switch doc.Scopes[i].Name {
+		case scope:
+			return &doc.Scopes[i]
+		case "*":
+			tmpl = &doc.Scopes[i]
+		}
+	}
+	return tmpl
+}
+
+// bucketsOf lists the buckets the ledger stamps for (level, id): the exact
+// entries, and the template's ("*") for dimensions without one.
+func bucketsOf(sc *ledger.ScopeConfig, level, id string) []ledger.BucketConfig {
+	var out []ledger.BucketConfig
+	for _, b := range sc.Buckets {
+		if b.Level == level && b.ID == id {
+			out = append(out, b)
+		}
+	}
+	for _, b := range sc.Buckets {
+		if b.Level == level && b.ID == "*" && !slices.ContainsFunc(out, func(x ledger.BucketConfig) bool { return x.Dimension == b.Dimension }) {
+			out = append(out, b)
+		}
+	}
+	return out
+}

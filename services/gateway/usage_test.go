@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+const usageYAML = `providers:
+  - {name: p, kind: openai, scope: s, base_url: "http://127.0.0.1:1/v1"}
+routes:
+  - {model: m, provider: p}
+tenants:
+  - id: t
+    org: shared-org
+    keys:
+      - {id: k, sha256: KEYT, team: x}
+  - id: u
+    org: shared-org
+    paused: true
+    keys:
+      - {id: k2, sha256: KEYU}
+ledger:
+  scopes:
+    - name: s
+      buckets:
+        - {level: org, id: shared-org, dimension: requests, capacity: 6000}
+        - {level: tenant, id: "*", dimension: requests, capacity: 600}
+        - {level: tenant, id: t, dimension: requests_per_day, capacity: 1000}
+        - {level: tenant, id: u, dimension: requests_per_day, capacity: 7}
+        - {level: key, id: "*", dimension: concurrency, capacity: 4}
+`
+
+// ledgerLevels is a LevelSource over one real ledger, as SnapshotLevels
+// is over restored snapshots.
+type ledgerLevels struct{ l *ledger.Ledger }
+
+func (s ledgerLevels) Levels(scope, level, id string, atMs int64) ([]ledger.BucketLevel, int64, bool) {
+	if !s.l.HasScope(scope) {
+		return nil, 0, false
+	}
+	lv, _ := s.l.Levels(scope, level, id, atMs)
+	return lv, s.l.NowMs(), true
+}
+
+func TestUsageShowsOnlyTheCallersBuckets(t *testing.T) {
+	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u")).Replace(usageYAML)
+	cfg := mustLoad(t, y)
+	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ledger.New(0, lc)
+	// The log's time is the broker's clock: close to the gateway's.
+	now := time.Now().UnixMilli()
+	var out []ledger.Output
+	out = l.Apply(now, 0, &schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: "c", ConfigChanged: &schemas.ConfigChanged{Ledger: cfg.LedgerJSON()}}, out)
+	for i, ten := range []string{"t", "u", "u"} {
+		key := map[string]string{"t": "k", "u": "k2"}[ten]
+		ev := &schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: "r" + string(rune('0'+i)), RequestID: "r" + string(rune('0'+i)), Attempt: 1,
+			Node: "gw", Scope: "s", Tenant: ten, KeyID: key, Class: "interactive",
+			ReserveRequested: &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "shared-org"}, {Level: "tenant", ID: ten}, {Level: "key", ID: key}}, InputTokens: 1}}
+		out = l.Apply(now, int64(i+1), ev, out[:0])
+	}
+	s := New(cfg, nil, nil, WithLevels(ledgerLevels{l}))
+
+	get := func(key string) (int, Usage, string) {
+		req := httptest.NewRequest("GET", "/v1/sluice/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+key)
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		var u Usage
+		_ = json.Unmarshal(rec.Body.Bytes(), &u)
+		return rec.Code, u, rec.Body.String()
+	}
+	code, u, raw := get("sk-t")
+	if code != 200 || u.Tenant != "t" || u.KeyID != "k" {
+		t.Fatalf("%d %s", code, raw)
+	}
+	if strings.Contains(raw, `"u"`) || strings.Contains(raw, "shared-org") || strings.Contains(raw, "k2") {
+		t.Fatalf("usage of t shows another tenant or the shared org: %s", raw)
+	}
+	byDim := map[schemas.Dimension]UsageLimit{}
+	for _, lim := range u.Limits {
+		byDim[lim.Dimension] = lim
+	}
+	if r := byDim[schemas.DimRequestsPerDay]; r.Capacity != 1000 || r.Remaining == nil || *r.Remaining != 999 || r.Source != "ledger_snapshot" || r.ResetsAtMs <= now || r.ResetsAtMs > now+86_400_000 {
+		t.Errorf("requests_per_day %+v", r)
+	}
+	if r := byDim[schemas.DimRequests]; r.Capacity != 600 || r.Level != "tenant" {
+		t.Errorf("the tenant template applies to t: %+v", r)
+	}
+	if r := byDim[schemas.DimConcurrency]; r.Level != "key" || r.Remaining == nil || *r.Remaining != 3 {
+		t.Errorf("key concurrency %+v (the grant still holds one)", r)
+	}
+	if len(u.DailyHeadroom) != 1 || *u.DailyHeadroom[0].Percent != 99.9 {
+		t.Errorf("daily headroom %+v", u.DailyHeadroom)
+	}
+
+	// A paused tenant still reads its usage, and sees that it is paused.
+	code, u, raw = get("sk-u")
+	if code != 200 || !u.Paused || u.Tenant != "u" {
+		t.Fatalf("paused tenant: %d %s", code, raw)
+	}
+	for _, lim := range u.Limits {
+		if lim.Dimension == schemas.DimRequestsPerDay && (lim.Remaining == nil || *lim.Remaining != 5) {
+			t.Errorf("u's daily quota %+v, want 5 of 7", lim)
+		}
+	}
+	if code, _, _ := get("sk-nobody"); code != 401 {
+		t.Errorf("unknown key: %d", code)
+	}
+
+	// Without a level source, limits only: remaining is unknown, not full.
+	s2 := New(cfg, nil, nil)
+	req := httptest.NewRequest("GET", "/v1/sluice/usage", nil)
+	req.Header.Set("x-api-key", "sk-t")
+	rec := httptest.NewRecorder()
+	s2.ServeHTTP(rec, req)
+	if strings.Contains(rec.Body.String(), `"remaining"`) || !strings.Contains(rec.Body.String(), `"unobserved"`) {
+		t.Errorf("without observations: %s", rec.Body.String())
+	}
+}
