@@ -78,7 +78,7 @@ func synthClasses(t testing.TB, seed uint64, n int, cfg ledger.Config, classes [
 			add(&schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: fmt.Sprintf("e%d", i), RequestID: fmt.Sprintf("r%d", i),
 				Attempt: 1, Node: "gw1", Scope: "s", Tenant: tn, KeyID: key, Route: "m", Class: classes[rng.IntN(len(classes))],
 				ReserveRequested: &schemas.ReserveRequested{
-					Path: []schemas.PathLevel{{Level: "tenant", ID: tn}, {Level: "key", ID: key}, {Level: "deployment", ID: "d1"}},
+					Path:        []schemas.PathLevel{{Level: "tenant", ID: tn}, {Level: "key", ID: key}, {Level: "deployment", ID: "d1"}},
 					InputTokens: int64(100 + rng.IntN(3000)), OutputTokens: int64(50 + rng.IntN(1000)),
 				}})
 		case r < 85 && len(granted) > 0:

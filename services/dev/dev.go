@@ -165,7 +165,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.closers = append(st.closers, rc.Close)
-	gw := gateway.New(cfg, rc, o.Log)
+	gw := gateway.New(cfg, rc, o.Log, gateway.WithExplainer(Explainer(st.Brokers, o.Topics)))
 	addr := o.Addr
 	if addr == "" {
 		addr = "127.0.0.1:8080"

@@ -16,3 +16,9 @@ import (
 func TestWhatIfRealBroker(t *testing.T) {
 	whatIfScenario(t, bus.SplitBrokers(testenv.KafkaBrokers(t)), fmt.Sprintf("whatif%d.", time.Now().UnixNano()))
 }
+
+// TestExplainRealBroker runs the explain scenario (explain_test.go) on the
+// real Kafka broker.
+func TestExplainRealBroker(t *testing.T) {
+	explainScenario(t, bus.SplitBrokers(testenv.KafkaBrokers(t)), fmt.Sprintf("explain%d.", time.Now().UnixNano()))
+}

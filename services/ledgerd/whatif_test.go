@@ -32,21 +32,25 @@ const whatIfTightConfig = `{"scopes":[{"name":"*","buckets":[
  {"level":"scope","id":"*","dimension":"requests","capacity":600,"window_ms":1000},
  {"level":"key","id":"*","dimension":"requests","refill":"fixed","capacity":3,"period_ms":1000}]}]}`
 
-// whatIfScenario records a run on the broker: a ledger member (in this
-// process) decides bursts of requests of two tenants on four scopes over
-// two partitions; then `sluice whatif`'s engine must reproduce it exactly
-// under the recorded config, and under a tightened one find the denials a
-// direct replay with that config finds.
-func whatIfScenario(t *testing.T, brokers []string, prefix string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	names := bus.NamesWithPrefix(prefix)
-	group := prefix + "ledger"
+// recordedRun is a run recorded on a broker: a ledger member (in this
+// process) decided bursts of requests of two tenants on four scopes over
+// two partitions.
+type recordedRun struct {
+	names bus.Names
+	group string
+	start int64                    // log time before the first request
+	last  map[string]schemas.Event // each request's terminal decision
+}
+
+func recordRun(t *testing.T, ctx context.Context, brokers []string, prefix string) *recordedRun {
+	t.Helper()
+	run := &recordedRun{names: bus.NamesWithPrefix(prefix), group: prefix + "ledger"}
+	names := run.names
 	cl, err := bus.NewClient(ctx, brokers, 20*time.Second)
 	if err != nil {
 		t.Fatalf("Kafka broker required: %v", err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
 	tc := bus.DefaultTopics()
 	tc.RequestPartitions, tc.Names = 2, names
 	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
@@ -56,7 +60,7 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 	if err := PublishConfig(ctx, brokers, names, []byte(whatIfRecordedConfig), "test"); err != nil {
 		t.Fatal(err)
 	}
-	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Node: prefix + "a", Group: group,
+	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Node: prefix + "a", Group: run.group,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
@@ -64,11 +68,11 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 	loopDone := make(chan error, 1)
 	lctx, stopLoop := context.WithCancel(ctx)
 	go func() { loopDone <- svc.Loop(lctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		stopLoop()
 		<-loopDone
 		svc.Close()
-	}()
+	})
 
 	prod, err := kgo.NewClient(bus.Opts(brokers, kgo.ProducerLinger(0))...)
 	if err != nil {
@@ -76,7 +80,7 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 	}
 	defer prod.Close()
 	const requests = 240
-	start := time.Now().UnixMilli()
+	run.start = time.Now().UnixMilli() - 1000
 	var recs []*kgo.Record
 	for i := range requests {
 		scope := fmt.Sprintf("scope-%d", i%4)
@@ -96,9 +100,20 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 			recs = recs[:0]
 		}
 	}
-	awaitDecided(t, ctx, brokers, names, requests)
+	run.last = awaitDecided(t, ctx, brokers, names, requests)
+	return run
+}
 
-	o := WhatIfOptions{Brokers: brokers, Topics: names, Group: group, FromMs: start - 1000}
+// whatIfScenario: on a recorded run, `sluice whatif`'s engine must
+// reproduce it exactly under the recorded config, and under a tightened one
+// find the denials a direct replay with that config finds.
+func whatIfScenario(t *testing.T, brokers []string, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	run := recordRun(t, ctx, brokers, prefix)
+	names, group, start := run.names, run.group, run.start
+
+	o := WhatIfOptions{Brokers: brokers, Topics: names, Group: group, FromMs: start}
 	same, err := WhatIf(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +147,8 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 }
 
 // awaitDecided reads committed decisions until every request has a
-// terminal one.
-func awaitDecided(t *testing.T, ctx context.Context, brokers []string, names bus.Names, requests int) {
+// terminal one, and returns them.
+func awaitDecided(t *testing.T, ctx context.Context, brokers []string, names bus.Names, requests int) map[string]schemas.Event {
 	t.Helper()
 	cons, err := kgo.NewClient(bus.Opts(brokers, kgo.ConsumeTopics(names.Decisions),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
@@ -141,18 +156,19 @@ func awaitDecided(t *testing.T, ctx context.Context, brokers []string, names bus
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	decided := map[string]bool{}
+	decided := map[string]schemas.Event{}
 	for len(decided) < requests && ctx.Err() == nil {
 		cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
 			var ev schemas.Event
 			if schemas.Decode(r.Value, &ev) == nil && ev.Decision != nil && ev.Decision.Status != schemas.StatusQueued {
-				decided[ev.RequestID] = true
+				decided[ev.RequestID] = ev
 			}
 		})
 	}
 	if len(decided) < requests {
 		t.Fatalf("%d of %d requests decided", len(decided), requests)
 	}
+	return decided
 }
 
 // directReplay re-runs each partition's inputs of ranges with every

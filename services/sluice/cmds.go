@@ -153,7 +153,7 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer rc.Close()
-	gw := gateway.New(cfg, rc, log)
+	gw := gateway.New(cfg, rc, log, gateway.WithExplainer(dev.Explainer(bs, names)))
 	// Hot reload: SIGHUP, or a change of the file seen by polling. A bad
 	// file keeps the running config (and says why); a good one whose
 	// ledger section changed is published as ConfigChanged first.

@@ -34,6 +34,7 @@ func init() {
 		{"report", "the weekly calibration report from ClickHouse: `sluice report --format md|html|json`", runReport},
 		{"config", "install a calibration patch: `sluice config apply [--yes] PATCH`", runConfig},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
+		{"explain", "explain one decision: the request's timeline, buckets, queue and feedback: `sluice explain REQUEST_ID`", runExplain},
 		{"whatif", "replay recorded demand under a new ledger config, side by side with what happened", runWhatIf},
 		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec|sink|report`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
