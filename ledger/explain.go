@@ -73,12 +73,12 @@ type ExplainStep struct {
 	// Own is true when the record is the request's own event; otherwise
 	// it is feedback or another request's event that moved its buckets or
 	// decided it (a grant from the queue).
-	Own       bool                `json:"own"`
-	Attempt   int32               `json:"attempt,omitempty"`
-	Note      string              `json:"note,omitempty"`
-	Decisions []schemas.Decision  `json:"decisions,omitempty"`
-	Buckets   []BucketView        `json:"buckets,omitempty"`
-	Queue     *QueueView          `json:"queue,omitempty"`
+	Own       bool               `json:"own"`
+	Attempt   int32              `json:"attempt,omitempty"`
+	Note      string             `json:"note,omitempty"`
+	Decisions []schemas.Decision `json:"decisions,omitempty"`
+	Buckets   []BucketView       `json:"buckets,omitempty"`
+	Queue     *QueueView         `json:"queue,omitempty"`
 	// Feedback is the provider feedback input (operator view only).
 	Feedback *schemas.Event `json:"feedback,omitempty"`
 	// OtherTenant is set when the feedback came from another tenant's
