@@ -49,12 +49,11 @@ type Options struct {
 // partition (Recorded, in log order), then its inputs (Input, in offset
 // order); Differences compares as it goes. Not safe for concurrent use.
 type Partition struct {
-	P        int32
-	o        Options
-	l        *ledger.Ledger
-	out      []ledger.Output
-	merged   map[string][]byte // recorded ledger document → the document replayed
-	mergeErr error
+	P      int32
+	o      Options
+	l      *ledger.Ledger
+	out    []ledger.Output
+	merged map[string][]byte // recorded ledger document → the document replayed
 
 	// WhatIf and Recorded tally the two sides.
 	WhatIf, Recorded *Tally
