@@ -134,7 +134,9 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 	enf, sh := int32(noIdx), int32(noIdx)
 	if po.Deployment != "" {
 		if ni, found := l.nodeIdx[nodeKey{si, 6, po.Deployment}]; found {
-			if l.st.Nodes[ni].N > 0 {
+			// (A node left without buckets by a config change keeps the
+			// observation, as before shadow buckets existed.)
+			if n := &l.st.Nodes[ni]; n.N > 0 || n.SN == 0 {
 				enf = ni
 			}
 			if l.st.Nodes[ni].SN > 0 {

@@ -104,8 +104,8 @@ func (l *Ledger) limitPath(r *res, ni int32) string {
 	var sb strings.Builder
 	for i := 0; i < int(r.NPath); i++ {
 		n := &l.st.Nodes[r.Path[i]]
-		if n.N == 0 && r.Path[i] != ni {
-			continue
+		if n.N == 0 && n.SN > 0 && r.Path[i] != ni {
+			continue // a node of shadow buckets only
 		}
 		if sb.Len() > 0 {
 			sb.WriteByte('/')

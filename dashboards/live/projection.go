@@ -362,7 +362,7 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 		Status: string(d.Status), Reason: string(d.Reason), LimitPath: d.LimitPath,
 		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
 		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
-		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed,
+		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed, Shadow: d.Shadow,
 	}
 	p.recent.push(row)
 	r := p.byTenant[ev.Tenant]
@@ -538,6 +538,10 @@ type DecisionRow struct {
 	GatewayDecision string `json:"gateway_decision"`
 	RetryClass      string `json:"retry_class,omitempty"`
 	Borrowed        bool   `json:"borrowed,omitempty"`
+	// Shadow is a grant's shadow verdict (shadow limits on its own path:
+	// would they have limited it?), so a new limit can be watched before
+	// it is enforced.
+	Shadow *schemas.ShadowVerdict `json:"shadow,omitempty"`
 }
 
 // StreamStats describes the consumed stream (operator view only).
