@@ -57,8 +57,17 @@ func recordRun(t *testing.T, ctx context.Context, brokers []string, prefix strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { kadm.NewClient(cl).DeleteTopics(context.Background(), names.All()...) })
-	if err := PublishConfig(ctx, brokers, names, []byte(whatIfRecordedConfig), "test"); err != nil {
-		t.Fatal(err)
+	// A topic just created may not be in the metadata of every broker
+	// connection yet: retry until it is (bounded by ctx).
+	for {
+		err := PublishConfig(ctx, brokers, names, []byte(whatIfRecordedConfig), "test")
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Node: prefix + "a", Group: run.group,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
