@@ -20,9 +20,29 @@ type Explainer func(ctx context.Context, requestID string, scopes []string) (*le
 // ErrNoRequest is what an Explainer returns for a request it cannot find.
 var ErrNoRequest = errors.New("no such request")
 
-// WithExplainer serves GET /v1/sluice/requests/{id} with e. Without it the
-// route answers not_found (explanations need the ledger's log).
-func WithExplainer(e Explainer) Option { return func(s *Server) { s.explain = e } }
+// errExplainBusy: the gateway is already replaying a partition for an
+// explanation.
+var errExplainBusy = errors.New("an explanation is being computed")
+
+// WithExplainer serves GET /v1/sluice/requests/{id} with e, one
+// explanation at a time (each replays a partition of the log: a tenant
+// asking in a loop must not take the gateway's CPU); a request meanwhile
+// gets a 429 with Retry-After. Without it the route answers not_found
+// (explanations need the ledger's log).
+func WithExplainer(e Explainer) Option {
+	return func(s *Server) {
+		sem := make(chan struct{}, 1)
+		s.explain = func(ctx context.Context, id string, scopes []string) (*ledger.Explanation, error) {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+				return e(ctx, id, scopes)
+			default:
+				return nil, errExplainBusy
+			}
+		}
+	}
+}
 
 // handleExplain serves GET /v1/sluice/requests/{id}: the explanation of
 // one of the caller's requests, as its tenant may see it (other tenants
@@ -54,6 +74,11 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, ErrNoRequest):
 		fail(notFound)
+		return
+	case errors.Is(err, errExplainBusy):
+		e := apierr.New(http.StatusTooManyRequests, apierr.CodeRateLimited, "another explanation is being computed; retry in a second")
+		e.Sluice.RetryAfterMs = 1000
+		fail(e)
 		return
 	case err != nil:
 		s.log.Warn("explain failed", "request_id", reqID, "err", err)
