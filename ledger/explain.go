@@ -194,7 +194,10 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	if !own && len(mine) == 0 && !(feedback && moved(buckets)) && !queueMoved {
 		return out
 	}
-	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Input: ev.Type, Own: own, Attempt: e.attempt, Decisions: mine, Buckets: buckets, Queue: queue}
+	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Decisions: mine, Buckets: buckets, Queue: queue}
+	if ev != nil {
+		step.Input = ev.Type
+	}
 	for i := range mine {
 		markLimiting(step.Buckets, mine[i].LimitPath, mine[i].LimitDimension)
 	}

@@ -104,3 +104,21 @@ func TestSimExplainerChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainerNilRecord: a nil record (Apply's "nothing but time") that
+// grants the explained request from the queue is written down too.
+func TestExplainerNilRecord(t *testing.T) {
+	cfg := testConfig(rpm("key", "*", 60, 1000))
+	l := New(0, cfg)
+	x := NewExplainer(l, "b")
+	x.Apply(1000, 0, reserve("a"), nil)
+	x.Apply(1000, 1, reserve("b", class("agent")), nil)
+	out := x.Apply(2100, 2, nil, nil)
+	if len(out) != 1 || out[0].RequestID != "b" || out[0].Decision.Status != schemas.StatusGranted {
+		t.Fatalf("decisions %+v", out)
+	}
+	steps := x.Explanation().Steps
+	if last := steps[len(steps)-1]; last.Input != "" || len(last.Decisions) != 1 || last.Decisions[0].Status != schemas.StatusGranted {
+		t.Fatalf("last step %+v", last)
+	}
+}
