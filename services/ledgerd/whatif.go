@@ -3,6 +3,8 @@ package ledgerd
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -143,30 +145,69 @@ func whatIfPartition(ctx context.Context, ro ReplayOptions, o WhatIfOptions, p i
 	if err != nil {
 		return nil, err
 	}
-	for _, b := range recorded {
-		ev := new(schemas.Event)
-		if schemas.Decode([]byte(b), ev) == nil && ev.Decision != nil {
-			pt.RecordedDecision(ev)
+	recEvs := make([]schemas.Event, len(recorded))
+	decodeParallel(len(recorded), func(i int) { _ = schemas.Decode([]byte(recorded[i]), &recEvs[i]) })
+	for i := range recEvs {
+		if recEvs[i].Decision != nil {
+			pt.RecordedDecision(&recEvs[i])
 		}
 	}
-	var ev schemas.Event
+	// Inputs are decoded a batch at a time on every core (JSON decoding is
+	// most of a what-if's cost), then applied in offset order.
+	const batchMax = 4096
+	batch := make([]*kgo.Record, 0, batchMax)
+	evs := make([]schemas.Event, batchMax)
 	last := time.Now()
-	err = ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
-		_ = decodeInput(r.Value, &ev) // a bad record is the same no-op here as live
-		pt.Input(r.Offset, r.Timestamp.UnixMilli(), &ev)
-		*done++
+	flush := func() {
+		decodeParallel(len(batch), func(i int) { _ = decodeInput(batch[i].Value, &evs[i]) }) // a bad record is the same no-op here as live
+		for i, r := range batch {
+			pt.Input(r.Offset, r.Timestamp.UnixMilli(), &evs[i])
+		}
+		*done += int64(len(batch))
+		batch = batch[:0]
 		if o.Progress != nil && time.Since(last) > 100*time.Millisecond {
 			o.Progress(*done, total)
 			last = time.Now()
+		}
+	}
+	err = ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
+		if batch = append(batch, r); len(batch) == batchMax {
+			flush()
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	flush()
 	pt.Finish()
 	if o.Progress != nil {
 		o.Progress(*done, total)
 	}
 	return pt, nil
+}
+
+// decodeParallel calls fn(i) for every i in [0, n), spread over the
+// available cores in contiguous chunks.
+func decodeParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
