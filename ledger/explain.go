@@ -104,8 +104,9 @@ type Explanation struct {
 	Steps     []ExplainStep `json:"steps"`
 	// Outcome is the status of the last decision (and its reason).
 	Outcome string `json:"outcome"`
-	// Limiting is the limit_path and dimension of the last decision that
-	// named one.
+	// LimitPath and LimitDimension name the bucket of the last decision
+	// that named one: what refused the request, or what it queued on
+	// before a grant.
 	LimitPath      string            `json:"limit_path,omitempty"`
 	LimitDimension schemas.Dimension `json:"limit_dimension,omitempty"`
 }

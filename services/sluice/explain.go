@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/analytics"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -90,7 +92,11 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 	fmt.Fprintf(w, "request %s — scope %s, tenant %s, key %s, class %s (partition %d)\n", x.RequestID, x.Scope, x.Tenant, x.KeyID, x.Class, x.Partition)
 	fmt.Fprintf(w, "outcome: %s", x.Outcome)
 	if x.LimitPath != "" {
-		fmt.Fprintf(w, "; limited by %s %s", x.LimitPath, x.LimitDimension)
+		how := "limited by"
+		if strings.HasPrefix(x.Outcome, string(schemas.StatusGranted)) {
+			how = "after waiting for" // the bucket it queued on
+		}
+		fmt.Fprintf(w, "; %s %s %s", how, x.LimitPath, x.LimitDimension)
 	}
 	fmt.Fprintln(w)
 	for _, s := range x.Steps {
