@@ -6,6 +6,7 @@ import (
 
 // spec is a bucket's compiled configuration.
 type spec struct {
+	shadow     bool // evaluated and recorded, never enforced (shadow.go)
 	kind       uint8
 	dim        uint8
 	exclCached bool
@@ -52,6 +53,7 @@ type compiled struct {
 	anyGuaranteed bool
 	anyRamp       bool
 	anyReserve    bool
+	anyShadow     bool
 	classIdx      map[string]int32
 	defClass      int32
 }
@@ -77,6 +79,7 @@ func compile(c *Config) *compiled {
 		// (an exact entry replaces the template's bucket of its dimension).
 		for _, b := range s.Buckets {
 			lv, _ := levelCode(b.Level)
+			b.Shadow = b.Shadow || s.Shadow
 			if b.ID == "*" || (lv == 0 && b.ID == s.Name) {
 				sc.template[lv] = append(sc.template[lv], cc.addSpec(b))
 			}
@@ -86,6 +89,7 @@ func compile(c *Config) *compiled {
 			if b.ID == "*" || lv == 0 {
 				continue
 			}
+			b.Shadow = b.Shadow || s.Shadow
 			if sc.exact[lv] == nil {
 				sc.exact[lv] = map[string][]int32{}
 			}
@@ -96,7 +100,7 @@ func compile(c *Config) *compiled {
 			si := cc.addSpec(b)
 			replaced := false
 			for i, old := range list {
-				if cc.specs[old].dim == cc.specs[si].dim {
+				if cc.specs[old].dim == cc.specs[si].dim && cc.specs[old].shadow == cc.specs[si].shadow {
 					list[i] = si
 					replaced = true
 				}
@@ -118,6 +122,7 @@ func compile(c *Config) *compiled {
 func (cc *compiled) addSpec(b BucketConfig) int32 {
 	d, _ := dimIndex(b.Dimension)
 	sp := spec{
+		shadow:   b.Shadow,
 		kind:     kindCode(b.Refill),
 		dim:      uint8(d),
 		capacity: b.Capacity,
@@ -157,6 +162,9 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	}
 	if sp.reserve > 0 {
 		cc.anyReserve = true
+	}
+	if sp.shadow {
+		cc.anyShadow = true
 	}
 	cc.specs = append(cc.specs, sp)
 	return int32(len(cc.specs) - 1)

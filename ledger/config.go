@@ -139,6 +139,10 @@ type ScopeConfig struct {
 	Tenants []TenantConfig `json:"tenants,omitempty"`
 	// DefaultTenantWeight is the fair-share weight of unlisted tenants.
 	DefaultTenantWeight int64 `json:"default_tenant_weight"`
+	// Shadow makes every bucket of the scope a shadow bucket (see
+	// BucketConfig.Shadow): a whole limit set evaluated and recorded, never
+	// enforced.
+	Shadow bool `json:"shadow,omitempty"`
 	// RequiredLevels are the levels every request path of this scope must
 	// name, with a non-empty id: the ledger, not the caller, decides which
 	// buckets a request passes. A ReserveRequested whose path lacks one is
@@ -158,6 +162,9 @@ type ScopeConfig struct {
 func defaultRequiredLevels(s *ScopeConfig) []string {
 	var need [numLevels]bool
 	for _, b := range s.Buckets {
+		if b.Shadow || s.Shadow {
+			continue // a shadow limit must change no decision, not even by requiring its level
+		}
 		lv, ok := levelCode(b.Level)
 		if ok && lv != 0 && (b.ID == "*" || b.Level == LevelDeployment) {
 			need[lv] = true
@@ -221,6 +228,11 @@ type BucketConfig struct {
 	Accounting string `json:"accounting,omitempty"`
 	// Ramp configures a ramp bucket.
 	Ramp *RampConfig `json:"ramp,omitempty"`
+	// Shadow makes the bucket evaluated but never enforced: each grant
+	// records in Decision.Shadow whether the bucket would have covered it,
+	// and only grants it covers are charged to it. Changing false to true
+	// (or back) is the whole rollout of a new limit.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // RampConfig configures a ramp governor bucket (dimension "ramp").
@@ -506,6 +518,7 @@ func (c Config) Validate() error {
 		validateRequiredLevels(sloc+".required_levels", s.RequiredLevels, bad)
 		bSeen := map[string]bool{}
 		for bi, b := range s.Buckets {
+			b.Shadow = b.Shadow || s.Shadow
 			validateBucket(fmt.Sprintf("%s.buckets[%d]", sloc, bi), s.Name, b, bSeen, bad)
 		}
 	}
@@ -552,9 +565,15 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	if !known {
 		bad(loc+".dimension", "unknown dimension %q", b.Dimension)
 	}
-	k := b.Level + "\x00" + b.ID + "\x00" + string(b.Dimension)
+	// A shadow bucket may shadow an enforced one of the same dimension (a
+	// tighter limit on trial): the key includes the flag.
+	k := fmt.Sprintf("%s\x00%s\x00%s\x00%t", b.Level, b.ID, b.Dimension, b.Shadow)
 	if seen[k] {
-		bad(loc, "duplicate bucket %s:%s %s", b.Level, b.ID, b.Dimension)
+		kind := ""
+		if b.Shadow {
+			kind = "shadow "
+		}
+		bad(loc, "duplicate %sbucket %s:%s %s", kind, b.Level, b.ID, b.Dimension)
 	}
 	seen[k] = true
 	if b.Capacity <= 0 || b.Capacity > maxScaled {
@@ -565,6 +584,9 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	}
 	if b.BorrowReserve < 0 || b.BorrowReserve > b.Capacity {
 		bad(loc+".borrow_reserve", "%d out of [0, capacity %d]", b.BorrowReserve, b.Capacity)
+	}
+	if b.Shadow && (b.Refill == RefillRamp || b.Guaranteed > 0 || b.BorrowReserve > 0) {
+		bad(loc+".shadow", "shadow buckets cannot be ramp buckets or have guaranteed or borrow_reserve")
 	}
 	if b.Ramp != nil && b.Refill != RefillRamp {
 		bad(loc+".ramp", "set on a %q bucket", b.Refill)

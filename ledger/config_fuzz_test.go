@@ -45,3 +45,23 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDiffConfigs: any two documents diff without panicking, a document
+// never differs from itself, and every reported difference names a path
+// and changes something.
+func FuzzDiffConfigs(f *testing.F) {
+	f.Add([]byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":600}]}]}`),
+		[]byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":300,"shadow":true}]}]}`))
+	f.Add([]byte(`[1,{"a":[]}]`), []byte(`"x"`))
+	f.Add([]byte(``), []byte(`{"scopes":[]}`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		if d := DiffConfigs(a, a); len(d) != 0 {
+			t.Fatalf("a document differs from itself: %v", d)
+		}
+		for _, d := range DiffConfigs(a, b) {
+			if d.Old == d.New {
+				t.Fatalf("a difference that changes nothing: %+v", d)
+			}
+		}
+	})
+}

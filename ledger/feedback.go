@@ -94,18 +94,24 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 
 // drain empties the token and ramp buckets on r's path (of dimension d if
 // dimKnown) down to zero; debt stays.
+// Shadow buckets are drained too: an enforced one would have been.
 func (l *Ledger) drain(r *res, d int, dimKnown bool) {
 	for i := 0; i < int(r.NPath); i++ {
 		n := &l.st.Nodes[r.Path[i]]
-		for bi := n.First; bi < n.First+n.N; bi++ {
-			b := &l.st.Buckets[bi]
-			sp := &l.cc.specs[b.Spec]
-			if (sp.kind != kToken && sp.kind != kRamp) || (dimKnown && int(sp.dim) != d) {
-				continue
-			}
-			l.refill(b, sp, l.st.Now)
-			b.Level = min(b.Level, 0)
+		l.drainBuckets(l.st.Buckets[n.First:n.First+n.N], d, dimKnown)
+		l.drainBuckets(l.st.Shadow[n.SFirst:n.SFirst+n.SN], d, dimKnown)
+	}
+}
+
+func (l *Ledger) drainBuckets(bs []bucket, d int, dimKnown bool) {
+	for bi := range bs {
+		b := &bs[bi]
+		sp := &l.cc.specs[b.Spec]
+		if (sp.kind != kToken && sp.kind != kRamp) || (dimKnown && int(sp.dim) != d) {
+			continue
 		}
+		l.refill(b, sp, l.st.Now)
+		b.Level = min(b.Level, 0)
 	}
 }
 
@@ -131,26 +137,55 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		return
 	}
 	po := ev.ProviderObserved
-	ni, found := int32(noIdx), false
+	// The enforced and the shadow buckets each take the deployment node if
+	// it has buckets of their kind, else the scope root: a deployment node
+	// that exists only for its shadow buckets must not turn the enforced
+	// lowering away from the root.
+	enf, sh := int32(noIdx), int32(noIdx)
 	if po.Deployment != "" {
-		ni, found = l.nodeIdx[nodeKey{si, 6, po.Deployment}]
+		if ni, found := l.nodeIdx[nodeKey{si, 6, po.Deployment}]; found {
+			// (A node left without buckets by a config change keeps the
+			// observation, as before shadow buckets existed.)
+			if n := &l.st.Nodes[ni]; n.N > 0 || n.SN == 0 {
+				enf = ni
+			}
+			if l.st.Nodes[ni].SN > 0 {
+				sh = ni
+			}
+		}
 	}
-	if !found {
-		ni, found = l.nodeIdx[nodeKey{si, 0, ev.Scope}]
+	if enf < 0 || sh < 0 {
+		if root, found := l.nodeIdx[nodeKey{si, 0, ev.Scope}]; found {
+			if enf < 0 {
+				enf = root
+			}
+			if sh < 0 {
+				sh = root
+			}
+		}
 	}
-	if !found {
-		return
+	if enf >= 0 {
+		n := &l.st.Nodes[enf]
+		l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)
 	}
+	if sh >= 0 {
+		n := &l.st.Nodes[sh]
+		l.lowerTo(l.st.Shadow[n.SFirst:n.SFirst+n.SN], po.Observations)
+	}
+}
+
+// lowerTo lowers the levels of bs to the remaining amounts observed, never
+// raising them.
+func (l *Ledger) lowerTo(bs []bucket, obs []schemas.Observation) {
 	now := l.st.Now
-	n := &l.st.Nodes[ni]
-	for _, ob := range po.Observations {
+	for _, ob := range obs {
 		d, ok := dimIndex(ob.Dimension)
 		if !ok || ob.Remaining < 0 {
 			continue
 		}
 		rem := min(ob.Remaining, maxAmount)
-		for bi := n.First; bi < n.First+n.N; bi++ {
-			b := &l.st.Buckets[bi]
+		for bi := range bs {
+			b := &bs[bi]
 			sp := &l.cc.specs[b.Spec]
 			if int(sp.dim) != d {
 				continue

@@ -10,6 +10,7 @@ import (
 func (l *Ledger) checkInvariants() error {
 	st := &l.st
 	held := make([]int64, len(st.Buckets))
+	shadowHeld := make([]int64, len(st.Shadow))
 	inList := map[int32]bool{}
 	for li, hl := range st.Lists {
 		prevExp := int64(-1 << 62)
@@ -80,14 +81,35 @@ func (l *Ledger) checkInvariants() error {
 						held[bi] += l.cc.specs[st.Buckets[bi].Spec].amount(r)
 					}
 				}
+				for bi := n.SFirst; bi < n.SFirst+n.SN && r.Flags&fShadowHeld != 0; bi++ {
+					if st.Shadow[bi].Gen <= r.Gen {
+						shadowHeld[bi] += l.cc.specs[st.Shadow[bi].Spec].amount(r)
+					}
+				}
 			}
 		}
 	}
 	if live != l.resIdx.n {
 		return fmt.Errorf("index has %d reservations, state %d", l.resIdx.n, live)
 	}
+	for bi := range st.Shadow {
+		b := &st.Shadow[bi]
+		sp := &l.cc.specs[b.Spec]
+		if !sp.shadow {
+			return fmt.Errorf("shadow bucket %d has an enforced spec", bi)
+		}
+		if b.Held != shadowHeld[bi] {
+			return fmt.Errorf("shadow bucket %d: held %d, shadow-charged grants %d", bi, b.Held, shadowHeld[bi])
+		}
+		if sp.kind == kConcurrency && b.Level+b.Held != sp.capacity {
+			return fmt.Errorf("shadow concurrency bucket %d: free %d + held %d != capacity %d", bi, b.Level, b.Held, sp.capacity)
+		}
+	}
 	for bi := range st.Buckets {
 		b := &st.Buckets[bi]
+		if l.cc.specs[b.Spec].shadow {
+			return fmt.Errorf("bucket %d has a shadow spec", bi)
+		}
 		if b.Held != held[bi] {
 			return fmt.Errorf("bucket %d: held %d, granted−settled %d", bi, b.Held, held[bi])
 		}

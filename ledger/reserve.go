@@ -52,9 +52,18 @@ func (l *Ledger) nodeOf(si int32, lv uint8, id string) int32 {
 	if len(l.st.Nodes) >= l.st.Config.NodesMax {
 		return -2
 	}
-	n := node{Scope: si, Lvl: lv, ID: id, First: int32(len(l.st.Buckets)), N: int32(len(specs))}
+	n := node{Scope: si, Lvl: lv, ID: id, First: int32(len(l.st.Buckets))}
 	for _, s := range specs {
-		l.st.Buckets = append(l.st.Buckets, l.newBucket(s, si))
+		if !l.cc.specs[s].shadow {
+			l.st.Buckets = append(l.st.Buckets, l.newBucket(s, si))
+			n.N++
+		} else {
+			if n.SN == 0 {
+				n.SFirst = int32(len(l.st.Shadow))
+			}
+			l.st.Shadow = append(l.st.Shadow, l.newBucket(s, si))
+			n.SN++
+		}
 	}
 	ni := int32(len(l.st.Nodes))
 	l.st.Nodes = append(l.st.Nodes, n)
@@ -88,12 +97,17 @@ func (l *Ledger) newBucket(s int32, si int32) bucket {
 }
 
 // limitPath renders the path of r up to and including node ni, e.g.
-// "scope:sim-openai/tenant:acme/key:k1". It allocates: refusals only.
+// "scope:sim-openai/tenant:acme/key:k1". Nodes that hold only shadow
+// buckets are left out, so that adding a shadow limit changes no recorded
+// limit_path. It allocates: refusals only.
 func (l *Ledger) limitPath(r *res, ni int32) string {
 	var sb strings.Builder
 	for i := 0; i < int(r.NPath); i++ {
 		n := &l.st.Nodes[r.Path[i]]
-		if i > 0 {
+		if n.N == 0 && n.SN > 0 && r.Path[i] != ni {
+			continue // a node of shadow buckets only
+		}
+		if sb.Len() > 0 {
 			sb.WriteByte('/')
 		}
 		sb.WriteString(levelNames[n.Lvl])
@@ -488,12 +502,16 @@ func (l *Ledger) emitGrant(out []Output, ri int32, gd schemas.GatewayDecision) [
 	if r.Flags&fStreaming != 0 {
 		ttl = l.st.Config.StreamHoldTTLMs
 	}
-	return l.emit(out, r, schemas.Decision{
+	d := schemas.Decision{
 		Status:          schemas.StatusGranted,
 		Borrowed:        r.Flags&fBorrowed != 0,
 		GatewayDecision: gd,
 		HoldTTLMs:       ttl,
-	})
+	}
+	if l.cc.anyShadow {
+		d.Shadow = l.shadowGrant(ri)
+	}
+	return l.emit(out, r, d)
 }
 
 // ---- check and grant ----
@@ -858,6 +876,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			l.refill(b, sp, now)
 			l.credit(b, sp, a-act, r.GrantMs, now)
 		}
+	}
+	if r.Flags&fShadowHeld != 0 {
+		l.shadowSettle(r, actual, cached)
 	}
 	l.finish(ri, state)
 	l.st.Scopes[r.Scope].Dirty = true

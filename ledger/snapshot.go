@@ -46,55 +46,25 @@ func (l *Ledger) install(cfg Config) {
 	l.cc = compile(&l.st.Config)
 	l.paths = nil // levels with and without buckets may have changed
 	l.st.Buckets, l.st.Rolls, l.st.Ramps = nil, nil, nil
+	oldShadow := l.st.Shadow
+	l.st.Shadow = nil
 	for ni := range l.st.Nodes {
 		n := &l.st.Nodes[ni]
 		var specs []int32
 		if ci, ok := l.cc.scopeFor(l.st.Scopes[n.Scope].Name); ok {
 			specs = l.cc.scopes[ci].specsFor(n.Lvl, n.ID)
 		}
-		first := int32(len(l.st.Buckets))
-		for _, s := range specs {
-			sp := &l.cc.specs[s]
-			nb := l.newBucket(s, n.Scope)
-			for obi := n.First; obi < n.First+n.N; obi++ {
-				ob := &oldBuckets[obi]
-				osp := &oldSpecs[ob.Spec]
-				if osp.dim != sp.dim || osp.kind != sp.kind {
-					continue
-				}
-				nb.Gen = ob.Gen
-				nb.Held = ob.Held
-				switch sp.kind {
-				case kToken:
-					nb.Level = min(sp.burst, mulSat(floorDiv(ob.Level, osp.period), sp.period))
-					nb.Base = min(sp.gBurst, mulSat(floorDiv(ob.Base, osp.period), sp.period))
-					nb.LastMs = ob.LastMs
-				case kRamp:
-					rs := oldRamps[ob.Ext]
-					rs.Rate = min(rs.Rate, sp.capacity)
-					l.st.Ramps[nb.Ext] = rs
-					nb.Level = min(rampBurst(rs.Rate, sp.window), mulSat(floorDiv(ob.Level, osp.period), sp.period))
-					nb.LastMs = ob.LastMs
-				case kFixed:
-					nb.Level = min(sp.capacity, ob.Level)
-				case kConcurrency:
-					nb.Level = sp.capacity - (osp.capacity - ob.Level)
-				case kRolling:
-					ors := &oldRolls[ob.Ext]
-					nrs := &l.st.Rolls[nb.Ext]
-					if len(ors.Ring) == len(nrs.Ring) && osp.slotMs == sp.slotMs {
-						nrs.Cur, nrs.Sum = ors.Cur, ors.Sum
-						copy(nrs.Ring, ors.Ring)
-					} else {
-						nrs.Sum = ors.Sum
-						nrs.Ring[nrs.Cur%int64(len(nrs.Ring))] = ors.Sum
-					}
-				}
-				break
-			}
-			l.st.Buckets = append(l.st.Buckets, nb)
+		old := oldBuckets[n.First : n.First+n.N]
+		n.First = int32(len(l.st.Buckets))
+		l.st.Buckets = l.restamp(l.st.Buckets, specs, false, n.Scope, old, oldSpecs, oldRolls, oldRamps)
+		n.N = int32(len(l.st.Buckets)) - n.First
+		oldSh := oldShadow[n.SFirst : n.SFirst+n.SN]
+		first := int32(len(l.st.Shadow))
+		l.st.Shadow = l.restamp(l.st.Shadow, specs, true, n.Scope, oldSh, oldSpecs, oldRolls, oldRamps)
+		n.SFirst, n.SN = first, int32(len(l.st.Shadow))-first
+		if n.SN == 0 {
+			n.SFirst = 0 // keeps snapshots without shadow buckets as they were
 		}
-		n.First, n.N = first, int32(len(specs))
 	}
 	// Classes may have been renamed, added or removed.
 	for si := range l.st.Scopes {
@@ -121,6 +91,9 @@ func (l *Ledger) install(cfg Config) {
 	for bi := range l.st.Buckets {
 		l.st.Buckets[bi].Held = 0
 	}
+	for bi := range l.st.Shadow {
+		l.st.Shadow[bi].Held = 0
+	}
 	for ri := range l.st.Res {
 		r := &l.st.Res[ri]
 		if r.State != stGranted {
@@ -134,9 +107,70 @@ func (l *Ledger) install(cfg Config) {
 					b.Held += l.cc.specs[b.Spec].amount(r)
 				}
 			}
+			if r.Flags&fShadowHeld == 0 {
+				continue
+			}
+			for bi := n.SFirst; bi < n.SFirst+n.SN; bi++ {
+				b := &l.st.Shadow[bi]
+				if b.Gen <= r.Gen {
+					b.Held += l.cc.specs[b.Spec].amount(r)
+				}
+			}
 		}
 	}
 	_ = now
+}
+
+// restamp appends to dst a bucket for every spec of specs whose shadow
+// flag is shadow, each keeping the state of the old bucket of the same
+// dimension and kind (converted to the new unit scale and clamped to the new
+// burst) and its generation; new buckets start full.
+func (l *Ledger) restamp(dst []bucket, specs []int32, shadow bool, scope int32, old []bucket, oldSpecs []spec, oldRolls []rollState, oldRamps []rampState) []bucket {
+	for _, s := range specs {
+		sp := &l.cc.specs[s]
+		if sp.shadow != shadow {
+			continue
+		}
+		nb := l.newBucket(s, scope)
+		for obi := range old {
+			ob := &old[obi]
+			osp := &oldSpecs[ob.Spec]
+			if osp.dim != sp.dim || osp.kind != sp.kind {
+				continue
+			}
+			nb.Gen = ob.Gen
+			nb.Held = ob.Held
+			switch sp.kind {
+			case kToken:
+				nb.Level = min(sp.burst, mulSat(floorDiv(ob.Level, osp.period), sp.period))
+				nb.Base = min(sp.gBurst, mulSat(floorDiv(ob.Base, osp.period), sp.period))
+				nb.LastMs = ob.LastMs
+			case kRamp:
+				rs := oldRamps[ob.Ext]
+				rs.Rate = min(rs.Rate, sp.capacity)
+				l.st.Ramps[nb.Ext] = rs
+				nb.Level = min(rampBurst(rs.Rate, sp.window), mulSat(floorDiv(ob.Level, osp.period), sp.period))
+				nb.LastMs = ob.LastMs
+			case kFixed:
+				nb.Level = min(sp.capacity, ob.Level)
+			case kConcurrency:
+				nb.Level = sp.capacity - (osp.capacity - ob.Level)
+			case kRolling:
+				ors := &oldRolls[ob.Ext]
+				nrs := &l.st.Rolls[nb.Ext]
+				if len(ors.Ring) == len(nrs.Ring) && osp.slotMs == sp.slotMs {
+					nrs.Cur, nrs.Sum = ors.Cur, ors.Sum
+					copy(nrs.Ring, ors.Ring)
+				} else {
+					nrs.Sum = ors.Sum
+					nrs.Ring[nrs.Cur%int64(len(nrs.Ring))] = ors.Sum
+				}
+			}
+			break
+		}
+		dst = append(dst, nb)
+	}
+	return dst
 }
 
 // snapshotMagic prefixes snapshot bytes so that foreign bytes are refused.
@@ -228,25 +262,19 @@ func (l *Ledger) verify() error {
 	nb, nn, nr := int32(len(st.Buckets)), int32(len(st.Nodes)), int32(len(st.Res))
 	ns := int32(len(st.Scopes))
 	for i, n := range st.Nodes {
-		if n.Scope < 0 || n.Scope >= ns || n.First < 0 || n.N < 0 || n.First+n.N > nb || int(n.Lvl) >= numLevels {
+		if n.Scope < 0 || n.Scope >= ns || n.First < 0 || n.N < 0 || n.First+n.N > nb || int(n.Lvl) >= numLevels ||
+			n.SFirst < 0 || n.SN < 0 || n.SFirst+n.SN > int32(len(st.Shadow)) {
 			return fmt.Errorf("node %d out of range", i)
 		}
 	}
 	for i, b := range st.Buckets {
-		if b.Spec < 0 || int(b.Spec) >= len(l.cc.specs) {
-			return fmt.Errorf("bucket %d spec out of range", i)
+		if err := l.verifyBucket(&b, false); err != nil {
+			return fmt.Errorf("bucket %d %w", i, err)
 		}
-		sp := &l.cc.specs[b.Spec]
-		switch sp.kind {
-		case kRolling:
-			if b.Ext < 0 || int(b.Ext) >= len(st.Rolls) || int64(len(st.Rolls[b.Ext].Ring)) != sp.slots+1 || st.Rolls[b.Ext].Cur < 0 {
-				return fmt.Errorf("bucket %d rolling state out of range", i)
-			}
-		case kRamp:
-			if b.Ext < 0 || int(b.Ext) >= len(st.Ramps) || st.Ramps[b.Ext].Rate <= 0 || st.Ramps[b.Ext].Rate > sp.capacity ||
-				st.Ramps[b.Ext].GrowMs < 0 || st.Ramps[b.Ext].GrowMs >= sp.period || st.Ramps[b.Ext].Scope < 0 || st.Ramps[b.Ext].Scope >= ns {
-				return fmt.Errorf("bucket %d ramp state out of range", i)
-			}
+	}
+	for i, b := range st.Shadow {
+		if err := l.verifyBucket(&b, true); err != nil {
+			return fmt.Errorf("shadow bucket %d %w", i, err)
 		}
 	}
 	nc := int32(len(st.Config.Classes))
@@ -291,6 +319,35 @@ func (l *Ledger) verify() error {
 			if !idx(q) {
 				return errors.New("queue out of range")
 			}
+		}
+	}
+	return nil
+}
+
+// verifyBucket checks that a bucket is in the right list (shadow or
+// enforced) and its references into the specs and the rolling
+// and ramp states.
+func (l *Ledger) verifyBucket(b *bucket, shadow bool) error {
+	st := &l.st
+	if b.Spec < 0 || int(b.Spec) >= len(l.cc.specs) {
+		return errors.New("spec out of range")
+	}
+	sp := &l.cc.specs[b.Spec]
+	if sp.shadow != shadow {
+		// An enforced spec among the shadow buckets would never be enforced,
+		// a shadow one among the enforced would be.
+		return errors.New("shadow flag does not match its spec")
+	}
+	switch sp.kind {
+	case kRolling:
+		if b.Ext < 0 || int(b.Ext) >= len(st.Rolls) || int64(len(st.Rolls[b.Ext].Ring)) != sp.slots+1 || st.Rolls[b.Ext].Cur < 0 {
+			return errors.New("rolling state out of range")
+		}
+	case kRamp:
+		ns := int32(len(st.Scopes))
+		if b.Ext < 0 || int(b.Ext) >= len(st.Ramps) || st.Ramps[b.Ext].Rate <= 0 || st.Ramps[b.Ext].Rate > sp.capacity ||
+			st.Ramps[b.Ext].GrowMs < 0 || st.Ramps[b.Ext].GrowMs >= sp.period || st.Ramps[b.Ext].Scope < 0 || st.Ramps[b.Ext].Scope >= ns {
+			return errors.New("ramp state out of range")
 		}
 	}
 	return nil

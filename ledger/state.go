@@ -85,6 +85,9 @@ const (
 	fRetry
 	fGuard   // granted ahead of an earlier-expiring higher-class waiter by the starvation guard
 	fOwnWait // the request named its own max wait: a provider cooldown does not extend it
+	// fShadowHeld: the grant was charged to the shadow buckets on its path
+	// (every one of them covered it), so its settlement credits them back.
+	fShadowHeld
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
@@ -127,14 +130,18 @@ type rampState struct {
 	Lat     [2][16]int64 `json:"h"` // log2 histogram of reconciled total_ms
 }
 
-// node is one (scope, level, id) of the hierarchy with its buckets
-// Buckets[First : First+N].
+// node is one (scope, level, id) of the hierarchy with its enforced buckets
+// Buckets[First : First+N] and its shadow buckets Shadow[SFirst :
+// SFirst+SN]. Shadow buckets live in their own slice so that no loop that
+// enforces (check, grant, settle, feedback) can ever read them.
 type node struct {
-	Scope int32  `json:"s"`
-	Lvl   uint8  `json:"v"`
-	ID    string `json:"i"`
-	First int32  `json:"f"`
-	N     int32  `json:"n"`
+	Scope  int32  `json:"s"`
+	Lvl    uint8  `json:"v"`
+	ID     string `json:"i"`
+	First  int32  `json:"f"`
+	N      int32  `json:"n"`
+	SFirst int32  `json:"sf,omitempty"`
+	SN     int32  `json:"sn,omitempty"`
 }
 
 type nodeKey struct {
@@ -266,23 +273,26 @@ type Stats struct {
 // state is everything a snapshot holds. Maps are derived indexes rebuilt on
 // restore; everything here is slices so that encoding is deterministic.
 type state struct {
-	Partition int32        `json:"partition"`
-	Next      int64        `json:"next_offset"`
-	Now       int64        `json:"now_ms"`
-	Gen       int32        `json:"gen"`
-	Seq       int64        `json:"seq"`
-	Config    Config       `json:"config"`
-	ConfigErr string       `json:"config_err,omitempty"`
-	Nodes     []node       `json:"nodes"`
-	Buckets   []bucket     `json:"buckets"`
-	Rolls     []rollState  `json:"rolls"`
-	Ramps     []rampState  `json:"ramps"`
-	Res       []res        `json:"res"`
-	Free      []int32      `json:"free"`
-	Lists     []holdList   `json:"lists"`
-	Done      []int32      `json:"done"` // finished reservations in DoneMs order
-	Scopes    []scopeState `json:"scopes"`
-	Stats     Stats        `json:"stats"`
+	Partition int32    `json:"partition"`
+	Next      int64    `json:"next_offset"`
+	Now       int64    `json:"now_ms"`
+	Gen       int32    `json:"gen"`
+	Seq       int64    `json:"seq"`
+	Config    Config   `json:"config"`
+	ConfigErr string   `json:"config_err,omitempty"`
+	Nodes     []node   `json:"nodes"`
+	Buckets   []bucket `json:"buckets"`
+	// Shadow holds the shadow buckets (evaluated, never enforced; see
+	// shadow.go).
+	Shadow []bucket     `json:"shadow,omitempty"`
+	Rolls  []rollState  `json:"rolls"`
+	Ramps  []rampState  `json:"ramps"`
+	Res    []res        `json:"res"`
+	Free   []int32      `json:"free"`
+	Lists  []holdList   `json:"lists"`
+	Done   []int32      `json:"done"` // finished reservations in DoneMs order
+	Scopes []scopeState `json:"scopes"`
+	Stats  Stats        `json:"stats"`
 	// Live lists the nodes that have heartbeated, in first-heartbeat
 	// order (liveness.go).
 	Live []liveNode `json:"live,omitempty"`

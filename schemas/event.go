@@ -211,6 +211,32 @@ type Decision struct {
 	// HoldTTLMs is how long a grant stays held without a reconcile before
 	// the ledger expires it as abandoned.
 	HoldTTLMs int64 `json:"hold_ttl_ms,omitempty"`
+	// Shadow is what the shadow buckets on the request's path (limits
+	// evaluated, never enforced) would have decided about this grant; nil
+	// when the path has none. Only grants carry it.
+	Shadow *ShadowVerdict `json:"shadow,omitempty"`
+}
+
+// ShadowVerdict is a shadow limit set's verdict on one grant. A shadow
+// bucket is charged only by the grants it covers, so its level is the one
+// it would have if it were enforced (except that enforcing it would also
+// have changed the traffic behind it).
+type ShadowVerdict struct {
+	// Limited is true when a shadow bucket could not cover the grant: had
+	// the shadow limits been enforced, the request would have been queued
+	// or denied.
+	Limited bool `json:"limited,omitempty"`
+	// Reason is capacity (the bucket was short) or exceeds_capacity (the
+	// request is larger than the bucket can ever hold); empty when not
+	// limited.
+	Reason Reason `json:"reason,omitempty"`
+	// The first shadow bucket that could not cover it, in path order.
+	LimitPath      string    `json:"limit_path,omitempty"`
+	LimitDimension Dimension `json:"limit_dimension,omitempty"`
+	Needed         int64     `json:"needed,omitempty"`
+	Available      int64     `json:"available,omitempty"`
+	// Buckets is how many shadow buckets the grant passed.
+	Buckets int32 `json:"buckets"`
 }
 
 // HoldExpired reports whether d ended a grant without a reconcile or

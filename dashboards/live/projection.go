@@ -406,7 +406,7 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 		Status: string(d.Status), Reason: string(d.Reason), LimitPath: d.LimitPath,
 		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
 		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
-		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed,
+		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed, Shadow: d.Shadow,
 		StatusWords: d.Status.Words(), GatewayDecisionWords: d.GatewayDecision.Words(),
 	}
 	if d.Reason != "" {
@@ -632,6 +632,10 @@ type DecisionRow struct {
 	LimitDimensionWords  string `json:"limit_dimension_words,omitempty"`
 	GatewayDecisionWords string `json:"gateway_decision_words"`
 	RetryClassWords      string `json:"retry_class_words,omitempty"`
+	// Shadow is a grant's shadow verdict (shadow limits on its own path:
+	// would they have limited it?), so a new limit can be watched before
+	// it is enforced.
+	Shadow *schemas.ShadowVerdict `json:"shadow,omitempty"`
 }
 
 // Timeline is the window drawn over time, one point per second: point i

@@ -287,3 +287,17 @@ func TestProjectionSeriesCap(t *testing.T) {
 		t.Fatalf("stream %+v", s.Stream)
 	}
 }
+
+// TestProjectionShadowVerdict: a grant's shadow verdict reaches the recent
+// decisions, in the tenant's view too (it concerns its own path only).
+func TestProjectionShadowVerdict(t *testing.T) {
+	p := NewProjection(0, newClock().Now)
+	sv := &schemas.ShadowVerdict{Limited: true, Reason: schemas.ReasonCapacity, LimitPath: "tenant:acme/key:k1",
+		LimitDimension: schemas.DimRequests, Needed: 1, Buckets: 1}
+	p.Apply(reserve("acme", "k1", "r1"), decision("acme", "k1", "r1", schemas.Decision{Status: schemas.StatusGranted, GatewayDecision: schemas.GDAdmitted, Shadow: sv}))
+	for _, s := range []Snapshot{p.Snapshot(), p.TenantSnapshot("acme")} {
+		if len(s.RecentDecisions) != 1 || s.RecentDecisions[0].Shadow == nil || *s.RecentDecisions[0].Shadow != *sv {
+			t.Fatalf("%s view: recent decisions %+v", s.View, s.RecentDecisions)
+		}
+	}
+}

@@ -174,7 +174,7 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.closers = append(st.closers, levels.Close)
-	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels))
+	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels), gateway.WithExplainer(Explainer(st.Brokers, o.Topics)))
 	adm, err := admin.Start(ctx, gw, cfg, st.Brokers, o.Topics, o.AdminToken, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)

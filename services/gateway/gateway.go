@@ -44,8 +44,9 @@ type Server struct {
 
 	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
 	// quota (usage.go).
-	admin  atomic.Pointer[http.Handler]
-	levels LevelSource
+	admin   atomic.Pointer[http.Handler]
+	levels  LevelSource
+	explain Explainer // GET /v1/sluice/requests/{id} (explain.go)
 }
 
 // Option configures a Server.
@@ -87,6 +88,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
 	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
+	s.mux.HandleFunc("GET /v1/sluice/requests/{id}", s.handleExplain)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

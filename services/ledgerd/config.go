@@ -1,6 +1,7 @@
 package ledgerd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -16,6 +17,13 @@ import (
 // every partition of sluice.requests, so every ledger partition switches to
 // it at a known log position.
 func PublishConfig(ctx context.Context, brokers []string, names bus.Names, ledgerJSON []byte, source string) error {
+	return PublishConfigChange(ctx, brokers, names, schemas.ConfigChanged{Ledger: ledgerJSON, Source: source})
+}
+
+// PublishConfigChange is PublishConfig with the whole audit record: cc's
+// Source, Actor and Reason go with the ledger document into the history
+// (`sluice config history`); ConfigVersion is set here.
+func PublishConfigChange(ctx context.Context, brokers []string, names bus.Names, cc schemas.ConfigChanged) error {
 	names = names.OrDefault()
 	pc, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -35,7 +43,9 @@ func PublishConfig(ctx context.Context, brokers []string, names bus.Names, ledge
 	var recs []*kgo.Record
 	for _, p := range t.Partitions.Numbers() {
 		ev := schemas.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
-		ev.ConfigChanged = &schemas.ConfigChanged{ConfigVersion: ver, Source: source, Ledger: ledgerJSON}
+		c := cc
+		c.ConfigVersion = ver
+		ev.ConfigChanged = &c
 		b, err := schemas.Encode(ev)
 		if err != nil {
 			return err
@@ -46,4 +56,36 @@ func PublishConfig(ctx context.Context, brokers []string, names bus.Names, ledge
 		return fmt.Errorf("publish config: %w", err)
 	}
 	return nil
+}
+
+// ConfigEntry is one ConfigChanged of the history, with the log position
+// and time it took effect at.
+type ConfigEntry struct {
+	Offset    int64                 `json:"offset"`
+	LogTimeMs int64                 `json:"log_time_ms"`
+	Change    schemas.ConfigChanged `json:"change"`
+}
+
+// ConfigHistory reads every ConfigChanged of partition p of
+// sluice.requests (each change is published to every partition, so one
+// holds the whole history its retention keeps), oldest first.
+func ConfigHistory(ctx context.Context, brokers []string, names bus.Names, p int32) ([]ConfigEntry, error) {
+	names = names.OrDefault()
+	needle := []byte(`"type":"` + string(schemas.TypeConfigChanged) + `"`)
+	var out []ConfigEntry
+	err := ReadPartition(ctx, brokers, names.Requests, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		if !bytes.Contains(r.Value, needle) {
+			return nil
+		}
+		var ev schemas.Event
+		if schemas.Decode(r.Value, &ev) != nil || ev.ConfigChanged == nil {
+			return nil
+		}
+		out = append(out, ConfigEntry{Offset: r.Offset, LogTimeMs: r.Timestamp.UnixMilli(), Change: *ev.ConfigChanged})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config history of %s partition %d: %w", names.Requests, p, err)
+	}
+	return out, nil
 }

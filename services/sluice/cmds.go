@@ -173,7 +173,7 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer levels.Close()
-	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels))
+	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels), gateway.WithExplainer(dev.Explainer(bs, names)))
 	// Every gateway follows the admin topic, token or not: a change made
 	// on any gateway takes effect on all. Once the admin API has made a
 	// change, tenants, keys and the ledger section are its, not the file's.

@@ -9,21 +9,32 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/analytics/report"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
-// runConfig implements `sluice config apply PATCH`.
+const configUsage = "usage: sluice config apply [--config FILE] [--actor WHO] [--reason WHY] [--yes] PATCH | sluice config history [--partition P] [--json]"
+
+// runConfig implements `sluice config apply PATCH` and `sluice config
+// history`.
 func runConfig(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "history" {
+		return runConfigHistory(ctx, args[1:])
+	}
 	if len(args) == 0 || args[0] != "apply" {
-		return errors.New("usage: sluice config apply [--config FILE] [--yes] PATCH")
+		return errors.New(configUsage)
 	}
 	fs := newFlags("config apply")
+	actor := fs.String("actor", os.Getenv("USER"), "who makes the change, recorded in the config history (default $USER)")
+	reason := fs.String("reason", "", "why, recorded in the config history")
 	cfgPath := fs.String("config", "deploy/examples/sluice.yaml", "gateway configuration file (YAML) to patch; the gateways reload it")
 	yes := fs.Bool("yes", false, "install the patch: write the file and publish its ledger section as ConfigChanged (source calibration)")
 	brokers := brokersFlag(fs)
@@ -64,14 +75,117 @@ func runConfig(ctx context.Context, args []string) error {
 		fmt.Println("dry run: nothing changed; rerun with --yes to install")
 		return nil
 	}
-	if err := ledgerd.PublishConfig(ctx, bus.SplitBrokers(*brokers), bus.NamesWithPrefix(*prefix), cfg.LedgerJSON(), report.PatchSource); err != nil {
+	if *actor == "" {
+		return errors.New("--actor is required when $USER is not set: the config history records who made each change")
+	}
+	cc := schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: report.PatchSource, Actor: *actor, Reason: *reason}
+	if err := ledgerd.PublishConfigChange(ctx, bus.SplitBrokers(*brokers), bus.NamesWithPrefix(*prefix), cc); err != nil {
 		return fmt.Errorf("nothing changed: %w", err)
 	}
 	if err := writeFileAtomic(*cfgPath, next); err != nil {
 		return fmt.Errorf("ConfigChanged published but %s not written: %w", *cfgPath, err)
 	}
-	fmt.Printf("installed: ConfigChanged (source %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *brokers, *cfgPath)
+	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *actor, *brokers, *cfgPath)
 	return nil
+}
+
+// runConfigHistory implements `sluice config history`: every ConfigChanged
+// the log keeps, oldest first, each with a per-field diff from the one
+// before.
+func runConfigHistory(ctx context.Context, args []string) error {
+	fs := newFlags("config history")
+	brokers := brokersFlag(fs)
+	prefix := prefixFlag(fs)
+	part := fs.Int("partition", 0, "partition of sluice.requests to read (every change is published to all)")
+	asJSON := fs.Bool("json", false, "print the history as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		return errors.New(configUsage)
+	}
+	hist, err := ledgerd.ConfigHistory(ctx, bus.SplitBrokers(*brokers), bus.NamesWithPrefix(*prefix), int32(*part))
+	if err != nil {
+		return err
+	}
+	entries := configHistory(hist)
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	printConfigHistory(os.Stdout, entries)
+	return nil
+}
+
+// historyEntry is one change of `sluice config history`.
+type historyEntry struct {
+	Version string `json:"version"`
+	Offset  int64  `json:"offset"`
+	Time    string `json:"time"`
+	Source  string `json:"source,omitempty"`
+	Actor   string `json:"actor,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Refused says why the ledger refused the document (it kept the one in
+	// force, so Diff is empty); later diffs are against the last installed
+	// document.
+	Refused string              `json:"refused,omitempty"`
+	Diff    []ledger.ConfigDiff `json:"diff"`
+}
+
+// configHistory diffs each change against the last document the ledger
+// installed (a refused one changed nothing).
+func configHistory(hist []ledgerd.ConfigEntry) []historyEntry {
+	var out []historyEntry
+	var prev []byte
+	for _, h := range hist {
+		e := historyEntry{Version: h.Change.ConfigVersion, Offset: h.Offset, Time: time.UnixMilli(h.LogTimeMs).UTC().Format(time.RFC3339),
+			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason}
+		if _, err := ledger.ParseConfig(h.Change.Ledger); err != nil {
+			e.Refused = err.Error() // it changed nothing: no diff
+		} else {
+			e.Diff = ledger.DiffConfigs(prev, h.Change.Ledger)
+			prev = h.Change.Ledger
+		}
+		if e.Diff == nil {
+			e.Diff = []ledger.ConfigDiff{}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func printConfigHistory(w io.Writer, entries []historyEntry) {
+	if len(entries) == 0 {
+		fmt.Fprintln(w, "no ConfigChanged in the log")
+		return
+	}
+	for i, e := range entries {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "%s  version %s  offset %d  source %s  actor %s", e.Time, orDash(e.Version), e.Offset, orDash(e.Source), orDash(e.Actor))
+		if e.Reason != "" {
+			fmt.Fprintf(w, "  reason %q", e.Reason)
+		}
+		fmt.Fprintln(w)
+		if e.Refused != "" {
+			fmt.Fprintf(w, "  refused by the ledger (the previous config stayed): %s\n", oneLine(e.Refused))
+		}
+		if len(e.Diff) == 0 && e.Refused == "" {
+			fmt.Fprintln(w, "  (no change)")
+		}
+		for _, d := range e.Diff {
+			fmt.Fprintln(w, "  "+d.String())
+		}
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func printChanges(w io.Writer, path string, changes []report.Change, skipped []string) {

@@ -34,8 +34,10 @@ func init() {
 		{"keys", "API key helpers: `sluice keys hash KEY`, `sluice keys new`", runKeys},
 		{"estimate", "print the pre-flight token estimate of the request on stdin as JSON", runEstimate},
 		{"report", "the weekly calibration report from ClickHouse: `sluice report --format md|html|json`", runReport},
-		{"config", "install a calibration patch: `sluice config apply [--yes] PATCH`", runConfig},
+		{"config", "install a calibration patch (`sluice config apply [--actor A] [--reason R] [--yes] PATCH`) or list changes (`sluice config history`)", runConfig},
 		{"replay", "re-run the ledger over the recorded log: `sluice replay --verify`", runReplay},
+		{"explain", "explain one decision: the request's timeline, buckets, queue and feedback: `sluice explain REQUEST_ID`", runExplain},
+		{"whatif", "replay recorded demand under a new ledger config, side by side with what happened", runWhatIf},
 		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec|sink|report`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 	}

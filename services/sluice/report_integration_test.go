@@ -80,7 +80,7 @@ func TestIntegrationReportThenConfigApply(t *testing.T) {
 	if b, _ := os.ReadFile(cfgPath); string(b) != y {
 		t.Fatal("dry run changed the file")
 	}
-	if err := runConfig(ctx, append([]string{"apply", "--yes"}, args[1:]...)); err != nil {
+	if err := runConfig(ctx, append([]string{"apply", "--yes", "--actor", "alice", "--reason", "weekly calibration"}, args[1:]...)); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(cfgPath)
@@ -104,6 +104,9 @@ func TestIntegrationReportThenConfigApply(t *testing.T) {
 			var e schemas.Event
 			if schemas.Decode(r.Value, &e) == nil && e.ConfigChanged != nil && e.ConfigChanged.Source == report.PatchSource {
 				found++
+				if e.ConfigChanged.Actor != "alice" || e.ConfigChanged.Reason != "weekly calibration" {
+					t.Errorf("ConfigChanged actor %q reason %q, want the flags'", e.ConfigChanged.Actor, e.ConfigChanged.Reason)
+				}
 			}
 		})
 	}

@@ -1,0 +1,181 @@
+package ledgerd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// ExplainOptions says where to look for a request.
+type ExplainOptions struct {
+	Brokers   []string
+	Topics    bus.Names // zero value = bus.DefaultNames()
+	RequestID string
+	// Partition, when ≥ 0, is the request's partition of sluice.requests.
+	// Otherwise the candidate Scopes (record keys) determine the partitions
+	// searched, and without any every partition is searched.
+	Partition int32
+	Scopes    []string
+	// FromMs starts the search at the first input at or after this log
+	// time (0: the log start). The replay still starts at a snapshot or
+	// the log start, so that the state is right.
+	FromMs int64
+	// AfterMs is how much log time past the request's last decision the
+	// replay keeps watching for its later events (a retry, a reconcile);
+	// default 60 s.
+	AfterMs int64
+}
+
+// ErrRequestNotFound is returned when no input of the request was found.
+var ErrRequestNotFound = errors.New("request not found")
+
+// Explain finds the request's partition and first input, replays the
+// partition from the newest snapshot before that input (or from the log
+// start) through a ledger.Explainer, and returns the request's timeline.
+func Explain(ctx context.Context, o ExplainOptions) (*ledger.Explanation, error) {
+	o.Topics = o.Topics.OrDefault()
+	if o.AfterMs <= 0 {
+		o.AfterMs = 60_000
+	}
+	cl, err := bus.NewClient(ctx, o.Brokers, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	parts, err := candidatePartitions(ctx, adm, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range parts {
+		first, err := findFirstInput(ctx, adm, o, p)
+		if err != nil {
+			return nil, err
+		}
+		if first < 0 {
+			continue
+		}
+		return explainPartition(ctx, o, p, first)
+	}
+	return nil, fmt.Errorf("%w: no input of %q in partitions %v of %s", ErrRequestNotFound, o.RequestID, parts, o.Topics.Requests)
+}
+
+// PartitionOf returns the partition of sluice.requests that a record keyed
+// by scope lands in (the gateways' key partitioner: murmur2, as Kafka's
+// default).
+func PartitionOf(scope string, partitions int) int32 {
+	pt := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	return int32(pt.Partition(&kgo.Record{Key: []byte(scope)}, partitions))
+}
+
+func candidatePartitions(ctx context.Context, adm *kadm.Client, o ExplainOptions) ([]int32, error) {
+	if o.Partition >= 0 {
+		return []int32{o.Partition}, nil
+	}
+	td, err := adm.ListTopics(ctx, o.Topics.Requests)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", o.Topics.Requests, err)
+	}
+	t, ok := td[o.Topics.Requests]
+	if !ok || t.Err != nil {
+		return nil, fmt.Errorf("topic %s missing", o.Topics.Requests)
+	}
+	if len(o.Scopes) == 0 {
+		return t.Partitions.Numbers(), nil
+	}
+	var out []int32
+	for _, sc := range o.Scopes {
+		if p := PartitionOf(sc, len(t.Partitions)); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// errFound stops a scan at the record looked for.
+var errFound = errors.New("found")
+
+// findFirstInput returns the offset of the request's first input in
+// partition p at or after FromMs, or -1.
+func findFirstInput(ctx context.Context, adm *kadm.Client, o ExplainOptions, p int32) (int64, error) {
+	from := kgo.NewOffset().AtStart()
+	if o.FromMs > 0 {
+		offs, err := adm.ListOffsetsAfterMilli(ctx, o.FromMs, o.Topics.Requests)
+		if err != nil {
+			return -1, fmt.Errorf("offsets after %d ms: %w", o.FromMs, err)
+		}
+		if r, ok := offs.Lookup(o.Topics.Requests, p); ok && r.Err == nil {
+			from = kgo.NewOffset().At(r.Offset)
+		}
+	}
+	// The id as it appears in an encoded event: a cheap filter before
+	// decoding.
+	needle := []byte(`"request_id":` + strconv.Quote(o.RequestID))
+	found := int64(-1)
+	var ev schemas.Event
+	err := ReadPartition(ctx, o.Brokers, o.Topics.Requests, p, from, -1, func(r *kgo.Record) error {
+		if !bytes.Contains(r.Value, needle) {
+			return nil
+		}
+		if schemas.Decode(r.Value, &ev) == nil && ev.RequestID == o.RequestID {
+			found = r.Offset
+			return errFound
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return -1, err
+	}
+	return found, nil
+}
+
+// explainPartition replays partition p through an Explainer of the
+// request whose first input is at offset first.
+func explainPartition(ctx context.Context, o ExplainOptions, p int32, first int64) (*ledger.Explanation, error) {
+	l := ledger.New(p, ledger.Config{})
+	from := kgo.NewOffset().AtStart()
+	snap, err := LatestSnapshot(ctx, o.Brokers, o.Topics, p)
+	if err != nil {
+		return nil, err
+	}
+	if snap != nil && snap.InputOffset <= first {
+		if l, err = ledger.Restore(snap.State); err != nil {
+			return nil, fmt.Errorf("partition %d: restore snapshot: %w", p, err)
+		}
+		from = kgo.NewOffset().At(snap.InputOffset)
+	}
+	x := ledger.NewExplainer(l, o.RequestID)
+	var outs []ledger.Output
+	var ev schemas.Event
+	lastMs := int64(-1)
+	err = ReadPartition(ctx, o.Brokers, o.Topics.Requests, p, from, -1, func(r *kgo.Record) error {
+		if r.Offset < l.Offset() {
+			return nil
+		}
+		_ = decodeInput(r.Value, &ev)
+		n := len(x.Explanation().Steps)
+		outs = x.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, outs[:0])
+		if len(x.Explanation().Steps) > n {
+			lastMs = l.NowMs()
+		}
+		if lastMs >= 0 && l.NowMs() > lastMs+o.AfterMs {
+			return errFound // long past the request's last step: done
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errFound) {
+		return nil, err
+	}
+	return x.Explanation(), nil
+}

@@ -1,0 +1,213 @@
+package ledgerd
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/analytics/whatif"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// WhatIfOptions configures `sluice whatif`.
+type WhatIfOptions struct {
+	Brokers    []string
+	Topics     bus.Names // zero value = bus.DefaultNames()
+	Partitions []int32   // empty = all partitions of sluice.requests
+	// Group is the ledger's consumer group (default "sluice-ledger"): only
+	// inputs it has committed are replayed, so every one has its recorded
+	// decisions.
+	Group string
+	// Ledger is the new configuration (nil: the recorded ones).
+	Ledger []byte
+	// FromMs and ToMs bound the compared window in log time (ToMs 0 = now).
+	FromMs, ToMs int64
+	// Progress, when set, is called now and then with the inputs replayed
+	// and the total to replay.
+	Progress func(done, total int64)
+}
+
+// WhatIfReport is the result of a what-if run, both sides summed over the
+// partitions.
+type WhatIfReport struct {
+	FromMs      int64                `json:"from_ms"`
+	ToMs        int64                `json:"to_ms"`
+	Partitions  int                  `json:"partitions"`
+	Inputs      int64                `json:"inputs"`
+	Ranges      []PartitionRange     `json:"ranges"`
+	Recorded    whatif.Summary       `json:"recorded"`
+	WhatIf      whatif.Summary       `json:"whatif"`
+	Differences int                  `json:"differences"`
+	First       []*whatif.Difference `json:"first_differences,omitempty"`
+	// ElapsedMs and EventsPerSec measure the run (reading, decoding and
+	// replaying).
+	ElapsedMs    int64   `json:"elapsed_ms"`
+	EventsPerSec float64 `json:"events_per_sec"`
+}
+
+// WhatIf replays the committed inputs of each partition, from the start of
+// the log up to the first input at or after ToMs, under o.Ledger, and
+// compares the decisions of the window [FromMs, ToMs) with the recorded
+// ones (see analytics/whatif).
+func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
+	start := time.Now()
+	ro := ReplayOptions{Brokers: o.Brokers, Topics: o.Topics.OrDefault(), Partitions: o.Partitions, Group: o.Group}
+	if ro.Group == "" {
+		ro.Group = "sluice-ledger"
+	}
+	if o.ToMs == 0 {
+		o.ToMs = time.Now().UnixMilli()
+	}
+	cl, err := bus.NewClient(ctx, o.Brokers, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	parts := ro.Partitions
+	if len(parts) == 0 {
+		td, err := adm.ListTopics(ctx, ro.Topics.Requests)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", ro.Topics.Requests, err)
+		}
+		t, ok := td[ro.Topics.Requests]
+		if !ok || t.Err != nil {
+			return nil, fmt.Errorf("topic %s missing", ro.Topics.Requests)
+		}
+		parts = t.Partitions.Numbers()
+	}
+	ends, err := inputEnds(ctx, adm, ro, parts)
+	if err != nil {
+		return nil, err
+	}
+	// The first input at or after ToMs ends each partition's range.
+	after, err := adm.ListOffsetsAfterMilli(ctx, o.ToMs, ro.Topics.Requests)
+	if err != nil {
+		return nil, fmt.Errorf("offsets after %d ms of %s: %w", o.ToMs, ro.Topics.Requests, err)
+	}
+	var total int64
+	for _, p := range parts {
+		pr := ends[p]
+		if r, ok := after.Lookup(ro.Topics.Requests, p); ok && r.Err == nil && r.Offset >= 0 && r.Offset < pr.To {
+			pr.To, pr.Bound = r.Offset, "to_ms"
+		}
+		ends[p] = pr
+		total += max(0, pr.To-pr.From)
+	}
+	rep := &WhatIfReport{FromMs: o.FromMs, ToMs: o.ToMs}
+	rec, wi := whatif.NewTally(), whatif.NewTally()
+	var done int64
+	for _, p := range parts {
+		pt, err := whatIfPartition(ctx, ro, o, p, ends[p], &done, total)
+		if err != nil {
+			return rep, fmt.Errorf("partition %d: %w", p, err)
+		}
+		pr := ends[p]
+		pr.Inputs, pr.Decisions = int(pt.Inputs), int(pt.WhatIf.Decisions)
+		rep.Ranges = append(rep.Ranges, pr)
+		rep.Partitions++
+		rep.Inputs += pt.Inputs
+		rep.Differences += pt.Differences
+		if pt.First != nil {
+			rep.First = append(rep.First, pt.First)
+		}
+		rec.Merge(pt.Recorded)
+		wi.Merge(pt.WhatIf)
+	}
+	rep.Recorded, rep.WhatIf = rec.Summary(), wi.Summary()
+	el := time.Since(start)
+	rep.ElapsedMs = el.Milliseconds()
+	if el > 0 {
+		rep.EventsPerSec = float64(rep.Inputs) / el.Seconds()
+	}
+	return rep, nil
+}
+
+// whatIfPartition reads the recorded decisions of the inputs of pr, then
+// replays the inputs.
+func whatIfPartition(ctx context.Context, ro ReplayOptions, o WhatIfOptions, p int32, pr PartitionRange, done *int64, total int64) (*whatif.Partition, error) {
+	pt, err := whatif.NewPartition(p, whatif.Options{Ledger: o.Ledger, FromMs: o.FromMs, ToMs: o.ToMs})
+	if err != nil {
+		return nil, err
+	}
+	if pr.From >= pr.To {
+		return pt, nil
+	}
+	// The range ends at committed inputs, so their decisions are committed
+	// (same transaction): one read up to the stable offset has them all.
+	recorded, err := recordedDecisions(ctx, ro, p, pr.From, pr.To, 0)
+	if err != nil {
+		return nil, err
+	}
+	recEvs := make([]schemas.Event, len(recorded))
+	decodeParallel(len(recorded), func(i int) { _ = schemas.Decode([]byte(recorded[i]), &recEvs[i]) })
+	for i := range recEvs {
+		if recEvs[i].Decision != nil {
+			pt.RecordedDecision(&recEvs[i])
+		}
+	}
+	// Inputs are decoded a batch at a time on every core (JSON decoding is
+	// most of a what-if's cost), then applied in offset order.
+	const batchMax = 4096
+	batch := make([]*kgo.Record, 0, batchMax)
+	evs := make([]schemas.Event, batchMax)
+	last := time.Now()
+	flush := func() {
+		decodeParallel(len(batch), func(i int) { _ = decodeInput(batch[i].Value, &evs[i]) }) // a bad record is the same no-op here as live
+		for i, r := range batch {
+			pt.Input(r.Offset, r.Timestamp.UnixMilli(), &evs[i])
+		}
+		*done += int64(len(batch))
+		batch = batch[:0]
+		if o.Progress != nil && time.Since(last) > 100*time.Millisecond {
+			o.Progress(*done, total)
+			last = time.Now()
+		}
+	}
+	err = ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
+		if batch = append(batch, r); len(batch) == batchMax {
+			flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	flush()
+	pt.Finish()
+	if o.Progress != nil {
+		o.Progress(*done, total)
+	}
+	return pt, nil
+}
+
+// decodeParallel calls fn(i) for every i in [0, n), spread over the
+// available cores in contiguous chunks.
+func decodeParallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), max(1, n/256))
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	chunk := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += chunk {
+		hi := min(n, lo+chunk)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := lo; i < hi; i++ {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}

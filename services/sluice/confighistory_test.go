@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/ledgerd"
+)
+
+// TestConfigHistory: three changes published to an embedded broker (the
+// second refused by the ledger) are listed oldest first with source, actor
+// and reason, each diffed against the last installed document.
+func TestConfigHistory(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	names := bus.NamesWithPrefix("histtest.")
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	tc := bus.DefaultTopics()
+	tc.Names, tc.RequestPartitions = names, 2
+	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
+		t.Fatal(err)
+	}
+	changes := []schemas.ConfigChanged{
+		{Source: "deploy/examples/sluice.yaml", Actor: "alice", Reason: "first install",
+			Ledger: []byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":600}]}]}`)},
+		{Source: "admin API", Actor: "bob", Ledger: []byte(`{"scopes":[]}`)},
+		{Source: "calibration", Actor: "carol", Reason: "weekly calibration",
+			Ledger: []byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":300}]}]}`)},
+	}
+	for _, cc := range changes {
+		if err := ledgerd.PublishConfigChange(ctx, brokers, names, cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hist, err := ledgerd.ConfigHistory(ctx, brokers, names, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := configHistory(hist)
+	if len(entries) != 3 {
+		t.Fatalf("%d entries, want 3: %+v", len(entries), entries)
+	}
+	for i, e := range entries {
+		if e.Actor != changes[i].Actor || e.Source != changes[i].Source || e.Reason != changes[i].Reason || e.Version == "" {
+			t.Errorf("entry %d: %+v, published %+v", i, e, changes[i])
+		}
+	}
+	if entries[1].Refused == "" || entries[0].Refused != "" || entries[2].Refused != "" {
+		t.Errorf("refused: %q %q %q; want only the second", entries[0].Refused, entries[1].Refused, entries[2].Refused)
+	}
+	// The third is diffed against the first (the second changed nothing).
+	if d := entries[2].Diff; len(d) != 1 || d[0].String() != "~ scopes[s].buckets[key:*:requests].capacity: 600 → 300" {
+		t.Errorf("third diff: %v", d)
+	}
+	var out bytes.Buffer
+	printConfigHistory(&out, entries)
+	for _, want := range []string{"actor alice", `reason "first install"`, "refused by the ledger", "actor carol",
+		"~ scopes[s].buckets[key:*:requests].capacity: 600 → 300", "+ scopes: "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("history output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
