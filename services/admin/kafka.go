@@ -107,10 +107,9 @@ func OpenKafka(ctx context.Context, cfg KafkaConfig) (*KafkaStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	td, err := kadm.NewClient(cons).ListTopics(ctx, cfg.Names.Admin)
-	if err != nil || td[cfg.Names.Admin].Err != nil {
+	if err := waitTopic(ctx, kadm.NewClient(cons), cfg.Names.Admin); err != nil {
 		cons.Close()
-		return nil, fmt.Errorf("admin topic %s missing (run `sluice topics ensure`): %v", cfg.Names.Admin, errors.Join(err, td[cfg.Names.Admin].Err))
+		return nil, fmt.Errorf("admin topic %s missing (run `sluice topics ensure`): %w", cfg.Names.Admin, err)
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s := &KafkaStore{cfg: cfg, cons: cons, log: cfg.Log, st: cfg.Seed, changed: make(chan int),
@@ -401,4 +400,36 @@ func (s *KafkaStore) records(ctx context.Context, tx *kgo.Client, next State, a 
 		recs = append(recs, &kgo.Record{Topic: names.Requests, Partition: p, Value: b})
 	}
 	return recs, nil
+}
+
+// topicWait bounds how long a just-created topic may take to appear in the
+// metadata that a broker serves: `sluice topics ensure` followed at once
+// by a gateway start is normal, and the broker's answer lags the create.
+const topicWait = 5 * time.Second
+
+// waitTopic returns once topic is in the broker's metadata, or its last
+// error after topicWait.
+func waitTopic(ctx context.Context, adm *kadm.Client, topic string) error {
+	deadline := time.Now().Add(topicWait)
+	for {
+		td, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			if d, ok := td[topic]; !ok {
+				err = errors.New("not in the metadata")
+			} else {
+				err = d.Err
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
