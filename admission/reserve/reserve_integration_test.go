@@ -39,7 +39,7 @@ func topics(t *testing.T) (bus.Names, []string) {
 	if _, err := bus.Ensure(ctx, adm, tc.Specs()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { adm.DeleteTopics(context.Background(), names.All()...); cl.Close() })
+	t.Cleanup(func() { adm.DeleteTopics(context.Background(), names.Created()...); cl.Close() })
 	return names, brokers
 }
 

@@ -157,7 +157,7 @@ func TestBrowserLiveView(t *testing.T) {
 		defer cl.Close()
 		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, bus.NamesWithPrefix(prefix).All()...)
+		_, _ = kadm.NewClient(cl).DeleteTopics(dctx, bus.NamesWithPrefix(prefix).Created()...)
 	})
 
 	load, err := dev.ConfigFile(threeTenants)

@@ -54,6 +54,10 @@ func (n Names) OrDefault() Names {
 // All lists every topic.
 func (n Names) All() []string { return []string{n.Requests, n.Decisions, n.Snapshots, n.Telemetry} }
 
+// Created lists every topic that Ensure creates, the admin topic included:
+// what a test or a bench deletes when it is done with its prefix.
+func (n Names) Created() []string { return append(n.All(), n.Admin) }
+
 // SplitBrokers turns "a:1,b:2" into a seed list.
 func SplitBrokers(s string) []string {
 	var out []string

@@ -264,7 +264,7 @@ func benchTopics(ctx context.Context, brokers []string, partitions int32) (bus.N
 		return names, nil, err
 	}
 	cleanup := func() {
-		_, _ = adm.DeleteTopics(context.Background(), names.All()...)
+		_, _ = adm.DeleteTopics(context.Background(), names.Created()...)
 		cl.Close()
 	}
 	if err := PublishConfig(ctx, brokers, names, []byte(benchLedgerConfig), "bench"); err != nil {

@@ -105,7 +105,7 @@ func newRig(t *testing.T, partitions int32) *rig {
 	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { kadm.NewClient(cl).DeleteTopics(context.Background(), r.names.All()...) })
+	t.Cleanup(func() { kadm.NewClient(cl).DeleteTopics(context.Background(), r.names.Created()...) })
 	if err := ledgerd.PublishConfig(ctx, r.brokers, r.names, []byte(testLedgerConfig), "test"); err != nil {
 		t.Fatal(err)
 	}

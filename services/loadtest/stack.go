@@ -503,7 +503,7 @@ func (st *stack) Close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if cl, err := bus.NewClient(ctx, st.brokers, 5*time.Second); err == nil {
-			if _, err := kadm.NewClient(cl).DeleteTopics(ctx, st.names.All()...); err != nil && !errors.Is(err, context.Canceled) {
+			if _, err := kadm.NewClient(cl).DeleteTopics(ctx, st.names.Created()...); err != nil && !errors.Is(err, context.Canceled) {
 				st.log.Warn("delete the run's topics", "prefix", st.prefix, "err", err)
 			}
 			cl.Close()

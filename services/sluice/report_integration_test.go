@@ -71,7 +71,7 @@ func TestIntegrationReportThenConfigApply(t *testing.T) {
 	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
 		t.Fatalf("real Kafka required (make up): %v", err)
 	}
-	defer kadm.NewClient(cl).DeleteTopics(context.Background(), tc.Names.All()...)
+	defer kadm.NewClient(cl).DeleteTopics(context.Background(), tc.Names.Created()...)
 
 	args := []string{"apply", "--config", cfgPath, "--brokers", brokers, "--topic-prefix", prefix, patch}
 	if err := runConfig(ctx, args); err != nil {
