@@ -36,14 +36,16 @@ func newAdminKeys(st admin.State) *adminKeys {
 // followAdmin makes the view's keys follow the admin topic as every
 // gateway does (admin.OpenKafka: read_committed, newest state wins). It
 // returns once every admin state committed before the call is applied, so
-// a key revoked before the view started never opens a view.
+// a key revoked before the view started never opens a view. It never
+// writes (ReadOnly): the view's Kafka principal needs only Read on the
+// admin topic, never the Write that would let it forge an admin state.
 //
 // The precedence is the gateway's (docs/admin-api.md): before the first
 // admin change the keys are the file's; after it they are the admin
 // state's alone, and a file reload does not bring the file's keys back.
 func (k *viewKeys) followAdmin(ctx context.Context, brokers []string, names bus.Names) (*admin.KafkaStore, error) {
 	st, err := admin.OpenKafka(ctx, admin.KafkaConfig{Brokers: brokers, Names: names, Log: k.log,
-		OnApply: k.applyAdmin})
+		OnApply: k.applyAdmin, ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("live view: follow the admin topic: %w", err)
 	}

@@ -122,6 +122,36 @@ func TestViewFollowsAdminKeys(t *testing.T) {
 	change(201, "POST", "/tenants", map[string]any{"id": "shop"})
 	key := change(201, "POST", "/tenants/shop/keys", map[string]any{"id": "shop-app"})["api_key"].(string)
 
+	// A second view opened now (read-only: it writes nothing to the admin
+	// topic) starts with the key already in force.
+	adminEnd := func() int64 {
+		t.Helper()
+		cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		o, err := kadm.NewClient(cl).ListEndOffsets(ctx, names.Admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, _ := o.Lookup(names.Admin, 0)
+		return l.Offset
+	}
+	before := adminEnd()
+	late := &viewKeys{log: log}
+	lateAdm, err := late.followAdmin(ctx, brokers, names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lateAdm.Close()
+	if tenant, ok := late.lookup(key); !ok || tenant != "shop" {
+		t.Fatalf("a view opened after the key was made: lookup = %q %v, want shop", tenant, ok)
+	}
+	if after := adminEnd(); after != before {
+		t.Fatalf("opening the view wrote %d records to %s", after-before, names.Admin)
+	}
+
 	// Traffic from shop and from the dev stack's demo tenant, so that the
 	// view has another tenant to leave out.
 	chat := func(k string) {
