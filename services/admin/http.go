@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/ledger"
 )
 
@@ -105,6 +106,12 @@ func NewHandler(store Store, operatorToken string, log *slog.Logger) (*Handler, 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := h.mux.Handler(r); pattern == "" {
+		if allow := httpmux.Allowed(h.mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeErr(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed,
+				fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))))
+			return
+		}
 		writeErr(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no admin route for %s %s (GET /admin/v1/openapi.json lists them)", r.Method, r.URL.Path)))
 		return
 	}

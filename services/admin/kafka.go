@@ -56,6 +56,10 @@ type KafkaConfig struct {
 	// applies (the gateway installs it).
 	OnApply func(State)
 	Log     *slog.Logger
+	// ReadOnly follows the topic without ever writing to it (follow.go):
+	// for readers such as `sluice view`, whose Kafka principal may only
+	// read. Update then fails.
+	ReadOnly bool
 }
 
 // KafkaStore is the Store every gateway of a cluster uses. It follows the
@@ -81,6 +85,8 @@ type KafkaStore struct {
 	st      State
 	changed chan int            // closed and replaced on every applied state
 	markers map[string]chan int // nonce → closed when its marker is read
+	pos     int64               // offset of the newest record read (-1: none)
+	moved   chan int            // closed and replaced when pos moves
 
 	wmu sync.Mutex // one writer per node; nodes are serialised by fencing
 
@@ -98,12 +104,16 @@ func OpenKafka(ctx context.Context, cfg KafkaConfig) (*KafkaStore, error) {
 	if cfg.Names.Admin == "" {
 		return nil, errors.New("admin: no admin topic name")
 	}
-	cons, err := bus.NewClient(ctx, cfg.Brokers, 10*time.Second,
+	opts := []kgo.Opt{
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.Names.Admin: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(50*time.Millisecond),
+		kgo.FetchMaxWait(50 * time.Millisecond),
 		kgo.FetchMaxPartitionBytes(bus.AdminMaxBytes),
-	)
+	}
+	if cfg.ReadOnly {
+		opts = append(opts, kgo.KeepControlRecords()) // every offset is seen (catchUp)
+	}
+	cons, err := bus.NewClient(ctx, cfg.Brokers, 10*time.Second, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +123,13 @@ func OpenKafka(ctx context.Context, cfg KafkaConfig) (*KafkaStore, error) {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	s := &KafkaStore{cfg: cfg, cons: cons, log: cfg.Log, st: cfg.Seed, changed: make(chan int),
-		markers: map[string]chan int{}, cancel: cancel, done: make(chan struct{})}
+		markers: map[string]chan int{}, pos: -1, moved: make(chan int), cancel: cancel, done: make(chan struct{})}
 	go s.consume(rctx)
-	if err := s.sync(ctx); err != nil {
+	catchUp := s.sync
+	if cfg.ReadOnly {
+		catchUp = s.catchUp
+	}
+	if err := catchUp(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("admin: catch up with %s: %w", cfg.Names.Admin, err)
 	}
@@ -146,12 +160,18 @@ func (s *KafkaStore) consume(ctx context.Context) {
 		fs.EachError(func(t string, p int32, err error) {
 			s.log.Warn("admin topic fetch", "topic", t, "partition", p, "err", err)
 		})
-		fs.EachRecord(s.record)
+		fs.EachRecord(func(r *kgo.Record) {
+			s.record(r)
+			s.advance(r.Offset)
+		})
 	}
 }
 
 // record applies one committed record of the admin topic.
 func (s *KafkaStore) record(r *kgo.Record) {
+	if r.Attrs.IsControl() {
+		return // a transaction marker (kept only by a read-only store)
+	}
 	switch string(r.Key) {
 	case keyLock, keySync:
 		s.mu.Lock()
@@ -261,6 +281,9 @@ var errFenced = errors.New("admin: not committed (fenced by a concurrent writer,
 
 // Update implements Store.
 func (s *KafkaStore) Update(ctx context.Context, base int64, a Actor, reason string, op Op) (State, error) {
+	if s.cfg.ReadOnly {
+		return s.State(), errReadOnly
+	}
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	s.wmu.Lock()

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/admission/reserve"
+	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -117,12 +118,15 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
-		switch r.URL.Path {
-		case "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/responses", "/v1/completions", "/v1/models", "/healthz", "/readyz", "/metrics":
-			apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed, fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path)), anth)
-		default:
-			apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)
+		// A path routed under other methods is a 405 with Allow, read from
+		// the route table (no list to keep in step with it).
+		if allow := httpmux.Allowed(s.mux, r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed,
+				fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))), anth)
+			return
 		}
+		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)
 		return
 	}
 	s.mux.ServeHTTP(w, r)

@@ -19,14 +19,15 @@ import (
 const envViewToken = "SLUICE_VIEW_TOKEN"
 
 // runView serves the live quota view on its own against a Kafka cluster:
-// it consumes the cluster's requests, decisions and telemetry topics and
-// needs nothing else running in this process.
+// it consumes the cluster's requests, decisions and telemetry topics, and
+// follows the admin topic for the API keys the admin API manages; it needs
+// nothing else running in this process.
 func runView(ctx context.Context, args []string) error {
 	fs := newFlags("view")
 	brokers := brokersFlag(fs)
 	prefix := prefixFlag(fs)
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address; a non-loopback address needs an operator token")
-	cfgPath := fs.String("config", "", "gateway configuration file whose API keys (SHA-256 hashes) open a tenant's view; re-read when it changes (default: no tenant views)")
+	cfgPath := fs.String("config", "", "gateway configuration file whose API keys (SHA-256 hashes) open a tenant's view until the first admin API change; re-read when it changes (keys made through the admin API open their views with or without it)")
 	tokenFile := fs.String("operator-token-file", "", "file holding the operator token that opens the all-tenant view (env "+envViewToken+"; default: open on loopback)")
 	reload := fs.Duration("reload-interval", 2*time.Second, "how often --config is checked for changes")
 	verbose := fs.Bool("v", false, "log at info level")
@@ -55,8 +56,14 @@ func runView(ctx context.Context, args []string) error {
 		}
 		go keys.watch(ctx, *reload)
 	}
+	names := bus.NamesWithPrefix(*prefix)
+	adm, err := keys.followAdmin(ctx, bus.SplitBrokers(*brokers), names)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
 	url, stop, err := live.Listen(ctx, live.Config{
-		Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Addr: *listen, Log: log,
+		Brokers: bus.SplitBrokers(*brokers), Topics: names, Addr: *listen, Log: log,
 		Lookup: keys.lookup, OperatorToken: token,
 	})
 	if err != nil {
@@ -74,11 +81,15 @@ func runView(ctx context.Context, args []string) error {
 }
 
 // viewKeys maps API keys to tenants from a gateway configuration file and
-// follows its changes; a bad file keeps the keys in force and says why.
+// the admin state (viewadmin.go), and follows the changes of both; a bad
+// file keeps the keys in force and says why.
 type viewKeys struct {
 	path string
 	log  *slog.Logger
 	cur  atomic.Pointer[config.Config]
+	// admin is the newest admin state's keys; nil until the first admin
+	// change, and from then on it alone says which keys exist.
+	admin atomic.Pointer[adminKeys]
 	// mtime and size of the file last loaded (or last refused)
 	seen atomic.Pointer[os.FileInfo]
 }
@@ -123,15 +134,13 @@ func (k *viewKeys) watch(ctx context.Context, every time.Duration) {
 
 // lookup is live.Config.Lookup: a known, enabled key opens its tenant's
 // view. A paused key still sees its tenant (why it is refused is what its
-// owner comes to look for).
+// owner comes to look for). Once the admin API has made a change, the admin
+// state's keys replace the file's, as on every gateway: a key revoked or
+// rotated there is refused although the file still lists it.
 func (k *viewKeys) lookup(key string) (string, bool) {
-	c := k.cur.Load()
-	if c == nil {
-		return "", false
+	if a := k.admin.Load(); a != nil {
+		t, ok := a.tenant[config.HashKey(key)]
+		return t, ok
 	}
-	id := c.Lookup(key)
-	if id == nil || id.Disabled {
-		return "", false
-	}
-	return id.Tenant, true
+	return lookupFile(k.cur.Load(), key)
 }

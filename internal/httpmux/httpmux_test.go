@@ -1,0 +1,36 @@
+package httpmux
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+)
+
+func TestAllowed(t *testing.T) {
+	mux := http.NewServeMux()
+	ok := func(http.ResponseWriter, *http.Request) {}
+	mux.HandleFunc("POST /v1/chat/completions", ok)
+	mux.HandleFunc("GET /v1/models/{id...}", ok)
+	mux.HandleFunc("POST /a/{x}/pause", ok)
+	mux.HandleFunc("PUT /a/{x}/limits", ok)
+	mux.HandleFunc("DELETE /a/{x}", ok)
+	mux.HandleFunc("GET /a/{x}", ok)
+	for _, c := range []struct {
+		method, path string
+		want         []string
+	}{
+		{"GET", "/v1/chat/completions", []string{"POST"}},
+		{"POST", "/v1/chat/completions", nil}, // routed: nothing else to offer
+		{"POST", "/v1/models/gpt-4o", []string{"GET", "HEAD"}},
+		{"POST", "/a/shop", []string{"GET", "HEAD", "DELETE"}},
+		{"GET", "/a/shop/pause", []string{"POST"}},
+		{"GET", "/nowhere", nil},
+		{"GET", "/a/shop/unknown", nil},
+	} {
+		got := Allowed(mux, httptest.NewRequest(c.method, c.path, nil))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s %s: %v, want %v", c.method, c.path, got, c.want)
+		}
+	}
+}
