@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
@@ -10,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -209,11 +211,25 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Requests)
 	}
 	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
-	for _, c := range []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}} {
-		if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT * FROM "+db+"."+c.view+where); err != nil {
-			drop()
-			return Tables{}, func() {}, fmt.Errorf("snapshot %s: %w", c.view, err)
-		}
+	// The two tables are built at once, on two connections: merging the
+	// facts is most of a report's work, and the two views merge different
+	// tables.
+	views := []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}}
+	errs := make([]error, len(views))
+	var wg sync.WaitGroup
+	for i, c := range views {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT * FROM "+db+"."+c.view+where); err != nil {
+				errs[i] = fmt.Errorf("snapshot %s: %w", c.view, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		drop()
+		return Tables{}, func() {}, err
 	}
 	return t, drop, nil
 }
