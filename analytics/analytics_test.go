@@ -553,3 +553,22 @@ func TestParallelDecodeKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokeGivesUpARetryingBatch: a revocation does not wait for a
+// background batch that keeps failing; the batch goes back to the buffer,
+// uncommitted, and the revoked partition's records are dropped.
+func TestRevokeGivesUpARetryingBatch(t *testing.T) {
+	ins := &fakeInserter{failures: 1 << 30}
+	s, fc := testSink(t, ins, context.Background())
+	s.mu.Lock()
+	addRecords(t, s, "a", 0, 3)
+	if err := s.handOffLocked(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	addRecords(t, s, "a", 1, 2)
+	s.mu.Unlock()
+	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
+	if len(fc.recs) != 0 || s.inflight != nil || len(s.buf) != 2 || s.buf[0].rec.Partition != 1 {
+		t.Fatalf("commits %d inflight %v buf %d", len(fc.recs), s.inflight != nil, len(s.buf))
+	}
+}

@@ -37,7 +37,7 @@ func runBench(ctx context.Context, args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
-	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
+	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	if err := parseFlags(fs, args[1:]); err != nil {
