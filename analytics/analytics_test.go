@@ -3,9 +3,11 @@ package analytics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -442,5 +444,131 @@ func TestQueriesEmbedded(t *testing.T) {
 		if strings.Contains(s, "JOIN") && !strings.Contains(s, ") AS c USING") {
 			t.Errorf("%s: joined subqueries need an alias on 26.x", q.Name)
 		}
+	}
+}
+
+// TestEventColsMatchValues keeps the columnar insert (eventCols) in step
+// with Row.values and eventColumns: every column holds the value
+// Row.values puts at its position.
+func TestEventColsMatchValues(t *testing.T) {
+	var r Row
+	rv := reflect.ValueOf(&r).Elem()
+	for i := 0; i < rv.NumField(); i++ {
+		f := rv.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(fmt.Sprintf("s%d", i))
+		case reflect.Int32, reflect.Int64:
+			f.SetInt(int64(1000 + i))
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			f.SetUint(uint64(100 + i))
+		}
+	}
+	r.ProducedAt = time.Unix(1700000000, 0).UTC()
+	var c eventCols
+	c.add(&r)
+	c.add(&r)
+	vals, cols := r.values(), c.slices()
+	if len(vals) != len(eventColumns) || len(cols) != len(eventColumns) {
+		t.Fatalf("values %d, columns %d, eventColumns %d", len(vals), len(cols), len(eventColumns))
+	}
+	for i := range cols {
+		col := reflect.ValueOf(cols[i])
+		if col.Len() != 2 || !reflect.DeepEqual(col.Index(1).Interface(), vals[i]) {
+			t.Errorf("column %s: %v, want %v", eventColumns[i], col.Index(1).Interface(), vals[i])
+		}
+	}
+	c.reset()
+	if n := reflect.ValueOf(c.slices()[0]).Len(); n != 0 {
+		t.Fatalf("reset left %d rows", n)
+	}
+}
+
+// TestHandOffKeepsPollOrder: batches handed to the background insert are
+// inserted and committed one at a time in poll order, a flush waits for the
+// batch in flight first, and a batch that fails (the insert retries)
+// is still committed before the next one.
+func TestHandOffKeepsPollOrder(t *testing.T) {
+	ins := &fakeInserter{failures: 2}
+	s, fc := testSink(t, ins, context.Background())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for b := 0; b < 3; b++ {
+		for i := 0; i < 4; i++ {
+			enc, err := schemas.Encode(sampleEvent(schemas.TypeTick, 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.addLocked(&kgo.Record{Topic: "a", Offset: int64(4*b + i), Value: enc})
+		}
+		if err := s.handOffLocked(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.buf) != 0 {
+			t.Fatalf("batch %d: buffer %d after hand-off", b, len(s.buf))
+		}
+	}
+	if err := s.flushLocked(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if s.inflight != nil || ins.rows != 12 || len(fc.recs) != 12 {
+		t.Fatalf("inflight %v rows %d commits %d", s.inflight != nil, ins.rows, len(fc.recs))
+	}
+	for i, r := range fc.recs {
+		if r.Offset != int64(i) {
+			t.Fatalf("commit %d has offset %d: commits out of poll order", i, r.Offset)
+		}
+	}
+}
+
+func TestParallelDecodeKeepsOrder(t *testing.T) {
+	s, _ := testSink(t, &fakeInserter{}, context.Background())
+	var recs []*kgo.Record
+	for i := 0; i < parallelDecodeMin+17; i++ {
+		e := sampleEvent(schemas.TypeTick, 1)
+		e.ID = fmt.Sprintf("ev-%05d", i)
+		enc, err := schemas.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 100 {
+			enc = []byte("junk")
+		}
+		recs = append(recs, &kgo.Record{Topic: "a", Offset: int64(i), Value: enc})
+	}
+	fetches := kgo.Fetches{{Topics: []kgo.FetchTopic{{Topic: "a", Partitions: []kgo.FetchPartition{{Records: recs}}}}}}
+	s.mu.Lock()
+	s.addFetchesLocked(fetches)
+	s.mu.Unlock()
+	if len(s.buf) != len(recs) {
+		t.Fatalf("buffer %d, want %d", len(s.buf), len(recs))
+	}
+	for i, p := range s.buf {
+		want := fmt.Sprintf("ev-%05d", i)
+		if i == 100 {
+			want = "invalid:a:0:100"
+		}
+		if p.rec != recs[i] || p.row.EventID != want {
+			t.Fatalf("row %d: %s (record %d), want %s", i, p.row.EventID, p.rec.Offset, want)
+		}
+	}
+}
+
+// TestRevokeGivesUpARetryingBatch: a revocation does not wait for a
+// background batch that keeps failing; the batch goes back to the buffer,
+// uncommitted, and the revoked partition's records are dropped.
+func TestRevokeGivesUpARetryingBatch(t *testing.T) {
+	ins := &fakeInserter{failures: 1 << 30}
+	s, fc := testSink(t, ins, context.Background())
+	s.mu.Lock()
+	addRecords(t, s, "a", 0, 3)
+	if err := s.handOffLocked(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	addRecords(t, s, "a", 1, 2)
+	s.mu.Unlock()
+	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
+	if len(fc.recs) != 0 || s.inflight != nil || len(s.buf) != 2 || s.buf[0].rec.Partition != 1 {
+		t.Fatalf("commits %d inflight %v buf %d", len(fc.recs), s.inflight != nil, len(s.buf))
 	}
 }

@@ -3,13 +3,16 @@ package analytics
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -209,11 +212,69 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Requests)
 	}
 	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
-	for _, c := range []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}} {
-		if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT * FROM "+db+"."+c.view+where); err != nil {
-			drop()
-			return Tables{}, func() {}, fmt.Errorf("snapshot %s: %w", c.view, err)
+	// The two tables are built at once, on two connections: merging the
+	// facts is most of a report's work, and the two views merge different
+	// tables.
+	views := []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}}
+	errs := make([]error, len(views))
+	var wg sync.WaitGroup
+	for i, c := range views {
+		cols, err := queriedColumns(ctx, conn, database, c.view)
+		if err != nil {
+			return Tables{}, func() {}, err
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+db+"."+c.view+where); err != nil {
+				errs[i] = fmt.Errorf("snapshot %s: %w", c.view, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		drop()
+		return Tables{}, func() {}, err
 	}
 	return t, drop, nil
+}
+
+// queriedColumns lists the columns of view that some embedded query names,
+// comma-separated: a snapshot copies only those. Every column of a view is
+// an aggregate state merged per request, so one the queries never read
+// (uniqExact sets of attempts, error codes, …) is work for nothing; a new
+// query naming a column gets it in the snapshot with no change here.
+func queriedColumns(ctx context.Context, conn driver.Conn, database, view string) (string, error) {
+	qs, err := Queries()
+	if err != nil {
+		return "", err
+	}
+	var all strings.Builder
+	for _, q := range qs {
+		all.WriteString(q.SQL)
+		all.WriteByte('\n')
+	}
+	rows, err := conn.Query(ctx, "SELECT name FROM system.columns WHERE database = ? AND table = ?", database, view)
+	if err != nil {
+		return "", fmt.Errorf("snapshot %s: columns: %w", view, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return "", fmt.Errorf("snapshot %s: columns: %w", view, err)
+		}
+		if regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).MatchString(all.String()) {
+			cols = append(cols, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("snapshot %s: columns: %w", view, err)
+	}
+	if len(cols) == 0 {
+		return "", fmt.Errorf("snapshot %s: the view has no column the queries use (is the database migrated?)", view)
+	}
+	sort.Strings(cols)
+	return strings.Join(cols, ", "), nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -112,6 +113,18 @@ type Route struct {
 	// P95OutputTokens is the route's observed p95 output (from the
 	// calibration report); 0 = unknown. It caps the output reservation.
 	P95OutputTokens int64 `yaml:"p95_output_tokens"`
+	// InputCorrection multiplies the route's input-token estimates (from
+	// the calibration report, bounded there to ±10 % per report); 0 = none.
+	// Allowed: 0.5 to 2, the bounds of a calibration patch.
+	InputCorrection float64 `yaml:"input_correction"`
+	// LearnOutput lets the gateway cap this route's output reservation by
+	// the p95 of output it learned from the live stream, while
+	// P95OutputTokens is unset (admission/estimate README, "Online
+	// learning"). Off by default: lowering the output reservation is only
+	// safe where the provider's buckets count actual output; a provider
+	// that charges max_tokens on arrival (OpenAI and Azure TPM) sees more
+	// than the ledger then reserves.
+	LearnOutput bool `yaml:"learn_output"`
 	// Contract is what every candidate of the route must keep.
 	Contract Contract `yaml:"contract"`
 	// Candidates replaces the short form with an ordered list.
@@ -360,6 +373,9 @@ func (c *Config) finish(getenv func(string) string) error {
 		}
 		if r.P95OutputTokens < 0 {
 			add("%s.p95_output_tokens: must not be negative", at)
+		}
+		if f := r.InputCorrection; f != 0 && !(f >= estimate.InputCorrectionMin && f <= estimate.InputCorrectionMax) {
+			add("%s.input_correction: %v is outside [%v, %v] (0 = none)", at, f, estimate.InputCorrectionMin, estimate.InputCorrectionMax)
 		}
 		ct := &r.Contract
 		if ct.MinContextTokens < 0 || ct.MaxInputCostPerMTok < 0 || ct.MaxOutputCostPerMTok < 0 {

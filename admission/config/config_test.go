@@ -52,6 +52,8 @@ func TestLoadValidation(t *testing.T) {
 		}},
 		{"both forms", doc(`  - {model: m, provider: oa, candidates: [{provider: az}]}`, ""), []string{"routes[0]: give either provider"}},
 		{"neither form", doc(`  - {model: m}`, ""), []string{"routes[0].provider: required"}},
+		{"calibrated input correction and online learning", doc(`  - {model: m, provider: oa, input_correction: 1.08, learn_output: true}`, ""), nil},
+		{"input correction out of bounds", doc(`  - {model: m, provider: oa, input_correction: 3}`, ""), []string{"routes[0].input_correction: 3 is outside [0.5, 2] (0 = none)"}},
 		{"unknown candidate provider", doc(`  - {model: m, candidates: [{provider: nope}]}`, ""), []string{`routes[0].candidates[0].provider: unknown provider "nope"`}},
 		{"unknown key class", doc(`  - {model: m, provider: oa}`, ", class: gold"), []string{`tenants[0].keys[0].class: "gold" is not a class of the ledger document`}},
 		{"key priority out of range", doc(`  - {model: m, provider: oa}`, ", priority: 500"), []string{"tenants[0].keys[0].priority: 500 out of [-100, 100]"}},

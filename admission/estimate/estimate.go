@@ -50,6 +50,8 @@ type Options struct {
 	// OutputCaps adds or overrides per-model output caps, keyed by model
 	// name prefix (longest prefix wins).
 	OutputCaps map[string]int64
+	// Learn configures the online p95-output learner (learn.go).
+	Learn LearnOptions
 }
 
 // Estimate is the pre-flight estimate of one request attempt.
@@ -78,6 +80,7 @@ type Estimator struct {
 	factor     float64
 	caps       []modelCap // sorted longest prefix first
 	encSuffix  string
+	learned    *OutputLearner
 }
 
 type modelCap struct {
@@ -99,7 +102,7 @@ var builtinOutputCaps = map[string]int64{
 // New returns an Estimator. Encodings load lazily, once per process; call
 // Preload at start-up to pay that cost (≈0.2 s) before the first request.
 func New(opts Options) *Estimator {
-	e := &Estimator{defaultOut: opts.DefaultOutputTokens, factor: opts.ApproxFactor}
+	e := &Estimator{defaultOut: opts.DefaultOutputTokens, factor: opts.ApproxFactor, learned: NewOutputLearner(opts.Learn)}
 	if e.defaultOut <= 0 {
 		e.defaultOut = DefaultOutputTokens
 	}
@@ -228,9 +231,51 @@ func (c *counter) countJSON(raw json.RawMessage) int64 {
 	return c.count(buf.String())
 }
 
+// Bounds of an input correction factor: the same as a calibration patch
+// may carry (analytics/report ParsePatch), which itself moves a route's
+// factor by at most ±10 % per report.
+const (
+	InputCorrectionMin = 0.5
+	InputCorrectionMax = 2.0
+)
+
+// Route is what the estimator knows of a request's route beyond the
+// request itself.
+type Route struct {
+	// P95Output is the route's p95 of output tokens (calibrated, learned,
+	// or the route's default reservation); 0 = unknown.
+	P95Output int64
+	// InputCorrection multiplies the input-token count (0 or 1 = none); it
+	// is clamped to [InputCorrectionMin, InputCorrectionMax].
+	InputCorrection float64
+}
+
+// ObserveOutput feeds one complete answer's actual output tokens on route
+// to the online learner (LearnedP95).
+func (e *Estimator) ObserveOutput(route string, outputTokens int64) {
+	e.learned.Observe(route, outputTokens)
+}
+
+// LearnedP95 is the route's p95 output learned from ObserveOutput, and
+// false until it has enough samples. It is not applied by Estimate on its
+// own: the caller decides where it may lower a reservation (README.md,
+// "Online learning").
+func (e *Estimator) LearnedP95(route string) (int64, bool) { return e.learned.P95(route) }
+
+// Learner returns the estimator's online learner.
+func (e *Estimator) Learner() *OutputLearner { return e.learned }
+
 // Estimate computes the estimate for req. routeP95Output is the route's
 // observed p95 of output tokens (0: unknown).
 func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
+	return e.EstimateRoute(req, Route{P95Output: routeP95Output})
+}
+
+// EstimateRoute computes the estimate for req on a route: the output
+// reservation is capped by rt.P95Output, and the input count multiplied by
+// the route's bounded input correction (rounded up).
+func (e *Estimator) EstimateRoute(req Request, rt Route) Estimate {
+	routeP95Output := rt.P95Output
 	model := normalizeModel(req.Model)
 	encName, fam := classify(model)
 	enc, _ := getEncoding(encName)
@@ -295,6 +340,9 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 		text = int64(math.Ceil(float64(text) * e.factor))
 	}
 	out.InputTokens = text + media
+	if f := ClampInputCorrection(rt.InputCorrection); f != 1 {
+		out.InputTokens = int64(math.Ceil(float64(out.InputTokens) * f))
+	}
 	out.Approximate = out.Approximate || approx || c.fallback
 
 	if req.Format != FormatEmbeddings {
@@ -305,6 +353,15 @@ func (e *Estimator) Estimate(req Request, routeP95Output int64) Estimate {
 		out.ArrivalOutputTokens = req.MaxTokens * max(1, req.N)
 	}
 	return out
+}
+
+// ClampInputCorrection returns f within [InputCorrectionMin,
+// InputCorrectionMax]; 0, NaN and ±Inf mean no correction (1).
+func ClampInputCorrection(f float64) float64 {
+	if f == 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 1
+	}
+	return math.Max(InputCorrectionMin, math.Min(InputCorrectionMax, f))
 }
 
 // outputTokens = min(max tokens asked, route p95, default, model cap), each

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/admission/estimate"
 )
 
 // Change is one value a patch changes in a gateway configuration.
@@ -92,7 +94,24 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			}
 		}
 		if rp.InputCorrection != 0 {
-			skipped = append(skipped, fmt.Sprintf("route %s: input correction ×%v (the gateway configuration has no input correction setting yet)", rp.Route, rp.InputCorrection))
+			// The report measured estimates that already carry the route's
+			// correction, so its factor compounds onto it, within the
+			// estimator's bounds.
+			old := 1.0
+			if v := scalar(r, "input_correction"); v != "" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, nil, nil, fmt.Errorf("route %s: input_correction %q: %w", rp.Route, v, err)
+				}
+				if f != 0 {
+					old = f
+				}
+			}
+			nv := estimate.ClampInputCorrection(math.Round(old*rp.InputCorrection*1000) / 1000)
+			if c, ok := setScalar(r, "input_correction", strconv.FormatFloat(nv, 'f', -1, 64), "!!float"); ok {
+				c.Path = "routes[" + rp.Route + "].input_correction"
+				changes = append(changes, c)
+			}
 		}
 	}
 
@@ -191,17 +210,21 @@ func findItem(seq *yaml.Node, key, value string) *yaml.Node {
 // setInt sets key of mapping m to v, adding it when absent; ok is false
 // when the value was already v.
 func setInt(m *yaml.Node, key string, v int64) (Change, bool) {
-	nv := strconv.FormatInt(v, 10)
+	return setScalar(m, key, strconv.FormatInt(v, 10), "!!int")
+}
+
+// setScalar sets key of mapping m to the scalar nv tagged tag.
+func setScalar(m *yaml.Node, key, nv, tag string) (Change, bool) {
 	if cur := get(m, key); cur != nil {
 		if cur.Value == nv {
 			return Change{}, false
 		}
 		c := Change{Old: cur.Value, New: nv}
-		cur.Value, cur.Tag, cur.Kind = nv, "!!int", yaml.ScalarNode
+		cur.Value, cur.Tag, cur.Kind = nv, tag, yaml.ScalarNode
 		return c, true
 	}
 	m.Content = append(m.Content,
 		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: key},
-		&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: nv})
+		&yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: nv})
 	return Change{New: nv}, true
 }

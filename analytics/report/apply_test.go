@@ -36,6 +36,7 @@ func TestApplyPatchToExampleConfig(t *testing.T) {
 	}
 	want := []string{
 		"routes[gpt-4o-mini].p95_output_tokens: 900 → 175",
+		"routes[gpt-4o-mini].input_correction: (unset) → 0.953",
 		"ledger.scopes[openai:org-example/proj-main].buckets[deployment:openai-main requests].capacity: 400 → 366",
 		"ledger.scopes[openai:org-example/proj-main].buckets[tenant:* requests].capacity: 100 → 92",
 		"ledger.classes[agent].max_wait_ms: 5000 → 5930",
@@ -43,7 +44,7 @@ func TestApplyPatchToExampleConfig(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if len(skipped) != 2 || !strings.Contains(skipped[0], "input correction") || !strings.Contains(skipped[1], "no-such-route") {
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "no-such-route") {
 		t.Errorf("skipped: %q", skipped)
 	}
 	if _, err := config.Load(bytes.NewReader(next)); err != nil {
@@ -56,6 +57,18 @@ func TestApplyPatchToExampleConfig(t *testing.T) {
 	_, again, _, _ := ApplyPatch(next, Patch{Source: PatchSource, Routes: []RoutePatch{{Route: "gpt-4o-mini", P95OutputTokens: 175}}})
 	if len(again) != 0 {
 		t.Errorf("second apply changed %v", again)
+	}
+	// A second correction compounds onto the first, within the bounds.
+	_, again, _, _ = ApplyPatch(next, Patch{Source: PatchSource, Routes: []RoutePatch{{Route: "gpt-4o-mini", InputCorrection: 0.9}}})
+	if len(again) != 1 || again[0].String() != "routes[gpt-4o-mini].input_correction: 0.953 → 0.858" {
+		t.Errorf("second correction: %v", again)
+	}
+	cfg, err := config.Load(bytes.NewReader(next))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := cfg.Route("gpt-4o-mini"); r == nil || r.InputCorrection != 0.953 {
+		t.Errorf("the gateway config does not carry the correction: %+v", r)
 	}
 }
 

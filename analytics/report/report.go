@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -37,6 +38,7 @@ type ClickHouse struct {
 	Snapshots map[[2]int64]analytics.Tables
 	drops     []func()
 	span      analytics.Range
+	mu        sync.Mutex // guards Snapshots and drops (two weeks run at once)
 }
 
 // NewClickHouse returns a snapshotting ClickHouse source.
@@ -71,30 +73,47 @@ func roundFloats(res *analytics.Result) {
 	}
 }
 
+// Concurrent implements concurrentSource: the driver's connections are a
+// pool, and the snapshots are guarded.
+func (c *ClickHouse) Concurrent() bool { return true }
+
 func (c *ClickHouse) run(ctx context.Context, q analytics.Query, r analytics.Range) (*analytics.Result, error) {
 	if c.Snapshots == nil {
 		return q.Run(ctx, c.Conn, c.Database, r)
 	}
+	t, err := c.snapshot(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return q.RunIn(ctx, c.Conn, c.Database, r, t)
+}
+
+// snapshot returns the tables covering r, taking them the first time; a
+// second caller waits for the first's snapshot rather than taking its own.
+func (c *ClickHouse) snapshot(ctx context.Context, r analytics.Range) (analytics.Tables, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	sr := r
 	if !c.span.From.After(r.From) && !c.span.To.Before(r.To) {
 		sr = c.span
 	}
 	key := [2]int64{sr.From.Unix(), sr.To.Unix()}
-	t, ok := c.Snapshots[key]
-	if !ok {
-		var drop func()
-		var err error
-		if t, drop, err = analytics.Snapshot(ctx, c.Conn, c.Database, sr); err != nil {
-			return nil, err
-		}
-		c.drops = append(c.drops, drop)
-		c.Snapshots[key] = t
+	if t, ok := c.Snapshots[key]; ok {
+		return t, nil
 	}
-	return q.RunIn(ctx, c.Conn, c.Database, r, t)
+	t, drop, err := analytics.Snapshot(ctx, c.Conn, c.Database, sr)
+	if err != nil {
+		return analytics.Tables{}, err
+	}
+	c.drops = append(c.drops, drop)
+	c.Snapshots[key] = t
+	return t, nil
 }
 
 // Close drops the snapshots.
 func (c *ClickHouse) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, d := range c.drops {
 		d()
 	}
@@ -231,37 +250,9 @@ func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Repo
 	if c, ok := src.(interface{ Cover(analytics.Range) }); ok {
 		c.Cover(analytics.Range{From: prev.From, To: r.To})
 	}
-	total := 2 * len(specs)
-	step := 0
-	run := func(s spec, rr analytics.Range, which string) (*analytics.Result, error) {
-		step++
-		if o.Progress != nil {
-			fmt.Fprintf(o.Progress, "report: %d/%d %s (%s week)\n", step, total, s.name, which)
-		}
-		q, err := analytics.QueryByName(s.name)
-		if err != nil {
-			return nil, err
-		}
-		return src.Run(ctx, q, rr)
-	}
-	cur := map[string]*analytics.Result{}
-	old := map[string]*analytics.Result{}
-	for _, s := range specs {
-		res, err := run(s, r, "this")
-		if err != nil {
-			return nil, err
-		}
-		cur[s.name] = res
-		if s.name == "acceptance" && sumCol(res, "received") == 0 {
-			return nil, fmt.Errorf("%w in %s – %s", ErrNoData, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
-		}
-	}
-	for _, s := range specs {
-		res, err := run(s, prev, "previous")
-		if err != nil {
-			return nil, err
-		}
-		old[s.name] = res
+	cur, old, err := runWeeks(ctx, src, r, prev, o.Progress)
+	if err != nil {
+		return nil, err
 	}
 	for _, s := range specs {
 		q, _ := analytics.QueryByName(s.name)
@@ -281,6 +272,76 @@ func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Repo
 	rep.Headline = headline(cur, old)
 	rep.Recommendations, rep.Patch = recommend(cur, o.Bounds.withDefaults(), rep)
 	return rep, nil
+}
+
+// concurrentSource is a Source whose Run may be called from two goroutines
+// at once (ClickHouse: a connection pool).
+type concurrentSource interface{ Concurrent() bool }
+
+// runWeeks runs every metric over this week and the previous one. A
+// concurrent source runs the two weeks side by side: on a small server the
+// queries of one week leave a core idle, which the other week uses.
+// Results are the same either way; only the progress lines interleave.
+func runWeeks(ctx context.Context, src Source, r, prev analytics.Range, progress io.Writer) (cur, old map[string]*analytics.Result, err error) {
+	total := 2 * len(specs)
+	var mu sync.Mutex // guards step and progress
+	step := 0
+	noData := fmt.Errorf("%w in %s – %s", ErrNoData, r.From.UTC().Format(time.RFC3339), r.To.UTC().Format(time.RFC3339))
+	week := func(ctx context.Context, rr analytics.Range, which string) (map[string]*analytics.Result, error) {
+		out := map[string]*analytics.Result{}
+		for _, s := range specs {
+			mu.Lock()
+			step++
+			if progress != nil {
+				fmt.Fprintf(progress, "report: %d/%d %s (%s week)\n", step, total, s.name, which)
+			}
+			mu.Unlock()
+			q, err := analytics.QueryByName(s.name)
+			if err != nil {
+				return nil, err
+			}
+			res, err := src.Run(ctx, q, rr)
+			if err != nil {
+				return nil, err
+			}
+			out[s.name] = res
+			if which == "this" && s.name == "acceptance" && sumCol(res, "received") == 0 {
+				return nil, noData
+			}
+		}
+		return out, nil
+	}
+	if c, ok := src.(concurrentSource); !ok || !c.Concurrent() {
+		if cur, err = week(ctx, r, "this"); err != nil {
+			return nil, nil, err
+		}
+		if old, err = week(ctx, prev, "previous"); err != nil {
+			return nil, nil, err
+		}
+		return cur, old, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var oldErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if old, oldErr = week(ctx, prev, "previous"); oldErr != nil {
+			cancel()
+		}
+	}()
+	cur, err = week(ctx, r, "this")
+	if err != nil {
+		cancel()
+	}
+	<-done
+	switch {
+	case err != nil: // this week's error first: ErrNoData says more than the cancellation it causes
+		return nil, nil, err
+	case oldErr != nil:
+		return nil, nil, oldErr
+	}
+	return cur, old, nil
 }
 
 func ptr(v float64) *float64 { return &v }

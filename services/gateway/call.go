@@ -123,11 +123,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			return
 		}
 		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: schemas.NewID()}
-		p95 := route.P95OutputTokens
-		if req.MaxTokens == 0 && (p95 == 0 || route.DefaultMaxOutputTokens < p95) {
-			p95 = route.DefaultMaxOutputTokens // the route's default reservation when the request does not say
-		}
-		c.est = s.est.Estimate(req, p95)
+		c.est = s.est.EstimateRoute(req, s.routeEstimate(route, req.MaxTokens))
 		if a == provider.APIEmbeddings {
 			c.est.OutputTokens = 0
 		}
@@ -253,6 +249,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		case lifecycle.Report:
 			if rec := e.Event.Reconciled; rec != nil {
 				c.s.m.countTokens(e.Event.Tenant, rec)
+				c.s.learnOutput(e.Event.Route, rec)
 			}
 			c.s.report(stamp(e.Event))
 		case lifecycle.Telemetry:

@@ -38,7 +38,7 @@ func runBench(ctx context.Context, args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate; gateway --process: of each concurrent series")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
-	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
+	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")

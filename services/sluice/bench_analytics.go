@@ -47,7 +47,7 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 		n = 1_000_000
 	}
 	if batch <= 0 {
-		batch = 20000
+		batch = analytics.DefaultBatchSize
 	}
 	db, topic := "sluice_bench_"+benchSuffix(), "sluice.bench.sink."+benchSuffix()
 	conn, err := analytics.Open(ctx, chAddr, "")

@@ -241,7 +241,7 @@ func runSink(ctx context.Context, args []string) error {
 	db := fs.String("database", "sluice", "ClickHouse database")
 	prefix := prefixFlag(fs)
 	group := fs.String("group", "sluice-sink", "consumer group")
-	batch := fs.Int("batch-size", 5000, "rows per insert")
+	batch := fs.Int("batch-size", analytics.DefaultBatchSize, "rows per insert")
 	flush := fs.Duration("flush-interval", time.Second, "insert at least this often when rows are waiting")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
