@@ -23,7 +23,7 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // runBench runs the named benchmark and prints its result as JSON. Timings
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
-	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report [--json] (sluice bench NAME -h lists the flags)"
+	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report|whatif [--json] (sluice bench NAME -h lists the flags)"
 	if helpAsked(args) {
 		return usageHelp(usage)
 	}
@@ -33,6 +33,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
+	events := fs.Int("events", 0, "whatif: inputs recorded and replayed (0 = 200000; -n works too)")
 	brokers := brokersFlag(fs)
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS)")
@@ -70,8 +71,10 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":
 		res, err = benchReport(ctx, *chAddr, *n, *keep)
+	case "whatif":
+		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n), Progress: os.Stderr})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report, whatif)", args[0])
 	}
 	if err != nil {
 		return err
