@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,9 @@ type WhatIfBenchOptions struct {
 	// partition (default 200,000).
 	Events   int
 	Progress io.Writer
+	// CPUProfile, when set, receives a CPU profile of the what-if run
+	// alone (not of recording the workload).
+	CPUProfile io.Writer
 }
 
 // WhatIfBenchResult is what `sluice bench whatif` prints.
@@ -79,7 +83,15 @@ func BenchWhatIf(ctx context.Context, o WhatIfBenchOptions) (*WhatIfBenchResult,
 	}
 
 	fmt.Fprintf(o.Progress, "whatif over the recorded partition…\n")
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
 	rep, err := WhatIf(ctx, WhatIfOptions{Brokers: o.Brokers, Topics: names, Group: group})
+	if o.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,16 @@ import (
 )
 
 // idleEnd is how long a partition read waits for more records before it
-// decides that the rest of the range holds only transaction markers.
-const idleEnd = 250 * time.Millisecond
+// decides that the rest of the range holds only aborted records (whose
+// abort marker lies past the range). Transaction markers are read, so a
+// range that ends in one ends without this wait; firstFetch is the longer
+// wait for the first records (the client connects and fetches metadata
+// first, and a loaded broker may answer slowly): a read that gave up too
+// early would silently miss records.
+const (
+	idleEnd    = 250 * time.Millisecond
+	firstFetch = 10 * time.Second
+)
 
 // LatestSnapshot reads sluice.snapshots and returns the newest snapshot of
 // requests partition p, or nil if there is none.
@@ -146,9 +154,16 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 	if end <= 0 {
 		return nil
 	}
+	if at := from.EpochOffset().Offset; at >= end {
+		return nil // nothing to read (and nothing to wait for)
+	}
 	next := int64(0)
 	for next < end {
-		pctx, cancel := context.WithTimeout(ctx, idleEnd)
+		wait := idleEnd
+		if next == 0 {
+			wait = firstFetch
+		}
+		pctx, cancel := context.WithTimeout(ctx, wait)
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {

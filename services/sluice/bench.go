@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -40,11 +41,20 @@ func runBench(ctx context.Context, args []string) error {
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = 20000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if *cpuprofile != "" {
+	var whatIfProfile io.Writer
+	if *cpuprofile != "" && args[0] == "whatif" {
+		// The what-if bench profiles its measured run only.
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		whatIfProfile = f
+	} else if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
@@ -72,7 +82,8 @@ func runBench(ctx context.Context, args []string) error {
 	case "report":
 		res, err = benchReport(ctx, *chAddr, *n, *keep)
 	case "whatif":
-		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n), Progress: os.Stderr})
+		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n),
+			Progress: os.Stderr, CPUProfile: whatIfProfile})
 	default:
 		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report, whatif)", args[0])
 	}
