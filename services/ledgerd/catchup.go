@@ -127,10 +127,11 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: from}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(50*time.Millisecond),
-		// A range read wants the records, and as few round trips as it can
-		// (the default takes 1 MiB of a partition per fetch).
-		kgo.FetchMaxPartitionBytes(16<<20),
-		kgo.FetchMaxBytes(64<<20),
+		// Fetch sizes stay franz-go's (1 MiB of a partition per fetch):
+		// the client parses a fetch whole before it hands out a record, so
+		// a 16 MiB fetch (≈ 290k compressed events) made `sluice whatif`
+		// wait for it instead of decoding the previous one (measured with
+		// `sluice bench whatif`: 1 MiB ≈ 2 MiB ≈ 4 MiB, all better than 16).
 		// Transaction markers come through (and are skipped below), so
 		// that a range ending in one is seen to end, instead of idling
 		// idleEnd for records that will never come.
