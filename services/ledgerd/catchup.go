@@ -23,8 +23,9 @@ import (
 // records: on the shared 2-core machine, a loaded broker left gaps of
 // up to 280 ms between fetches in the middle of a range (the old value,
 // 250 ms, truncated such reads). Ranges that do end in aborted records,
-// or in records compacted away, pay it once per read. firstFetch is the wait for the first records
-// (the client connects and fetches metadata first).
+// or in records compacted away, pay it once per read. firstFetch is the
+// wait for the first records (the client connects and fetches metadata
+// first).
 const (
 	idleEnd    = time.Second
 	firstFetch = 10 * time.Second
