@@ -41,13 +41,14 @@ SEEDS ?= 200
 simulate: ## the seeded whole-pipeline simulation (internal/pipesim) over SEEDS seeds (default 200); prints each failing seed's rerun command
 	set -o pipefail; $(GO) test -count=1 -run TestPipeline ./internal/pipesim -seeds=$(SEEDS) -v | grep -v '^    pipesim_test.go:[0-9]*: seed [0-9]*: {'
 
-bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger on the real broker)
+bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger, sink, report and whatif on the real broker)
 	$(BIN) bench ledger --json
 	$(BIN) bench codec --json
 	$(BIN) bench gateway --json
 	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
 	$(LOCAL_ENV); $(BIN) bench sink --json
 	$(LOCAL_ENV); $(BIN) bench report --json
+	$(LOCAL_ENV); $(BIN) bench whatif --json
 
 .PHONY: report
 report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)
@@ -71,9 +72,9 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) vet -tags integration ./...
 	$(GO) run $(STATICCHECK) ./...
 
-# Every fuzz target runs for FUZZTIME: 17 targets × 8 s ≈ 2.3 min of fuzzing,
+# Every fuzz target runs for FUZZTIME: 20 targets × 8 s ≈ 2.7 min of fuzzing,
 # plus about 1.2 min of instrumented builds on 2 cores (measured), so about
-# 3.5 min in all. A failing input is written to the package's testdata/fuzz/
+# 4 min in all. A failing input is written to the package's testdata/fuzz/
 # (commit it: it then runs in every plain `go test`) and fails the run.
 # Minimizing a new interesting input is capped at 1 s: a worker still
 # minimizing when FUZZTIME ends made a healthy run fail with "context

@@ -47,7 +47,20 @@ func Encode(e *Event) ([]byte, error) { return Append(nil, e) }
 // (forward compatibility); an event whose payload does not match its type,
 // or whose version is unknown, is rejected with an error wrapping ErrInvalid.
 // Decode never panics, whatever b holds.
+//
+// The events Sluice writes itself take a hand-written fast path
+// (fastdecode.go); anything else goes through encoding/json, with the same
+// result either way.
 func Decode(b []byte, e *Event) error {
+	*e = Event{}
+	if decodeFast(b, e) {
+		return e.Validate()
+	}
+	return decodeJSON(b, e)
+}
+
+// decodeJSON is Decode through encoding/json alone.
+func decodeJSON(b []byte, e *Event) error {
 	*e = Event{}
 	if err := json.Unmarshal(b, e); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)

@@ -2,6 +2,7 @@ package ledgerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -130,7 +131,10 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 }
 
 // whatIfPartition reads the recorded decisions of the inputs of pr, then
-// replays the inputs.
+// replays the inputs. Three stages overlap: while the recorded decisions
+// are read and fed to the replay, the inputs are already being fetched and
+// decoded, a batch at a time on every core, and the replay then applies
+// the decoded batches in offset order.
 func whatIfPartition(ctx context.Context, ro ReplayOptions, o WhatIfOptions, p int32, pr PartitionRange, done *int64, total int64) (*whatif.Partition, error) {
 	pt, err := whatif.NewPartition(p, whatif.Options{Ledger: o.Ledger, FromMs: o.FromMs, ToMs: o.ToMs})
 	if err != nil {
@@ -139,52 +143,135 @@ func whatIfPartition(ctx context.Context, ro ReplayOptions, o WhatIfOptions, p i
 	if pr.From >= pr.To {
 		return pt, nil
 	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	batches, free := make(chan *inputBatch, 3), make(chan *inputBatch, 4)
+	for range cap(free) {
+		free <- &inputBatch{recs: make([]*kgo.Record, 0, inputBatchMax), evs: make([]schemas.Event, inputBatchMax)}
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(batches)
+		readErr <- readInputs(rctx, ro, p, pr, batches, free)
+	}()
+
 	// The range ends at committed inputs, so their decisions are committed
 	// (same transaction): one read up to the stable offset has them all.
-	recorded, err := recordedDecisions(ctx, ro, p, pr.From, pr.To, 0)
-	if err != nil {
+	if err := feedRecorded(ctx, ro, p, pr, pt); err != nil {
 		return nil, err
 	}
-	recEvs := make([]schemas.Event, len(recorded))
-	decodeParallel(len(recorded), func(i int) { _ = schemas.Decode([]byte(recorded[i]), &recEvs[i]) })
-	for i := range recEvs {
-		if recEvs[i].Decision != nil {
-			pt.RecordedDecision(&recEvs[i])
-		}
-	}
-	// Inputs are decoded a batch at a time on every core (JSON decoding is
-	// most of a what-if's cost), then applied in offset order.
-	const batchMax = 4096
-	batch := make([]*kgo.Record, 0, batchMax)
-	evs := make([]schemas.Event, batchMax)
 	last := time.Now()
-	flush := func() {
-		decodeParallel(len(batch), func(i int) { _ = decodeInput(batch[i].Value, &evs[i]) }) // a bad record is the same no-op here as live
-		for i, r := range batch {
-			pt.Input(r.Offset, r.Timestamp.UnixMilli(), &evs[i])
+	for b := range batches {
+		for i, r := range b.recs {
+			pt.Input(r.Offset, r.Timestamp.UnixMilli(), &b.evs[i])
 		}
-		*done += int64(len(batch))
-		batch = batch[:0]
+		*done += int64(len(b.recs))
+		b.recs = b.recs[:0]
+		free <- b
 		if o.Progress != nil && time.Since(last) > 100*time.Millisecond {
 			o.Progress(*done, total)
 			last = time.Now()
 		}
 	}
-	err = ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
-		if batch = append(batch, r); len(batch) == batchMax {
-			flush()
-		}
-		return nil
-	})
-	if err != nil {
+	if err := <-readErr; err != nil {
 		return nil, err
 	}
-	flush()
 	pt.Finish()
 	if o.Progress != nil {
 		o.Progress(*done, total)
 	}
 	return pt, nil
+}
+
+// feedRecorded reads the recorded decisions of the inputs of pr (as
+// recordedDecisions does, decoding each once, a batch at a time on every
+// core) and gives them to pt in log order.
+func feedRecorded(ctx context.Context, ro ReplayOptions, p int32, pr PartitionRange, pt *whatif.Partition) error {
+	var recs [][]byte
+	pastEnd := false
+	flush := func() {
+		evs := make([]schemas.Event, len(recs)) // pt keeps pointers into it
+		errs := make([]bool, len(recs))
+		decodeParallel(len(recs), func(i int) { errs[i] = schemas.Decode(recs[i], &evs[i]) != nil })
+		for i := range evs {
+			ev := &evs[i]
+			if !errs[i] && ev.Decision != nil {
+				if off := ev.Decision.InputOffset; off >= pr.To {
+					pastEnd = true
+					break
+				} else if off < pr.From {
+					continue
+				}
+			}
+			// Like recordedDecisions, a record that does not decode is
+			// kept; only decisions count.
+			if ev.Decision != nil {
+				pt.RecordedDecision(ev)
+			}
+		}
+		recs = recs[:0]
+	}
+	err := ReadPartition(ctx, ro.Brokers, ro.Topics.Decisions, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		if recs = append(recs, r.Value); len(recs) == inputBatchMax {
+			if flush(); pastEnd {
+				return errPastEnd
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errPastEnd) {
+		return err
+	}
+	if !pastEnd {
+		flush()
+	}
+	return nil
+}
+
+// inputBatchMax is the number of inputs decoded together.
+const inputBatchMax = 4096
+
+// inputBatch is a run of consecutive input records and their decoded
+// events.
+type inputBatch struct {
+	recs []*kgo.Record
+	evs  []schemas.Event
+}
+
+// readInputs reads the inputs of pr, decodes them a batch at a time on
+// every core and sends the batches in offset order; it takes empty
+// batches from free.
+func readInputs(ctx context.Context, ro ReplayOptions, p int32, pr PartitionRange, out, free chan *inputBatch) error {
+	var b *inputBatch
+	send := func() error {
+		// A bad record is the same no-op here as live.
+		decodeParallel(len(b.recs), func(i int) { _ = decodeInput(b.recs[i].Value, &b.evs[i]) })
+		select {
+		case out <- b:
+			b = nil
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	err := ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
+		if b == nil {
+			select {
+			case b = <-free:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		b.recs = append(b.recs, r)
+		if len(b.recs) == inputBatchMax {
+			return send()
+		}
+		return nil
+	})
+	if err == nil && b != nil && len(b.recs) > 0 {
+		err = send()
+	}
+	return err
 }
 
 // decodeParallel calls fn(i) for every i in [0, n), spread over the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -24,7 +25,7 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // runBench runs the named benchmark and prints its result as JSON. Timings
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
-	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report [--json] (sluice bench NAME -h lists the flags)"
+	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report|whatif [--json] (sluice bench NAME -h lists the flags)"
 	if helpAsked(args) {
 		return usageHelp(usage)
 	}
@@ -34,6 +35,7 @@ func runBench(ctx context.Context, args []string) error {
 	fs := newFlags("bench " + args[0])
 	_ = fs.Bool("json", true, "print JSON (the only format)")
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
+	events := fs.Int("events", 0, "whatif: inputs recorded and replayed (0 = 200000; -n works too)")
 	brokers := brokersFlag(fs)
 	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate; gateway --process: of each concurrent series")
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process)")
@@ -42,11 +44,20 @@ func runBench(ctx context.Context, args []string) error {
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if *cpuprofile != "" {
+	var whatIfProfile io.Writer
+	if *cpuprofile != "" && args[0] == "whatif" {
+		// The what-if bench profiles its measured run only.
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		whatIfProfile = f
+	} else if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
 			return fmt.Errorf("--cpuprofile: %w", err)
@@ -77,8 +88,11 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":
 		res, err = benchReport(ctx, *chAddr, *n, *keep)
+	case "whatif":
+		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n),
+			Progress: os.Stderr, CPUProfile: whatIfProfile})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report, whatif)", args[0])
 	}
 	if err != nil {
 		return err
