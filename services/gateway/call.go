@@ -80,14 +80,15 @@ type candidate struct {
 // in the error contract or the provider's answer, and leaves no grant held:
 // a grant is always followed by Reconciled, Released or ProviderRejected.
 func (s *Server) handle(a provider.API) http.HandlerFunc {
+	latency := s.m.latency.WithLabelValues(a.String()) // looked up once, not per request
 	return func(hw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cfg := s.cfg.Load()
 		w := &recorder{ResponseWriter: hw}
-		defer func() { s.m.latency.WithLabelValues(a.String()).Observe(time.Since(start).Seconds()) }()
+		defer func() { latency.Observe(time.Since(start).Seconds()) }()
 		anth := a == provider.APIMessages
 		reject := func(e *apierr.Error) {
-			s.m.requests.WithLabelValues(e.Code).Inc()
+			s.m.count(e.Code)
 			apierr.Write(w, e, anth)
 		}
 		id, e := s.identify(cfg, r)
@@ -147,7 +148,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 				w.Header().Set("Idempotent-Replayed", "true")
 				w.WriteHeader(ie.status)
 				_, _ = w.Write(ie.body)
-				s.m.requests.WithLabelValues("idempotent_replay").Inc()
+				s.m.count("idempotent_replay")
 				return
 			case idemInFlight:
 				reject(withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyInFlight, "a request with this Idempotency-Key is still in progress"), id))
@@ -267,7 +268,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		case lifecycle.Count:
 			switch e.Metric {
 			case lifecycle.MetricRequests:
-				c.s.m.requests.WithLabelValues(e.Label).Inc()
+				c.s.m.count(e.Label)
 			case lifecycle.MetricLateGrant:
 				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
 			}
@@ -298,6 +299,12 @@ func (c *call) respond(e *apierr.Error) {
 			c.w.Header()[k] = v
 		}
 		c.setSluiceHeaders(c.w.Header())
+		// With its length known the answer leaves in one write at the
+		// Flush below (headers and body), not as a chunk followed by the
+		// terminating chunk when the handler returns.
+		if len(c.upBody) > 0 {
+			c.w.Header().Set("Content-Length", strconv.Itoa(len(c.upBody)))
+		}
 		c.w.WriteHeader(c.upStatus)
 		_, _ = c.w.Write(c.upBody)
 		c.w.Flush()

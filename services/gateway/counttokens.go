@@ -18,7 +18,7 @@ import (
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	fail := func(e *apierr.Error) {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, true)
 	}
 	if _, e := s.identify(cfg, r); e != nil {
@@ -54,7 +54,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	est := s.est.Estimate(req, 0)
-	s.m.requests.WithLabelValues("count_tokens").Inc()
+	s.m.count("count_tokens")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(struct {
 		InputTokens int64 `json:"input_tokens"`

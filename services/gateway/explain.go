@@ -52,7 +52,7 @@ func WithExplainer(e Explainer) Option {
 func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	fail := func(e *apierr.Error) {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, false)
 	}
 	id, e := s.identify(cfg, r)
@@ -88,7 +88,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		fail(notFound)
 		return
 	}
-	s.m.requests.WithLabelValues("explain").Inc()
+	s.m.count("explain")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(x.ForTenant())
 }

@@ -135,7 +135,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	if _, e := s.identify(cfg, r); e != nil {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
 	}
@@ -179,7 +179,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	anthropic := r.Header.Get("anthropic-version") != ""
 	if _, e := s.identify(cfg, r); e != nil {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, anthropic)
 		return
 	}
@@ -239,6 +239,8 @@ type metrics struct {
 	// (estimated, actual): token pressure per tenant and estimation drift
 	// for the alerting rules (dashboards/alerts).
 	tokens *prometheus.CounterVec
+	// byKey caches the children the request path counts (metriccache.go).
+	byKey *metricCache
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -254,14 +256,21 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
 	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants, m.tokens)
+	m.byKey = newMetricCache(m)
 	return m
 }
 
 // countTokens adds a reconciled request's estimate and actual usage to
 // sluice_gateway_tokens_total.
 func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
-	m.tokens.WithLabelValues(tenant, "input", "estimated").Add(float64(rec.EstimatedInputTokens))
-	m.tokens.WithLabelValues(tenant, "input", "actual").Add(float64(rec.InputTokens))
-	m.tokens.WithLabelValues(tenant, "output", "estimated").Add(float64(rec.EstimatedOutputTokens))
-	m.tokens.WithLabelValues(tenant, "output", "actual").Add(float64(rec.OutputTokens))
+	t := m.byKey.tokens.get(tenant)
+	t.inEst.Add(float64(rec.EstimatedInputTokens))
+	t.inAct.Add(float64(rec.InputTokens))
+	t.outEst.Add(float64(rec.EstimatedOutputTokens))
+	t.outAct.Add(float64(rec.OutputTokens))
+}
+
+// count adds one to sluice_gateway_requests_total{outcome}.
+func (m *metrics) count(outcome string) {
+	m.byKey.requests.get(outcome).Inc()
 }

@@ -18,7 +18,7 @@ import (
 func (s *Server) handleResponsesInputTokens(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	fail := func(e *apierr.Error) {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, false)
 	}
 	if _, e := s.identify(cfg, r); e != nil {
@@ -42,7 +42,7 @@ func (s *Server) handleResponsesInputTokens(w http.ResponseWriter, r *http.Reque
 		return
 	}
 	est := s.est.Estimate(req, 0)
-	s.m.requests.WithLabelValues("input_tokens").Inc()
+	s.m.count("input_tokens")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(struct {
 		Object      string `json:"object"`

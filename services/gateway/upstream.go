@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/lifecycle"
@@ -36,10 +35,10 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	sent := time.Now()
 	resp, err := c.s.upstream.Do(up)
 	if err != nil {
-		c.s.m.attempts.WithLabelValues(p.Name, "error").Inc()
+		c.s.m.byKey.attempts.get(attemptKey{provider: p.Name}).Inc()
 		return done(lifecycle.Upstream{Failure: c.cancelReason()})
 	}
-	c.s.m.attempts.WithLabelValues(p.Name, strconv.Itoa(resp.StatusCode)).Inc()
+	c.s.m.byKey.attempts.get(attemptKey{provider: p.Name, status: resp.StatusCode}).Inc()
 	now := time.Now()
 	obs := provider.ParseRateLimitHeaders(p.Kind, resp.Header, now)
 	if resp.StatusCode >= 400 {

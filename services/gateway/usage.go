@@ -93,7 +93,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	id, e := s.identify(cfg, r)
 	if e != nil && e.Code != apierr.CodePaused {
-		s.m.requests.WithLabelValues(e.Code).Inc()
+		s.m.count(e.Code)
 		apierr.Write(w, e, false)
 		return
 	}
