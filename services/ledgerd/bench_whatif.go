@@ -249,3 +249,21 @@ func loadAverage() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// stableOffset returns the last stable offset of topic/p (-1 if the broker
+// does not say).
+func stableOffset(ctx context.Context, brokers []string, topic string, p int32) (int64, error) {
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("stable offsets of %s: %w", topic, err)
+	}
+	if r, ok := lso.Lookup(topic, p); ok && r.Err == nil {
+		return r.Offset, nil
+	}
+	return -1, nil
+}
