@@ -2,7 +2,6 @@ package ledgerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -183,47 +182,24 @@ func whatIfPartition(ctx context.Context, ro ReplayOptions, o WhatIfOptions, p i
 	return pt, nil
 }
 
-// feedRecorded reads the recorded decisions of the inputs of pr (as
-// recordedDecisions does, decoding each once, a batch at a time on every
-// core) and gives them to pt in log order.
+// feedRecorded reads the recorded decisions of the inputs of pr and gives
+// them to pt in their input partition's order. Decisions go to the
+// partition of the gateway that asked (bus.DecisionPartition), so they are
+// gathered from every decisions partition and merged, as recordedDecisions
+// does for replay --verify. The range ends at committed inputs, so their
+// decisions are committed (same transaction): one read up to the stable
+// offsets has them all.
 func feedRecorded(ctx context.Context, ro ReplayOptions, p int32, pr PartitionRange, pt *whatif.Partition) error {
-	var recs [][]byte
-	pastEnd := false
-	flush := func() {
-		evs := make([]schemas.Event, len(recs)) // pt keeps pointers into it
-		errs := make([]bool, len(recs))
-		decodeParallel(len(recs), func(i int) { errs[i] = schemas.Decode(recs[i], &evs[i]) != nil })
-		for i := range evs {
-			ev := &evs[i]
-			if !errs[i] && ev.Decision != nil {
-				if off := ev.Decision.InputOffset; off >= pr.To {
-					pastEnd = true
-					break
-				} else if off < pr.From {
-					continue
-				}
-			}
-			// Like recordedDecisions, a record that does not decode is
-			// kept; only decisions count.
-			if ev.Decision != nil {
-				pt.RecordedDecision(ev)
-			}
-		}
-		recs = recs[:0]
-	}
-	err := ReadPartition(ctx, ro.Brokers, ro.Topics.Decisions, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
-		if recs = append(recs, r.Value); len(recs) == inputBatchMax {
-			if flush(); pastEnd {
-				return errPastEnd
-			}
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errPastEnd) {
+	recorded, err := recordedDecisions(ctx, ro, p, pr.From, pr.To, 0)
+	if err != nil {
 		return err
 	}
-	if !pastEnd {
-		flush()
+	evs := make([]schemas.Event, len(recorded)) // pt keeps pointers into it
+	decodeParallel(len(recorded), func(i int) { _ = schemas.Decode([]byte(recorded[i]), &evs[i]) })
+	for i := range evs {
+		if evs[i].Decision != nil {
+			pt.RecordedDecision(&evs[i])
+		}
 	}
 	return nil
 }
