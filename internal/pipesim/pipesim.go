@@ -939,7 +939,7 @@ func (s *sim) auditActed() {
 			s.problem("decision %d/%v does not decode", ak.part, ak.key)
 			continue
 		}
-		if a.Decision.Status == schemas.StatusGranted && !s.committedGrant(p, resKey{c.RequestID, c.Attempt}) {
+		if a.Decision.Status == schemas.StatusGranted && !s.committedGrant(p, resKey{a.RequestID, a.Attempt}) {
 			exposed[resKey{a.RequestID, a.Attempt}] = true
 		}
 	}
