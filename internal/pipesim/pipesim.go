@@ -100,7 +100,7 @@ func Run(seed uint64, o Options) Result {
 	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), opts: o, reqs: map[string]*request{},
 		lost: map[resKey]bool{}, delivered: map[resKey]bool{}, dedup: map[string]*reserve.Dedup{},
-		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}}
+		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}, shadowed: map[resKey]bool{}}
 	s.res.Seed = seed
 	s.setup()
 	s.loop()
@@ -125,8 +125,11 @@ type sim struct {
 	nextID int64
 
 	// lost and delivered: grants whose decision the bus dropped, and
-	// grants delivered at least once.
-	lost, delivered map[resKey]bool
+	// grants delivered at least once. shadowed: grants the gateway's
+	// Dedup dropped as copies though it never acted on them, because a
+	// ledger of another version (an old-version zombie, or the round's
+	// first derivation) had put a different decision at that position.
+	lost, delivered, shadowed map[resKey]bool
 
 	// lastAppend keeps each producer's order per partition.
 	lastAppend map[string]int64
@@ -687,6 +690,9 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 	}
 	if !dd.First(ev) {
 		s.res.Stats.Copies++
+		if p := s.parts[part]; ev.Decision.Status == schemas.StatusGranted && (p.v2[key[0]] || p.mixed[key[0]]) {
+			s.shadowed[resKey{ev.RequestID, ev.Attempt}] = true
+		}
 		return
 	}
 	ak := actedKey{ev.Node, part, key}
@@ -862,10 +868,13 @@ func (s *sim) audit(ev *schemas.Event) {
 		s.problem("decision without gateway_decision: %s/%d %s", ev.RequestID, ev.Attempt, d.Status)
 	}
 	if k := (resKey{ev.RequestID, ev.Attempt}); d.Status == schemas.StatusHoldExpired && d.Reason == schemas.ReasonHoldAbandoned &&
-		!(s.lost[k] && !s.delivered[k]) {
+		!((s.lost[k] || s.shadowed[k]) && !s.delivered[k]) {
 		// Every gateway here lives and settles what it was granted, even
 		// when the grant came late: an abandoned hold is a leak unless
-		// its gateway never heard of the grant (every copy was lost).
+		// its gateway never heard of the grant (every copy was lost, or
+		// dropped by its Dedup behind another version's decision at the
+		// same position: it acted on that one, e.g. a zombie's queued,
+		// and the hold TTL is what bounds the grant it never saw).
 		s.problem("%s/%d: grant abandoned (hold_ttl_abandoned): its gateway never reconciled or released it", ev.RequestID, ev.Attempt)
 	}
 }
