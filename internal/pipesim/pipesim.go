@@ -67,8 +67,10 @@ type Stats struct {
 	// deciding until fenced, and whose new owner was of another version;
 	// Aborted counts decisions produced but never committed (acted on by
 	// gateways all the same); Copies the copies gateways dropped;
-	// Ungranted the usage charged on grants the committed log lacks.
-	Zombies, VersionChanges, Aborted, Copies, Ungranted int
+	// Ungranted the usage charged on grants the committed log lacks;
+	// Shadowed the grants a gateway's Dedup dropped behind another
+	// version's decision at the same position.
+	Zombies, VersionChanges, Aborted, Copies, Ungranted, Shadowed int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -691,7 +693,10 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 	if !dd.First(ev) {
 		s.res.Stats.Copies++
 		if p := s.parts[part]; ev.Decision.Status == schemas.StatusGranted && (p.v2[key[0]] || p.mixed[key[0]]) {
-			s.shadowed[resKey{ev.RequestID, ev.Attempt}] = true
+			if k := (resKey{ev.RequestID, ev.Attempt}); !s.shadowed[k] {
+				s.shadowed[k] = true
+				s.res.Stats.Shadowed++
+			}
 		}
 		return
 	}
