@@ -376,8 +376,15 @@ func (p *partition) pumpZombie() {
 	}
 	var out []ledger.Output
 	for off := z.Offset(); off < int64(len(p.log)); off = z.Offset() {
-		r := p.log[off]
-		out = z.Apply(r.at, off, r.ev, out[:0])
+		// The zombie reads the log as its own version does: an
+		// old-version zombie the raw records, one that was itself an
+		// upgraded owner the upgraded reading of the rounds it
+		// re-derives (a later crash displaced it, perhaps before it decided).
+		r, in := p.log[off], p.input(off)
+		if p.zombieOld {
+			in = r.ev
+		}
+		out = z.Apply(r.at, off, in, out[:0])
 		if p.zombieOld {
 			p.mixed[off] = true
 		}

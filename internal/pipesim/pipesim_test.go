@@ -65,6 +65,9 @@ func TestRegressionSeeds(t *testing.T) {
 		// An old-version zombie's queued decision shadowed the new
 		// owner's grant at the same position; the hold TTL released it.
 		{543, "a grant shadowed behind a zombie's decision", func(s Stats) bool { return s.Zombies > 0 && s.Shadowed > 0 }},
+		// An upgraded owner crashed before deciding and went on as a
+		// zombie: it must read the re-derived round as its version does.
+		{4437, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},
 	} {
 		res := Run(c.seed, Options{})
 		if len(res.Problems) > 0 {
