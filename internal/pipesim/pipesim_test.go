@@ -68,6 +68,8 @@ func TestRegressionSeeds(t *testing.T) {
 		// An upgraded owner crashed before deciding and went on as a
 		// zombie: it must read the re-derived round as its version does.
 		{4437, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},
+		// The same, the zombie deciding the re-derived round first.
+		{3179, "a zombie of the upgraded version re-deriving", func(s Stats) bool { return s.Zombies > 1 && s.VersionChanges > 0 }},
 	} {
 		res := Run(c.seed, Options{})
 		if len(res.Problems) > 0 {
