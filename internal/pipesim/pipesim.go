@@ -67,8 +67,10 @@ type Stats struct {
 	// deciding until fenced, and whose new owner was of another version;
 	// Aborted counts decisions produced but never committed (acted on by
 	// gateways all the same); Copies the copies gateways dropped;
-	// Ungranted the usage charged on grants the committed log lacks.
-	Zombies, VersionChanges, Aborted, Copies, Ungranted int
+	// Ungranted the usage charged on grants the committed log lacks;
+	// Shadowed the grants a gateway's Dedup dropped behind another
+	// version's decision at the same position.
+	Zombies, VersionChanges, Aborted, Copies, Ungranted, Shadowed int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -100,7 +102,7 @@ func Run(seed uint64, o Options) Result {
 	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), opts: o, reqs: map[string]*request{},
 		lost: map[resKey]bool{}, delivered: map[resKey]bool{}, dedup: map[string]*reserve.Dedup{},
-		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}}
+		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}, shadowed: map[resKey]bool{}}
 	s.res.Seed = seed
 	s.setup()
 	s.loop()
@@ -125,8 +127,11 @@ type sim struct {
 	nextID int64
 
 	// lost and delivered: grants whose decision the bus dropped, and
-	// grants delivered at least once.
-	lost, delivered map[resKey]bool
+	// grants delivered at least once. shadowed: grants the gateway's
+	// Dedup dropped as copies though it never acted on them, because a
+	// ledger of another version (an old-version zombie, or the round's
+	// first derivation) had put a different decision at that position.
+	lost, delivered, shadowed map[resKey]bool
 
 	// lastAppend keeps each producer's order per partition.
 	lastAppend map[string]int64
@@ -371,8 +376,15 @@ func (p *partition) pumpZombie() {
 	}
 	var out []ledger.Output
 	for off := z.Offset(); off < int64(len(p.log)); off = z.Offset() {
-		r := p.log[off]
-		out = z.Apply(r.at, off, r.ev, out[:0])
+		// The zombie reads the log as its own version does: an
+		// old-version zombie the raw records, one that was itself an
+		// upgraded owner the upgraded reading of the rounds it
+		// re-derives (a later crash displaced it, perhaps before it decided).
+		r, in := p.log[off], p.input(off)
+		if p.zombieOld {
+			in = r.ev
+		}
+		out = z.Apply(r.at, off, in, out[:0])
 		if p.zombieOld {
 			p.mixed[off] = true
 		}
@@ -486,7 +498,10 @@ func (p *partition) decided(o *ledger.Output, owner bool) {
 	}
 	key := [2]int64{ev.Decision.InputOffset, int64(o.Index)}
 	if prev, ok := p.first[key]; ok {
-		if !bytes.Equal(prev, b) && !(owner && p.v2[key[0]]) && !p.mixed[key[0]] {
+		// An upgraded ledger re-deriving the aborted round may differ,
+		// whether it is the owner or, displaced by a later crash, a
+		// zombie.
+		if !bytes.Equal(prev, b) && !p.v2[key[0]] && !p.mixed[key[0]] {
 			p.s.problem("partition %d: re-derived decision %v differs:\n %s\n %s", p.id, key, prev, b)
 		}
 	} else {
@@ -687,6 +702,12 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 	}
 	if !dd.First(ev) {
 		s.res.Stats.Copies++
+		if p := s.parts[part]; ev.Decision.Status == schemas.StatusGranted && (p.v2[key[0]] || p.mixed[key[0]]) {
+			if k := (resKey{ev.RequestID, ev.Attempt}); !s.shadowed[k] {
+				s.shadowed[k] = true
+				s.res.Stats.Shadowed++
+			}
+		}
 		return
 	}
 	ak := actedKey{ev.Node, part, key}
@@ -862,10 +883,13 @@ func (s *sim) audit(ev *schemas.Event) {
 		s.problem("decision without gateway_decision: %s/%d %s", ev.RequestID, ev.Attempt, d.Status)
 	}
 	if k := (resKey{ev.RequestID, ev.Attempt}); d.Status == schemas.StatusHoldExpired && d.Reason == schemas.ReasonHoldAbandoned &&
-		!(s.lost[k] && !s.delivered[k]) {
+		!((s.lost[k] || s.shadowed[k]) && !s.delivered[k]) {
 		// Every gateway here lives and settles what it was granted, even
 		// when the grant came late: an abandoned hold is a leak unless
-		// its gateway never heard of the grant (every copy was lost).
+		// its gateway never heard of the grant (every copy was lost, or
+		// dropped by its Dedup behind another version's decision at the
+		// same position: it acted on that one, e.g. a zombie's queued,
+		// and the hold TTL is what bounds the grant it never saw).
 		s.problem("%s/%d: grant abandoned (hold_ttl_abandoned): its gateway never reconciled or released it", ev.RequestID, ev.Attempt)
 	}
 }
@@ -939,7 +963,7 @@ func (s *sim) auditActed() {
 			s.problem("decision %d/%v does not decode", ak.part, ak.key)
 			continue
 		}
-		if a.Decision.Status == schemas.StatusGranted && !s.committedGrant(p, resKey{c.RequestID, c.Attempt}) {
+		if a.Decision.Status == schemas.StatusGranted && !s.committedGrant(p, resKey{a.RequestID, a.Attempt}) {
 			exposed[resKey{a.RequestID, a.Attempt}] = true
 		}
 	}

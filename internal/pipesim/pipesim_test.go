@@ -50,6 +50,37 @@ func TestSameSeedSameRun(t *testing.T) {
 	}
 }
 
+// TestRegressionSeeds pins seeds beyond make simulate's default range that
+// once failed, with what each must have exercised.
+func TestRegressionSeeds(t *testing.T) {
+	for _, c := range []struct {
+		seed uint64
+		why  string
+		ok   func(Stats) bool
+	}{
+		// A re-derivation by another version put another request's
+		// decision at the key of an acted-on grant: the auditor must
+		// still count that grant as exposed (the ledger charged it).
+		{402, "usage charged on ungranted reservations", func(s Stats) bool { return s.VersionChanges > 0 && s.Ungranted > 0 }},
+		// An old-version zombie's queued decision shadowed the new
+		// owner's grant at the same position; the hold TTL released it.
+		{543, "a grant shadowed behind a zombie's decision", func(s Stats) bool { return s.Zombies > 0 && s.Shadowed > 0 }},
+		// An upgraded owner crashed before deciding and went on as a
+		// zombie: it must read the re-derived round as its version does.
+		{4437, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},
+		// The same, the zombie deciding the re-derived round first.
+		{3179, "a zombie of the upgraded version re-deriving", func(s Stats) bool { return s.Zombies > 1 && s.VersionChanges > 0 }},
+	} {
+		res := Run(c.seed, Options{})
+		if len(res.Problems) > 0 {
+			t.Errorf("seed %d (%s): %d problems:\n  %s", c.seed, c.why, len(res.Problems), join(res.Problems))
+		}
+		if !c.ok(res.Stats) {
+			t.Errorf("seed %d no longer exercises %s: %+v", c.seed, c.why, res.Stats)
+		}
+	}
+}
+
 func add(t *Stats, s Stats) {
 	tv, sv := reflect.ValueOf(t).Elem(), reflect.ValueOf(s)
 	for i := range tv.NumField() {
