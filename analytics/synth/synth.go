@@ -299,10 +299,10 @@ func shadowVerdict(r route, tn tenant, estIn, estOut, t int64) *schemas.ShadowVe
 	switch {
 	case r.partition == 0:
 		v = schemas.ShadowVerdict{LimitPath: "org:org-1/tenant:" + tn.id, LimitDimension: schemas.DimOutputTokens,
-			Needed: estOut, Available: int64(uint64(t)*2654435761%uint64(3*estOut+1)), Buckets: 1}
+			Needed: estOut, Available: int64(uint64(t) * 2654435761 % uint64(3*estOut+1)), Buckets: 1}
 	case tn.class == "batch":
 		v = schemas.ShadowVerdict{LimitPath: "org:org-1", LimitDimension: schemas.DimInputTokens,
-			Needed: estIn, Available: int64(uint64(t)*40503%uint64(2*estIn+1)), Buckets: 1}
+			Needed: estIn, Available: int64(uint64(t) * 40503 % uint64(2*estIn+1)), Buckets: 1}
 	default:
 		return nil
 	}
