@@ -80,6 +80,21 @@ func TestRowFromRecordPayloadColumns(t *testing.T) {
 	if r := row(schemas.TypeDecision); r.Needed != 1000 || r.Available != 10 || r.HoldTTLMs != 60000 {
 		t.Errorf("decision bucket figures: %+v", r)
 	}
+	if r := row(schemas.TypeDecision); r.ShadowBuckets != 0 || r.ShadowLimited != 0 || r.ShadowLimitPath != "" {
+		t.Errorf("decision without a shadow verdict: %+v", r)
+	}
+	sh := sampleEvent(schemas.TypeDecision, 1)
+	sh.Decision.Status = schemas.StatusGranted
+	sh.Decision.Shadow = &schemas.ShadowVerdict{Limited: true, Reason: schemas.ReasonCapacity, LimitPath: "tenant:acme/key:k1",
+		LimitDimension: schemas.DimOutputTokens, Needed: 700, Available: 40, Buckets: 2}
+	b, err := schemas.Encode(sh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := RowFromRecord(b, RecordPos{}); r.ShadowBuckets != 2 || r.ShadowLimited != 1 || r.ShadowReason != "capacity" ||
+		r.ShadowLimitPath != "tenant:acme/key:k1" || r.ShadowLimitDimension != "output_tokens" || r.ShadowNeeded != 700 || r.ShadowAvailable != 40 {
+		t.Errorf("decision shadow verdict: %+v", r)
+	}
 	if r := row(schemas.TypeReserveRequested); r.ReqPath != "tenant:acme/key:k1" || r.PromptFamily != "pf-1" ||
 		r.ContextBand != "lt_1k" || r.MaxWaitMs != 300 || r.DeadlineMs != 30000 {
 		t.Errorf("reserve path/family/band: %+v", r)

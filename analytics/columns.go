@@ -49,6 +49,13 @@ type eventCols struct {
 	partial              []uint8
 	configVersion        []string
 	configSource         []string
+	shadowBuckets        []int32
+	shadowLimited        []uint8
+	shadowReason         []string
+	shadowLimitPath      []string
+	shadowLimitDim       []string
+	shadowNeeded         []int64
+	shadowAvailable      []int64
 	httpStatus           []int32
 	provider             []string
 	deployment           []string
@@ -109,6 +116,13 @@ func (c *eventCols) reset() {
 	c.partial = c.partial[:0]
 	c.configVersion = c.configVersion[:0]
 	c.configSource = c.configSource[:0]
+	c.shadowBuckets = c.shadowBuckets[:0]
+	c.shadowLimited = c.shadowLimited[:0]
+	c.shadowReason = c.shadowReason[:0]
+	c.shadowLimitPath = c.shadowLimitPath[:0]
+	c.shadowLimitDim = c.shadowLimitDim[:0]
+	c.shadowNeeded = c.shadowNeeded[:0]
+	c.shadowAvailable = c.shadowAvailable[:0]
 	c.httpStatus = c.httpStatus[:0]
 	c.provider = c.provider[:0]
 	c.deployment = c.deployment[:0]
@@ -169,6 +183,13 @@ func (c *eventCols) add(r *Row) {
 	c.partial = append(c.partial, r.Partial)
 	c.configVersion = append(c.configVersion, r.ConfigVersion)
 	c.configSource = append(c.configSource, r.ConfigSource)
+	c.shadowBuckets = append(c.shadowBuckets, r.ShadowBuckets)
+	c.shadowLimited = append(c.shadowLimited, r.ShadowLimited)
+	c.shadowReason = append(c.shadowReason, r.ShadowReason)
+	c.shadowLimitPath = append(c.shadowLimitPath, r.ShadowLimitPath)
+	c.shadowLimitDim = append(c.shadowLimitDim, r.ShadowLimitDimension)
+	c.shadowNeeded = append(c.shadowNeeded, r.ShadowNeeded)
+	c.shadowAvailable = append(c.shadowAvailable, r.ShadowAvailable)
 	c.httpStatus = append(c.httpStatus, r.HTTPStatus)
 	c.provider = append(c.provider, r.Provider)
 	c.deployment = append(c.deployment, r.Deployment)
@@ -198,7 +219,8 @@ func (c *eventCols) slices() []any {
 		c.requestID, c.attempt, c.node, c.scope, c.tenant, c.keyID, c.route, c.class, c.status, c.reason,
 		c.gatewayDecision, c.limitPath, c.limitDimension, c.retryClass, c.retryAfterMs, c.needed, c.available,
 		c.holdTTLMs, c.maxWaitMs, c.deadlineMs, c.reqPath, c.promptFamily, c.contextBand, c.fallback, c.partial,
-		c.configVersion, c.configSource, c.httpStatus, c.provider, c.deployment, c.model, c.estInputTokens,
+		c.configVersion, c.configSource, c.shadowBuckets, c.shadowLimited, c.shadowReason, c.shadowLimitPath,
+		c.shadowLimitDim, c.shadowNeeded, c.shadowAvailable, c.httpStatus, c.provider, c.deployment, c.model, c.estInputTokens,
 		c.estOutputTokens, c.estCachedInputTokens, c.estSpendMicros, c.inputTokens, c.outputTokens,
 		c.cachedInputTokens, c.spendMicros, c.queueMs, c.firstByteMs, c.totalMs, c.attempts, c.streaming,
 		c.borrowed, c.payload, c.decodeError,

@@ -260,3 +260,40 @@ func (o *oracle) amplification() map[string]*ampStats {
 	}
 	return out
 }
+
+// shadowGroup is one shadow_limits row in Go.
+type shadowGroup struct {
+	stc       string // scope|tenant|class
+	grants    int64
+	shortfall []float64 // needed − available of the grants it would have refused
+}
+
+// shadowLimits groups the granted Decisions that carry a shadow verdict
+// (produced in rng) by scope, tenant, class, limit path and dimension, and
+// counts the evaluated grants of each scope, tenant and class.
+func shadowLimits(recs []synth.Record, rng Range) (map[string]*shadowGroup, map[string]int64) {
+	groups, evaluated := map[string]*shadowGroup{}, map[string]int64{}
+	for _, r := range recs {
+		e := r.Event
+		if e.Decision == nil || e.Decision.Status != schemas.StatusGranted || e.Decision.Shadow == nil || e.Decision.Shadow.Buckets == 0 {
+			continue
+		}
+		if sec := e.ProducedAtMs / 1000; sec < rng.From.Unix() || sec >= rng.To.Unix() {
+			continue
+		}
+		sv := e.Decision.Shadow
+		stc := e.Scope + "|" + e.Tenant + "|" + e.Class
+		evaluated[stc]++
+		k := stc + "|" + sv.LimitPath + "|" + string(sv.LimitDimension)
+		g := groups[k]
+		if g == nil {
+			g = &shadowGroup{stc: stc}
+			groups[k] = g
+		}
+		g.grants++
+		if sv.Limited {
+			g.shortfall = append(g.shortfall, float64(sv.Needed-sv.Available))
+		}
+	}
+	return groups, evaluated
+}

@@ -280,6 +280,38 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 		}
 	})
 
+	t.Run("shadow_limits", func(t *testing.T) {
+		res := got["shadow_limits"]
+		rows := rowsBy(t, res, "scope", "tenant", "class", "limit_path", "dimension")
+		groups, evaluated := shadowLimits(recs, rng)
+		if len(rows) != len(groups) {
+			t.Errorf("%d groups, want %d: %v", len(rows), len(groups), res.Rows)
+		}
+		refusing := false
+		for k, g := range groups {
+			row := rows[k]
+			if row == nil {
+				t.Errorf("group %s missing", k)
+				continue
+			}
+			ev := float64(evaluated[g.stc])
+			near(k+" grants", num(t, res, row, "grants"), float64(g.grants))
+			near(k+" evaluated", num(t, res, row, "evaluated"), ev)
+			near(k+" would_refuse", num(t, res, row, "would_refuse"), float64(len(g.shortfall)))
+			near(k+" refuse_share", num(t, res, row, "refuse_share"), float64(len(g.shortfall))/ev)
+			if len(g.shortfall) == 0 {
+				near(k+" shortfall_p50", num(t, res, row, "shortfall_p50"), 0)
+				continue
+			}
+			refusing = true
+			inBand(k+" shortfall_p50", num(t, res, row, "shortfall_p50"), g.shortfall, 0.5)
+			inBand(k+" shortfall_p95", num(t, res, row, "shortfall_p95"), g.shortfall, 0.95)
+		}
+		if synthetic && !refusing {
+			t.Error("fixture has no grant a shadow limit would have refused")
+		}
+	})
+
 	t.Run("ratio_429", func(t *testing.T) {
 		up, rej := map[string]int64{}, map[string]int64{}
 		for _, a := range o.attempts {

@@ -25,6 +25,8 @@ var eventColumns = []string{
 	"status", "reason", "gateway_decision", "limit_path", "limit_dimension", "retry_class",
 	"retry_after_ms", "needed", "available", "hold_ttl_ms", "max_wait_ms", "deadline_ms",
 	"req_path", "prompt_family", "context_band", "fallback", "partial", "config_version", "config_source",
+	"shadow_buckets", "shadow_limited", "shadow_reason", "shadow_limit_path", "shadow_limit_dimension",
+	"shadow_needed", "shadow_available",
 	"http_status", "provider", "deployment", "model",
 	"est_input_tokens", "est_output_tokens", "est_cached_input_tokens", "est_spend_micros",
 	"input_tokens", "output_tokens", "cached_input_tokens", "spend_micros",
@@ -64,8 +66,16 @@ type Row struct {
 	ReqPath, PromptFamily, ContextBand string
 	Fallback, Partial                  uint8
 	ConfigVersion, ConfigSource        string
-	HTTPStatus                         int32
-	Provider, Deployment, Model        string
+	// Shadow* are a granted Decision's shadow verdict (schemas.ShadowVerdict):
+	// ShadowBuckets how many shadow buckets it passed (0: no verdict),
+	// ShadowLimited whether one could not cover it, and that bucket.
+	ShadowBuckets                 int32
+	ShadowLimited                 uint8
+	ShadowReason, ShadowLimitPath string
+	ShadowLimitDimension          string
+	ShadowNeeded, ShadowAvailable int64
+	HTTPStatus                    int32
+	Provider, Deployment, Model   string
 
 	EstInputTokens, EstOutputTokens, EstCachedInputTokens, EstSpendMicros int64
 	InputTokens, OutputTokens, CachedInputTokens, SpendMicros             int64
@@ -89,6 +99,8 @@ func (r *Row) values() []any {
 		r.Status, r.Reason, r.GatewayDecision, r.LimitPath, r.LimitDimension, r.RetryClass,
 		r.RetryAfterMs, r.Needed, r.Available, r.HoldTTLMs, r.MaxWaitMs, r.DeadlineMs,
 		r.ReqPath, r.PromptFamily, r.ContextBand, r.Fallback, r.Partial, r.ConfigVersion, r.ConfigSource,
+		r.ShadowBuckets, r.ShadowLimited, r.ShadowReason, r.ShadowLimitPath, r.ShadowLimitDimension,
+		r.ShadowNeeded, r.ShadowAvailable,
 		r.HTTPStatus, r.Provider, r.Deployment, r.Model,
 		r.EstInputTokens, r.EstOutputTokens, r.EstCachedInputTokens, r.EstSpendMicros,
 		r.InputTokens, r.OutputTokens, r.CachedInputTokens, r.SpendMicros,
@@ -210,6 +222,11 @@ func fillEvent(r *Row, e *schemas.Event) {
 		r.LimitPath, r.LimitDimension, r.RetryClass = p.LimitPath, string(p.LimitDimension), string(p.RetryClass)
 		r.RetryAfterMs, r.Borrowed = p.RetryAfterMs, b2u(p.Borrowed)
 		r.Needed, r.Available, r.HoldTTLMs = p.Needed, p.Available, p.HoldTTLMs
+		if sv := p.Shadow; sv != nil {
+			r.ShadowBuckets, r.ShadowLimited, r.ShadowReason = sv.Buckets, b2u(sv.Limited), string(sv.Reason)
+			r.ShadowLimitPath, r.ShadowLimitDimension = sv.LimitPath, string(sv.LimitDimension)
+			r.ShadowNeeded, r.ShadowAvailable = sv.Needed, sv.Available
+		}
 	case e.Dispatched != nil:
 		p := e.Dispatched
 		r.Provider, r.Deployment, r.Model, r.QueueMs = string(p.Provider), p.Deployment, p.Model, p.QueueMs

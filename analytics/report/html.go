@@ -169,7 +169,11 @@ td:first-child,th:first-child{text-align:left}.legend span{display:inline-block;
 	}
 	b.WriteString(`</ol>`)
 	for _, s := range rep.Sections {
-		fmt.Fprintf(&b, `<h2>%s</h2><p>%s</p><table><tr>`, html.EscapeString(s.Title), html.EscapeString(s.Doc))
+		fmt.Fprintf(&b, `<h2>%s</h2><p>%s</p>`, html.EscapeString(s.Title), html.EscapeString(s.Doc))
+		if s.Summary != "" {
+			fmt.Fprintf(&b, `<p><b>%s</b></p>`, html.EscapeString(s.Summary))
+		}
+		b.WriteString(`<table><tr>`)
 		for _, c := range s.Columns {
 			fmt.Fprintf(&b, `<th>%s</th>`, html.EscapeString(c))
 		}

@@ -114,6 +114,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	b.WriteString("\n```\n")
 	for _, s := range rep.Sections {
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\n", s.Title, s.Doc)
+		if s.Summary != "" {
+			fmt.Fprintf(&b, "**%s**\n\n", s.Summary)
+		}
 		if len(s.Rows) == 0 {
 			b.WriteString("No rows in this range.\n")
 			continue

@@ -161,6 +161,10 @@ type Section struct {
 	// Prev holds, per row, the previous range's Value for the same keys
 	// (nil: the row is new).
 	Prev []*float64 `json:"previous"`
+	// Summary says in one sentence what the rows mean for the reader
+	// (shadow_limits: what enforcing the shadow limits would have
+	// changed); empty for the other sections.
+	Summary string `json:"summary,omitempty"`
 }
 
 // spec says how each metric is keyed and which column is compared.
@@ -186,6 +190,7 @@ var specs = []spec{
 	{"saturation", "Saturation (attempts queued or denied)", []string{"tenant", "route"}, "refused_share"},
 	{"daily_headroom", "Daily-quota headroom", []string{"scope", "bucket"}, "headroom"},
 	{"scope_429", "Provider 429s by scope", []string{"scope"}, "ratio"},
+	{"shadow_limits", "Shadow limits (evaluated, never enforced)", []string{"scope", "tenant", "class", "limit_path", "dimension"}, "refuse_share"},
 }
 
 // LastFullWeek returns the last full ISO week (Monday 00:00 UTC to the
@@ -199,7 +204,7 @@ func LastFullWeek(now time.Time) analytics.Range {
 
 // Options tune Build.
 type Options struct {
-	// Progress receives one line per query run ("report: 3/30 …"); nil = none.
+	// Progress receives one line per query run ("report: 3/32 …"); nil = none.
 	Progress io.Writer
 	// Bounds of the corrections; zero values take the defaults.
 	Bounds Bounds
@@ -266,6 +271,9 @@ func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Repo
 			} else {
 				sec.Prev = append(sec.Prev, nil)
 			}
+		}
+		if s.name == "shadow_limits" {
+			sec.Summary = shadowSummary(cur[s.name], old[s.name])
 		}
 		rep.Sections = append(rep.Sections, sec)
 	}
@@ -491,4 +499,58 @@ func headline(cur, old map[string]*analytics.Result) []Headline {
 		out = append(out, x)
 	}
 	return out
+}
+
+// shadowSummary says what enforcing the shadow limits would have changed:
+// how many of the grants they evaluated would have been queued or denied
+// instead, the bucket that would have refused the most, and the same share
+// the week before.
+func shadowSummary(cur, old *analytics.Result) string {
+	evaluated := shadowEvaluated(cur)
+	if evaluated == 0 {
+		return "No grant passed a shadow limit in this range: no bucket or scope is marked shadow, or none was on a granted path."
+	}
+	refused := sumCol(cur, "would_refuse")
+	if refused == 0 {
+		return fmt.Sprintf("Enforcing the shadow limits would have changed nothing: they covered all %s grants they evaluated.", fmtNum(evaluated))
+	}
+	s := fmt.Sprintf("Enforcing the shadow limits would have queued or denied %s of the %s grants they evaluated (%.1f %%)",
+		fmtNum(refused), fmtNum(evaluated), 100*refused/evaluated)
+	pi, di, ri, si := cur.Col("limit_path"), cur.Col("dimension"), cur.Col("would_refuse"), cur.Col("scope")
+	by := map[string]float64{}
+	var worst string
+	for _, row := range cur.Rows {
+		k := fmt.Sprint(row[si]) + " " + fmt.Sprint(row[pi]) + " (" + fmt.Sprint(row[di]) + ")"
+		by[k] += toF(row[ri])
+		if toF(row[ri]) > 0 && (worst == "" || by[k] > by[worst] || by[k] == by[worst] && k < worst) {
+			worst = k
+		}
+	}
+	s += fmt.Sprintf("; most of them at %s: %s", worst, fmtNum(by[worst]))
+	if pe := shadowEvaluated(old); pe > 0 {
+		s += fmt.Sprintf(". The week before: %.1f %%", 100*sumCol(old, "would_refuse")/pe)
+	}
+	return s + ". Enforced, these grants would have waited in the queue or been refused, and the traffic behind them would have changed too."
+}
+
+// shadowEvaluated sums the evaluated grants once per scope, tenant and
+// class (every row of a group repeats the group's total).
+func shadowEvaluated(res *analytics.Result) float64 {
+	if res == nil {
+		return 0
+	}
+	si, ti, ci, ei := res.Col("scope"), res.Col("tenant"), res.Col("class"), res.Col("evaluated")
+	if si < 0 || ti < 0 || ci < 0 || ei < 0 {
+		return 0
+	}
+	seen := map[string]bool{}
+	t := 0.0
+	for _, row := range res.Rows {
+		k := fmt.Sprint(row[si], "\x00", row[ti], "\x00", row[ci])
+		if !seen[k] {
+			seen[k] = true
+			t += toF(row[ei])
+		}
+	}
+	return t
 }

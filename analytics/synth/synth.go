@@ -244,6 +244,7 @@ func (g *gen) request(i int, t int64) {
 		}
 		gr := dec(schemas.StatusGranted, gd)
 		gr.Decision.Borrowed = tn.class == "batch" && g.rng.IntN(5) == 0
+		gr.Decision.Shadow = shadowVerdict(r, tn, estIn, estOut, t)
 		g.emit(gr, r.partition, t)
 		t += 1 + g.rng.Int64N(4)
 		disp := env(schemas.TypeDispatched, attempt)
@@ -284,6 +285,32 @@ func (g *gen) request(i int, t int64) {
 		return
 	}
 	g.outcome(env, maxAttempts, t, received, "failure", 429, "retries_exhausted", schemas.GDAdmittedThenProviderReject, firstQueueMs, 0, 0)
+}
+
+// shadowVerdict is the verdict of the shadow limits the generated config
+// tries out (evaluated, never enforced): a tenant output-token bucket on
+// the OpenAI scope and an org input-token bucket on batch traffic of the
+// Anthropic scope; nil on paths without one. The free capacity is a hash
+// of the log time in [0, 3·needed] (resp. [0, 2·needed]), so about a third
+// (resp. half) of the grants would have been refused. It draws nothing from
+// the generator, so the rest of the log is the same as without it.
+func shadowVerdict(r route, tn tenant, estIn, estOut, t int64) *schemas.ShadowVerdict {
+	var v schemas.ShadowVerdict
+	switch {
+	case r.partition == 0:
+		v = schemas.ShadowVerdict{LimitPath: "org:org-1/tenant:" + tn.id, LimitDimension: schemas.DimOutputTokens,
+			Needed: estOut, Available: int64(uint64(t) * 2654435761 % uint64(3*estOut+1)), Buckets: 1}
+	case tn.class == "batch":
+		v = schemas.ShadowVerdict{LimitPath: "org:org-1", LimitDimension: schemas.DimInputTokens,
+			Needed: estIn, Available: int64(uint64(t) * 40503 % uint64(2*estIn+1)), Buckets: 1}
+	default:
+		return nil
+	}
+	if v.Needed <= v.Available {
+		return &schemas.ShadowVerdict{Buckets: v.Buckets}
+	}
+	v.Limited, v.Reason = true, schemas.ReasonCapacity
+	return &v
 }
 
 func (g *gen) outcome(env func(schemas.Type, int32) *schemas.Event, attempt int32, t, received int64,
