@@ -79,11 +79,22 @@ lint: ## gofmt, go vet, staticcheck
 # Minimizing a new interesting input is capped at 1 s: a worker still
 # minimizing when FUZZTIME ends made a healthy run fail with "context
 # deadline exceeded" on the loaded 2-core machine.
+# Go 1.26's fuzz coordinator can also report that same bare "context
+# deadline exceeded" at the FUZZTIME boundary with no failing input (a race
+# in internal/fuzz, go.dev/issue/75804, fixed in Go 1.27). Exactly that
+# case is reported and passed; anything else, and any written failing
+# input, fails the run.
 FUZZTIME ?= 8s
 fuzz: ## run each fuzz target for FUZZTIME (default 8s; make test runs this)
 	@n=0; for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
 	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$t/*_test.go | cut -d' ' -f2); do \
-	    echo "== $$t $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$t || exit 1; n=$$((n+1)); \
+	    echo "== $$t $$f"; \
+	    out=$$($(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s $$t 2>&1); rc=$$?; echo "$$out"; \
+	    if [ $$rc -ne 0 ]; then \
+	      if echo "$$out" | grep -A1 "^--- FAIL: $$f " | grep -q '^    context deadline exceeded$$' && ! echo "$$out" | grep -q 'Failing input written'; then \
+	        echo "fuzz: $$f: Go's -fuzztime deadline race (go.dev/issue/75804), no failing input: counted as passed"; \
+	      else exit 1; fi; \
+	    fi; n=$$((n+1)); \
 	  done; done; echo "fuzz: $$n targets, $(FUZZTIME) each"
 
 clean: ## remove build output
