@@ -261,5 +261,6 @@ func SecurityOpts() []kgo.Opt {
 // brokers and the installed security, followed by opts.
 func Opts(brokers []string, opts ...kgo.Opt) []kgo.Opt {
 	all := append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, SecurityOpts()...)
+	all = append(all, kafkaLogOpts()...)
 	return append(all, opts...)
 }
