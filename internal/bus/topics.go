@@ -140,26 +140,18 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureR
 		}
 		res = append(res, EnsureResult{Topic: s.Name, Action: "created"})
 	}
+	// Metadata of a just-created topic lags its CreateTopics answer (on a
+	// freshly started KRaft broker by up to seconds), and a caller that
+	// produces or counts partitions at once would see "unknown topic". So
+	// Ensure returns only once every topic, created or existing, shows its
+	// partitions.
+	if details, err = waitVisible(ctx, adm, names, details); err != nil {
+		return res, err
+	}
 	if len(existing) == 0 {
 		return res, nil
 	}
 	var problems []string
-	// Metadata of a just-created topic can lag; wait until it shows.
-	for try := 0; try < 50; try++ {
-		missing := false
-		for _, s := range existing {
-			if d, ok := details[s.Name]; !ok || d.Err != nil || len(d.Partitions) == 0 {
-				missing = true
-			}
-		}
-		if !missing {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-		if details, err = adm.ListTopics(ctx, names...); err != nil {
-			return res, fmt.Errorf("list topics: %w", err)
-		}
-	}
 	exNames := make([]string, len(existing))
 	for i, s := range existing {
 		exNames[i] = s.Name
@@ -201,4 +193,33 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureR
 		return res, &MismatchError{Problems: problems}
 	}
 	return res, nil
+}
+
+// waitVisible polls the metadata until every named topic has partitions, for
+// at most 15 s; details is the last listing, reused when it already shows all.
+func waitVisible(ctx context.Context, adm *kadm.Client, names []string, details kadm.TopicDetails) (kadm.TopicDetails, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var missing []string
+		for _, n := range names {
+			if d, ok := details[n]; !ok || d.Err != nil || len(d.Partitions) == 0 {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			return details, nil
+		}
+		if time.Now().After(deadline) {
+			return details, fmt.Errorf("topics %s created but not visible in metadata after 15s", strings.Join(missing, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return details, fmt.Errorf("wait for topics %s: %w", strings.Join(missing, ", "), ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		var err error
+		if details, err = adm.ListTopics(ctx, names...); err != nil {
+			return details, fmt.Errorf("list topics: %w", err)
+		}
+	}
 }
