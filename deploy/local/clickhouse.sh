@@ -45,37 +45,16 @@ elapsed() { # elapsed START_MS -> seconds with one decimal
 	printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100))
 }
 
-as_root() {
-	if [[ $(id -u) -eq 0 ]]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo "$@"
-	else
-		die "need root (or sudo) to run: $*"
-	fi
-}
+# shellcheck source=deploy/local/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 ensure_installed() {
 	if command -v clickhouse-server >/dev/null 2>&1 && command -v clickhouse-client >/dev/null 2>&1; then
 		return 0
 	fi
-	command -v apt-get >/dev/null 2>&1 || die "clickhouse-server is not installed and apt-get is not available"
 	local t0
 	t0=$(now_ms)
-	log "installing clickhouse-server and clickhouse-client with apt-get"
-	# policy-rc.d in containers (and the absence of systemd) keeps the system
-	# service from starting; this script never uses it anyway.
-	if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-		clickhouse-server clickhouse-client >"${TMPDIR:-/tmp}/sluice-clickhouse-apt.log" 2>&1; then
-		log "install failed; running apt-get update and retrying"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null ||
-			die "apt-get update failed"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-			clickhouse-server clickhouse-client >"${TMPDIR:-/tmp}/sluice-clickhouse-apt.log" 2>&1 || {
-			tail -n 30 "${TMPDIR:-/tmp}/sluice-clickhouse-apt.log" >&2 || true
-			die "apt-get install clickhouse-server clickhouse-client failed"
-		}
-	fi
+	apt_install clickhouse-server clickhouse-client
 	log "installed in $(elapsed "$t0")s"
 }
 

@@ -52,24 +52,9 @@ elapsed() { # elapsed START_MS -> seconds with one decimal
 	printf '%d.%d' $((ms / 1000)) $((ms % 1000 / 100))
 }
 
-as_root() {
-	if [[ $(id -u) -eq 0 ]]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo "$@"
-	else
-		die "need root (or sudo) to run: $*"
-	fi
-}
+# shellcheck source=deploy/local/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
-apt_install() {
-	command -v apt-get >/dev/null 2>&1 || die "cannot install $*: apt-get not found"
-	log "installing $* with apt-get"
-	if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; then
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
-	fi
-}
 
 ensure_tools() {
 	command -v java >/dev/null 2>&1 || apt_install openjdk-17-jre-headless

@@ -21,33 +21,15 @@ die() {
 	exit 1
 }
 
-as_root() {
-	if [[ $(id -u) -eq 0 ]]; then
-		"$@"
-	elif command -v sudo >/dev/null 2>&1; then
-		sudo "$@"
-	else
-		die "need root (or sudo) to run: $*"
-	fi
-}
+# shellcheck source=deploy/local/lib.sh
+source "$SCRIPT_DIR/lib.sh"
 
 ensure_installed() {
 	if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
 		return 0
 	fi
-	command -v apt-get >/dev/null 2>&1 || die "prometheus is not installed and apt-get is not available"
-	local aptlog="${TMPDIR:-/tmp}/sluice-prometheus-apt.log"
-	log "installing prometheus (promtool included) with apt-get"
-	# No recommends: the exporters and the web console are not needed. In
-	# containers policy-rc.d (and no systemd) keeps the service from starting.
-	if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >"$aptlog" 2>&1; then
-		log "install failed; running apt-get update and retrying"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null || die "apt-get update failed"
-		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >"$aptlog" 2>&1 || {
-			tail -n 30 "$aptlog" >&2 || true
-			die "apt-get install prometheus failed"
-		}
-	fi
+	# No recommends: the exporters and the web console are not needed.
+	apt_install --no-recommends prometheus
 	# The package starts its service where systemd runs; this project
 	# starts its own servers.
 	if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
