@@ -148,8 +148,14 @@ func whatIfScenario(t *testing.T, brokers []string, prefix string) {
 	if !maps.Equal(tight.WhatIf.Denials, direct.Denials) || tight.WhatIf.Grants != direct.Grants {
 		t.Fatalf("what-if denials %v (grants %d), direct replay %v (grants %d)", tight.WhatIf.Denials, tight.WhatIf.Grants, direct.Denials, direct.Grants)
 	}
-	if tight.Differences == 0 || tight.WhatIf.Denied <= tight.Recorded.Denied {
-		t.Fatalf("a halved key limit: %d differences, %d denied (recorded %d)", tight.Differences, tight.WhatIf.Denied, tight.Recorded.Denied)
+	// A halved limit must bite: more denials, more queueing or fewer grants.
+	// Which of them depends on how the bursts fell into the 1 s windows of
+	// log time (a slow machine spreads them, and queued requests are then
+	// granted in the next window), so any one of them will do.
+	w, r := tight.WhatIf, tight.Recorded
+	if tight.Differences == 0 || (w.Denied <= r.Denied && w.Queued <= r.Queued && w.Grants >= r.Grants) {
+		t.Fatalf("a halved key limit: %d differences, denied %d queued %d grants %d (recorded %d, %d, %d)",
+			tight.Differences, w.Denied, w.Queued, w.Grants, r.Denied, r.Queued, r.Grants)
 	}
 	t.Logf("recorded: %d grants %v; what-if (halved key limit): %d grants %v, %d differences; %d inputs at %.0f events/s",
 		tight.Recorded.Grants, tight.Recorded.Denials, tight.WhatIf.Grants, tight.WhatIf.Denials, tight.Differences, tight.Inputs, tight.EventsPerSec)
