@@ -228,3 +228,32 @@ func setScalar(m *yaml.Node, key, nv, tag string) (Change, bool) {
 		&yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: nv})
 	return Change{New: nv}, true
 }
+
+// ApplyLedgerPatch applies the ledger part of p (buckets and classes; the
+// routes live in the gateway file) to a ledger document (ledger.Config as
+// JSON, as the admin API's state holds it) and returns the new document
+// with the changes and what it could not take. Once the admin API has made
+// a change, that document — not the file's ledger section — is what the
+// gateways and ledgers run, so calibration must patch it.
+func ApplyLedgerPatch(ledgerJSON []byte, p Patch) ([]byte, []Change, []string, error) {
+	// JSON is YAML: wrap the document as a file's ledger section and reuse
+	// ApplyPatch, so both paths scale limits by the same rules.
+	doc := append(append([]byte(`{"ledger": `), ledgerJSON...), '}')
+	lp := p
+	lp.Routes = nil
+	out, changes, skipped, err := ApplyPatch(doc, lp)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("ledger document: %w", err)
+	}
+	var root struct {
+		Ledger any `yaml:"ledger"`
+	}
+	if err := yaml.Unmarshal(out, &root); err != nil {
+		return nil, nil, nil, fmt.Errorf("ledger document: %w", err)
+	}
+	b, err := json.Marshal(root.Ledger)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("ledger document: %w", err)
+	}
+	return b, changes, skipped, nil
+}

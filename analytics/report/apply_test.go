@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
 )
 
 func TestApplyPatchToExampleConfig(t *testing.T) {
@@ -81,5 +83,69 @@ func TestParsePatchListsEveryProblem(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q lacks %q", err, w)
 		}
+	}
+}
+
+// TestApplyLedgerPatchToAdminDocument: the admin state's ledger document
+// (JSON) takes the same bucket and class changes as the file's ledger
+// section, and ignores routes.
+func TestApplyLedgerPatchToAdminDocument(t *testing.T) {
+	for _, k := range []string{"OPENAI_UPSTREAM_KEY", "AZURE_OPENAI_KEY", "ANTHROPIC_UPSTREAM_KEY", "GEMINI_API_KEY"} {
+		t.Setenv(k, "test")
+	}
+	doc, err := os.ReadFile("../../deploy/examples/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Patch{Source: PatchSource,
+		Routes:  []RoutePatch{{Route: "gpt-4o-mini", P95OutputTokens: 175}},
+		Buckets: []BucketPatch{{Scope: "openai:org-example/proj-main", Dimension: "requests", CapacityFactor: 0.916}, {Scope: "nowhere", Dimension: "requests", CapacityFactor: 1.1}},
+		Classes: []ClassPatch{{Class: "agent", MaxWaitFactor: 1.186}}}
+	next, changes, skipped, err := ApplyLedgerPatch(cfg.LedgerJSON(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		got = append(got, c.String())
+	}
+	want := []string{
+		"ledger.scopes[openai:org-example/proj-main].buckets[deployment:openai-main requests].capacity: 400 → 366",
+		"ledger.scopes[openai:org-example/proj-main].buckets[tenant:* requests].capacity: 100 → 92",
+		"ledger.classes[agent].max_wait_ms: 5000 → 5930",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if len(skipped) != 1 || !strings.Contains(skipped[0], "nowhere") {
+		t.Errorf("skipped: %q", skipped)
+	}
+	lc, err := ledger.ParseConfig(next)
+	if err != nil {
+		t.Fatalf("patched ledger document does not parse: %v\n%s", err, next)
+	}
+	// Everything else is as it was: the unpatched document round-trips to
+	// the same ledger config.
+	same, _, _, err := ApplyLedgerPatch(cfg.LedgerJSON(), Patch{Source: PatchSource})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := ledger.ParseConfig(cfg.LedgerJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ledger.ParseConfig(same)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(orig, back) {
+		t.Errorf("an empty patch changed the ledger document:\n%s\nwas\n%s", same, cfg.LedgerJSON())
+	}
+	if reflect.DeepEqual(orig, lc) {
+		t.Error("the patch changed nothing in the parsed document")
 	}
 }

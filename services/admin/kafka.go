@@ -401,7 +401,11 @@ func (s *KafkaStore) records(ctx context.Context, tx *kgo.Client, next State, a 
 		return nil, fmt.Errorf("admin: topic %s missing (run `sluice topics ensure`)", names.Requests)
 	}
 	now := time.Now().UnixMilli()
-	cc := schemas.ConfigChanged{ConfigVersion: fmt.Sprintf("admin-%d", next.Version), Source: Source,
+	src := Source
+	if op.Source != "" {
+		src = op.Source
+	}
+	cc := schemas.ConfigChanged{ConfigVersion: fmt.Sprintf("admin-%d", next.Version), Source: src,
 		Actor: a.String(), Reason: reason, Change: op.Change(), Ledger: next.Ledger}
 	ev := schemas.New(schemas.TypeConfigChanged, now)
 	full := cc

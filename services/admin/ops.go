@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -40,23 +41,28 @@ type OpKind string
 
 // The changes the admin API makes.
 const (
-	OpTenantCreate    OpKind = "tenant.create"
-	OpTenantDelete    OpKind = "tenant.delete"
-	OpTenantPause     OpKind = "tenant.pause"
-	OpTenantResume    OpKind = "tenant.resume"
-	OpTenantLimits    OpKind = "tenant.limits"
-	OpTeamCreate      OpKind = "team.create"
-	OpTeamDelete      OpKind = "team.delete"
-	OpTeamLimits      OpKind = "team.limits"
-	OpKeyCreate       OpKind = "key.create"
-	OpKeyRotate       OpKind = "key.rotate"
-	OpKeyRevoke       OpKind = "key.revoke"
-	OpKeyPause        OpKind = "key.pause"
-	OpKeyResume       OpKind = "key.resume"
-	OpKeyLimits       OpKind = "key.limits"
-	OpPartnerCreate   OpKind = "partner.create"
-	OpPartnerAllot    OpKind = "partner.allotment"
-	OpPartnerRotate   OpKind = "partner.rotate"
+	OpTenantCreate  OpKind = "tenant.create"
+	OpTenantDelete  OpKind = "tenant.delete"
+	OpTenantPause   OpKind = "tenant.pause"
+	OpTenantResume  OpKind = "tenant.resume"
+	OpTenantLimits  OpKind = "tenant.limits"
+	OpTeamCreate    OpKind = "team.create"
+	OpTeamDelete    OpKind = "team.delete"
+	OpTeamLimits    OpKind = "team.limits"
+	OpKeyCreate     OpKind = "key.create"
+	OpKeyRotate     OpKind = "key.rotate"
+	OpKeyRevoke     OpKind = "key.revoke"
+	OpKeyPause      OpKind = "key.pause"
+	OpKeyResume     OpKind = "key.resume"
+	OpKeyLimits     OpKind = "key.limits"
+	OpPartnerCreate OpKind = "partner.create"
+	OpPartnerAllot  OpKind = "partner.allotment"
+	OpPartnerRotate OpKind = "partner.rotate"
+	// OpLedgerCalibrate replaces the ledger document with a calibrated one
+	// (`sluice config apply`; not an HTTP route): once the admin API has
+	// made a change, the admin state's document is the one that runs, so
+	// the weekly calibration patches it here rather than in the file.
+	OpLedgerCalibrate OpKind = "ledger.calibrate"
 	maxIDLen                 = 128
 	maxLimitsPerLevel        = 64
 )
@@ -78,6 +84,10 @@ type Op struct {
 	Limits       []Limit
 	Name         string // partner.create
 	SecretSHA256 string
+	Ledger       json.RawMessage // ledger.calibrate: the new ledger document
+	// Source is ConfigChanged.Source for this change ("" = Source, the
+	// admin API; ledger.calibrate passes the calibration report's).
+	Source string
 }
 
 // Change is the one-line description of op for the audit trail.
@@ -155,6 +165,15 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		return applyPartner(s, op)
 	case OpTenantCreate:
 		return createTenant(s, a, op)
+	case OpLedgerCalibrate:
+		if !a.Operator() {
+			return operatorOnly("calibrating the ledger")
+		}
+		if len(op.Ledger) == 0 {
+			return bad(apierr.CodeInvalidRequest, "ledger.calibrate without a ledger document")
+		}
+		s.Ledger = append(json.RawMessage(nil), op.Ledger...)
+		return nil
 	}
 	t := s.tenant(op.Tenant)
 	if t == nil || (!a.Operator() && t.Partner != a.Partner) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -57,11 +59,23 @@ func runConfig(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	fillCredentialEnv(doc)
+	ap := applyPlan{cfgPath: *cfgPath, brokers: bus.SplitBrokers(*brokers), names: bus.NamesWithPrefix(*prefix),
+		actor: *actor, reason: *reason}
+	// Once the admin API has made a change, its state's ledger document is
+	// what the gateways and ledgers run: the patch's limits go there, and
+	// only the routes go to the file.
+	st, err := readAdminState(ctx, ap.brokers, ap.names)
+	if err != nil {
+		return err
+	}
+	if st.Version > 0 {
+		return ap.viaAdmin(ctx, doc, p, st, *yes)
+	}
 	next, changes, skipped, err := report.ApplyPatch(doc, p)
 	if err != nil {
 		return err
 	}
-	fillCredentialEnv(next)
 	cfg, err := config.Load(bytes.NewReader(next))
 	if err != nil {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", *cfgPath, err)
@@ -79,13 +93,88 @@ func runConfig(ctx context.Context, args []string) error {
 		return errors.New("--actor is required when $USER is not set: the config history records who made each change")
 	}
 	cc := schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: report.PatchSource, Actor: *actor, Reason: *reason}
-	if err := ledgerd.PublishConfigChange(ctx, bus.SplitBrokers(*brokers), bus.NamesWithPrefix(*prefix), cc); err != nil {
+	if err := ledgerd.PublishConfigChange(ctx, ap.brokers, ap.names, cc); err != nil {
 		return fmt.Errorf("nothing changed: %w", err)
 	}
 	if err := writeFileAtomic(*cfgPath, next); err != nil {
 		return fmt.Errorf("ConfigChanged published but %s not written: %w", *cfgPath, err)
 	}
 	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *actor, *brokers, *cfgPath)
+	return nil
+}
+
+// applyPlan is what `sluice config apply` installs into.
+type applyPlan struct {
+	cfgPath       string
+	brokers       []string
+	names         bus.Names
+	actor, reason string
+}
+
+// readAdminState returns the newest committed admin state (version 0: the
+// admin API has made no change), following the admin topic read-only.
+func readAdminState(ctx context.Context, brokers []string, names bus.Names) (admin.State, error) {
+	st, err := admin.OpenKafka(ctx, admin.KafkaConfig{Brokers: brokers, Names: names, ReadOnly: true,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return admin.State{}, fmt.Errorf("read the admin state (the limits the cluster runs), nothing changed: %w", err)
+	}
+	defer st.Close()
+	return st.State(), nil
+}
+
+// viaAdmin installs p where an admin state exists: the buckets and classes
+// into the state's ledger document, as one admin change (ConfigChanged on
+// every partition, source calibration, with the admin state, atomically),
+// and the routes into the file.
+func (ap applyPlan) viaAdmin(ctx context.Context, doc []byte, p report.Patch, st admin.State, yes bool) error {
+	fileNext, fileChanges, fileSkipped, err := report.ApplyPatch(doc, report.Patch{Source: p.Source, Routes: p.Routes})
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Load(bytes.NewReader(fileNext))
+	if err != nil {
+		return fmt.Errorf("patched %s does not validate, nothing changed: %w", ap.cfgPath, err)
+	}
+	ledNext, ledChanges, ledSkipped, err := report.ApplyLedgerPatch(st.Ledger, p)
+	if err != nil {
+		return err
+	}
+	adminName := fmt.Sprintf("admin state version %d (the ledger document the cluster runs)", st.Version)
+	printChanges(os.Stdout, ap.cfgPath, fileChanges, fileSkipped)
+	printChanges(os.Stdout, adminName, ledChanges, ledSkipped)
+	if len(fileChanges)+len(ledChanges) == 0 {
+		fmt.Println("nothing to change")
+		return nil
+	}
+	if !yes {
+		fmt.Println("dry run: nothing changed; rerun with --yes to install")
+		return nil
+	}
+	if ap.actor == "" {
+		return errors.New("--actor is required when $USER is not set: the config history records who made each change")
+	}
+	if len(ledChanges) > 0 {
+		store, err := admin.OpenKafka(ctx, admin.KafkaConfig{Brokers: ap.brokers, Names: ap.names, Seed: admin.Seed(cfg),
+			Check: admin.NewBinding(nil, cfg, nil).Check, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			return fmt.Errorf("nothing changed: %w", err)
+		}
+		defer store.Close()
+		next, err := store.Update(ctx, st.Version, admin.Actor{Name: ap.actor}, ap.reason,
+			admin.Op{Kind: admin.OpLedgerCalibrate, Ledger: ledNext, Source: report.PatchSource})
+		if err != nil {
+			return fmt.Errorf("nothing changed (if the admin state moved on, rerun to patch the new one): %w", err)
+		}
+		fmt.Printf("installed: admin state version %d with the calibrated ledger document; ConfigChanged (source %s, actor %s) on every partition\n",
+			next.Version, report.PatchSource, admin.Actor{Name: ap.actor})
+	}
+	if len(fileChanges) > 0 {
+		if err := writeFileAtomic(ap.cfgPath, fileNext); err != nil {
+			return fmt.Errorf("%s not written (the ledger part, if any, is installed): %w", ap.cfgPath, err)
+		}
+		fmt.Printf("%s written: routes (gateways reload it)\n", ap.cfgPath)
+	}
 	return nil
 }
 
