@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/admission/config"
@@ -86,32 +87,58 @@ func recordLoad(t *testing.T) []synth.Record {
 	// expiries land.
 	time.Sleep(3 * time.Second)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(st.Brokers...), kgo.ConsumeTopics(bus.NamesWithPrefix("").All()...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	// The stack keeps writing while it runs (snapshots, liveness), so
+	// "until the topics go quiet" can take minutes: read up to the end
+	// offsets of this moment instead. Control records (transaction markers)
+	// are kept so that every offset below the end is seen.
+	topics := bus.NamesWithPrefix("").All()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(st.Brokers...), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]map[int32]int64{} // partitions not yet read to their end
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			if left[o.Topic] == nil {
+				left[o.Topic] = map[int32]int64{}
+			}
+			left[o.Topic][o.Partition] = o.Offset
+		}
+	})
 	var recs []synth.Record
-	idle := 0
-	for idle < 3 {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		n := 0
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for len(left) > 0 {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			t.Fatalf("recorded load: not read to the end offsets in 60 s: %v left", left)
+		}
 		fs.EachRecord(func(r *kgo.Record) {
-			n++
+			end, ok := left[r.Topic][r.Partition]
+			if !ok || r.Offset >= end {
+				return
+			}
+			if r.Offset == end-1 {
+				delete(left[r.Topic], r.Partition)
+				if len(left[r.Topic]) == 0 {
+					delete(left, r.Topic)
+				}
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
 			var e schemas.Event
 			if schemas.Decode(r.Value, &e) != nil {
 				return
 			}
 			recs = append(recs, synth.Record{Partition: r.Partition % 2, LogTimeMs: r.Timestamp.UnixMilli(), Value: r.Value, Event: &e})
 		})
-		if n == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
 	}
 	return recs
 }
