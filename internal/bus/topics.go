@@ -217,8 +217,11 @@ func waitVisible(ctx context.Context, adm *kadm.Client, names []string, details 
 			return details, fmt.Errorf("wait for topics %s: %w", strings.Join(missing, ", "), ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+		// kadm answers ListTopics from the client's metadata cache (up to
+		// MetadataMinAge, 5 s by default, old); asking for the authorized
+		// operations makes it send a fresh request.
 		var err error
-		if details, err = adm.ListTopics(ctx, names...); err != nil {
+		if details, err = adm.ListTopics(kadm.WithAuthorizedOps(ctx), names...); err != nil {
 			return details, fmt.Errorf("list topics: %w", err)
 		}
 	}
