@@ -41,22 +41,68 @@ func LatestSnapshot(ctx context.Context, brokers []string, names bus.Names, p in
 // latestSnapshot is LatestSnapshot plus the wall time the snapshot was
 // written, so a rebuilt partition keeps its snapshot clock instead of
 // restarting it.
+//
+// It reads the snapshots topic backwards, in windows that grow fourfold
+// from the end: the active segment of a compacted topic is never
+// compacted, so it holds every snapshot of the last segment.ms (7 days by
+// default) — at one snapshot per partition every few seconds, far more
+// than a rebuild should read. Every partition writes snapshots at about the
+// same pace, so the newest one of p is almost always in the first window.
 func latestSnapshot(ctx context.Context, brokers []string, names bus.Names, p int32) (*schemas.Snapshot, time.Time, error) {
+	start, end, err := offsetRange(ctx, brokers, names.Snapshots, 0)
+	if err != nil || end <= start {
+		return nil, time.Time{}, err
+	}
 	key := string(SnapshotKey(p))
-	var snap *schemas.Snapshot
-	var at time.Time
-	err := ReadPartition(ctx, brokers, names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
-		if string(r.Key) != key {
+	for hi, window := end, int64(snapshotWindow); hi > start; hi, window = max(start, hi-window), window*4 {
+		lo := max(start, hi-window)
+		var snap *schemas.Snapshot
+		var at time.Time
+		err := ReadPartition(ctx, brokers, names.Snapshots, 0, kgo.NewOffset().At(lo), hi, func(r *kgo.Record) error {
+			if string(r.Key) != key {
+				return nil
+			}
+			var ev schemas.Event
+			if err := schemas.Decode(r.Value, &ev); err != nil || ev.Snapshot == nil {
+				return nil // a snapshot we cannot read is no snapshot
+			}
+			snap, at = ev.Snapshot, r.Timestamp
 			return nil
+		})
+		if err != nil || snap != nil {
+			return snap, at, err
 		}
-		var ev schemas.Event
-		if err := schemas.Decode(r.Value, &ev); err != nil || ev.Snapshot == nil {
-			return nil // a snapshot we cannot read is no snapshot
-		}
-		snap, at = ev.Snapshot, r.Timestamp
-		return nil
-	})
-	return snap, at, err
+	}
+	return nil, time.Time{}, nil
+}
+
+// snapshotWindow is the first backward window of latestSnapshot, in
+// records: a few rounds of snapshots of a cluster's partitions.
+const snapshotWindow = 64
+
+// offsetRange returns the log start offset and the last stable offset of
+// topic/p.
+func offsetRange(ctx context.Context, brokers []string, topic string, p int32) (int64, int64, error) {
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
+	}
+	s, ok1 := starts.Lookup(topic, p)
+	e, ok2 := ends.Lookup(topic, p)
+	if !ok1 || !ok2 || s.Err != nil || e.Err != nil {
+		return 0, 0, nil // no such partition: no snapshot
+	}
+	return s.Offset, e.Offset, nil
 }
 
 // CatchUp rebuilds partition p's ledger: the newest snapshot, then every
