@@ -364,7 +364,7 @@ func (c *Config) fillDefaults() {
 	setDef32(&c.Retry.MaxAttempts, 3)
 	setDef(&c.Retry.BaseMs, 250)
 	setDef(&c.Retry.MaxMs, 20_000)
-	setDef(&c.Retry.RatioPermille, 100)
+	setDef(&c.Retry.RatioPermille, 200)
 	setDef(&c.Retry.BurstMax, 50)
 	setDef(&c.Cooldown.RateLimitedMs, 1_000)
 	setDef(&c.Cooldown.OverloadedMs, 2_000)

@@ -5,14 +5,23 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
+
+// The ledger model: a scenario's own arrival schedule and generated ledger
+// config, run in virtual time against a provider that injects the
+// scenario's storms with the simulator's counter, and a gateway that
+// answers grants, refusals and retries as admission/lifecycle does. No
+// Kafka, HTTP or wall clock: a policy change to ledger/ shows its effect on
+// a scenario in milliseconds, deterministically. It tracks the embedded
+// runs closely (storm before the storm-policy change: 229 served and 36
+// provider 429s in the model, 228 and 35 embedded; burst: 211 served in
+// both), without their timing noise, so it reads a little better than
+// them.
 
 // modelEvent is one pending event of the ledger model: a record for the
 // ledger (ev) or a provider answer (resp) for a request.
@@ -72,7 +81,9 @@ func (r modelResult) String() string {
 // generates, with a provider model that injects the scenario's storms by
 // the simulator's counter and a gateway that retries provider refusals
 // through RetryRequested, as admission/lifecycle does. Everything is
-// virtual time: one run is one deterministic answer.
+// virtual time: one run is one deterministic answer (SLUICE_MODEL_TRACE=1
+// logs the decisions of every request not served). tweak, if not nil,
+// changes the generated config first (to try a policy).
 func runModel(t *testing.T, sc *Scenario, tweak func(*ledger.Config)) modelResult {
 	t.Helper()
 	cfg, err := LedgerConfig(sc)
@@ -227,69 +238,62 @@ func runModel(t *testing.T, sc *Scenario, tweak func(*ledger.Config)) modelResul
 		rt.RetryRequested = &schemas.RetryRequested{PreviousAttempt: r.attempt, Reason: kind.RetryClass(), RetryAfterMs: r.retryMs}
 		apply(rt)
 	}
-	for id, st := range reqs {
+	for i := range arr {
+		id := fmt.Sprintf("r%d", i)
+		st := reqs[id]
 		if !st.done {
 			res.endings["undecided"]++
 		}
-		if os.Getenv("MODEL_TRACE") != "" && !st.served {
+		if os.Getenv("SLUICE_MODEL_TRACE") != "" && !st.served {
 			t.Logf("%s deadline %d: %s", id, st.deadline, strings.Join(st.trace, " | "))
 		}
 	}
 	return res
 }
 
+// TestModelStorm runs the storm scenario through the ledger it generates
+// (virtual time, the simulator's storm counter): the policy serves nearly
+// every request with fewer provider 429s than the client-retry baseline
+// (71 of 341 attempts, 258 served, on the real simulator). It also states
+// the bound that makes "429s at most half the baseline's" incompatible
+// with "served at least the baseline's" in this scenario: the storm
+// refuses exactly every second attempt, so each request served inside it
+// costs one 429, and the requests whose deadline ends before the storm
+// does must be served inside it.
 func TestModelStorm(t *testing.T) {
-	names := []string{"storm", "burst", "noisy-neighbor"}
-	if n := os.Getenv("MODEL_SCENARIO"); n != "" {
-		names = []string{n}
+	sc, err := LoadScenario("storm", "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, name := range names {
-		sc, err := LoadScenario(name, "")
-		if err != nil {
-			t.Fatal(err)
+	r := runModel(t, sc, nil)
+	t.Logf("storm: %v", r)
+	if r.served < 250 || r.provider429 > 60 {
+		t.Errorf("storm model: served %d (want ≥ 250), provider 429s %d (want ≤ 60)", r.served, r.provider429)
+	}
+	st := sc.SimConfig.Storms[0]
+	dl := sc.Classes["interactive"].Deadline.D()
+	must := 0
+	for _, a := range Schedule(sc, sc.Seed, sc.Duration.D()) {
+		if a.At >= st.Start.D() && a.At+dl <= st.End.D() {
+			must++
 		}
-		start := time.Now()
-		r := runModel(t, sc, func(c *ledger.Config) {
-			if v := os.Getenv("MODEL_ATTEMPTS"); v != "" {
-				n, _ := strconv.Atoi(v)
-				c.Retry.MaxAttempts = int32(n)
-			}
-			if v := os.Getenv("MODEL_HOLD"); v != "" {
-				n, _ := strconv.Atoi(v)
-				c.Cooldown.StormHoldAttempts = int64(n)
-			}
-			if v := os.Getenv("MODEL_BURST"); v != "" {
-				n, _ := strconv.Atoi(v)
-				c.Retry.BurstMax = int64(n)
-			}
-			if os.Getenv("MODEL_UNLIMITED") != "" {
-				c.Retry.RatioPermille, c.Retry.BurstMax = 1000, 1000
-			}
-		})
-		t.Logf("%s: %v (%v)", name, r, time.Since(start))
-		if name == "storm" && os.Getenv("MODEL_SWEEP") != "" {
-			for _, att := range []int32{3, 4} {
-				for _, b := range [][2]int64{{100, 20}, {200, 20}, {100, 50}, {200, 50}, {500, 20}, {1000, 1000}} {
-					r = runModel(t, sc, func(c *ledger.Config) {
-						c.Retry.MaxAttempts = att
-						c.Retry.RatioPermille, c.Retry.BurstMax = b[0], b[1]
-					})
-					t.Logf("%s attempts %d budget %v: %v", name, att, b, r)
-				}
-			}
-		}
+	}
+	t.Logf("requests whose deadline ends inside the storm: %d (each served one costs a 429)", must)
+	if must <= 71/2 {
+		t.Errorf("the bound changed: %d requests must be served inside the storm", must)
 	}
 }
 
-func TestModelCount(t *testing.T) {
-	sc, _ := LoadScenario("storm", "")
-	arr := Schedule(sc, sc.Seed, sc.Duration.D())
-	var c [8]int
-	for _, a := range arr {
-		s := a.At.Seconds()
-		if s >= 10 && s < 20 {
-			c[int(s-10)/2]++
-		}
+// TestModelBurst: the burst scenario through its generated ledger sends
+// the provider no 429 and serves the interactive tenants.
+func TestModelBurst(t *testing.T) {
+	sc, err := LoadScenario("burst", "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Log(c)
+	r := runModel(t, sc, nil)
+	t.Logf("burst: %v", r)
+	if r.provider429 != 0 || r.served < 230 {
+		t.Errorf("burst model: %d provider 429s (want 0), served %d (want ≥ 230)", r.provider429, r.served)
+	}
 }
