@@ -12,19 +12,22 @@ type spec struct {
 	exclCached bool
 	// arrival: the bucket charges max output tokens at grant and keeps
 	// the charge (AccountingMaxTokensOnArrival).
-	arrival    bool
-	capacity   int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
-	period     int64
-	window     int64
-	burst      int64 // token: scaled capacity×window; fixed, concurrency, rolling: capacity units
-	guaranteed int64
-	gBurst     int64 // scaled guaranteed×window
-	reserve    int64 // borrow reserve in units
-	offset     int64
-	slots      int64
-	slotMs     int64
-	maxUnits   int64 // the most one request can take (token: burst units)
-	ramp       RampConfig
+	arrival bool
+	// refundUnsent: a requests bucket whose provider does not count a
+	// request it refused (RefundUnsent).
+	refundUnsent bool
+	capacity     int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
+	period       int64
+	window       int64
+	burst        int64 // token: scaled capacity×window; fixed, concurrency, rolling: capacity units
+	guaranteed   int64
+	gBurst       int64 // scaled guaranteed×window
+	reserve      int64 // borrow reserve in units
+	offset       int64
+	slots        int64
+	slotMs       int64
+	maxUnits     int64 // the most one request can take (token: burst units)
+	ramp         RampConfig
 }
 
 // scopeCfg is a scope's compiled configuration: per level, the template
@@ -133,6 +136,7 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	}
 	sp.exclCached = b.ExcludeCachedInput && (d == dInput || d == dTotal)
 	sp.arrival = b.Accounting == AccountingMaxTokensOnArrival && (d == dOutput || d == dTotal)
+	sp.refundUnsent = b.RefundUnsent && d == dRequests
 	switch sp.kind {
 	case kToken, kRamp:
 		sp.burst = b.Capacity * b.WindowMs

@@ -226,6 +226,12 @@ type BucketConfig struct {
 	// Azure) or "output_when_produced" (Anthropic OTPM). See the
 	// Accounting* constants.
 	Accounting string `json:"accounting,omitempty"`
+	// RefundUnsent (requests buckets only) gives the request back when the
+	// attempt never reached the provider's counter: the provider refused
+	// it (429, 503) or the gateway released it unsent. For a provider that
+	// does not count refused requests (the simulator); OpenAI documents
+	// that refused requests count, so its buckets leave it off.
+	RefundUnsent bool `json:"refund_unsent,omitempty"`
 	// Ramp configures a ramp bucket.
 	Ramp *RampConfig `json:"ramp,omitempty"`
 	// Shadow makes the bucket evaluated but never enforced: each grant
@@ -358,8 +364,8 @@ func (c *Config) fillDefaults() {
 	setDef32(&c.Retry.MaxAttempts, 3)
 	setDef(&c.Retry.BaseMs, 250)
 	setDef(&c.Retry.MaxMs, 20_000)
-	setDef(&c.Retry.RatioPermille, 100)
-	setDef(&c.Retry.BurstMax, 20)
+	setDef(&c.Retry.RatioPermille, 200)
+	setDef(&c.Retry.BurstMax, 50)
 	setDef(&c.Cooldown.RateLimitedMs, 1_000)
 	setDef(&c.Cooldown.OverloadedMs, 2_000)
 	setDef(&c.Cooldown.QuotaPeriodMs, dayMs)
@@ -673,6 +679,9 @@ func validateAccounting(loc string, b BucketConfig, bad func(loc, format string,
 	}
 	if b.ExcludeCachedInput && b.Dimension != schemas.DimInputTokens && b.Dimension != schemas.DimTotalTokens {
 		bad(loc+".exclude_cached_input", "only for input_tokens or total_tokens buckets, not %s", b.Dimension)
+	}
+	if b.RefundUnsent && b.Dimension != schemas.DimRequests {
+		bad(loc+".refund_unsent", "only for requests buckets, not %s", b.Dimension)
 	}
 }
 

@@ -47,6 +47,19 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			wait = cfg.RateLimitedMs
 		}
 		until := now + wait
+		if known && r.Flags&fRoom != 0 {
+			// Unexplained: the same response's rate-limit headers said
+			// the provider's counters had room for this request. Its
+			// buckets are not empty (the headers already lowered ours to
+			// what they report), so neither a drain nor a closed scope
+			// would avoid the next refusal; they would only stop the
+			// work that must go now. The refused attempt's retry still
+			// waits the Retry-After (retry), and the scope recovers: the
+			// storm hold keeps back what can wait.
+			sc.RecoverMs = max(sc.RecoverMs, now+wait)
+			sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
+			break
+		}
 		sc.RecoverMs = max(sc.RecoverMs, until+wait)
 		sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
 		if dimKnown {
@@ -137,6 +150,11 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		return
 	}
 	po := ev.ProviderObserved
+	if ev.RequestID != "" {
+		if ri, known := l.lookup(ev); known {
+			l.markRoom(&l.st.Res[ri], po.Observations)
+		}
+	}
 	// The enforced and the shadow buckets each take the deployment node if
 	// it has buckets of their kind, else the scope root: a deployment node
 	// that exists only for its shadow buckets must not turn the enforced
@@ -171,6 +189,37 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 	if sh >= 0 {
 		n := &l.st.Nodes[sh]
 		l.lowerTo(l.st.Shadow[n.SFirst:n.SFirst+n.SN], po.Observations)
+	}
+}
+
+// markRoom flags a granted attempt whose response's rate-limit headers
+// reported room for it on every dimension they named that it needs
+// (remaining at least its amount): a 429 on it is then not one of the
+// provider's counters running out (providerRejected). Headers that name
+// no dimension it needs, or any exhausted one, leave the flag clear.
+func (l *Ledger) markRoom(r *res, obs []schemas.Observation) {
+	if r.State != stGranted {
+		return
+	}
+	room, named := true, false
+	for _, ob := range obs {
+		d, ok := dimIndex(ob.Dimension)
+		if !ok || ob.Remaining < 0 || r.Need[d] <= 0 {
+			continue
+		}
+		named = true
+		need := r.Need[d]
+		if d == dOutput || d == dTotal {
+			need = max(need, need-r.Need[dOutput]+r.MaxOut) // a max_tokens provider counts the max
+		}
+		if ob.Remaining < need {
+			room = false
+		}
+	}
+	if named && room {
+		r.Flags |= fRoom
+	} else {
+		r.Flags &^= fRoom
 	}
 }
 
@@ -289,7 +338,13 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		capMs = cfg.BaseMs << shift
 	}
 	delay := jitter(r.RequestID, att, capMs)
-	delay = max(delay, min(max(0, rq.RetryAfterMs), dayMs))
+	if ra := min(max(0, rq.RetryAfterMs), dayMs); ra > 0 {
+		// Retry-After is the floor; the jitter goes on top of it (at most
+		// half of it) so that attempts refused together do not all come
+		// back at the same instant, in the same order, to meet the same
+		// refusals.
+		delay = ra + jitter(r.RequestID, att, min(capMs, ra/2))
+	}
 	if c := max(sc.CoolAll, sc.CoolPolicy) - now; c > delay {
 		delay = c
 	}

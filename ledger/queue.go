@@ -133,6 +133,7 @@ type pumpWalk struct {
 	arrival                                       int32
 	wake                                          int64
 	minWaitingOffset                              int64 // smallest class age offset among waiters; -1 none
+	backlog                                       bool  // a waiter visited so far waits out a provider pause
 }
 
 func (w *pumpWalk) setWake(t, now int64) {
@@ -287,6 +288,12 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 			return l.cooldownPastDeadline(ri, out), true
 		}
 	}
+	if (v.why == whyCapacity || v.why == whyBlocked) && w.backlog {
+		// Queued behind the backlog a provider pause built: that backlog
+		// flows out at the recovering rate, and this waiter's wait is the
+		// same wait for the provider, bounded by its deadline.
+		l.waitOutCooldown(r, now)
+	}
 	if v.ok {
 		l.removeAt(sc, i)
 		l.grant(ri, v.borrowed)
@@ -314,6 +321,9 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	}
 	if w.minWaitingOffset < 0 || off < w.minWaitingOffset {
 		w.minWaitingOffset = off
+	}
+	if r.Flags&fWaitedOut != 0 {
+		w.backlog = true
 	}
 	w.setWake(r.ExpireMs, now)
 	w.setWake(v.fitMs, now)
@@ -359,7 +369,10 @@ func (l *Ledger) waitOutCooldown(r *res, until int64) (pastDeadline bool) {
 		// the deadline is the bound.
 		e = r.Deadline
 	}
-	r.ExpireMs = max(r.ExpireMs, e)
+	if e > r.ExpireMs {
+		r.ExpireMs = e
+		r.Flags |= fWaitedOut
+	}
 	return false
 }
 

@@ -864,6 +864,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			if sp.arrival && sent {
 				act = max(act, a)
 			}
+			if sp.refundUnsent && !sent {
+				act = 0
+			}
 			b.Held -= a
 			if sp.kind == kToken {
 				// refill and credit's token case, inline: the hot path.
@@ -878,7 +881,7 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 		}
 	}
 	if r.Flags&fShadowHeld != 0 {
-		l.shadowSettle(r, actual, cached)
+		l.shadowSettle(r, actual, cached, sent)
 	}
 	l.finish(ri, state)
 	l.st.Scopes[r.Scope].Dirty = true

@@ -278,15 +278,16 @@ func TestCentralRetry(t *testing.T) {
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
 		{At: 10, Ev: rejected("a", 1, schemas.KindRequestError, 0)},
-		// Floor: Retry-After 700 beats the jittered backoff.
+		// Floor: Retry-After 700, the jitter on top of it.
 		{At: 20, Ev: retryEv("a", 1, schemas.RetryOverload, 700), Want: []string{"a/2 queued retry_backoff queued"},
 			Check: func(t *testing.T, l *Ledger, out []Output) {
-				if got := out[0].Decision.RetryAfterMs; got != 700 {
-					t.Fatalf("retry_after %d, want 700 (jitter %d)", got, j2)
+				if got := out[0].Decision.RetryAfterMs; got != 700+j2 {
+					t.Fatalf("retry_after %d, want 700 + jitter %d", got, j2)
 				}
 			}},
 		{At: 20, Ev: retryEv("a", 1, schemas.RetryOverload, 700)}, // redelivery
-		{At: 720, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
+		{At: 719 + j2, Ev: tick()},
+		{At: 720 + j2, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
 		// Scope budget: burst 1 credit, spent; each first attempt earns 1.
 		{At: 730, Ev: retryEv("a", 2, schemas.RetryCapacity, 0), Want: []string{"a/3 denied retry_budget_exhausted rejected_policy"}},
 		{At: 740, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}},

@@ -88,7 +88,7 @@ func (l *Ledger) shadowDebit(r *res) {
 
 // shadowSettle is settle for the shadow buckets of a grant that charged
 // them: each gets back its estimate minus the actual usage.
-func (l *Ledger) shadowSettle(r *res, actual *[numDims]int64, cached int64) {
+func (l *Ledger) shadowSettle(r *res, actual *[numDims]int64, cached int64, sent bool) {
 	now := l.st.Now
 	for _, ni := range r.Path[:r.NPath] {
 		n := &l.st.Nodes[ni]
@@ -105,6 +105,13 @@ func (l *Ledger) shadowSettle(r *res, actual *[numDims]int64, cached int64) {
 			act := actual[sp.dim]
 			if sp.exclCached {
 				act = max(0, act-cached)
+			}
+			// As settle counts for the enforced buckets.
+			if sp.arrival && sent {
+				act = max(act, a)
+			}
+			if sp.refundUnsent && !sent {
+				act = 0
 			}
 			b.Held -= a
 			l.refill(b, sp, now)

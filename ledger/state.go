@@ -88,6 +88,14 @@ const (
 	// fShadowHeld: the grant was charged to the shadow buckets on its path
 	// (every one of them covered it), so its settlement credits them back.
 	fShadowHeld
+	// fRoom: the provider's rate-limit headers on this attempt's response
+	// (its ProviderObserved) reported room for it on every dimension they
+	// named, so a 429 on it is not explained by the provider's counters.
+	fRoom
+	// fWaitedOut: a provider pause (cooldown, storm hold) moved this
+	// waiter's queue expiry from its max wait to its deadline; a waiter
+	// queued behind it for capacity gets the same (visit).
+	fWaitedOut
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per

@@ -104,3 +104,93 @@ func TestStormHoldLeastSlackFirst(t *testing.T) {
 		{At: 1800, Ev: tick(), Want: []string{"far/1 granted queued_then_admitted"}},
 	})
 }
+
+// roomObserved is the ProviderObserved of attempt att's response: the
+// provider's counters had room for it (requests and tokens remaining).
+func roomObserved(id string, att int32, requests, tokens int64) *schemas.Event {
+	ev := envelope(schemas.TypeProviderObserved, id, att)
+	ev.ProviderObserved = &schemas.ProviderObserved{Observations: []schemas.Observation{
+		{Dimension: schemas.DimRequests, Remaining: requests}, {Dimension: schemas.DimTotalTokens, Remaining: tokens}}}
+	return ev
+}
+
+func TestStormUnexplained429KeepsTheScopeOpen(t *testing.T) {
+	// The 429's own response said the provider had room for the request
+	// (its headers): a storm, not an empty bucket. Nothing is drained and
+	// the scope stays open for work that must go now (b, 2 s of slack,
+	// within the storm hold's 3 × 1 s); work with more slack (c) is held
+	// for the recovery; the refused attempt's retry waits its Retry-After
+	// and a jitter of at most half of it on top (j).
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	j := jitter("a", 2, 250)
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a", deadline(5000)), Want: []string{"a/1 granted admitted"}},
+		{At: 20, Ev: roomObserved("a", 1, 9, 900_000)},
+		{At: 20, Ev: rejected("a", 1, schemas.KindRateLimited, 1000)},
+		{At: 20, Ev: retryEv("a", 1, schemas.RetryCapacity, 1000), Want: []string{"a/2 queued retry_backoff queued"}},
+		{At: 30, Ev: reserve("b", deadline(2000)), Want: []string{"b/1 granted admitted"}},
+		{At: 30, Ev: reserve("c", deadline(5000)), Want: []string{"c/1 queued cooldown_rate_limited queued"}},
+		// The recovery ends one Retry-After after the 429.
+		{At: 1019, Ev: tick()},
+		{At: 1020, Ev: tick(), Want: []string{"c/1 granted queued_then_admitted"}},
+		{At: 1019 + j, Ev: tick()},
+		{At: 1020 + j, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
+	})
+}
+
+func TestStormExplained429ClosesTheScope(t *testing.T) {
+	// The same 429 with headers that say the requests counter is empty
+	// (or with no headers at all) is the provider's bucket running out:
+	// the scope closes for the Retry-After and its buckets are drained.
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a", deadline(5000)), Want: []string{"a/1 granted admitted"}},
+		{At: 20, Ev: roomObserved("a", 1, 0, 900_000)},
+		{At: 20, Ev: rejected("a", 1, schemas.KindRateLimited, 1000)},
+		{At: 30, Ev: reserve("b", deadline(2000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
+		{At: 1019, Ev: tick()},
+		{At: 1020, Ev: tick(), Want: []string{"b/1 granted queued_then_admitted"}},
+	})
+}
+
+func TestStormBacklogDoesNotSpendMaxWait(t *testing.T) {
+	// 2 requests per second, burst 2. The cooldown builds a backlog (a, b
+	// wait it out with their deadlines as the bound); c arrives after the
+	// cooldown (its slack within the storm hold's 3 × 500 ms) and queues
+	// behind it for capacity: it waits for the same provider, so its
+	// 300 ms max wait does not end it before the backlog has flowed out at
+	// the refill rate.
+	cfg := testConfig(rpm("scope", "*", 120, 1000))
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("x"), Want: []string{"x/1 granted admitted"}},
+		{At: 0, Ev: rejected("x", 1, schemas.KindRateLimited, 500)},
+		{At: 10, Ev: reserve("a", deadline(1500)), Want: []string{"a/1 queued cooldown_rate_limited queued"}},
+		{At: 10, Ev: reserve("b", deadline(1500)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
+		// The bucket was drained at 0: one request at 500, one at 1000.
+		{At: 500, Ev: tick(), Want: []string{"a/1 granted queued_then_admitted"}},
+		{At: 510, Ev: reserve("c", deadline(1400)), Want: []string{"c/1 queued capacity queued"}},
+		{At: 900, Ev: tick()},
+		{At: 1000, Ev: tick(), Want: []string{"b/1 granted queued_then_admitted"}},
+		{At: 1500, Ev: tick(), Want: []string{"c/1 granted queued_then_admitted"}},
+	})
+}
+
+func TestRefundUnsentRequest(t *testing.T) {
+	// A requests bucket whose provider does not count refused requests
+	// gets the request back on a provider rejection: 1 per second, burst 1.
+	b := rpm("scope", "*", 60, 1000)
+	b.RefundUnsent = true
+	runSteps(t, testConfig(b), []step{
+		{At: 0, Ev: reserve("a", deadline(5000)), Want: []string{"a/1 granted admitted"}},
+		{At: 10, Ev: roomObserved("a", 1, 9, 900_000)},
+		{At: 10, Ev: rejected("a", 1, schemas.KindRateLimited, 100)},
+		{At: 20, Ev: reserve("b", deadline(300)), Want: []string{"b/1 granted admitted"}},
+	})
+	// Without it the refused request still counts (OpenAI's rule).
+	runSteps(t, testConfig(rpm("scope", "*", 60, 1000)), []step{
+		{At: 0, Ev: reserve("a", deadline(5000)), Want: []string{"a/1 granted admitted"}},
+		{At: 10, Ev: roomObserved("a", 1, 9, 900_000)},
+		{At: 10, Ev: rejected("a", 1, schemas.KindRateLimited, 100)},
+		{At: 20, Ev: reserve("b", deadline(300)), Want: []string{"b/1 denied deadline_exceeded rejected_locally"}},
+	})
+}

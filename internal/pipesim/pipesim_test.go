@@ -64,7 +64,10 @@ func TestRegressionSeeds(t *testing.T) {
 		{402, "usage charged on ungranted reservations", func(s Stats) bool { return s.VersionChanges > 0 && s.Ungranted > 0 }},
 		// An old-version zombie's queued decision shadowed the new
 		// owner's grant at the same position; the hold TTL released it.
-		{543, "a grant shadowed behind a zombie's decision", func(s Stats) bool { return s.Zombies > 0 && s.Shadowed > 0 }},
+		// (Seed 543 until the storm policy of issue 10 (retry jitter on top
+		// of Retry-After, retry budget defaults) moved its run off that
+		// path; 222 takes it now.)
+		{222, "a grant shadowed behind a zombie's decision", func(s Stats) bool { return s.Zombies > 0 && s.Shadowed > 0 }},
 		// An upgraded owner crashed before deciding and went on as a
 		// zombie: it must read the re-derived round as its version does.
 		{4437, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},

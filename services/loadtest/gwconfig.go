@@ -134,6 +134,10 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		b := ledger.BucketConfig{Level: ledger.LevelDeployment, ID: simProviderName, Dimension: d,
 			Capacity: perMin, PeriodMs: 60_000, WindowMs: win}
 		switch d {
+		case schemas.DimRequests:
+			// The simulator counts a request only when it admits it: a
+			// refused one (429, 503) is not charged to its RPM.
+			b.RefundUnsent = true
 		case schemas.DimOutputTokens, schemas.DimTotalTokens:
 			b.Accounting = acct.output
 			b.ExcludeCachedInput = d == schemas.DimTotalTokens && acct.excludeCached

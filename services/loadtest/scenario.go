@@ -169,7 +169,7 @@ func defaultClasses() map[string]ClassSpec {
 	off := func(d time.Duration) *Duration { x := Duration(d); return &x }
 	return map[string]ClassSpec{
 		"interactive": {Deadline: Duration(2 * time.Second), MaxWait: Duration(300 * time.Millisecond), MaxDepth: 1000, AgeOffset: off(0)},
-		"agent":       {Deadline: Duration(15 * time.Second), MaxWait: Duration(5 * time.Second), MaxDepth: 5000, AgeOffset: off(2 * time.Second)},
+		"agent":       {Deadline: Duration(15 * time.Second), MaxWait: Duration(10 * time.Second), MaxDepth: 5000, AgeOffset: off(2 * time.Second)},
 		"batch":       {Deadline: Duration(60 * time.Second), MaxWait: Duration(50 * time.Second), MaxDepth: 50000, AgeOffset: off(30 * time.Second)},
 	}
 }
