@@ -116,7 +116,7 @@ func TestApplyLedgerPatchToAdminDocument(t *testing.T) {
 	want := []string{
 		"ledger.scopes[openai:org-example/proj-main].buckets[deployment:openai-main requests].capacity: 400 → 366",
 		"ledger.scopes[openai:org-example/proj-main].buckets[tenant:* requests].capacity: 100 → 92",
-		"ledger.classes[agent].max_wait_ms: 5000 → 5930",
+		"ledger.classes[agent].max_wait_ms: 10000 → 11860",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
