@@ -229,7 +229,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		// most one per MetadataMinAge: at the default 5s that stalled
 		// every decision for up to 5s (docs/ledger-service.md).
 		kgo.MetadataMinAge(10*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(bus.SnapshotMaxBytes),
+		kgo.ProducerBatchMaxBytesFn(batchMaxBytes(cfg.Topics)),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
@@ -245,6 +245,28 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("ledger tick producer: %w", err)
 	}
 	return s, nil
+}
+
+// brokerMaxMessageBytes is Kafka's default max.message.bytes, which every
+// topic but sluice.snapshots keeps.
+const brokerMaxMessageBytes = 1_000_012
+
+// batchMaxBytes bounds the session's record batches per topic: a snapshot
+// is one record of up to bus.SnapshotMaxBytes (its topic allows that much),
+// while a batch of decisions must stay within the decisions topic's default
+// limit. franz-go bounds the batch before compression, so with one bound of
+// bus.SnapshotMaxBytes for every topic, a round that decided more than about
+// 1 MB of decisions for one gateway (a backlog after a takeover or an
+// outage) was refused as MESSAGE_TOO_LARGE unless compression happened to
+// bring it under the limit, and the ledger aborted and produced it again
+// forever (seen with compression off; docs/ledger-service.md).
+func batchMaxBytes(n bus.Names) func(topic string) int32 {
+	return func(topic string) int32 {
+		if topic == n.Snapshots {
+			return bus.SnapshotMaxBytes
+		}
+		return brokerMaxMessageBytes
+	}
 }
 
 // Close leaves the group.
