@@ -35,7 +35,9 @@ type KafkaBenchOptions struct {
 	// CommitInterval is the ledger member's Config.CommitInterval (0 =
 	// its default).
 	CommitInterval time.Duration
-	Progress       io.Writer
+	// Stages adds each round trip's stages to the result (see Stages).
+	Stages   bool
+	Progress io.Writer
 }
 
 // RoundTrip is the admission round trip (reserve produced → decision
@@ -48,6 +50,87 @@ type RoundTrip struct {
 	P99Ms        float64 `json:"p99_ms"`
 	MaxMs        float64 `json:"max_ms"`
 	RateAchieved float64 `json:"rate_achieved"`
+	Stages       *Stages `json:"stages,omitempty"`
+}
+
+// Stages splits the round trips of one rate (--stages): send is reserve
+// produced → request appended (the broker's LogAppendTime, whole ms), fetch
+// appended → the member's poll returned it, decide polled → the decision's
+// produce acknowledged, deliver acknowledged → the gateway had it (below
+// zero when the gateway's fetch beat the acknowledgement). Each is p50 and
+// p99 in ms over the requests that have all four.
+type Stages struct {
+	Requests int        `json:"requests"`
+	Send     [2]float64 `json:"send_p50_p99_ms"`
+	Fetch    [2]float64 `json:"fetch_p50_p99_ms"`
+	Decide   [2]float64 `json:"decide_p50_p99_ms"`
+	Deliver  [2]float64 `json:"deliver_p50_p99_ms"`
+}
+
+// stageTrace collects, for the member, when each reserve was appended and
+// polled and when its first decision was acknowledged.
+type stageTrace struct {
+	mu   sync.Mutex
+	byID map[string]*stageTimes
+}
+
+type stageTimes struct{ appended, polled, acked time.Time }
+
+func newStageTrace() *stageTrace { return &stageTrace{byID: map[string]*stageTimes{}} }
+
+func (t *stageTrace) polled(id string, appended, polled time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.byID[id]; !ok {
+		t.byID[id] = &stageTimes{appended: appended, polled: polled}
+	}
+}
+
+// promise wraps next to note when the decision for id was acknowledged
+// (the first time: a copy produced again after an abort does not count).
+func (t *stageTrace) promise(id string, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		next(r, err)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if st := t.byID[id]; st != nil && st.acked.IsZero() {
+			st.acked = now
+		}
+	}
+}
+
+// stages computes the Stages of the round trips in rts.
+func (t *stageTrace) stages(rts []timedTrip) *Stages {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var send, fetch, decide, deliver []float64
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for _, rt := range rts {
+		st := t.byID[rt.id]
+		if st == nil || st.acked.IsZero() {
+			continue
+		}
+		send = append(send, ms(st.appended.Sub(rt.sent)))
+		fetch = append(fetch, ms(st.polled.Sub(st.appended)))
+		decide = append(decide, ms(st.acked.Sub(st.polled)))
+		deliver = append(deliver, ms(rt.got.Sub(st.acked)))
+	}
+	if len(send) == 0 {
+		return nil
+	}
+	p := func(v []float64) [2]float64 { sort.Float64s(v); return [2]float64{pct(v, 0.5), pct(v, 0.99)} }
+	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver)}
+}
+
+// timedTrip is one answered round trip: its request id, when it was sent
+// and when its decision arrived.
+type timedTrip struct {
+	id        string
+	sent, got time.Time
 }
 
 // KafkaBenchResult is what `sluice bench ledger-kafka` prints.
@@ -104,6 +187,9 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	if err != nil {
 		return nil, err
 	}
+	if o.Stages {
+		svc.trace = newStageTrace()
+	}
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -122,7 +208,7 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	}
 	for _, rate := range o.Rates {
 		fmt.Fprintf(o.Progress, "round trip at %d req/s for %v…\n", rate, o.Duration)
-		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration))
+		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration, svc.trace))
 	}
 	res.Transactions, res.TransactionAborts, res.CommitMsMean = transactionStats(reg)
 
@@ -168,9 +254,10 @@ func benchReserve(id string) *schemas.Event {
 	return ev
 }
 
-func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Duration) RoundTrip {
+func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Duration, trace *stageTrace) RoundTrip {
 	var mu sync.Mutex
 	var lat []float64
+	var trips []timedTrip
 	errs := 0
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -186,7 +273,8 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 			ev := benchReserve(fmt.Sprintf("rt-%d-%d", rate, i))
 			t0 := time.Now()
 			dec, err := rc.Reserve(ctx, ev)
-			el := time.Since(t0)
+			t1 := time.Now()
+			el := t1.Sub(t0)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || dec.Status != schemas.StatusGranted {
@@ -194,6 +282,9 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 				return
 			}
 			lat = append(lat, float64(el.Microseconds())/1000)
+			if trace != nil {
+				trips = append(trips, timedTrip{id: ev.RequestID, sent: t0, got: t1})
+			}
 		}(i)
 	}
 	wg.Wait()
@@ -202,6 +293,9 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 	rt := RoundTrip{RateOffered: rate, Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
 	if len(lat) > 0 {
 		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+	}
+	if trace != nil {
+		rt.Stages = trace.stages(trips)
 	}
 	return rt
 }

@@ -142,6 +142,9 @@ type output struct {
 	key       []byte
 	value     []byte
 	snapshot  bool
+	// traceID is the request id of a decision while a stage trace is
+	// on (bench only), else empty.
+	traceID string
 }
 
 // Service is a running ledger member.
@@ -185,6 +188,12 @@ type Service struct {
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
 	outs []ledger.Output
+
+	// trace, when set (`sluice bench ledger-kafka --stages`), is told when
+	// each reserve was polled and when its decision was acknowledged;
+	// polledAt is the end of the round's poll.
+	trace    *stageTrace
+	polledAt time.Time
 }
 
 // Run runs the ledger member until ctx ends.
@@ -310,6 +319,9 @@ func (s *Service) Loop(ctx context.Context) error {
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
 		fs := s.sess.PollFetches(pollCtx)
 		cancel()
+		if s.trace != nil {
+			s.polledAt = time.Now()
+		}
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			s.endOnExit()
 			return nil
@@ -457,6 +469,9 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				ps.tickInFlight = false
 			}
 			s.outs = ps.l.Apply(r.Timestamp.UnixMilli(), r.Offset, &s.ev, s.outs[:0])
+			if s.trace != nil && s.ev.Type == schemas.TypeReserveRequested {
+				s.trace.polled(s.ev.RequestID, r.Timestamp, s.polledAt)
+			}
 			ps.pendingInputs++
 			ps.sinceSnapshot++
 			for i := range s.outs {
@@ -467,7 +482,11 @@ func (s *Service) apply(fs kgo.Fetches) error {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
 				}
-				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b})
+				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b}
+				if s.trace != nil {
+					o.traceID = d.RequestID
+				}
+				ps.pending = append(ps.pending, o)
 			}
 		}
 		if n := ps.l.Stats().UngrantedUsage; n > ps.ungranted {
@@ -525,7 +544,11 @@ func (s *Service) produce(ctx context.Context) {
 	}
 	for _, ps := range s.parts {
 		for _, o := range ps.pending[ps.produced:] {
-			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, s.promise)
+			promise := s.promise
+			if o.traceID != "" {
+				promise = s.trace.promise(o.traceID, s.promise)
+			}
+			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 		}
 		ps.produced = len(ps.pending)
 	}
