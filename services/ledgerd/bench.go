@@ -35,7 +35,9 @@ type KafkaBenchOptions struct {
 	// CommitInterval is the ledger member's Config.CommitInterval (0 =
 	// its default).
 	CommitInterval time.Duration
-	Progress       io.Writer
+	// Stages adds each round trip's stages to the result (see Stages).
+	Stages   bool
+	Progress io.Writer
 }
 
 // RoundTrip is the admission round trip (reserve produced → decision
@@ -48,16 +50,105 @@ type RoundTrip struct {
 	P99Ms        float64 `json:"p99_ms"`
 	MaxMs        float64 `json:"max_ms"`
 	RateAchieved float64 `json:"rate_achieved"`
+	Stages       *Stages `json:"stages,omitempty"`
+}
+
+// Stages splits the round trips of one rate (--stages): send is reserve
+// produced → request appended (the broker's LogAppendTime, whole ms), fetch
+// appended → the member's poll returned it, decide polled → the decision's
+// produce acknowledged, deliver acknowledged → the gateway had it (below
+// zero when the gateway's fetch beat the acknowledgement). Each is p50 and
+// p99 in ms over the requests that have all four.
+type Stages struct {
+	Requests int        `json:"requests"`
+	Send     [2]float64 `json:"send_p50_p99_ms"`
+	Fetch    [2]float64 `json:"fetch_p50_p99_ms"`
+	Decide   [2]float64 `json:"decide_p50_p99_ms"`
+	Deliver  [2]float64 `json:"deliver_p50_p99_ms"`
+}
+
+// stageTrace collects, for the member, when each reserve was appended and
+// polled and when its first decision was acknowledged.
+type stageTrace struct {
+	mu   sync.Mutex
+	byID map[string]*stageTimes
+}
+
+type stageTimes struct{ appended, polled, acked time.Time }
+
+func newStageTrace() *stageTrace { return &stageTrace{byID: map[string]*stageTimes{}} }
+
+func (t *stageTrace) polled(id string, appended, polled time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.byID[id]; !ok {
+		t.byID[id] = &stageTimes{appended: appended, polled: polled}
+	}
+}
+
+// promise wraps next to note when the decision for id was acknowledged
+// (the first time: a copy produced again after an abort does not count).
+func (t *stageTrace) promise(id string, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		next(r, err)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if st := t.byID[id]; st != nil && st.acked.IsZero() {
+			st.acked = now
+		}
+	}
+}
+
+// stages computes the Stages of the round trips in rts.
+func (t *stageTrace) stages(rts []timedTrip) *Stages {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var send, fetch, decide, deliver []float64
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	for _, rt := range rts {
+		st := t.byID[rt.id]
+		if st == nil || st.acked.IsZero() {
+			continue
+		}
+		send = append(send, ms(st.appended.Sub(rt.sent)))
+		fetch = append(fetch, ms(st.polled.Sub(st.appended)))
+		decide = append(decide, ms(st.acked.Sub(st.polled)))
+		deliver = append(deliver, ms(rt.got.Sub(st.acked)))
+	}
+	if len(send) == 0 {
+		return nil
+	}
+	p := func(v []float64) [2]float64 { sort.Float64s(v); return [2]float64{pct(v, 0.5), pct(v, 0.99)} }
+	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver)}
+}
+
+// timedTrip is one answered round trip: its request id, when it was sent
+// and when its decision arrived.
+type timedTrip struct {
+	id        string
+	sent, got time.Time
 }
 
 // KafkaBenchResult is what `sluice bench ledger-kafka` prints.
 type KafkaBenchResult struct {
-	Bench                    string      `json:"bench"`
-	Brokers                  string      `json:"brokers"`
-	CommitIntervalMs         float64     `json:"commit_interval_ms"`
-	RoundTrips               []RoundTrip `json:"round_trips"`
-	SustainEvents            int         `json:"sustain_events"`
-	SustainedDecisionsPerSec float64     `json:"sustained_decisions_per_sec_one_partition"`
+	Bench            string      `json:"bench"`
+	Brokers          string      `json:"brokers"`
+	CommitIntervalMs float64     `json:"commit_interval_ms"`
+	RoundTrips       []RoundTrip `json:"round_trips"`
+	// Transactions and TransactionAborts are the round-trip member's
+	// committed and aborted transactions over the whole run (warm-up
+	// included), CommitMsMean the mean time its End took: a p99 far above
+	// the others' with aborts > 0 is an abort, not the machine. The
+	// member's warnings go to the bench's progress output (stderr).
+	Transactions             int     `json:"transactions"`
+	TransactionAborts        int     `json:"transaction_aborts"`
+	CommitMsMean             float64 `json:"commit_ms_mean"`
+	SustainEvents            int     `json:"sustain_events"`
+	SustainedDecisionsPerSec float64 `json:"sustained_decisions_per_sec_one_partition"`
 }
 
 // BenchKafka measures the ledger service on a real broker: admission round
@@ -90,9 +181,14 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 		return nil, err
 	}
 	defer cleanup()
-	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: quiet, Registerer: prometheus.NewRegistry(), CommitInterval: o.CommitInterval})
+	reg := prometheus.NewRegistry()
+	warnings := slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: warnings, Registerer: reg, CommitInterval: o.CommitInterval})
 	if err != nil {
 		return nil, err
+	}
+	if o.Stages {
+		svc.trace = newStageTrace()
 	}
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -112,8 +208,9 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	}
 	for _, rate := range o.Rates {
 		fmt.Fprintf(o.Progress, "round trip at %d req/s for %v…\n", rate, o.Duration)
-		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration))
+		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration, svc.trace))
 	}
+	res.Transactions, res.TransactionAborts, res.CommitMsMean = transactionStats(reg)
 
 	// Sustained: a backlog on one partition, decided by a fresh member.
 	fmt.Fprintf(o.Progress, "sustained: %d requests on one partition…\n", o.SustainEvents)
@@ -125,6 +222,30 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	return res, nil
 }
 
+// transactionStats reads a member's committed and aborted transactions and
+// the mean time of its commits from its metrics registry.
+func transactionStats(reg *prometheus.Registry) (commits, aborts int, commitMsMean float64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, 0, 0
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "sluice_ledger_transactions_total":
+				commits = int(m.GetCounter().GetValue())
+			case "sluice_ledger_transaction_aborts_total":
+				aborts = int(m.GetCounter().GetValue())
+			case "sluice_ledger_commit_seconds":
+				if h := m.GetHistogram(); h.GetSampleCount() > 0 {
+					commitMsMean = 1000 * h.GetSampleSum() / float64(h.GetSampleCount())
+				}
+			}
+		}
+	}
+	return commits, aborts, commitMsMean
+}
+
 func benchReserve(id string) *schemas.Event {
 	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	scope := "bench-" + id[len(id)-1:]
@@ -133,9 +254,10 @@ func benchReserve(id string) *schemas.Event {
 	return ev
 }
 
-func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Duration) RoundTrip {
+func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Duration, trace *stageTrace) RoundTrip {
 	var mu sync.Mutex
 	var lat []float64
+	var trips []timedTrip
 	errs := 0
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -151,7 +273,8 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 			ev := benchReserve(fmt.Sprintf("rt-%d-%d", rate, i))
 			t0 := time.Now()
 			dec, err := rc.Reserve(ctx, ev)
-			el := time.Since(t0)
+			t1 := time.Now()
+			el := t1.Sub(t0)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || dec.Status != schemas.StatusGranted {
@@ -159,6 +282,9 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 				return
 			}
 			lat = append(lat, float64(el.Microseconds())/1000)
+			if trace != nil {
+				trips = append(trips, timedTrip{id: ev.RequestID, sent: t0, got: t1})
+			}
 		}(i)
 	}
 	wg.Wait()
@@ -167,6 +293,9 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 	rt := RoundTrip{RateOffered: rate, Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
 	if len(lat) > 0 {
 		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+	}
+	if trace != nil {
+		rt.Stages = trace.stages(trips)
 	}
 	return rt
 }

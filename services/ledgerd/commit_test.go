@@ -107,3 +107,24 @@ func TestDecisionBeforeCommit(t *testing.T) {
 		t.Errorf("committed decision %s (%s), acted-on %s: want the same grant", committed.ID, committed.Decision.Status, uncommitted.ID)
 	}
 }
+
+// TestBatchMaxBytes: only snapshot batches may be as large as a snapshot;
+// every other topic's batches stay within the broker's default
+// max.message.bytes, which franz-go checks before compression.
+func TestBatchMaxBytes(t *testing.T) {
+	names := bus.NamesWithPrefix("batchmax.")
+	max := batchMaxBytes(names)
+	for _, tc := range []struct {
+		topic string
+		want  int32
+	}{
+		{names.Snapshots, bus.SnapshotMaxBytes},
+		{names.Decisions, brokerMaxMessageBytes},
+		{names.Requests, brokerMaxMessageBytes},
+		{"other", brokerMaxMessageBytes},
+	} {
+		if got := max(tc.topic); got != tc.want {
+			t.Errorf("batchMaxBytes(%q) = %d, want %d", tc.topic, got, tc.want)
+		}
+	}
+}

@@ -24,6 +24,10 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
+// DefaultCommitInterval is Config.CommitInterval's default and
+// `sluice ledger --commit-interval`'s.
+const DefaultCommitInterval = time.Second
+
 // Config configures the ledger service.
 type Config struct {
 	Brokers []string
@@ -46,12 +50,18 @@ type Config struct {
 	SessionTimeout     time.Duration
 	TransactionTimeout time.Duration
 	// CommitInterval is how long a transaction stays open while rounds
-	// produce their decisions into it (default 100ms; 0 or less than a
+	// produce their decisions into it (default 1s; 0 or less than a
 	// millisecond takes the default). Decisions are produced as soon as
 	// they are decided and gateways act on them then (read_uncommitted),
 	// so the commit is off the decision path: it bounds how much a crash
 	// makes the next owner re-derive and how late read_committed readers
-	// (sink, views, replay) see a decision. See docs/ledger-service.md.
+	// (sink, views, replay) see a decision. Yet every commit still holds
+	// back the decisions of a few milliseconds (the loop waits for End,
+	// and the next transaction's first produce waits for the previous
+	// one's markers), so the interval sets the share of requests that
+	// meet one: 100ms put a commit in the way of several percent of them,
+	// which was the p99 of the admission round trip. See
+	// docs/ledger-service.md, The commit off the decision path.
 	CommitInterval time.Duration
 	Log            *slog.Logger
 	Registerer     prometheus.Registerer
@@ -81,7 +91,7 @@ func (c *Config) defaults() error {
 		c.TransactionTimeout = 6 * time.Second
 	}
 	if c.CommitInterval < time.Millisecond {
-		c.CommitInterval = 100 * time.Millisecond
+		c.CommitInterval = DefaultCommitInterval
 	}
 	if c.CommitInterval > c.TransactionTimeout/2 {
 		// The broker aborts a transaction open for longer than its
@@ -132,6 +142,9 @@ type output struct {
 	key       []byte
 	value     []byte
 	snapshot  bool
+	// traceID is the request id of a decision while a stage trace is
+	// on (bench only), else empty.
+	traceID string
 }
 
 // Service is a running ledger member.
@@ -175,6 +188,12 @@ type Service struct {
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
 	outs []ledger.Output
+
+	// trace, when set (`sluice bench ledger-kafka --stages`), is told when
+	// each reserve was polled and when its decision was acknowledged;
+	// polledAt is the end of the round's poll.
+	trace    *stageTrace
+	polledAt time.Time
 }
 
 // Run runs the ledger member until ctx ends.
@@ -229,7 +248,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		// most one per MetadataMinAge: at the default 5s that stalled
 		// every decision for up to 5s (docs/ledger-service.md).
 		kgo.MetadataMinAge(10*time.Millisecond),
-		kgo.ProducerBatchMaxBytes(bus.SnapshotMaxBytes),
+		kgo.ProducerBatchMaxBytesFn(batchMaxBytes(cfg.Topics)),
 		kgo.SessionTimeout(cfg.SessionTimeout),
 		kgo.HeartbeatInterval(500*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
@@ -245,6 +264,28 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("ledger tick producer: %w", err)
 	}
 	return s, nil
+}
+
+// brokerMaxMessageBytes is Kafka's default max.message.bytes, which every
+// topic but sluice.snapshots keeps.
+const brokerMaxMessageBytes = 1_000_012
+
+// batchMaxBytes bounds the session's record batches per topic: a snapshot
+// is one record of up to bus.SnapshotMaxBytes (its topic allows that much),
+// while a batch of decisions must stay within the decisions topic's default
+// limit. franz-go bounds the batch before compression, so with one bound of
+// bus.SnapshotMaxBytes for every topic, a round that decided more than about
+// 1 MB of decisions for one gateway (a backlog after a takeover or an
+// outage) was refused as MESSAGE_TOO_LARGE unless compression happened to
+// bring it under the limit, and the ledger aborted and produced it again
+// forever (seen with compression off; docs/ledger-service.md).
+func batchMaxBytes(n bus.Names) func(topic string) int32 {
+	return func(topic string) int32 {
+		if topic == n.Snapshots {
+			return bus.SnapshotMaxBytes
+		}
+		return brokerMaxMessageBytes
+	}
 }
 
 // Close leaves the group.
@@ -278,6 +319,9 @@ func (s *Service) Loop(ctx context.Context) error {
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
 		fs := s.sess.PollFetches(pollCtx)
 		cancel()
+		if s.trace != nil {
+			s.polledAt = time.Now()
+		}
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			s.endOnExit()
 			return nil
@@ -425,6 +469,9 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				ps.tickInFlight = false
 			}
 			s.outs = ps.l.Apply(r.Timestamp.UnixMilli(), r.Offset, &s.ev, s.outs[:0])
+			if s.trace != nil && s.ev.Type == schemas.TypeReserveRequested {
+				s.trace.polled(s.ev.RequestID, r.Timestamp, s.polledAt)
+			}
 			ps.pendingInputs++
 			ps.sinceSnapshot++
 			for i := range s.outs {
@@ -435,7 +482,11 @@ func (s *Service) apply(fs kgo.Fetches) error {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
 				}
-				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b})
+				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b}
+				if s.trace != nil {
+					o.traceID = d.RequestID
+				}
+				ps.pending = append(ps.pending, o)
 			}
 		}
 		if n := ps.l.Stats().UngrantedUsage; n > ps.ungranted {
@@ -493,7 +544,11 @@ func (s *Service) produce(ctx context.Context) {
 	}
 	for _, ps := range s.parts {
 		for _, o := range ps.pending[ps.produced:] {
-			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, s.promise)
+			promise := s.promise
+			if o.traceID != "" {
+				promise = s.trace.promise(o.traceID, s.promise)
+			}
+			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 		}
 		ps.produced = len(ps.pending)
 	}

@@ -221,7 +221,7 @@ func runLedger(ctx context.Context, args []string) error {
 	group := fs.String("group", "sluice-ledger", "consumer group")
 	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
-	commitEvery := fs.Duration("commit-interval", 100*time.Millisecond, "end the open transaction after this long; decisions are produced, and acted on, before it commits")
+	commitEvery := fs.Duration("commit-interval", ledgerd.DefaultCommitInterval, "end the open transaction after this long; decisions are produced, and acted on, before it commits (each commit delays the decisions of a few ms)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9101)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
