@@ -11,13 +11,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -30,27 +27,8 @@ import (
 func TestAbortReproducesWithoutRebuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("aborttest.")
-	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions = 2
-	tc.Names = names
-	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
-	if err := PublishConfig(ctx, brokers, names, []byte(benchLedgerConfig), "test"); err != nil {
-		t.Fatal(err)
-	}
+	rig := newKfakeRig(t, ctx, "aborttest.", 2, benchLedgerConfig)
+	c, brokers, names, tc := rig.c, rig.brokers, rig.names, rig.topics
 
 	const refusals = 3
 	var refused atomic.Int32

@@ -9,8 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
@@ -24,27 +22,8 @@ import (
 func TestDecisionBeforeCommit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("committest.")
-	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions = 1
-	tc.Names = names
-	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
-	if err := PublishConfig(ctx, brokers, names, []byte(benchLedgerConfig), "test"); err != nil {
-		t.Fatal(err)
-	}
+	rig := newKfakeRig(t, ctx, "committest.", 1, benchLedgerConfig)
+	brokers, names, adm := rig.brokers, rig.names, rig.cl
 	// A transaction open far longer than this test: only the stop
 	// commits it.
 	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Node: "commit-a", Group: "committest.ledger",

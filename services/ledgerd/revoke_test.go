@@ -10,11 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -28,28 +25,8 @@ import (
 func TestRevokeBeforeTransactionDoesNotAbort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("revoketest.")
-	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	kadmin := kadm.NewClient(adm)
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions = 2
-	tc.Names = names
-	if _, err := bus.Ensure(ctx, kadmin, tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
-	if err := PublishConfig(ctx, brokers, names, []byte(benchLedgerConfig), "test"); err != nil {
-		t.Fatal(err)
-	}
+	rig := newKfakeRig(t, ctx, "revoketest.", 2, benchLedgerConfig)
+	brokers, names, kadmin, tc := rig.brokers, rig.names, rig.adm, rig.topics
 
 	const group = "revoketest.ledger"
 	start := func(node string) *Service {

@@ -5,11 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -21,23 +18,8 @@ import (
 func TestLatestSnapshotReadsBackwards(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("snaptest.")
-	cl, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions, tc.Names = 4, names
-	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	rig := newKfakeRig(t, ctx, "snaptest.", 4, "", kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	brokers, names, cl := rig.brokers, rig.names, rig.cl
 	// Offsets 0–9: old snapshots of partition 3; offset 10: its newest;
 	// then 1,000 snapshots of partitions 0–2 (input offsets = record index).
 	snap := func(p int32, in int64) *kgo.Record {
