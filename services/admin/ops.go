@@ -63,8 +63,11 @@ const (
 	// made a change, the admin state's document is the one that runs, so
 	// the weekly calibration patches it here rather than in the file.
 	OpLedgerCalibrate OpKind = "ledger.calibrate"
-	maxIDLen                 = 128
-	maxLimitsPerLevel        = 64
+)
+
+const (
+	maxIDLen          = 128
+	maxLimitsPerLevel = 64
 )
 
 // Op is one parsed change. The ids name what it touches; the other fields
