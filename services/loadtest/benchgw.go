@@ -44,6 +44,9 @@ type GatewayProcessOptions struct {
 	Requests  int           // sequential requests per 1-client series (default 2000)
 	Clients   int           // clients of the concurrent series (default 16)
 	Duration  time.Duration // per concurrent series (default 5s)
+	// GatewayCPUProfile, if set, is where the gateway process writes its
+	// CPU profile (its --cpuprofile) until the stack stops.
+	GatewayCPUProfile string
 }
 
 // GatewayProcessResult is what `sluice bench gateway --brokers` prints.
@@ -92,7 +95,11 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil, err
 	}
 	keys := NewKeys(sc)
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var gwArgs []string
+	if o.GatewayCPUProfile != "" {
+		gwArgs = append(gwArgs, "--cpuprofile", o.GatewayCPUProfile)
+	}
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}
