@@ -280,7 +280,9 @@ func TestFallbackKeepsTheContract(t *testing.T) {
 	// may land after the Reconciled that followed it. Wait for it (a
 	// missing one fails the wait, with what was seen).
 	st.events(t, resp.Header.Get("X-Sluice-Request-Id"), func(evs []schemas.Event) bool {
-		return has(evs, func(e schemas.Event) bool { return e.Dispatched != nil && e.Dispatched.Fallback && e.Scope == "sim-azure" })
+		return has(evs, func(e schemas.Event) bool {
+			return e.Dispatched != nil && e.Dispatched.Fallback && e.Scope == "sim-azure"
+		})
 	})
 	// Without permission (X-Sluice-Fallback: false) the same request fails
 	// with a 429: the provider's, or the ledger's own while the scope cools
