@@ -45,8 +45,9 @@ func Append(dst []byte, e *Event) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// Encode returns the encoding of e.
-func Encode(e *Event) ([]byte, error) { return Append(nil, e) }
+// Encode returns the encoding of e, in one allocation for the events of
+// the request path (they are a few hundred bytes).
+func Encode(e *Event) ([]byte, error) { return Append(make([]byte, 0, 512), e) }
 
 // Decode decodes b into e, which is reset first. Unknown fields are skipped
 // (forward compatibility); an event whose payload does not match its type,
