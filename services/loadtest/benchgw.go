@@ -69,6 +69,9 @@ type GatewayProcessResult struct {
 	AddedMeanMs         float64 `json:"added_mean_ms"`
 	LedgerAnswerMeanMs  float64 `json:"ledger_answer_mean_ms"`
 	AddedLessLedgerMean float64 `json:"added_less_ledger_mean_ms"`
+	// Requests per gateway CPU-second in the 1-client series: the cost of
+	// a request with nothing to batch it with.
+	RequestsPerGatewayCPU1 float64 `json:"requests_per_gateway_cpu_second_1_client"`
 	// Clients concurrent clients, each for the duration.
 	Clients               int     `json:"clients"`
 	DirectP50MsN          float64 `json:"direct_p50_ms_concurrent"`
@@ -205,12 +208,23 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	metricsURL := st.gwURL + "/metrics"
 	direct, _ := sequential(directURL, nil)
 	var a0 answerTotals
+	var c0 time.Duration
 	via, err := sequential(gwURL, func() (err error) {
+		if c0, err = procCPU(gwPID); err != nil {
+			return err
+		}
 		a0, err = ledgerAnswer(ctx, hc, metricsURL)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	c1, err := procCPU(gwPID)
+	if err != nil {
+		return nil, err
+	}
+	if c1 > c0 {
+		res.RequestsPerGatewayCPU1 = float64(len(via)) / (c1 - c0).Seconds()
 	}
 	a1, err := ledgerAnswer(ctx, hc, metricsURL)
 	if err != nil {
