@@ -210,10 +210,10 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	var a0 answerTotals
 	var c0 time.Duration
 	via, err := sequential(gwURL, func() (err error) {
-		if c0, err = procCPU(gwPID); err != nil {
+		if a0, err = ledgerAnswer(ctx, hc, metricsURL); err != nil {
 			return err
 		}
-		a0, err = ledgerAnswer(ctx, hc, metricsURL)
+		c0, err = procCPU(gwPID)
 		return err
 	})
 	if err != nil {
