@@ -54,11 +54,11 @@ type Decided struct {
 }
 
 // TelemetryLinger is how long the telemetry producer lets analytics events
-// (Dispatched, Outcome) gather into one produce request. Nothing waits for
-// them, and their readers (the sink, the live view) order them by time, not
-// by arrival; one request per event was about a quarter of the gateway's
-// produce requests. The ledger's events keep their own producer, with no
-// linger and their order.
+// (Dispatched, Outcome) gather into one produce request, instead of each
+// costing a produce request of its own on an unlingered producer. Nothing
+// waits for them, the ledger never reads them, and their readers (the sink,
+// the live view) place them by time, not by arrival. The ledger's events
+// keep their own producer, with no linger and their order.
 const TelemetryLinger = 20 * time.Millisecond
 
 // watchBuffer bounds the decisions queued for one watcher; a watcher reads
