@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 )
 
@@ -27,13 +28,37 @@ func fuzzParser(f *testing.F, parse func([]byte) (Request, error), seeds []strin
 	})
 }
 
-func FuzzParseOpenAIChat(f *testing.F) {
-	fuzzParser(f, ParseOpenAIChat, []string{
-		`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
-		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"high"}}]}],"max_completion_tokens":10,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
-		`{"model":"gpt-4.1","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}`,
-		`{"model":"claude-x","messages":[{"role":"user","name":"bob","content":"hi"}],"max_tokens":-1}`,
-		`{"model":1}`, `[]`, `{`, ``,
+func FuzzParseOpenAIChat(f *testing.F) { fuzzParser(f, ParseOpenAIChat, chatSeeds) }
+
+var chatSeeds = []string{
+	`{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"data:image/png;base64,iVBORw0KGgo=","detail":"high"}}]}],"max_completion_tokens":10,"n":2,"stream":true,"stream_options":{"include_usage":true}}`,
+	`{"model":"gpt-4.1","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"1"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object"}}}}`,
+	`{"model":"claude-x","messages":[{"role":"user","name":"bob","content":"hi"}],"max_tokens":-1}`,
+	`{"model":1}`, `[]`, `{`, ``,
+}
+
+// FuzzParseOpenAIChatFast checks that the one-pass parser takes only
+// bodies the level-by-level parser accepts, with the same result.
+func FuzzParseOpenAIChatFast(f *testing.F) {
+	for _, s := range chatSeeds {
+		f.Add([]byte(s))
+	}
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a","name":"x"}],"messages":[{"role":"user","content":"b"}]}`))
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \"q\" \n"},null]}`))
+	f.Add([]byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := parseOpenAIChatFast(body)
+		if !ok {
+			return
+		}
+		slow, err := parseOpenAIChat(body)
+		if err != nil {
+			t.Fatalf("fast path took a body the slow path refuses (%v): %q", err, body)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("fast and slow paths differ on %q:\nfast %+v\nslow %+v", body, fast, slow)
+		}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxTokensLimit is the largest max_tokens / max_completion_tokens value the
@@ -167,6 +168,34 @@ func decode(raw []byte, v any, prefix string) *RequestError {
 		return errJSON(err)
 	}
 	return nil
+}
+
+// decodeString decodes the JSON string raw, which a decoding pass over the
+// whole body has already checked: without escapes and in valid UTF-8 it is
+// its bytes between the quotes, what json.Unmarshal would return, without
+// a second scan.
+func decodeString(raw json.RawMessage, param string) (string, *RequestError) {
+	if t := bytes.TrimSpace(raw); len(t) >= 2 && t[0] == '"' && t[len(t)-1] == '"' {
+		if in := t[1 : len(t)-1]; bytes.IndexByte(in, '\\') < 0 && bytes.IndexByte(in, '"') < 0 && utf8.Valid(in) && !hasControl(in) {
+			return string(in), nil
+		}
+	}
+	var s string
+	if e := decode(raw, &s, param); e != nil {
+		return "", e
+	}
+	return s, nil
+}
+
+// hasControl reports whether b holds a byte JSON does not allow unescaped
+// in a string.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 func joinParam(prefix, field string) string {
@@ -333,6 +362,52 @@ type openAIPart struct {
 
 // ParseOpenAIChat parses an OpenAI chat-completions request body.
 func ParseOpenAIChat(body []byte) (Request, error) {
+	if req, ok := parseOpenAIChatFast(body); ok {
+		return req, nil
+	}
+	return parseOpenAIChat(body)
+}
+
+// parseOpenAIChatFast parses a well-formed body in two decoding passes (the
+// body, then its messages array) instead of one per level (body,
+// messages, each message, each content): the request path's largest cost
+// in the gateway after the network. Any body it does not take whole (ok
+// false) goes to parseOpenAIChat, which names the problem; for every body
+// it takes, the result is parseOpenAIChat's (FuzzParseOpenAIChatFast
+// checks it). The messages are decoded from their own raw bytes, as the
+// slow path does, so a repeated "messages" key means the same: the last.
+func parseOpenAIChatFast(body []byte) (Request, bool) {
+	if firstByte(body) != '{' {
+		return Request{}, false
+	}
+	var b openAIChatBody
+	if json.Unmarshal(body, &b) != nil || b.Model == nil || requireModel(b.Model, true) != nil || firstByte(b.Messages) != '[' {
+		return Request{}, false
+	}
+	var msgs []*openAIMessage
+	if json.Unmarshal(b.Messages, &msgs) != nil || len(msgs) == 0 {
+		return Request{}, false
+	}
+	req := Request{Format: FormatOpenAIChat, N: 1, Model: *b.Model, Messages: make([]Message, 0, len(msgs))}
+	for _, m := range msgs {
+		if m == nil {
+			return Request{}, false
+		}
+		msg, e := openAIMessageFrom(m, "messages[]")
+		if e != nil {
+			return Request{}, false
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	if b.finish(&req) != nil {
+		return Request{}, false
+	}
+	return req, true
+}
+
+// parseOpenAIChat parses body level by level, so that a malformed body
+// gets the error that names its first problem.
+func parseOpenAIChat(body []byte) (Request, error) {
 	if e := topLevel(body); e != nil {
 		return Request{}, e
 	}
@@ -366,34 +441,42 @@ func ParseOpenAIChat(body []byte) (Request, error) {
 		}
 		req.Messages = append(req.Messages, m)
 	}
+	if e := b.finish(&req); e != nil {
+		return Request{}, e
+	}
+	return req, nil
+}
+
+// finish parses what follows the messages into req.
+func (b *openAIChatBody) finish(req *Request) *RequestError {
 	for i, raw := range b.Tools {
 		t, e := parseOpenAITool(raw, fmt.Sprintf("tools[%d]", i), true)
 		if e != nil {
-			return Request{}, e
+			return e
 		}
 		req.Tools = append(req.Tools, t)
 	}
 	for i, raw := range b.Functions {
 		t, e := parseOpenAITool(raw, fmt.Sprintf("functions[%d]", i), false)
 		if e != nil {
-			return Request{}, e
+			return e
 		}
 		req.Tools = append(req.Tools, t)
 	}
 	if !isNull(b.ResponseFormat) {
 		rf, e := parseResponseFormat(b.ResponseFormat)
 		if e != nil {
-			return Request{}, e
+			return e
 		}
 		req.ResponseFormat = rf
 	}
 	mt, e := maxTokens("max_tokens", b.MaxTokens)
 	if e != nil {
-		return Request{}, e
+		return e
 	}
 	mct, e := maxTokens("max_completion_tokens", b.MaxCompletionTokens)
 	if e != nil {
-		return Request{}, e
+		return e
 	}
 	req.MaxTokens = mt
 	if mct > 0 {
@@ -401,7 +484,7 @@ func ParseOpenAIChat(body []byte) (Request, error) {
 	}
 	if b.N != nil {
 		if *b.N < 1 || *b.N > 128 {
-			return Request{}, &RequestError{Code: CodeInvalidValue, Param: "n", Message: "n must be between 1 and 128"}
+			return &RequestError{Code: CodeInvalidValue, Param: "n", Message: "n must be between 1 and 128"}
 		}
 		req.N = *b.N
 	}
@@ -411,7 +494,7 @@ func ParseOpenAIChat(body []byte) (Request, error) {
 	if b.StreamOptions != nil && b.StreamOptions.IncludeUsage != nil {
 		req.IncludeUsage = *b.StreamOptions.IncludeUsage
 	}
-	return req, nil
+	return nil
 }
 
 func parseOpenAIMessage(raw json.RawMessage, param string) (Message, *RequestError) {
@@ -422,6 +505,11 @@ func parseOpenAIMessage(raw json.RawMessage, param string) (Message, *RequestErr
 	if e := decode(raw, &m, param); e != nil {
 		return Message{}, e
 	}
+	return openAIMessageFrom(&m, param)
+}
+
+// openAIMessageFrom is the Message of a decoded OpenAI message.
+func openAIMessageFrom(m *openAIMessage, param string) (Message, *RequestError) {
 	if m.Role == nil {
 		return Message{}, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
 	}
@@ -436,8 +524,8 @@ func parseOpenAIMessage(raw json.RawMessage, param string) (Message, *RequestErr
 	case 0, 'n':
 		// null content: allowed for assistant messages with tool calls.
 	case '"':
-		var s string
-		if e := decode(m.Content, &s, param+".content"); e != nil {
+		s, e := decodeString(m.Content, param+".content")
+		if e != nil {
 			return Message{}, e
 		}
 		msg.Parts = []Part{{Type: PartText, Text: s}}

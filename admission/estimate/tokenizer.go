@@ -32,7 +32,7 @@ func init() {
 type bpeEncoding struct {
 	name  string
 	o200k bool // o200k pre-tokenizer rules instead of cl100k's
-	ranks map[string]int
+	ranks *rankTable
 }
 
 type lazyEncoding struct {
@@ -59,7 +59,12 @@ func getEncoding(name string) (*bpeEncoding, error) {
 			l.err = fmt.Errorf("estimate: load %s: %w", name, err)
 			return
 		}
-		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: ranks}
+		t, err := newRankTable(ranks)
+		if err != nil {
+			l.err = fmt.Errorf("estimate: load %s: %w", name, err)
+			return
+		}
+		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: t}
 	})
 	return l.enc, l.err
 }
@@ -88,7 +93,7 @@ func (e *bpeEncoding) countPiece(piece string) int {
 	if len(piece) == 1 {
 		return 1
 	}
-	if _, ok := e.ranks[piece]; ok {
+	if _, ok := e.ranks.lookup(piece); ok {
 		return 1
 	}
 	if len(piece) <= smallPiece {
@@ -100,7 +105,7 @@ func (e *bpeEncoding) countPiece(piece string) int {
 const smallPiece = 64
 
 func (e *bpeEncoding) rank(s string) int {
-	if r, ok := e.ranks[s]; ok {
+	if r, ok := e.ranks.lookup(s); ok {
 		return r
 	}
 	return math.MaxInt

@@ -39,8 +39,47 @@ const maxCount = int64(1e15)
 //   - Gemini: no rate-limit headers (nil).
 func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Observation {
 	var out []schemas.Observation
+	var keys []rateLimitKeys
 	switch kind {
 	case schemas.ProviderAnthropic:
+		keys = anthropicRateLimitKeys
+	case schemas.ProviderOpenAI, schemas.ProviderOpenAICompatible, schemas.ProviderAzure, "":
+		keys = openAIRateLimitKeys
+	}
+	for _, k := range keys {
+		o, ok := observation(k.dim, h.Get(k.limit), h.Get(k.remaining))
+		if !ok {
+			continue
+		}
+		if kind == schemas.ProviderAnthropic {
+			if ms, ok := resetFromTime(h.Get(k.reset), now); ok {
+				o.ResetMs = ms
+			}
+		} else if ms, ok := ParseDurationMs(h.Get(k.reset)); ok {
+			o.ResetMs = ms
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// rateLimitKeys are one dimension's rate-limit header names, canonical, so
+// that Header.Get finds them without building and canonicalising a key per
+// call (six allocations per answer before).
+type rateLimitKeys struct {
+	dim                     schemas.Dimension
+	limit, remaining, reset string
+}
+
+func newRateLimitKeys(dim schemas.Dimension, limit, remaining, reset string) rateLimitKeys {
+	return rateLimitKeys{dim: dim, limit: http.CanonicalHeaderKey(limit),
+		remaining: http.CanonicalHeaderKey(remaining), reset: http.CanonicalHeaderKey(reset)}
+}
+
+// Anthropic's and OpenAI's, in the order of schemas.Dimensions.
+var (
+	anthropicRateLimitKeys = func() []rateLimitKeys {
+		var out []rateLimitKeys
 		for _, d := range []struct {
 			name string
 			dim  schemas.Dimension
@@ -51,35 +90,15 @@ func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Ob
 			{"tokens", schemas.DimTotalTokens},
 		} {
 			p := "Anthropic-Ratelimit-" + d.name + "-"
-			o, ok := observation(d.dim, h.Get(p+"Limit"), h.Get(p+"Remaining"))
-			if !ok {
-				continue
-			}
-			if ms, ok := resetFromTime(h.Get(p+"Reset"), now); ok {
-				o.ResetMs = ms
-			}
-			out = append(out, o)
+			out = append(out, newRateLimitKeys(d.dim, p+"Limit", p+"Remaining", p+"Reset"))
 		}
-	case schemas.ProviderOpenAI, schemas.ProviderOpenAICompatible, schemas.ProviderAzure, "":
-		for _, d := range []struct {
-			name string
-			dim  schemas.Dimension
-		}{
-			{"requests", schemas.DimRequests},
-			{"tokens", schemas.DimTotalTokens},
-		} {
-			o, ok := observation(d.dim, h.Get("X-Ratelimit-Limit-"+d.name), h.Get("X-Ratelimit-Remaining-"+d.name))
-			if !ok {
-				continue
-			}
-			if ms, ok := ParseDurationMs(h.Get("X-Ratelimit-Reset-" + d.name)); ok {
-				o.ResetMs = ms
-			}
-			out = append(out, o)
-		}
+		return out
+	}()
+	openAIRateLimitKeys = []rateLimitKeys{
+		newRateLimitKeys(schemas.DimRequests, "X-Ratelimit-Limit-requests", "X-Ratelimit-Remaining-requests", "X-Ratelimit-Reset-requests"),
+		newRateLimitKeys(schemas.DimTotalTokens, "X-Ratelimit-Limit-tokens", "X-Ratelimit-Remaining-tokens", "X-Ratelimit-Reset-tokens"),
 	}
-	return out
-}
+)
 
 func observation(dim schemas.Dimension, limit, remaining string) (schemas.Observation, bool) {
 	rem, ok := parseCount(remaining)

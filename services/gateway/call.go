@@ -58,6 +58,11 @@ type call struct {
 	lc     *lifecycle.Lifecycle // every rule of the request's life
 	timers timers               // the lifecycle's pending timers
 
+	// The reservation waiting for its first decision, and since when
+	// (sluice_gateway_ledger_answer_seconds); zero when none waits.
+	askedAttempt int32
+	askedAt      time.Time
+
 	// The upstream attempt in flight: its cancel, and the answer held for
 	// the lifecycle's Respond (non-streaming) or Relay (streaming).
 	upCancel context.CancelFunc
@@ -217,6 +222,10 @@ func (c *call) run() {
 		wake.Reset(c.timers.next(time.Now().UnixMilli()))
 		select {
 		case d := <-decisions:
+			if !c.askedAt.IsZero() && d.Attempt == c.askedAttempt {
+				c.s.m.answer.Observe(time.Since(c.askedAt).Seconds())
+				c.askedAt = time.Time{}
+			}
 			pending = append(pending, lifecycle.Input{Kind: lifecycle.Decided, Attempt: d.Attempt, Decision: d.Decision})
 		case <-wake.C:
 			for _, t := range c.timers.due(time.Now().UnixMilli()) {
@@ -240,6 +249,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		e := &effects[i]
 		switch e.Kind {
 		case lifecycle.Produce:
+			c.askedAttempt, c.askedAt = e.Attempt, time.Now()
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Duration(c.cfg.LedgerTimeoutMs)*time.Millisecond)
 			err := c.s.rc.Request(ctx, stamp(e.Event))
 			cancel()

@@ -232,6 +232,9 @@ type metrics struct {
 	attempts *prometheus.CounterVec
 	dropped  prometheus.Counter
 	latency  *prometheus.HistogramVec
+	// answer is the ledger's round trip as the request path sees it: from
+	// producing a reservation to the first decision on it.
+	answer prometheus.Histogram
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
@@ -250,12 +253,15 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_gateway_events_dropped_total", Help: "Events that could not be produced (logged with their type and request id)."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_gateway_request_seconds", Help: "End-to-end request latency by API.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 14)}, []string{"api"}),
+		answer: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_gateway_ledger_answer_seconds",
+			Help:    "Time from producing a reservation (ReserveRequested, RetryRequested) to the ledger's first decision on it: the ledger round trip on the request path.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		lateGrants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_late_grants_total",
 			Help: "Grants released undispatched because they reached the gateway later than late_grant_ms after the ledger decided, by class and action (reserved_again, refused)."}, []string{"class", "action"}),
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.lateGrants, m.tokens)
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens)
 	m.byKey = newMetricCache(m)
 	return m
 }

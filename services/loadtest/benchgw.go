@@ -44,6 +44,9 @@ type GatewayProcessOptions struct {
 	Requests  int           // sequential requests per 1-client series (default 2000)
 	Clients   int           // clients of the concurrent series (default 16)
 	Duration  time.Duration // per concurrent series (default 5s)
+	// GatewayCPUProfile, if set, is where the gateway process writes its
+	// CPU profile (its --cpuprofile) until the stack stops.
+	GatewayCPUProfile string
 }
 
 // GatewayProcessResult is what `sluice bench gateway --brokers` prints.
@@ -59,12 +62,25 @@ type GatewayProcessResult struct {
 	GatewayP99Ms float64 `json:"gateway_p99_ms"`
 	AddedP50Ms   float64 `json:"added_p50_ms"`
 	AddedP99Ms   float64 `json:"added_p99_ms"`
+	// The added mean split in two: the ledger's round trip as the gateway
+	// timed it (sluice_gateway_ledger_answer_seconds: reservation produced
+	// → first decision), and the rest, the gateway's own work and its
+	// extra HTTP hop.
+	AddedMeanMs         float64 `json:"added_mean_ms"`
+	LedgerAnswerMeanMs  float64 `json:"ledger_answer_mean_ms"`
+	AddedLessLedgerMean float64 `json:"added_less_ledger_mean_ms"`
+	// Requests per gateway CPU-second in the 1-client series: the cost of
+	// a request with nothing to batch it with.
+	RequestsPerGatewayCPU1 float64 `json:"requests_per_gateway_cpu_second_1_client"`
 	// Clients concurrent clients, each for the duration.
 	Clients               int     `json:"clients"`
 	DirectP50MsN          float64 `json:"direct_p50_ms_concurrent"`
 	GatewayP50MsN         float64 `json:"gateway_p50_ms_concurrent"`
 	GatewayP99MsN         float64 `json:"gateway_p99_ms_concurrent"`
 	AddedP50MsN           float64 `json:"added_p50_ms_concurrent"`
+	AddedMeanMsN          float64 `json:"added_mean_ms_concurrent"`
+	LedgerAnswerMeanMsN   float64 `json:"ledger_answer_mean_ms_concurrent"`
+	AddedLessLedgerMeanN  float64 `json:"added_less_ledger_mean_ms_concurrent"`
 	RequestsPerSec        float64 `json:"gateway_requests_per_sec_concurrent"`
 	GatewayCPUSeconds     float64 `json:"gateway_cpu_seconds"`
 	RequestsPerGatewayCPU float64 `json:"requests_per_gateway_cpu_second"`
@@ -92,7 +108,11 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil, err
 	}
 	keys := NewKeys(sc)
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var gwArgs []string
+	if o.GatewayCPUProfile != "" {
+		gwArgs = append(gwArgs, "--cpuprofile", o.GatewayCPUProfile)
+	}
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}
@@ -129,9 +149,16 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil
 	}
 	var errs atomic.Int64
-	sequential := func(url string) []float64 {
+	// sequential runs the 1-client series on url; warmed, if not nil, is
+	// called between the warm-up and the measured requests.
+	sequential := func(url string, warmed func() error) ([]float64, error) {
 		for range 100 { // warm connections, tokenizer, ledger nodes
 			_ = call(url)
+		}
+		if warmed != nil {
+			if err := warmed(); err != nil {
+				return nil, err
+			}
 		}
 		out := make([]float64, 0, o.Requests)
 		for range o.Requests {
@@ -143,7 +170,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 			out = append(out, ms(time.Since(t0)))
 		}
 		slices.Sort(out)
-		return out
+		return out, nil
 	}
 	concurrent := func(url string) ([]float64, int) {
 		var mu sync.Mutex
@@ -178,13 +205,44 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 
 	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
-	direct, via := sequential(directURL), sequential(gwURL)
+	metricsURL := st.gwURL + "/metrics"
+	direct, _ := sequential(directURL, nil)
+	var a0 answerTotals
+	var c0 time.Duration
+	via, err := sequential(gwURL, func() (err error) {
+		if a0, err = ledgerAnswer(ctx, hc, metricsURL); err != nil {
+			return err
+		}
+		c0, err = procCPU(gwPID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c1, err := procCPU(gwPID)
+	if err != nil {
+		return nil, err
+	}
+	if c1 > c0 {
+		res.RequestsPerGatewayCPU1 = float64(len(via)) / (c1 - c0).Seconds()
+	}
+	a1, err := ledgerAnswer(ctx, hc, metricsURL)
+	if err != nil {
+		return nil, err
+	}
 	res.DirectP50Ms, res.DirectP99Ms = q(direct, 0.50), q(direct, 0.99)
 	res.GatewayP50Ms, res.GatewayP99Ms = q(via, 0.50), q(via, 0.99)
 	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
+	res.AddedMeanMs = mean(via) - mean(direct)
+	res.LedgerAnswerMeanMs = a1.since(a0)
+	res.AddedLessLedgerMean = res.AddedMeanMs - res.LedgerAnswerMeanMs
 
 	directN, _ := concurrent(directURL)
 	cpu0, err := procCPU(gwPID)
+	if err != nil {
+		return nil, err
+	}
+	a2, err := ledgerAnswer(ctx, hc, metricsURL)
 	if err != nil {
 		return nil, err
 	}
@@ -195,9 +253,16 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
+	a3, err := ledgerAnswer(ctx, hc, metricsURL)
+	if err != nil {
+		return nil, err
+	}
 	res.DirectP50MsN = q(directN, 0.50)
 	res.GatewayP50MsN, res.GatewayP99MsN = q(viaN, 0.50), q(viaN, 0.99)
 	res.AddedP50MsN = res.GatewayP50MsN - res.DirectP50MsN
+	res.AddedMeanMsN = mean(viaN) - mean(directN)
+	res.LedgerAnswerMeanMsN = a3.since(a2)
+	res.AddedLessLedgerMeanN = res.AddedMeanMsN - res.LedgerAnswerMeanMsN
 	res.RequestsPerSec = float64(n) / el.Seconds()
 	res.GatewayCPUSeconds = (cpu1 - cpu0).Seconds()
 	if res.GatewayCPUSeconds > 0 {
@@ -205,6 +270,63 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	}
 	res.Errors = errs.Load()
 	return res, nil
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// answerTotals are the sum and count of the gateway's
+// sluice_gateway_ledger_answer_seconds at one moment.
+type answerTotals struct{ sum, count float64 }
+
+// since is the mean answer time, in ms, of the answers after a.
+func (b answerTotals) since(a answerTotals) float64 {
+	if b.count <= a.count {
+		return 0
+	}
+	return (b.sum - a.sum) / (b.count - a.count) * 1000
+}
+
+// ledgerAnswer reads the gateway's answer-time histogram totals.
+func ledgerAnswer(ctx context.Context, hc *http.Client, url string) (answerTotals, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return answerTotals{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return answerTotals{}, fmt.Errorf("gateway metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answerTotals{}, fmt.Errorf("gateway metrics: %w", err)
+	}
+	var t answerTotals
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		switch name {
+		case "sluice_gateway_ledger_answer_seconds_sum":
+			t.sum, err = strconv.ParseFloat(v, 64)
+		case "sluice_gateway_ledger_answer_seconds_count":
+			t.count, err = strconv.ParseFloat(v, 64)
+		}
+		if err != nil {
+			return answerTotals{}, fmt.Errorf("gateway metrics: %s: %w", name, err)
+		}
+	}
+	return t, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

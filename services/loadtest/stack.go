@@ -95,7 +95,8 @@ type proc struct {
 
 // startStack starts the scenario's stack on brokers. The topics get a
 // fresh prefix, so concurrent runs and earlier runs never mix.
-func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, log *slog.Logger) (st *stack, err error) {
+// gwArgs are extra flags of the gateway process.
+func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the sluice binary (set --sluice-bin): %w", err)
@@ -164,8 +165,8 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err != nil {
 		return st, err
 	}
-	if _, _, err := st.start(ctx, "gateway", "gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-		"--config", gwCfg, "--addr", gaddr); err != nil {
+	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
+		"--config", gwCfg, "--addr", gaddr}, gwArgs...)...); err != nil {
 		return st, err
 	}
 	st.gwURL = "http://" + gaddr

@@ -45,7 +45,7 @@ func runBench(ctx context.Context, args []string) error {
 	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	stages := fs.Bool("stages", false, "ledger-kafka: split each round trip into send, fetch, decide and deliver (p50/p99 of each)")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone; gateway --process: of the gateway process)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -58,16 +58,13 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer f.Close()
 		whatIfProfile = f
-	} else if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
+	} else if *cpuprofile != "" && !(args[0] == "gateway" && *process) {
+		// gateway --process profiles the gateway process, not this one.
+		stop, err := startCPUProfile(*cpuprofile)
 		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	var res any
 	var err error
@@ -78,7 +75,8 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchCodec(*n)
 	case "gateway":
 		if *process {
-			res, err = loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(*brokers), Requests: *n, Clients: *conc, Duration: *dur})
+			res, err = loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(*brokers), Requests: *n, Clients: *conc, Duration: *dur,
+				GatewayCPUProfile: *cpuprofile})
 			break
 		}
 		res, err = benchGateway(ctx, *n, *conc)
@@ -101,6 +99,20 @@ func runBench(ctx context.Context, args []string) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(res)
+}
+
+// startCPUProfile starts a CPU profile into path; stop ends it and closes
+// the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // measure runs f n times and reports wall time and allocations per op.

@@ -149,8 +149,16 @@ func runGateway(ctx context.Context, args []string) error {
 	publish := fs.Bool("publish-config", true, "publish the ledger section as a ConfigChanged event at start")
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the operator token that turns on the admin API at /admin/v1 (env SLUICE_ADMIN_TOKEN; default: admin API off)")
 	verbose := fs.Bool("v", false, "log at info level")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (sluice bench gateway --process --cpuprofile uses it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	log := logger(*verbose)
 	cfg, err := config.LoadFile(*cfgPath)
