@@ -48,7 +48,11 @@ const (
 	CodeDeadlineExceeded     = "deadline_exceeded"
 	CodeUpstreamRequestError = "upstream_request_error"
 	CodeUpstreamOverloaded   = "upstream_overloaded"
-	CodeInternal             = "internal_error"
+	// CodeUpstreamAuth: the provider refused the gateway's own credential
+	// (HTTP 401/403). The caller cannot fix it and no retry helps until an
+	// operator does: 502 with x-should-retry: false.
+	CodeUpstreamAuth = "upstream_auth_error"
+	CodeInternal     = "internal_error"
 	// CodeLateGrant: the ledger's grant reached the gateway too late to be
 	// dispatched (a stall) and no new grant fit the request's deadline.
 	CodeLateGrant = string(schemas.ReasonLateGrant)
@@ -78,7 +82,11 @@ type Sluice struct {
 
 // Error is one refusal.
 type Error struct {
-	Status  int    `json:"-"`
+	Status int `json:"-"`
+	// NoRetry sends x-should-retry: false, which the official OpenAI and
+	// Anthropic SDKs obey before their status rules: for a status they
+	// would retry (5xx) on an error no retry can fix.
+	NoRetry bool   `json:"-"`
 	Message string `json:"message"`
 	Type    string `json:"type"` // OpenAI error type
 	Param   string `json:"param,omitempty"`
@@ -118,6 +126,9 @@ func New(status int, code, msg string) *Error {
 func Write(w http.ResponseWriter, e *Error, anthropic bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	if e.NoRetry {
+		h.Set("x-should-retry", "false")
+	}
 	if e.Sluice.RetryAfterMs > 0 {
 		h.Set("Retry-After", strconv.FormatInt((e.Sluice.RetryAfterMs+999)/1000, 10))
 		h.Set("retry-after-ms", strconv.FormatInt(e.Sluice.RetryAfterMs, 10))

@@ -20,6 +20,10 @@ func SDKRetries(status int) bool {
 	return status == 408 || status == 409 || status == 429 || status >= 500
 }
 
+// SDKRetriesError reports whether the official SDKs retry e: never when it
+// says x-should-retry: false (NoRetry), else by its status.
+func SDKRetriesError(e *apierr.Error) bool { return !e.NoRetry && SDKRetries(e.Status) }
+
 // decisionError turns a refusal by the ledger into the error contract.
 func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	var e *apierr.Error
@@ -130,17 +134,22 @@ func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.De
 // upstreamStatusError is the error contract of a provider status ≥ 400
 // that is not a capacity refusal.
 func upstreamStatusError(upstreamStatus int, provider, message string) *apierr.Error {
-	status, code := 502, apierr.CodeUpstreamError
-	if upstreamStatus != 401 && upstreamStatus != 403 {
-		// The caller's request was at fault: keep the provider's status.
-		// A 401/403 is the gateway's own credential: the caller cannot fix it.
-		status, code = upstreamStatus, apierr.CodeUpstreamRequestError
+	if upstreamStatus == 401 || upstreamStatus == 403 {
+		// The gateway's own credential: the caller cannot fix it, and
+		// retrying sends the provider the same refused key again. 502
+		// (the fault is upstream of the caller) without a retry invitation.
+		e := apierr.New(502, apierr.CodeUpstreamAuth, fmt.Sprintf(
+			"provider %s refused Sluice's credential for it (HTTP %d); an operator must fix the provider key, and retrying will not help", provider, upstreamStatus))
+		e.NoRetry = true
+		e.Sluice.Provider = provider
+		return e
 	}
+	// The caller's request was at fault: keep the provider's status.
 	msg := fmt.Sprintf("provider %s answered HTTP %d", provider, upstreamStatus)
 	if message != "" {
 		msg += ": " + message
 	}
-	e := apierr.New(status, code, msg)
+	e := apierr.New(upstreamStatus, apierr.CodeUpstreamRequestError, msg)
 	e.Sluice.Provider = provider
 	return e
 }

@@ -42,12 +42,16 @@ func TestRefusalsSDKsRetryOnlyWhenARetryCanHelp(t *testing.T) {
 		{"provider quota exhausted", providerError(rej(schemas.KindQuotaExhausted, 37_000), ev, schemas.Decision{}), 403, apierr.CodeQuotaExhausted, 0, false},
 		{"retry met a spent provider quota", providerError(rej(schemas.KindRateLimited, 1000),
 			ev, schemas.Decision{Reason: schemas.ReasonProviderQuotaExhausted, RetryAfterMs: 3_600_000}), 403, apierr.CodeQuotaExhausted, 0, false},
+		{"provider refused the gateway's credential", upstreamStatusError(401, "openai-main", "Incorrect API key"), 502, apierr.CodeUpstreamAuth, 0, false},
+		{"provider forbids the gateway's credential", upstreamStatusError(403, "openai-main", ""), 502, apierr.CodeUpstreamAuth, 0, false},
+		{"provider refused the caller's request", upstreamStatusError(400, "openai-main", "bad temperature"), 400, apierr.CodeUpstreamRequestError, 0, false},
+		{"provider failed", upstreamStatusError(500, "openai-main", ""), 500, apierr.CodeUpstreamRequestError, 0, true},
 	}
 	for _, tc := range tests {
 		e := tc.err
-		if e.Status != tc.status || e.Code != tc.code || e.Sluice.RetryAfterMs != tc.retryMs || SDKRetries(e.Status) != tc.sdkRetry {
+		if e.Status != tc.status || e.Code != tc.code || e.Sluice.RetryAfterMs != tc.retryMs || SDKRetriesError(e) != tc.sdkRetry {
 			t.Errorf("%s: got %d %s retry_after_ms=%d (SDKs retry: %v), want %d %s retry_after_ms=%d (%v)", tc.name,
-				e.Status, e.Code, e.Sluice.RetryAfterMs, SDKRetries(e.Status), tc.status, tc.code, tc.retryMs, tc.sdkRetry)
+				e.Status, e.Code, e.Sluice.RetryAfterMs, SDKRetriesError(e), tc.status, tc.code, tc.retryMs, tc.sdkRetry)
 		}
 	}
 }

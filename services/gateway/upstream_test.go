@@ -222,7 +222,7 @@ func TestProviderErrorsAndCredentials(t *testing.T) {
 	}{
 		{"fake-model", 200, ""},
 		{"fake-400", 400, "upstream_request_error"},
-		{"fake-401", 502, "upstream_error"},
+		{"fake-401", 502, "upstream_auth_error"},
 		{"dead-model", 502, "upstream_error"},
 	}
 	for _, tc := range tests {
@@ -238,6 +238,11 @@ func TestProviderErrorsAndCredentials(t *testing.T) {
 			if tc.status != 200 {
 				if e := decodeError(t, b, false); e.Code != tc.code {
 					t.Errorf("code %q, want %q", e.Code, tc.code)
+				}
+				// The official SDKs obey x-should-retry before their status
+				// rules: a refused provider credential is a 502 they must not retry.
+				if got := resp.Header.Get("x-should-retry"); (tc.model == "fake-401") != (got == "false") {
+					t.Errorf("x-should-retry %q", got)
 				}
 				if tc.model != "dead-model" && f.calls.Load()-before != 1 {
 					t.Errorf("a non-retryable error was retried (%d calls)", f.calls.Load()-before)
