@@ -137,7 +137,14 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		case schemas.DimRequests:
 			// The simulator counts a request only when it admits it: a
 			// refused one (429, 503) is not charged to its RPM.
-			b.RefundUnsent = true
+			//
+			// It is not refunded here (refund_unsent off) even so: after a
+			// ledger failover the provider's window can be fuller than the
+			// ledger's, and refunding each 429 then let the ledger send at
+			// full rate into a full window (TestStackKillLedgerRealBroker:
+			// 1,386 provider 429s). A refusal the ledger must learn from
+			// keeps its charge.
+			b.BorrowReserve = sc.Sluice.BorrowReserve
 		case schemas.DimOutputTokens, schemas.DimTotalTokens:
 			b.Accounting = acct.output
 			b.ExcludeCachedInput = d == schemas.DimTotalTokens && acct.excludeCached
@@ -181,6 +188,18 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 	var tenants []ledger.TenantConfig
 	for _, t := range sc.Tenants {
 		tenants = append(tenants, ledger.TenantConfig{ID: t.ID, Weight: t.Weight})
+		// A guaranteed share: the tenant's own requests bucket, as large as
+		// the deployment's, whose grants above the share are borrowed.
+		if t.Guaranteed > 0 && q.RequestsPerMin > 0 && !q.Disabled {
+			for _, d := range bs {
+				if d.Dimension == schemas.DimRequests && d.Level == ledger.LevelDeployment {
+					bs = append(bs, ledger.BucketConfig{Level: ledger.LevelTenant, ID: t.ID, Dimension: schemas.DimRequests,
+						Capacity: d.Capacity, PeriodMs: d.PeriodMs, WindowMs: d.WindowMs,
+						Guaranteed: max(1, int64(math.Round(t.Guaranteed*float64(d.Capacity))))})
+					break
+				}
+			}
+		}
 	}
 	var classes []ledger.ClassConfig
 	for _, name := range sc.ClassNames() {

@@ -60,6 +60,7 @@ func (q *modelQueue) Pop() any {
 // modelResult is what a model run saw.
 type modelResult struct {
 	requests, served, provider429, provider503, attempts int
+	unservedInteractive                                  int
 	endings                                              map[string]int
 }
 
@@ -244,6 +245,9 @@ func runModel(t *testing.T, sc *Scenario, tweak func(*ledger.Config)) modelResul
 		if !st.done {
 			res.endings["undecided"]++
 		}
+		if !st.served && sc.Tenants[arr[i].Tenant].Class == "interactive" {
+			res.unservedInteractive++
+		}
 		if os.Getenv("SLUICE_MODEL_TRACE") != "" && !st.served {
 			t.Logf("%s deadline %d: %s", id, st.deadline, strings.Join(st.trace, " | "))
 		}
@@ -252,9 +256,11 @@ func runModel(t *testing.T, sc *Scenario, tweak func(*ledger.Config)) modelResul
 }
 
 // TestModelStorm runs the storm scenario through the ledger it generates
-// (virtual time, the simulator's storm counter): the policy serves nearly
-// every request with fewer provider 429s than the client-retry baseline
-// (71 of 341 attempts, 258 served, on the real simulator). It also states
+// (virtual time, the simulator's storm counter): the policy serves more
+// than nine in ten requests with fewer provider 429s than the client-retry
+// baseline (71 of 341 attempts, 258 served, on the real simulator); the
+// generated config keeps each refused request's charge (no refund_unsent),
+// which costs the storm about ten served requests and saves about ten 429s. It also states
 // the bound that makes "429s at most half the baseline's" incompatible
 // with "served at least the baseline's" in this scenario: the storm
 // refuses exactly every second attempt, so each request served inside it
@@ -267,8 +273,8 @@ func TestModelStorm(t *testing.T) {
 	}
 	r := runModel(t, sc, nil)
 	t.Logf("storm: %v", r)
-	if r.served < 250 || r.provider429 > 60 {
-		t.Errorf("storm model: served %d (want ≥ 250), provider 429s %d (want ≤ 60)", r.served, r.provider429)
+	if r.served < 235 || r.provider429 > 50 {
+		t.Errorf("storm model: served %d (want ≥ 235), provider 429s %d (want ≤ 50)", r.served, r.provider429)
 	}
 	st := sc.SimConfig.Storms[0]
 	dl := sc.Classes["interactive"].Deadline.D()
@@ -295,5 +301,22 @@ func TestModelBurst(t *testing.T) {
 	t.Logf("burst: %v", r)
 	if r.provider429 != 0 || r.served < 230 {
 		t.Errorf("burst model: %d provider 429s (want 0), served %d (want ≥ 230)", r.provider429, r.served)
+	}
+}
+
+// TestModelNoisyNeighbor: the noisy-neighbor scenario through its generated
+// ledger serves every interactive request, including the burst of four
+// within 170 ms at 24.6 s that the flood's empty bucket could not take in
+// 300 ms before bulk's grants above its guaranteed share had to leave a
+// borrow reserve; and the provider sees no 429.
+func TestModelNoisyNeighbor(t *testing.T) {
+	sc, err := LoadScenario("noisy-neighbor", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := runModel(t, sc, nil)
+	t.Logf("noisy-neighbor: %v", r)
+	if r.provider429 != 0 || r.unservedInteractive != 0 {
+		t.Errorf("noisy-neighbor model: %d provider 429s, %d interactive requests not served (want 0 and 0)", r.provider429, r.unservedInteractive)
 	}
 }

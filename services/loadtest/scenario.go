@@ -83,6 +83,12 @@ type SluiceLimits struct {
 	// Disabled leaves the derived deployment buckets out (only per-tenant
 	// quotas remain): to show what an unconfigured governor does.
 	Disabled bool `yaml:"disabled"`
+	// BorrowReserve is the number of requests that borrowed grants (a
+	// tenant above its guaranteed share) leave in the deployment's requests
+	// bucket: headroom for a burst of the other tenants' requests, which
+	// otherwise meet a bucket that a flood keeps empty (ledger
+	// borrow_reserve).
+	BorrowReserve int64 `yaml:"borrow_reserve"`
 }
 
 // RampSpec is a ramp governor: Start requests per Period at first, growing
@@ -128,6 +134,11 @@ type TenantSpec struct {
 	// random time in [0, CancelAfter).
 	CancelFraction float64  `yaml:"cancel_fraction"`
 	CancelAfter    Duration `yaml:"cancel_after"`
+	// Guaranteed is the share (0–1) of the deployment's requests limit the
+	// tenant may always use; its grants above it are borrowed, and borrowed
+	// grants yield to waiters within their share or of a higher class and
+	// leave sluice.borrow_reserve (ledger guaranteed). 0: no baseline.
+	Guaranteed float64 `yaml:"guaranteed"`
 }
 
 // Burst is extra load on top of a tenant's base rate.
@@ -470,6 +481,9 @@ func (sc *Scenario) validate(root *yaml.Node, pe *ProblemsError) {
 		}
 		if t.Weight < 0 || t.Weight > 1_000_000 {
 			bad(at("weight"), "%d out of [1, 1000000]", t.Weight)
+		}
+		if t.Guaranteed < 0 || t.Guaranteed > 1 {
+			bad(at("guaranteed"), "%v out of [0, 1]", t.Guaranteed)
 		}
 		if t.Class == "" {
 			t.Class = "interactive"
