@@ -81,16 +81,8 @@ func runConfig(ctx context.Context, args []string) error {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", *cfgPath, err)
 	}
 	printChanges(os.Stdout, *cfgPath, changes, skipped)
-	if len(changes) == 0 {
-		fmt.Println("nothing to change")
-		return nil
-	}
-	if !*yes {
-		fmt.Println("dry run: nothing changed; rerun with --yes to install")
-		return nil
-	}
-	if *actor == "" {
-		return errors.New("--actor is required when $USER is not set: the config history records who made each change")
+	if ok, err := proceed(len(changes), *yes, *actor); !ok {
+		return err
 	}
 	cc := schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: report.PatchSource, Actor: *actor, Reason: *reason}
 	if err := ledgerd.PublishConfigChange(ctx, ap.brokers, ap.names, cc); err != nil {
@@ -101,6 +93,23 @@ func runConfig(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *actor, *brokers, *cfgPath)
 	return nil
+}
+
+// proceed says whether `config apply` installs its changes: not when there
+// are none or without --yes (it says so), and not without an actor (the
+// config history records who made each change).
+func proceed(changes int, yes bool, actor string) (bool, error) {
+	switch {
+	case changes == 0:
+		fmt.Println("nothing to change")
+		return false, nil
+	case !yes:
+		fmt.Println("dry run: nothing changed; rerun with --yes to install")
+		return false, nil
+	case actor == "":
+		return false, errors.New("--actor is required when $USER is not set: the config history records who made each change")
+	}
+	return true, nil
 }
 
 // applyPlan is what `sluice config apply` installs into.
@@ -143,16 +152,8 @@ func (ap applyPlan) viaAdmin(ctx context.Context, doc []byte, p report.Patch, st
 	adminName := fmt.Sprintf("admin state version %d (the ledger document the cluster runs)", st.Version)
 	printChanges(os.Stdout, ap.cfgPath, fileChanges, fileSkipped)
 	printChanges(os.Stdout, adminName, ledChanges, ledSkipped)
-	if len(fileChanges)+len(ledChanges) == 0 {
-		fmt.Println("nothing to change")
-		return nil
-	}
-	if !yes {
-		fmt.Println("dry run: nothing changed; rerun with --yes to install")
-		return nil
-	}
-	if ap.actor == "" {
-		return errors.New("--actor is required when $USER is not set: the config history records who made each change")
+	if ok, err := proceed(len(fileChanges)+len(ledChanges), yes, ap.actor); !ok {
+		return err
 	}
 	if len(ledChanges) > 0 {
 		store, err := admin.OpenKafka(ctx, admin.KafkaConfig{Brokers: ap.brokers, Names: ap.names, Seed: admin.Seed(cfg),
