@@ -71,6 +71,9 @@ func diffValue(path string, a, b any, out *[]ConfigDiff) {
 		va, ina := ka[k]
 		vb, inb := kb[k]
 		switch {
+		case !ina && vb == nil, !inb && va == nil:
+			// null and absent say the same thing (encoding/json reads both
+			// as the zero value), so writing one for the other is no change.
 		case !ina:
 			*out = append(*out, ConfigDiff{Path: p, New: compact(vb)})
 		case !inb:
