@@ -36,7 +36,10 @@ type KafkaBenchOptions struct {
 	// its default).
 	CommitInterval time.Duration
 	// Stages adds each round trip's stages to the result (see Stages).
-	Stages   bool
+	Stages bool
+	// Floor adds the same round trips against an echo in place of the
+	// ledger (see Floor).
+	Floor    bool
 	Progress io.Writer
 }
 
@@ -139,6 +142,10 @@ type KafkaBenchResult struct {
 	Brokers          string      `json:"brokers"`
 	CommitIntervalMs float64     `json:"commit_interval_ms"`
 	RoundTrips       []RoundTrip `json:"round_trips"`
+	// Sequential is one client's closed-loop round trip (see sequential).
+	Sequential RoundTrip `json:"sequential"`
+	// Floor is the Kafka hops alone, measured in the same run (--floor).
+	Floor *Floor `json:"floor,omitempty"`
 	// Transactions and TransactionAborts are the round-trip member's
 	// committed and aborted transactions over the whole run (warm-up
 	// included), CommitMsMean the mean time its End took: a p99 far above
@@ -206,11 +213,18 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 			return nil, fmt.Errorf("warm-up reserve: %w", err)
 		}
 	}
+	fmt.Fprintf(o.Progress, "%d sequential round trips…\n", benchSequential)
+	res.Sequential = sequential(ctx, rc, benchSequential, "seq")
 	for _, rate := range o.Rates {
 		fmt.Fprintf(o.Progress, "round trip at %d req/s for %v…\n", rate, o.Duration)
 		res.RoundTrips = append(res.RoundTrips, roundTrips(ctx, rc, rate, o.Duration, svc.trace))
 	}
 	res.Transactions, res.TransactionAborts, res.CommitMsMean = transactionStats(reg)
+	if o.Floor {
+		if res.Floor, err = benchFloor(ctx, o, benchSequential); err != nil {
+			return nil, err
+		}
+	}
 
 	// Sustained: a backlog on one partition, decided by a fresh member.
 	fmt.Fprintf(o.Progress, "sustained: %d requests on one partition…\n", o.SustainEvents)
@@ -221,6 +235,9 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	res.SustainedDecisionsPerSec = rate
 	return res, nil
 }
+
+// benchSequential is how many closed-loop round trips Sequential makes.
+const benchSequential = 3000
 
 // transactionStats reads a member's committed and aborted transactions and
 // the mean time of its commits from its metrics registry.

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string) error {
 	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	stages := fs.Bool("stages", false, "ledger-kafka: split each round trip into send, fetch, decide and deliver (p50/p99 of each)")
+	floor := fs.Bool("floor", false, "ledger-kafka: also measure the same round trips with an echo in place of the ledger (the Kafka hops alone)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone; gateway --process: of the gateway process)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -82,7 +83,7 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = benchGateway(ctx, *n, *conc)
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
-			SustainEvents: *n, CommitInterval: *commitEvery, Stages: *stages, Progress: os.Stderr})
+			SustainEvents: *n, CommitInterval: *commitEvery, Stages: *stages, Floor: *floor, Progress: os.Stderr})
 	case "sink":
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":
