@@ -202,17 +202,11 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = svc.Loop(lctx) }()
 	defer func() { stop(); wg.Wait(); svc.Close() }()
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: o.Brokers, Topics: names, Node: "bench-gw", AnswerTimeout: 10 * time.Second, Log: quiet})
+	rc, err := benchClient(ctx, o.Brokers, names, "warm")
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	// Warm up: the group join and the first transaction.
-	for i := 0; i < 20; i++ {
-		if _, err := rc.Reserve(ctx, benchReserve(fmt.Sprintf("warm-%d", i))); err != nil {
-			return nil, fmt.Errorf("warm-up reserve: %w", err)
-		}
-	}
 	fmt.Fprintf(o.Progress, "%d sequential round trips…\n", benchSequential)
 	res.Sequential = sequential(ctx, rc, benchSequential, "seq")
 	for _, rate := range o.Rates {
@@ -234,6 +228,23 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	}
 	res.SustainedDecisionsPerSec = rate
 	return res, nil
+}
+
+// benchClient is the bench's gateway side, warmed up by 20 reserves (the
+// member's group join and first transaction, or the echo's first fetch).
+func benchClient(ctx context.Context, brokers []string, names bus.Names, warm string) (*reserve.Client, error) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: "bench-gw", AnswerTimeout: 10 * time.Second, Log: quiet})
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := rc.Reserve(ctx, benchReserve(fmt.Sprintf("%s-%d", warm, i))); err != nil {
+			rc.Close()
+			return nil, fmt.Errorf("%s-up reserve: %w", warm, err)
+		}
+	}
+	return rc, nil
 }
 
 // benchSequential is how many closed-loop round trips Sequential makes.

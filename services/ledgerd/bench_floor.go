@@ -3,8 +3,6 @@ package ledgerd
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -63,7 +61,6 @@ func benchFloor(ctx context.Context, o KafkaBenchOptions, seqN int) (*Floor, err
 		return nil, err
 	}
 	defer cleanup()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ectx, stop := context.WithCancel(ctx)
 	echoErr := make(chan error, 1)
 	ready := make(chan struct{})
@@ -74,16 +71,11 @@ func benchFloor(ctx context.Context, o KafkaBenchOptions, seqN int) (*Floor, err
 	case err := <-echoErr:
 		return nil, err
 	}
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: o.Brokers, Topics: names, Node: "bench-gw", AnswerTimeout: 10 * time.Second, Log: quiet})
+	rc, err := benchClient(ctx, o.Brokers, names, "floor warm")
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	for i := 0; i < 20; i++ {
-		if _, err := rc.Reserve(ctx, benchReserve(fmt.Sprintf("fwarm-%d", i))); err != nil {
-			return nil, fmt.Errorf("floor warm-up reserve: %w", err)
-		}
-	}
 	f := &Floor{}
 	fmt.Fprintf(o.Progress, "floor: %d sequential round trips…\n", seqN)
 	f.Sequential = sequential(ctx, rc, seqN, "fseq")
