@@ -198,6 +198,13 @@ func (s *scanner) array(depth int) bool {
 func (s *scanner) str() (escaped, ok bool) {
 	s.i++ // '"'
 	for s.i < len(s.b) {
+		// Plain bytes, the bulk of a prompt, in a tight loop.
+		for s.i < len(s.b) && plain[s.b[s.i]] {
+			s.i++
+		}
+		if s.i >= len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -282,6 +289,15 @@ func (s *scanner) literal(lit string) bool {
 	s.i += len(lit)
 	return true
 }
+
+// plain marks the bytes a string holds as they are: all but the quote, the
+// backslash and the control bytes.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
