@@ -323,3 +323,29 @@ func BenchmarkEstimate4kTokens(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "prompt_tokens")
 }
+
+// BenchmarkParseOpenAIChat parses the body of `sluice bench gateway
+// --process` (a 200-token message) on each path: the one-scan path
+// ParseOpenAIChat takes, the two-pass encoding/json path it falls back to,
+// and the level-by-level parser that names a bad body's problem.
+func BenchmarkParseOpenAIChat(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"` +
+		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
+	for _, p := range []struct {
+		name  string
+		parse func([]byte) (Request, bool)
+	}{
+		{"scan", parseOpenAIChatScan},
+		{"decode", parseOpenAIChatFast},
+		{"levels", func(b []byte) (Request, bool) { r, err := parseOpenAIChat(b); return r, err == nil }},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := p.parse(body); !ok {
+					b.Fatal("not parsed")
+				}
+			}
+		})
+	}
+}

@@ -38,8 +38,9 @@ var chatSeeds = []string{
 	`{"model":1}`, `[]`, `{`, ``,
 }
 
-// FuzzParseOpenAIChatFast checks that the one-pass parser takes only
-// bodies the level-by-level parser accepts, with the same result.
+// FuzzParseOpenAIChatFast: both fast paths (the one-scan path and the
+// two-pass encoding/json one) take only bodies the level-by-level parser
+// accepts, with its result.
 func FuzzParseOpenAIChatFast(f *testing.F) {
 	for _, s := range chatSeeds {
 		f.Add([]byte(s))
@@ -47,17 +48,25 @@ func FuzzParseOpenAIChatFast(f *testing.F) {
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a","name":"x"}],"messages":[{"role":"user","content":"b"}]}`))
 	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"caf\u00e9 \"q\" \n"},null]}`))
 	f.Add([]byte("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}"))
+	f.Add([]byte(`{"MODEL":"m","Messages":[{"ROLE":"user","content":"a","Content":null,"refusal":"r"}],"max_tokens":null,"n":2,"stream":false,"stream_options":{"include_usage":true}}`))
+	f.Add([]byte(`{"model":"m","m\u0065ssages":[{"role":"user","content":"a"}]}`))
+	f.Add([]byte(`{"model":"m\u00e9","messages":[{"role":"user","content":[{"type":"text","text":"a"}],"tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"f"}}]}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fast, ok := parseOpenAIChatFast(body)
-		if !ok {
-			return
-		}
-		slow, err := parseOpenAIChat(body)
-		if err != nil {
-			t.Fatalf("fast path took a body the slow path refuses (%v): %q", err, body)
-		}
-		if !reflect.DeepEqual(fast, slow) {
-			t.Fatalf("fast and slow paths differ on %q:\nfast %+v\nslow %+v", body, fast, slow)
+		for _, p := range []struct {
+			name  string
+			parse func([]byte) (Request, bool)
+		}{{"scan", parseOpenAIChatScan}, {"fast", parseOpenAIChatFast}} {
+			fast, ok := p.parse(body)
+			if !ok {
+				continue
+			}
+			slow, err := parseOpenAIChat(body)
+			if err != nil {
+				t.Fatalf("%s path took a body the slow path refuses (%v): %q", p.name, err, body)
+			}
+			if !reflect.DeepEqual(fast, slow) {
+				t.Fatalf("%s and slow paths differ on %q:\n%s %+v\nslow %+v", p.name, body, p.name, fast, slow)
+			}
 		}
 	})
 }

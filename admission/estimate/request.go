@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/internal/jsonscan"
 )
 
 // MaxTokensLimit is the largest max_tokens / max_completion_tokens value the
@@ -362,10 +364,162 @@ type openAIPart struct {
 
 // ParseOpenAIChat parses an OpenAI chat-completions request body.
 func ParseOpenAIChat(body []byte) (Request, error) {
+	if req, ok := parseOpenAIChatScan(body); ok {
+		return req, nil
+	}
 	if req, ok := parseOpenAIChatFast(body); ok {
 		return req, nil
 	}
 	return parseOpenAIChat(body)
+}
+
+// parseOpenAIChatScan is parseOpenAIChatFast with one scan of the body
+// (jsonscan) in place of encoding/json's four passes over the messages
+// (the body's validation and decode, then the messages' own): each member
+// of the body and of each message is decoded alone, as Unmarshal decodes
+// it into its struct field (plain strings and raw members without
+// reflection). Anything it does not take whole, a key it cannot match
+// without decoding it included, goes to parseOpenAIChatFast; for every
+// body it takes, the result is parseOpenAIChat's (FuzzParseOpenAIChatFast).
+func parseOpenAIChatScan(body []byte) (Request, bool) {
+	if firstByte(body) != '{' {
+		return Request{}, false
+	}
+	var b openAIChatBody
+	ok := true
+	var messages []byte
+	if !jsonscan.Object(body, func(key []byte, escaped bool, v []byte) {
+		if ok {
+			ok = b.member(key, escaped, v, &messages)
+		}
+	}) || !ok || b.Model == nil || requireModel(b.Model, true) != nil || firstByte(messages) != '[' {
+		return Request{}, false
+	}
+	var msgs []openAIMessage
+	if !jsonscan.Array(messages, func(v []byte) {
+		if !ok {
+			return
+		}
+		if firstByte(v) != '{' {
+			ok = false
+			return
+		}
+		var m openAIMessage
+		ok = jsonscan.Object(v, func(key []byte, escaped bool, mv []byte) {
+			if ok {
+				ok = m.member(key, escaped, mv)
+			}
+		}) && ok
+		msgs = append(msgs, m)
+	}) || !ok || len(msgs) == 0 {
+		return Request{}, false
+	}
+	req := Request{Format: FormatOpenAIChat, N: 1, Model: *b.Model, Messages: make([]Message, 0, len(msgs))}
+	for i := range msgs {
+		msg, e := openAIMessageFrom(&msgs[i], "messages[]")
+		if e != nil {
+			return Request{}, false
+		}
+		req.Messages = append(req.Messages, msg)
+	}
+	if b.finish(&req) != nil {
+		return Request{}, false
+	}
+	return req, true
+}
+
+// member decodes one member of a chat body into b as Unmarshal into the
+// struct would (the last "messages" is kept raw in *messages); false when
+// it fails or the key needs decoding to be matched.
+func (b *openAIChatBody) member(key []byte, escaped bool, v []byte, messages *[]byte) bool {
+	var name string
+	for _, n := range [...]string{"model", "messages", "tools", "functions", "response_format", "max_tokens",
+		"max_completion_tokens", "n", "stream", "stream_options"} {
+		match, sure := jsonscan.KeyIs(key, escaped, n)
+		if !sure {
+			return false
+		}
+		if match {
+			name = n
+			break
+		}
+	}
+	switch name {
+	case "":
+		return true // not a field: Unmarshal skips it
+	case "model":
+		return stringPtrMember(v, &b.Model)
+	case "messages":
+		*messages = v
+		return true
+	case "max_tokens":
+		b.MaxTokens = append(b.MaxTokens[:0], v...)
+		return true
+	case "max_completion_tokens":
+		b.MaxCompletionTokens = append(b.MaxCompletionTokens[:0], v...)
+		return true
+	case "response_format":
+		b.ResponseFormat = append(b.ResponseFormat[:0], v...)
+		return true
+	case "tools":
+		return json.Unmarshal(v, &b.Tools) == nil
+	case "functions":
+		return json.Unmarshal(v, &b.Functions) == nil
+	case "n":
+		return json.Unmarshal(v, &b.N) == nil
+	case "stream":
+		return json.Unmarshal(v, &b.Stream) == nil
+	}
+	return json.Unmarshal(v, &b.StreamOptions) == nil
+}
+
+// member decodes one member of a message into m as Unmarshal into the
+// struct would; false when it fails or the key needs decoding to be
+// matched.
+func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
+	var name string
+	for _, n := range [...]string{"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal"} {
+		match, sure := jsonscan.KeyIs(key, escaped, n)
+		if !sure {
+			return false
+		}
+		if match {
+			name = n
+			break
+		}
+	}
+	switch name {
+	case "":
+		return true
+	case "role":
+		return stringPtrMember(v, &m.Role)
+	case "content":
+		m.Content = append(m.Content[:0], v...)
+		return true
+	case "name":
+		return stringPtrMember(v, &m.Name)
+	case "tool_calls":
+		return json.Unmarshal(v, &m.ToolCalls) == nil
+	case "function_call":
+		return json.Unmarshal(v, &m.FunctionCall) == nil
+	case "tool_call_id":
+		return stringPtrMember(v, &m.ToolCallID)
+	}
+	return stringPtrMember(v, &m.Refusal)
+}
+
+// stringPtrMember decodes a *string member (v checked by jsonscan): null
+// sets it nil; a string without escapes in valid UTF-8 is its bytes, as
+// Unmarshal returns it; anything else is Unmarshal's.
+func stringPtrMember(v []byte, p **string) bool {
+	if len(v) >= 2 && v[0] == '"' {
+		if in := v[1 : len(v)-1]; bytes.IndexByte(in, '\\') < 0 && utf8.Valid(in) {
+			s := string(in)
+			*p = &s
+			return true
+		}
+	}
+	return json.Unmarshal(v, p) == nil
 }
 
 // parseOpenAIChatFast parses a well-formed body in two decoding passes (the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -144,4 +145,44 @@ func FuzzParseAnswer(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseUsageFast: reading the usage member alone (usageFieldFast) gives
+// what json.Unmarshal of the whole answer gives, for every provider's
+// shape, whenever it decides.
+func FuzzParseUsageFast(f *testing.F) {
+	for _, name := range []string{"openai_chat_200.http", "anthropic_messages_200.http", "gemini_200.http"} {
+		_, body := loadResponse(f, name)
+		f.Add(body)
+	}
+	for _, s := range []string{
+		`{"usage":{"prompt_tokens":5},"USAGE":{"completion_tokens":3}}`,
+		`{"usage":{"prompt_tokens":5},"usage":null}`,
+		`{"usage":{"prompt_tokens":"5"}}`,
+		`{"usageMetadata":{"promptTokenCount":2},"Usage":{"input_tokens":1,"output_tokens":2}}`,
+		`{"\u0075sage":{"prompt_tokens":1}}`,
+		`{"usage":{"prompt_tokens":1}}x`,
+		`{"usage":{"prompt_tokens":-9223372036854775808,"completion_tokens":1e2}}`,
+		`{"usage":{"PROMPT_TOKENS":3,"prompt_tokens_details":{"cached_tokens":2},"prompt_tokens_details":{"Cached_Tokens":null},"output_tokens":1.0}}`,
+		`{"usage":{"input_tokens":7,"input_tokens":null,"output_tokens_details":{"reasoning_tokens":"1"}}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkUsageFast[openAIUsage](t, body, "usage")
+		checkUsageFast[anthropicUsage](t, body, "usage")
+		checkUsageFast[geminiUsage](t, body, "usageMetadata")
+	})
+}
+
+func checkUsageFast[T any](t *testing.T, body []byte, name string) {
+	t.Helper()
+	fast, fastOK, decided := usageFieldFast[T](body, name)
+	if !decided {
+		return
+	}
+	slow, slowOK := usageFieldSlow[T](body, name)
+	if fastOK != slowOK || (fast == nil) != (slow == nil) || fast != nil && !reflect.DeepEqual(*fast, *slow) {
+		t.Fatalf("%T of %q: fast %+v %v, encoding/json %+v %v", fast, body, fast, fastOK, slow, slowOK)
+	}
 }

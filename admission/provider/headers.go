@@ -170,11 +170,15 @@ func ParseDurationMs(s string) (int64, bool) {
 	if s == "" || len(s) > 64 {
 		return 0, false
 	}
-	if f, err := strconv.ParseFloat(s, 64); err == nil { // bare seconds
-		if math.IsNaN(f) || f < 0 {
-			return 0, false
+	// Bare seconds; a unit letter (h, m, s) is in no number ParseFloat
+	// takes, so "6ms" skips the attempt and the error it allocates.
+	if !strings.ContainsAny(s, "hmsHMS") {
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
+			if math.IsNaN(f) || f < 0 {
+				return 0, false
+			}
+			return ceilMs(f * 1000), true
 		}
-		return ceilMs(f * 1000), true
 	}
 	var total float64 // milliseconds
 	for s != "" {

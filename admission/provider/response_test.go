@@ -109,3 +109,15 @@ func TestStream(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkParseUsage reads the usage of a recorded chat answer (the
+// gateway does it for every non-streaming answer).
+func BenchmarkParseUsage(b *testing.B) {
+	_, body := loadResponse(b, "openai_chat_200.http")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := ParseUsage(schemas.ProviderOpenAI, body); !ok {
+			b.Fatal("no usage")
+		}
+	}
+}

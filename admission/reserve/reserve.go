@@ -62,7 +62,9 @@ type Decided struct {
 const TelemetryLinger = 20 * time.Millisecond
 
 // watchBuffer bounds the decisions queued for one watcher; a watcher reads
-// them as they come, so only stale repeats are ever dropped.
+// them as they come, so only stale repeats are ever dropped. The channel
+// holds pointers: a buffer of 16 Decided values was 2.9 kB allocated (and
+// zeroed, and scanned) per request for the one or two decisions it gets.
 const watchBuffer = 16
 
 // Client talks to the ledger over Kafka. It is safe for concurrent use.
@@ -74,7 +76,7 @@ type Client struct {
 	log  *slog.Logger
 
 	mu       sync.Mutex
-	watchers map[string]chan Decided // by request id
+	watchers map[string]chan *Decided // by request id
 
 	// reproduced counts decisions dropped as copies of delivered ones
 	// (produced again after an aborted transaction).
@@ -155,7 +157,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("telemetry producer: %w", err)
 	}
 	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(),
-		watchers: map[string]chan Decided{}, done: make(chan struct{})}
+		watchers: map[string]chan *Decided{}, done: make(chan struct{})}
 	go c.consume()
 	if cfg.HeartbeatInterval > 0 {
 		c.hbStop, c.hbDone = make(chan struct{}), make(chan struct{})
@@ -211,7 +213,7 @@ func (c *Client) consume() {
 			c.mu.Unlock()
 			if ch != nil {
 				select {
-				case ch <- Decided{Attempt: ev.Attempt, Decision: *ev.Decision}:
+				case ch <- &Decided{Attempt: ev.Attempt, Decision: *ev.Decision}:
 				default: // a watcher holds at most a few; drop stale repeats
 				}
 			}
@@ -278,8 +280,8 @@ func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) e
 
 // Watch delivers the decisions for request id, of any attempt, from now
 // until stop is called. One watcher per request id.
-func (c *Client) Watch(requestID string) (decisions <-chan Decided, stop func()) {
-	ch := make(chan Decided, watchBuffer)
+func (c *Client) Watch(requestID string) (decisions <-chan *Decided, stop func()) {
+	ch := make(chan *Decided, watchBuffer)
 	c.mu.Lock()
 	c.watchers[requestID] = ch
 	c.mu.Unlock()

@@ -17,6 +17,12 @@ const (
 	upstreamErrorMax = 1 << 20  // an error body
 )
 
+// answerHeaders are the provider headers a non-streaming answer passes on
+// to the client, canonical once here: Header.Get and Set canonicalise the
+// name on every call, allocating for names written in lower case.
+var answerHeaders = []string{"Content-Type", http.CanonicalHeaderKey("x-request-id"), http.CanonicalHeaderKey("request-id"),
+	http.CanonicalHeaderKey("openai-processing-ms")}
+
 // dispatch sends one granted attempt upstream and returns what came back
 // for the lifecycle: an answer (held for Respond), a stream about to start
 // (held for Relay), or no answer.
@@ -61,10 +67,10 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	if ans.Translated {
 		resp.Header.Set("Content-Type", "application/json")
 	}
-	c.upHeader = http.Header{}
-	for _, h := range []string{"Content-Type", "x-request-id", "request-id", "openai-processing-ms"} {
-		if v := resp.Header.Get(h); v != "" {
-			c.upHeader.Set(h, v)
+	c.upHeader = make(http.Header, len(answerHeaders)+4) // and respond's own
+	for _, h := range answerHeaders {
+		if v := resp.Header[h]; len(v) > 0 && v[0] != "" {
+			c.upHeader[h] = v[:1:1] // Get's value, as Set would store it
 		}
 	}
 	c.upStatus, c.upBody = resp.StatusCode, ans.Body
