@@ -643,3 +643,44 @@ func TestSimDeadlineRule(t *testing.T) {
 		}
 	}
 }
+
+// TestSimFreezeIsACopy: a Frozen state encodes, however much the ledger
+// applied after the Freeze, to the bytes MarshalSnapshot gave at that
+// moment (services/ledgerd encodes snapshots off its loop while the ledger
+// goes on deciding, so any slice the two shared would corrupt a snapshot).
+func TestSimFreezeIsACopy(t *testing.T) {
+	for _, seed := range seeds(t, 3) {
+		t.Logf("seed %d", seed)
+		log := genLog(t, seed, 2000)
+		l := New(1, simConfig(0))
+		type frozenAt struct {
+			i    int
+			f    *Frozen
+			want []byte
+		}
+		var frozen []frozenAt
+		var out []Output
+		for i, rec := range log {
+			out = l.Apply(rec.at, int64(i), rec.ev, out[:0])
+			if i%37 == 0 {
+				want, err := l.MarshalSnapshot()
+				if err != nil {
+					t.Fatal(err)
+				}
+				frozen = append(frozen, frozenAt{i, l.Freeze(), want})
+			}
+		}
+		for _, fz := range frozen {
+			got, err := fz.f.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, fz.want) {
+				t.Fatalf("seed %d: the state frozen after event %d changed as the ledger applied events %d–%d", seed, fz.i, fz.i+1, len(log)-1)
+			}
+			if fz.f.NextOffset() != int64(fz.i+1) {
+				t.Fatalf("seed %d: frozen after event %d: next offset %d", seed, fz.i, fz.f.NextOffset())
+			}
+		}
+	}
+}

@@ -1,12 +1,19 @@
 package ledgerd
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -55,5 +62,78 @@ func TestLatestSnapshotReadsBackwards(t *testing.T) {
 		case tt.want >= 0 && (got == nil || got.InputOffset != tt.want):
 			t.Errorf("partition %d: %+v, want input offset %d", tt.p, got, tt.want)
 		}
+	}
+}
+
+// TestSnapshotsOffTheLoop: snapshots encoded off the member's loop are
+// committed, and a partition restored from the newest one and the log after
+// it is, byte for byte, the partition replayed from the start of the log.
+func TestSnapshotsOffTheLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rig := newKfakeRig(t, ctx, "snapasync.", 1, benchLedgerConfig, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	svc, err := New(ctx, Config{Brokers: rig.brokers, Topics: rig.names, Group: "snapasync", Node: "n1", Log: quiet,
+		Registerer: prometheus.NewRegistry(), SnapshotEvery: 50, SnapshotInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = svc.Loop(lctx) }()
+	defer func() { stop(); wg.Wait(); svc.Close() }()
+	for round := range 6 { // several rounds, so that several snapshots are due
+		var recs []*kgo.Record
+		for i := range 100 {
+			b, err := schemas.Encode(benchReserve(fmt.Sprintf("r-%d-%d", round, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, &kgo.Record{Topic: rig.names.Requests, Partition: 0, Value: b})
+		}
+		if err := rig.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, end, err := offsetRange(ctx, rig.brokers, rig.names.Requests, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap *schemas.Snapshot
+	for ctx.Err() == nil {
+		if snap, err = LatestSnapshot(ctx, rig.brokers, rig.names, 0); err != nil {
+			t.Fatal(err)
+		}
+		if snap != nil && snap.InputOffset >= end-100 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if snap == nil || snap.InputOffset < end-100 {
+		t.Fatalf("no snapshot within 100 inputs of the log's end %d: %+v", end, snap)
+	}
+	restored, err := catchUp(ctx, rig.brokers, rig.names, 0, end, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if restored.replayed >= int(end) {
+		t.Fatalf("the restore replayed %d of %d inputs: it used no snapshot", restored.replayed, end)
+	}
+	full := ledger.New(0, ledger.Config{})
+	var ev schemas.Event
+	err = ReadPartition(ctx, rig.brokers, rig.names.Requests, 0, kgo.NewOffset().AtStart(), end, func(r *kgo.Record) error {
+		_ = decodeInput(r.Value, &ev)
+		full.Apply(r.Timestamp.UnixMilli(), r.Offset, &ev, nil)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := restored.l.MarshalSnapshot()
+	b, _ := full.MarshalSnapshot()
+	if !bytes.Equal(a, b) {
+		t.Fatalf("restored from the snapshot at input offset %d (+%d replayed) differs from the full replay of %d inputs", snap.InputOffset, restored.replayed, end)
 	}
 }
