@@ -11,6 +11,12 @@
 // the scan cannot decide) it takes encoding/json's path, and the members it
 // gets are decoded with encoding/json; FuzzObject checks Object's verdict
 // against json.Valid.
+//
+// Not gjson or fastjson: the gateway must accept and refuse exactly the
+// bodies encoding/json does, and match keys as it does (case-insensitively,
+// the last duplicate winning), which is what the differential fuzz targets
+// check; gjson does not validate what it reads, and both match keys
+// exactly, so either would need the same checks around it.
 package jsonscan
 
 // maxDepth is encoding/json's nesting limit: deeper text is an error there.
