@@ -14,7 +14,7 @@
 //
 // Not gjson or fastjson: the gateway must accept and refuse exactly the
 // bodies encoding/json does, and match keys as it does (case-insensitively,
-// the last duplicate winning), which is what the differential fuzz targets
+// repeated members decoded in turn), which is what the differential fuzz targets
 // check; gjson does not validate what it reads, and both match keys
 // exactly, so either would need the same checks around it.
 package jsonscan
