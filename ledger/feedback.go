@@ -36,6 +36,11 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	sc := &l.st.Scopes[si]
 	cfg := &l.st.Config.Cooldown
 	limDim, dimKnown := dimIndex(pr.Limiter)
+	// The scope's feedback state before this refusal: one that changes
+	// none of it, on no reservation of ours (a copy of a refusal already
+	// applied, a request_error), must not pump the queue again, or a
+	// duplicate input would decide anew what the first copy decided.
+	before := scopeFeedback{sc.CoolAll, sc.CoolAllOverload, sc.CoolDim, sc.CoolPolicy, sc.RecoverMs, sc.RecoverSlackMs}
 	switch pr.Kind {
 	case schemas.KindRateLimited:
 		// The provider's Retry-After is the floor, and the cooldown: a
@@ -100,9 +105,21 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			l.settle(ri, &actual, 0, stReleased, false)
 			l.st.Stats.Released++
 		}
+	} else if before == (scopeFeedback{sc.CoolAll, sc.CoolAllOverload, sc.CoolDim, sc.CoolPolicy, sc.RecoverMs, sc.RecoverSlackMs}) {
+		return out
 	}
 	sc.Dirty = true
 	return out
+}
+
+// scopeFeedback is the part of a scope's state that provider refusals set.
+type scopeFeedback struct {
+	coolAll         int64
+	coolAllOverload bool
+	coolDim         [numDims]int64
+	coolPolicy      int64
+	recoverMs       int64
+	recoverSlackMs  int64
 }
 
 // drain empties the token and ramp buckets on r's path (of dimension d if

@@ -666,6 +666,15 @@ func (l *Ledger) stormHold(r *res, sc *scopeState) int64 {
 	due := r.Deadline
 	if due == 0 {
 		due = r.ExpireMs
+		if r.Flags&fOwnWait == 0 {
+			// Waiting out the provider does not count against the
+			// class's max wait (waitOutCooldown), so the expiry this
+			// hold leads to is the recovery's end plus that wait. Taken
+			// from ExpireMs alone, each pump's hold moved the expiry on
+			// and the next pump's hold with it: the same pump run twice
+			// decided differently (TestSimAppliedTwice).
+			due = max(due, sc.RecoverMs+l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
+		}
 	}
 	if due-now <= sc.RecoverSlackMs {
 		return 0
