@@ -428,21 +428,20 @@ func parseOpenAIChatScan(body []byte) (Request, bool) {
 	return req, true
 }
 
+// The fields the fast parse decodes, of a chat body and of a message.
+var (
+	chatBodyFields = []string{"model", "messages", "tools", "functions", "response_format", "max_tokens",
+		"max_completion_tokens", "n", "stream", "stream_options"}
+	chatMessageFields = []string{"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal"}
+)
+
 // member decodes one member of a chat body into b as Unmarshal into the
 // struct would (the last "messages" is kept raw in *messages); false when
 // it fails or the key needs decoding to be matched.
 func (b *openAIChatBody) member(key []byte, escaped bool, v []byte, messages *[]byte) bool {
-	var name string
-	for _, n := range [...]string{"model", "messages", "tools", "functions", "response_format", "max_tokens",
-		"max_completion_tokens", "n", "stream", "stream_options"} {
-		match, sure := jsonscan.KeyIs(key, escaped, n)
-		if !sure {
-			return false
-		}
-		if match {
-			name = n
-			break
-		}
+	name, sure := jsonscan.KeyOf(key, escaped, chatBodyFields)
+	if !sure {
+		return false
 	}
 	switch name {
 	case "":
@@ -477,16 +476,9 @@ func (b *openAIChatBody) member(key []byte, escaped bool, v []byte, messages *[]
 // struct would; false when it fails or the key needs decoding to be
 // matched.
 func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
-	var name string
-	for _, n := range [...]string{"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal"} {
-		match, sure := jsonscan.KeyIs(key, escaped, n)
-		if !sure {
-			return false
-		}
-		if match {
-			name = n
-			break
-		}
+	name, sure := jsonscan.KeyOf(key, escaped, chatMessageFields)
+	if !sure {
+		return false
 	}
 	switch name {
 	case "":

@@ -62,23 +62,33 @@ func Object(b []byte, member func(key []byte, escaped bool, value []byte)) bool 
 				return false
 			}
 			member(key, esc, b[v0:s.i])
-			s.ws()
-			if s.i >= len(b) {
+			if done, ok := s.next('}'); !ok {
 				return false
-			}
-			if b[s.i] == '}' {
-				s.i++
+			} else if done {
 				break
 			}
-			if b[s.i] != ',' {
-				return false
-			}
-			s.i++
-			s.ws()
 		}
 	}
 	s.ws()
 	return s.i == len(b)
+}
+
+// next steps over what follows a member or an element: done at the
+// closing byte, ok false at anything but it or a comma.
+func (s *scanner) next(closing byte) (done, ok bool) {
+	s.ws()
+	switch {
+	case s.i >= len(s.b):
+		return false, false
+	case s.b[s.i] == closing:
+		s.i++
+		return true, true
+	case s.b[s.i] != ',':
+		return false, false
+	}
+	s.i++
+	s.ws()
+	return false, true
 }
 
 type scanner struct {
@@ -309,6 +319,22 @@ func isHex(c byte) bool {
 	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
+// KeyOf returns which of names key matches as encoding/json matches a
+// struct's field names ("" for none); sure is false when a name needs the
+// key's escapes decoded to tell (the caller's encoding/json path does).
+func KeyOf(key []byte, escaped bool, names []string) (name string, sure bool) {
+	for _, n := range names {
+		match, sure := KeyIs(key, escaped, n)
+		if !sure {
+			return "", false
+		}
+		if match {
+			return n, true
+		}
+	}
+	return "", true
+}
+
 // KeyIs reports whether a member's raw key (unescaped, as Object gives it)
 // is matched by encoding/json to a struct field named name (ASCII): exactly
 // or folding ASCII case. ok is false when the key holds an escape or a
@@ -361,19 +387,11 @@ func Array(b []byte, elem func(value []byte)) bool {
 				return false
 			}
 			elem(b[v0:s.i])
-			s.ws()
-			if s.i >= len(b) {
+			if done, ok := s.next(']'); !ok {
 				return false
-			}
-			if b[s.i] == ']' {
-				s.i++
+			} else if done {
 				break
 			}
-			if b[s.i] != ',' {
-				return false
-			}
-			s.i++
-			s.ws()
 		}
 	}
 	s.ws()
