@@ -159,19 +159,8 @@ func (s *scanner) object(depth int) bool {
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case '}':
-			s.i++
-			return true
-		case ',':
-			s.i++
-			s.ws()
-		default:
-			return false
+		if done, ok := s.next('}'); !ok || done {
+			return ok
 		}
 	}
 }
@@ -190,19 +179,8 @@ func (s *scanner) array(depth int) bool {
 		if !s.value(depth) {
 			return false
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ']':
-			s.i++
-			return true
-		case ',':
-			s.i++
-			s.ws()
-		default:
-			return false
+		if done, ok := s.next(']'); !ok || done {
+			return ok
 		}
 	}
 }
