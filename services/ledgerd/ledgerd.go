@@ -1,9 +1,10 @@
 // Package ledgerd runs the ledger state machine on Kafka: a consumer-group
 // member on sluice.requests whose single poll loop is the one writer of every
-// partition it owns. Decisions and snapshots are produced in the same Kafka
-// transaction as the applied input offsets (GroupTransactSession), so a crash
-// or a fenced zombie can never publish a decision twice or lose one: whatever
-// did not commit is re-derived, identically, by the next owner.
+// partition it owns. Decisions are produced in the same Kafka transaction as
+// the applied input offsets (GroupTransactSession), so a crash or a fenced
+// zombie can never publish a decision twice or lose one: whatever did not
+// commit is re-derived, identically, by the next owner. Snapshots, encoded
+// off the loop, commit in that transaction or a later one.
 package ledgerd
 
 import (
