@@ -216,7 +216,7 @@ func decodeOpenAIUsage(v []byte, u **openAIUsage) (ok, decided bool) {
 		if !ok || !decided {
 			return
 		}
-		name, sure := usageKey(key, escaped)
+		name, sure := jsonscan.KeyOf(key, escaped, openAIUsageKeys)
 		if !sure {
 			decided = false
 			return
@@ -244,23 +244,8 @@ func decodeOpenAIUsage(v []byte, u **openAIUsage) (ok, decided bool) {
 }
 
 // openAIUsageKeys are openAIUsage's JSON names.
-var openAIUsageKeys = [...]string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens",
+var openAIUsageKeys = []string{"prompt_tokens", "input_tokens", "completion_tokens", "output_tokens",
 	"prompt_tokens_details", "input_tokens_details", "completion_tokens_details", "output_tokens_details"}
-
-// usageKey is the openAIUsage field key names ("" for none); sure is false
-// when jsonscan.KeyIs cannot decide.
-func usageKey(key []byte, escaped bool) (name string, sure bool) {
-	for _, k := range openAIUsageKeys {
-		match, sure := jsonscan.KeyIs(key, escaped, k)
-		if !sure {
-			return "", false
-		}
-		if match {
-			return k, true
-		}
-	}
-	return "", true
-}
 
 func cachedField(d *cachedDetails) *int64       { return &d.CachedTokens }
 func reasoningField(d *reasoningDetails) *int64 { return &d.ReasoningTokens }

@@ -316,14 +316,21 @@ func roundTrips(ctx context.Context, rc *reserve.Client, rate int, d time.Durati
 		}(i)
 	}
 	wg.Wait()
-	el := time.Since(start)
-	sort.Float64s(lat)
-	rt := RoundTrip{RateOffered: rate, Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
-	if len(lat) > 0 {
-		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
-	}
+	rt := tripStats(lat, errs, time.Since(start))
+	rt.RateOffered = rate
 	if trace != nil {
 		rt.Stages = trace.stages(trips)
+	}
+	return rt
+}
+
+// tripStats summarises the latencies (ms) of the answered round trips of a
+// run of el that also had errs errors. It sorts lat.
+func tripStats(lat []float64, errs int, el time.Duration) RoundTrip {
+	sort.Float64s(lat)
+	rt := RoundTrip{Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
+	if len(lat) > 0 {
+		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
 	}
 	return rt
 }

@@ -3,7 +3,6 @@ package ledgerd
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -44,13 +43,7 @@ func sequential(ctx context.Context, rc *reserve.Client, n int, prefix string) R
 		}
 		lat = append(lat, float64(el.Microseconds())/1000)
 	}
-	el := time.Since(start)
-	sort.Float64s(lat)
-	rt := RoundTrip{Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
-	if len(lat) > 0 {
-		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
-	}
-	return rt
+	return tripStats(lat, errs, time.Since(start))
 }
 
 // benchFloor runs the sequential and open-loop round trips against the
