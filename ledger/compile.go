@@ -26,8 +26,15 @@ type spec struct {
 	offset       int64
 	slots        int64
 	slotMs       int64
-	maxUnits     int64 // the most one request can take (token: burst units)
-	ramp         RampConfig
+	// maxUnits is the most one request can take: a token or ramp bucket's
+	// capacity per period (a request larger than the window is admitted
+	// when the window is full and repays the rest as debt, fits), any other
+	// bucket's capacity. Only a request above it is never admitted.
+	maxUnits int64
+	// holdUnits is the most the bucket holds at once (token, ramp: the
+	// enforcement window's burst at full rate; others: capacity).
+	holdUnits int64
+	ramp      RampConfig
 }
 
 // scopeCfg is a scope's compiled configuration: per level, the template
@@ -152,14 +159,13 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	default:
 		sp.burst = b.Capacity
 	}
+	sp.maxUnits, sp.holdUnits = sp.capacity, sp.capacity
 	switch sp.kind {
 	case kToken:
-		sp.maxUnits = sp.burst / sp.period
+		sp.holdUnits = sp.burst / sp.period
 	case kRamp:
-		sp.maxUnits = sp.capacity * sp.window / sp.period
+		sp.holdUnits = sp.capacity * sp.window / sp.period
 		cc.anyRamp = true
-	default:
-		sp.maxUnits = sp.capacity
 	}
 	if sp.guaranteed > 0 {
 		cc.anyGuaranteed = true

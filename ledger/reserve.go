@@ -610,7 +610,9 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, ni, sp.dim, a, sp.maxUnits
 					return v
 				}
-				if sp.guaranteed > 0 && b.Base < a*sp.period {
+				if sp.guaranteed > 0 && b.Base < min(a*sp.period, sp.gBurst) {
+					// The baseline, like the level, covers a request
+					// larger than its window when it is full (fits).
 					v.borrowed = true
 				}
 				if l.fits(b, sp, a, reserve) {
@@ -770,7 +772,8 @@ func (l *Ledger) grantFast(ri int32) bool {
 			ok := a <= sp.maxUnits
 			if ok && sp.kind == kToken {
 				d := a * sp.period
-				if ok = b.Level >= d && (sp.guaranteed == 0 || b.Base >= d); ok {
+				// A request larger than the window needs it full (fits).
+				if ok = b.Level >= min(d, sp.burst) && (sp.guaranteed == 0 || b.Base >= min(d, sp.gBurst)); ok {
 					b.Level -= d
 					if sp.guaranteed > 0 {
 						b.Base -= d
