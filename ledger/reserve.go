@@ -222,6 +222,35 @@ func (l *Ledger) refuseMissingLevels(ev *schemas.Event, out []Output, missing ui
 	return out
 }
 
+// unknownIDs returns the "level:id" entries ("/" separated, in path order)
+// where a path names, at a closed level of scope si (scopeCfg.closed), an
+// id that the config does not list, or "" when it names none. It reads the
+// path as resolvePath does: the first entry of each known level, ids of at
+// most maxStrLen bytes. Such a path would pass the level without charging
+// any of its limits: a reserve naming "deployment:evil-deployment" charged
+// no provider bucket (issue 19, D5), and so would a gateway whose
+// provider name drifted from the ledger config.
+func (l *Ledger) unknownIDs(si int32, levels []schemas.PathLevel) string {
+	ci, ok := l.cc.scopeFor(l.st.Scopes[si].Name)
+	if !ok || l.cc.scopes[ci].closed == 0 {
+		return ""
+	}
+	sc := &l.cc.scopes[ci]
+	var seen [numLevels]bool
+	var names []string
+	for _, p := range levels {
+		lv, ok := levelCode(p.Level)
+		if !ok || lv == 0 || seen[lv] || len(p.ID) > maxStrLen {
+			continue
+		}
+		seen[lv] = true
+		if sc.closed&(1<<lv) != 0 && !l.cc.knows(sc, lv, p.ID) {
+			names = append(names, levelNames[lv]+":"+p.ID)
+		}
+	}
+	return strings.Join(names, "/")
+}
+
 // resolvePath resolves a request path to its node chain: the scope root,
 // then each configured level once (unknown levels, repeated levels and
 // over-long ids are skipped, as are levels without buckets). Nodes are
@@ -332,6 +361,14 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		// same config (the cache is reset with it).
 		if missing := l.missingLevels(si, rr.Path); missing != 0 {
 			return l.refuseMissingLevels(ev, out, missing)
+		}
+		if unknown := l.unknownIDs(si, rr.Path); unknown != "" {
+			n := len(out)
+			out = l.refuseEv(ev, out, schemas.ReasonPathUnknownID, schemas.RetryRequestError)
+			if len(out) > n {
+				out[n].Decision.LimitPath = unknown
+			}
+			return out
 		}
 		var limit bool
 		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)

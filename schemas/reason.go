@@ -52,6 +52,12 @@ const (
 	// was reserved. Decision.LimitPath names the missing levels, "/"
 	// separated in path order (e.g. "deployment").
 	ReasonPathMissingLevel Reason = "path_missing_level"
+	// ReasonPathUnknownID: a level that the request's scope requires names
+	// an id that the ledger config limits by id only and does not list
+	// (e.g. a deployment id with no buckets): the path would charge none
+	// of the level's limits. Nothing was reserved; never retryable.
+	// Decision.LimitPath names the unknown level:id, "/" separated.
+	ReasonPathUnknownID Reason = "path_unknown_id"
 )
 
 // Reasons of a ReserveRequested the ledger refused as malformed: one code

@@ -59,6 +59,11 @@ const (
 	// CodePathMissingLevel: the key's bucket path lacks a level its scope
 	// requires (a configuration problem no retry can fix).
 	CodePathMissingLevel = string(schemas.ReasonPathMissingLevel)
+	// CodePathUnknownID: the key's bucket path names, at a level its
+	// scope requires, an id the ledger config does not know (e.g. a
+	// provider deployment with no limits): a configuration problem no retry
+	// can fix.
+	CodePathUnknownID = string(schemas.ReasonPathUnknownID)
 )
 
 // Sluice is the normalised object attached to every error.
