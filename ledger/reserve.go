@@ -403,6 +403,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if rr.Streaming {
 		r.Flags |= fStreaming
 	}
+	if r.Deadline > 0 {
+		r.SvcMs = l.expectedService(r)
+	}
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
 	}
@@ -418,8 +421,8 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		r.Flags |= fOwnWait
 	}
 	r.ExpireMs = now + maxWait
-	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
-		r.ExpireMs = r.Deadline
+	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
+		r.ExpireMs = r.grantBy()
 	}
 
 	if rr.EmergencyAdmitted {
@@ -428,7 +431,26 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		l.grant(ri, false)
 		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
 	}
+	if r.Deadline > 0 && r.grantBy() < now {
+		return l.refuseShortDeadline(ri, out)
+	}
 	return l.arrive(ri, out)
+}
+
+// refuseShortDeadline denies, at once, an attempt whose remaining deadline
+// is shorter than its route's expected service time: granted, it would be
+// sent upstream and abandoned before its answer (service.go).
+func (l *Ledger) refuseShortDeadline(ri int32, out []Output) []Output {
+	l.finish(ri, stDenied)
+	l.st.Stats.Denied++
+	r := &l.st.Res[ri]
+	cl := &l.st.Config.Classes[r.ClassIdx]
+	return l.emit(out, r, schemas.Decision{
+		Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService,
+		GatewayDecision: schemas.GDRejectedLocally, RetryClass: schemas.RetryDeadline,
+		Needed: r.SvcMs, Available: max(0, r.Deadline-l.st.Now),
+		FallbackAllowed: cl.Overload == OverloadFallback && r.Flags&fFallback != 0,
+	})
 }
 
 // arrive decides a new reservation (first attempt or retry): granted at
@@ -523,8 +545,12 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 		refuse(schemas.ReasonQueueFull, schemas.RetryOverload, schemas.GDRejectedLocally)
 		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
 	case v.fitMs > r.ExpireMs:
-		if r.Deadline > 0 && v.fitMs > r.Deadline {
+		if r.Deadline > 0 && v.fitMs > r.grantBy() {
 			refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline, schemas.GDRejectedLocally)
+			if v.fitMs <= r.Deadline {
+				// It would fit in time, but not in time to be answered.
+				d.Reason = schemas.ReasonDeadlineBelowService
+			}
 		} else {
 			refuse(schemas.ReasonWaitExceedsMax, d.RetryClass, schemas.GDRejectedLocally)
 		}
@@ -702,7 +728,7 @@ func (l *Ledger) stormHold(r *res, sc *scopeState) int64 {
 	if sc.RecoverMs <= now {
 		return 0
 	}
-	due := r.Deadline
+	due := r.grantBy()
 	if due == 0 {
 		due = r.ExpireMs
 		if r.Flags&fOwnWait == 0 {
@@ -1046,6 +1072,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
+		l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
 		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
 	case stQueued:

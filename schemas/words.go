@@ -33,6 +33,7 @@ var reasonWords = map[Reason]string{
 	ReasonUnknownClass:           "the traffic class is not configured",
 	ReasonPathMissingLevel:       "the request does not name a level its scope requires",
 	ReasonPathUnknownID:          "the request names an id its scope's limits do not know at a required level",
+	ReasonDeadlineBelowService:   "its deadline leaves less time than its route takes to answer",
 
 	ReasonInvalidRequest:      "the gateway sent an invalid reservation",
 	ReasonRequestIDTooLong:    "the request id is too long",

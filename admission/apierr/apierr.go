@@ -64,6 +64,11 @@ const (
 	// provider deployment with no limits): a configuration problem no retry
 	// can fix.
 	CodePathUnknownID = string(schemas.ReasonPathUnknownID)
+	// CodeDeadlineBelowService: the request's deadline leaves less time
+	// than its route takes to answer (the ledger's learned service time);
+	// it was not sent upstream. A 429: a retry with a longer deadline, or
+	// once the route is faster, may succeed.
+	CodeDeadlineBelowService = string(schemas.ReasonDeadlineBelowService)
 )
 
 // Sluice is the normalised object attached to every error.
