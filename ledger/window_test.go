@@ -61,6 +61,30 @@ func TestLargerThanWindow(t *testing.T) {
 	})
 }
 
+// TestLargerThanWindowPaced: the quick-start config's deployment bucket
+// (deploy/examples/dev-three-tenants.yaml: 120,000 TPM, OpenAI's
+// max_tokens_on_arrival, the default 1 s window) and a stream of requests
+// with max_tokens 4,096: each is admitted and they are paced one per
+// 4,196 / 2 = 2,098 ms, the provider's 120,000 per minute exactly.
+func TestLargerThanWindowPaced(t *testing.T) {
+	b := BucketConfig{Level: "deployment", ID: "dep", Dimension: schemas.DimTotalTokens, Capacity: 120_000, Accounting: AccountingMaxTokensOnArrival}
+	cfg := testConfig(b)
+	big := func(id string) *schemas.Event {
+		return reserve(id, class("batch"), tokens(100, 500), maxOut(4096), path("deployment", "dep"))
+	}
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: big("a"), Want: []string{"a/1 granted admitted"}},
+		{At: 0, Ev: big("b"), Want: []string{"b/1 queued capacity queued"}},
+		{At: 1, Ev: big("c"), Want: []string{"c/1 queued capacity queued"}},
+		// The attempt was sent: its 4,196 stay counted, as at OpenAI.
+		{At: 900, Ev: reconcile("a", 100, 50)},
+		{At: 2097, Ev: tick()},
+		{At: 2098, Ev: tick(), Want: []string{"b/1 granted queued_then_admitted"}},
+		{At: 4195, Ev: tick()},
+		{At: 4196, Ev: tick(), Want: []string{"c/1 granted queued_then_admitted"}},
+	})
+}
+
 // windowProvider is the provider the ledger's token bucket mirrors, as
 // services/sim models it: a continuous per-minute bucket of capacity C
 // (what the rate-limit headers advertise) and an enforcement-window bucket
@@ -120,13 +144,18 @@ func (p *windowProvider) settle(delta, now int64) {
 func TestLargeRequestsProviderModel(t *testing.T) {
 	const capacity, period, window = 120_000, 60_000, 1000
 	for _, seed := range seeds(t, 6) {
-		for _, exact := range []bool{true, false} {
-			runLargeRequests(t, seed, exact, capacity, period, window)
+		for _, mode := range []string{"exact", "refund", AccountingMaxTokensOnArrival} {
+			runLargeRequests(t, seed, mode, capacity, period, window)
 		}
 	}
 }
 
-func runLargeRequests(t *testing.T, seed uint64, exact bool, capacity, period, window int64) {
+// runLargeRequests runs one seed in one mode: "exact" (usage = estimate),
+// "refund" (usage 50–119 % of the estimate, reconcile accounting: refunds
+// and overage reach both the ledger and the provider) or
+// max_tokens_on_arrival (the charge is input + max_tokens, kept whatever
+// the usage, as OpenAI counts).
+func runLargeRequests(t *testing.T, seed uint64, mode string, capacity, period, window int64) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 20))
 	type arrival struct {
@@ -154,8 +183,13 @@ func runLargeRequests(t *testing.T, seed uint64, exact bool, capacity, period, w
 		// 2 tokens/ms of capacity → mean gap 2,700 ms for 1.1.
 		at += rng.Int64N(5400) + 1
 	}
-	tag := fmt.Sprintf("seed %d exact=%v", seed, exact)
-	cfg := testConfig(tpmWindow(capacity, window))
+	tag := fmt.Sprintf("seed %d %s", seed, mode)
+	exact := mode != "refund"
+	b := tpmWindow(capacity, window)
+	if mode == AccountingMaxTokensOnArrival {
+		b.Accounting = mode
+	}
+	cfg := testConfig(b)
 	l := New(0, cfg)
 	prov := newWindowProvider(capacity, period, window)
 	type pend struct {
@@ -203,7 +237,9 @@ func runLargeRequests(t *testing.T, seed uint64, exact bool, capacity, period, w
 				t.Errorf("%s: t=%d: granted %d×P over the interval bound %d + C×dt", tag, now, sumScaled-capacity*now-minBase, bound)
 			}
 			act := a.tokens
-			if !exact {
+			if mode == AccountingMaxTokensOnArrival {
+				act = a.tokens / 2 // the input; output below max_tokens
+			} else if !exact {
 				act = a.tokens * int64(50+rng.IntN(70)) / 100 // 50 %–119 % of the estimate
 			}
 			reconciles = append(reconciles, pend{at: now + 100 + rng.Int64N(5000), id: a.id, est: a.tokens, act: act})
@@ -243,7 +279,12 @@ func runLargeRequests(t *testing.T, seed uint64, exact bool, capacity, period, w
 			if a.batch {
 				cl = "batch"
 			}
-			apply(a.at, reserve(a.id, class(cl), tokens(a.tokens, 0)))
+			ev := reserve(a.id, class(cl), tokens(a.tokens, 0))
+			if mode == AccountingMaxTokensOnArrival {
+				// Charged input + max_tokens = the request's tokens.
+				ev = reserve(a.id, class(cl), tokens(a.tokens/2, a.tokens/8), maxOut(a.tokens-a.tokens/2))
+			}
+			apply(a.at, ev)
 		default:
 			if _, ok := l.NextWakeMs(); !ok {
 				step = 1 << 30
