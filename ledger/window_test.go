@@ -318,3 +318,47 @@ func runLargeRequests(t *testing.T, seed uint64, mode string, capacity, period, 
 	t.Logf("%s: %d requests (%d batch, %d interactive of which %d granted), %d larger than the window (%d granted), %d provider refusals",
 		tag, len(arrivals), batch, inter, interGranted, big, bigGranted, refusals)
 }
+
+// TestLargeWaiterNotStarved: a request larger than the window waits for
+// the bucket to be full, which a saturating stream of small interactive
+// requests would never let happen if they always went first. They go first
+// only while aging and deadline rescue put them ahead (the batch class's
+// 30 s age offset, at most rescue_max rescues in a row); then the large
+// waiter holds the bucket, it fills, and the large request is granted.
+func TestLargeWaiterNotStarved(t *testing.T) {
+	l := New(0, testConfig(tpmWindow(120_000, 1000)))
+	var out []Output
+	var off int64
+	grantedAt := int64(-1)
+	small := 0
+	for now := int64(0); now <= 60_000; now += 50 {
+		evs := []*schemas.Event{reserve(fmt.Sprintf("i%d", now), tokens(100, 0))}
+		if now == 1000 {
+			evs = append(evs, reserve("big", class("batch"), tokens(4000, 0)))
+		}
+		for _, ev := range evs {
+			out = l.Apply(now, off, ev, out[:0])
+			off++
+			for _, o := range out {
+				if o.Decision.Status != schemas.StatusGranted {
+					continue
+				}
+				if o.RequestID == "big" {
+					grantedAt = now
+				} else if grantedAt >= 0 {
+					small++
+				}
+			}
+		}
+		if err := l.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grantedAt < 0 || grantedAt > 1000+30_000+5_000 {
+		t.Fatalf("the large request was granted at %d, want by %d", grantedAt, 1000+30_000+5_000)
+	}
+	if small == 0 {
+		t.Fatal("no small request granted after the large one")
+	}
+	t.Logf("large request queued at 1000, granted at %d; %d small ones granted after it", grantedAt, small)
+}
