@@ -243,15 +243,11 @@ func (l *Ledger) available(b *bucket, sp *spec) int64 {
 func (l *Ledger) fitAt(b *bucket, sp *spec, amount, reserve, now int64) int64 {
 	switch sp.kind {
 	case kToken:
-		need := mulSat(amount+reserve, sp.period)
+		need := min(mulSat(amount+reserve, sp.period), sp.burst) // see fits
 		return now + (need-b.Level+sp.capacity-1)/sp.capacity
 	case kRamp:
 		rate := l.st.Ramps[b.Ext].Rate
-		need := mulSat(amount, sp.period)
-		if need > rampBurst(rate, sp.window) {
-			// Needs growth first: wait at least one period.
-			return now + sp.period
-		}
+		need := min(mulSat(amount, sp.period), rampBurst(rate, sp.window))
 		return now + (need-b.Level+rate-1)/rate
 	case kFixed:
 		w := floorDiv(now-sp.offset, sp.period)
@@ -275,11 +271,24 @@ func (l *Ledger) fitAt(b *bucket, sp *spec, amount, reserve, now int64) int64 {
 }
 
 // fits reports whether b can cover amount units keeping reserve units back.
+//
+// A token or ramp bucket covers a request larger than its window (amount +
+// reserve above the burst) when it is full: the grant then takes the level
+// below zero, and the debt is repaid from the refill before anything else
+// fits (GCRA with a large increment). The window paces traffic; it does not
+// make a request that the period's capacity holds inadmissible. The
+// provider's own window bucket admits such a request the same way (the
+// simulator's: "a request larger than the capacity is admitted only when
+// the bucket is full"), so a ledger bucket no fuller than the provider's
+// never sends one the provider refuses (README, "Requests larger than the
+// window").
 func (l *Ledger) fits(b *bucket, sp *spec, amount, reserve int64) bool {
 	switch sp.kind {
-	case kToken, kRamp:
+	case kToken:
 		// amount ≤ maxUnits and reserve ≤ capacity keep this below 2^62.
-		return b.Level >= (amount+reserve)*sp.period
+		return b.Level >= min((amount+reserve)*sp.period, sp.burst)
+	case kRamp:
+		return b.Level >= min((amount+reserve)*sp.period, rampBurst(l.st.Ramps[b.Ext].Rate, sp.window))
 	case kRolling:
 		return l.st.Rolls[b.Ext].Sum+amount+reserve <= sp.capacity
 	}

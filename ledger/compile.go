@@ -26,8 +26,15 @@ type spec struct {
 	offset       int64
 	slots        int64
 	slotMs       int64
-	maxUnits     int64 // the most one request can take (token: burst units)
-	ramp         RampConfig
+	// maxUnits is the most one request can take: a token or ramp bucket's
+	// capacity per period (a request larger than the window is admitted
+	// when the window is full and repays the rest as debt, fits), any other
+	// bucket's capacity. Only a request above it is never admitted.
+	maxUnits int64
+	// holdUnits is the most the bucket holds at once (token, ramp: the
+	// enforcement window's burst at full rate; others: capacity).
+	holdUnits int64
+	ramp      RampConfig
 }
 
 // scopeCfg is a scope's compiled configuration: per level, the template
@@ -41,6 +48,12 @@ type scopeCfg struct {
 	// required has bit lv set for every level a request path must name
 	// (ScopeConfig.RequiredLevels).
 	required uint8
+	// closed has bit lv set for every required level whose enforced
+	// buckets are all exact-id ones (no enforced "*" template): an id it
+	// does not list would charge none of the level's limits, so a path
+	// naming one is refused (ReasonPathUnknownID). The deployment level is
+	// the usual case: the provider's quota, configured per deployment id.
+	closed uint8
 }
 
 // The required-level mask has a bit per level.
@@ -113,6 +126,7 @@ func compile(c *Config) *compiled {
 			}
 			sc.exact[lv][b.ID] = list
 		}
+		sc.closed = cc.closedLevels(&sc)
 		if s.Name == "*" {
 			cc.wildcard = len(cc.scopes)
 		}
@@ -120,6 +134,43 @@ func compile(c *Config) *compiled {
 		cc.scopes = append(cc.scopes, sc)
 	}
 	return cc
+}
+
+// closedLevels returns scopeCfg.closed: the required levels limited by id
+// only. A level with no enforced bucket at all is not closed: requiring it
+// asks the path to name it, and no id can skip a limit it does not have.
+func (cc *compiled) closedLevels(sc *scopeCfg) uint8 {
+	var closed uint8
+	for lv := uint8(1); int(lv) < numLevels; lv++ {
+		if sc.required&(1<<lv) == 0 || cc.enforces(sc.template[lv]) {
+			continue
+		}
+		for _, list := range sc.exact[lv] {
+			if cc.enforces(list) {
+				closed |= 1 << lv
+				break
+			}
+		}
+	}
+	return closed
+}
+
+// enforces reports whether a spec list holds an enforced (not shadow)
+// bucket.
+func (cc *compiled) enforces(list []int32) bool {
+	for _, si := range list {
+		if !cc.specs[si].shadow {
+			return true
+		}
+	}
+	return false
+}
+
+// knows reports whether id has an enforced bucket of its own at level lv
+// (an exact-id entry; see closed).
+func (cc *compiled) knows(sc *scopeCfg, lv uint8, id string) bool {
+	list, ok := sc.exact[lv][id]
+	return ok && cc.enforces(list)
 }
 
 func (cc *compiled) addSpec(b BucketConfig) int32 {
@@ -152,14 +203,13 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	default:
 		sp.burst = b.Capacity
 	}
+	sp.maxUnits, sp.holdUnits = sp.capacity, sp.capacity
 	switch sp.kind {
 	case kToken:
-		sp.maxUnits = sp.burst / sp.period
+		sp.holdUnits = sp.burst / sp.period
 	case kRamp:
-		sp.maxUnits = sp.capacity * sp.window / sp.period
+		sp.holdUnits = sp.capacity * sp.window / sp.period
 		cc.anyRamp = true
-	default:
-		sp.maxUnits = sp.capacity
 	}
 	if sp.guaranteed > 0 {
 		cc.anyGuaranteed = true

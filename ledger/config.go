@@ -123,6 +123,11 @@ type Config struct {
 	// but at most RescueMax times in a row (then it takes its turn), so
 	// lower classes keep at least 1 in RescueMax+1 of the contested grants.
 	RescueMax int32 `json:"rescue_max"`
+	// ServiceSamplesMin is how many reconciled 2xx attempts a route needs
+	// in the last two minutes before the ledger trusts its learned service
+	// time and refuses attempts whose deadline is shorter (service.go;
+	// default 20, -1: never refuse).
+	ServiceSamplesMin int64 `json:"service_samples_min"`
 
 	Retry    RetryConfig    `json:"retry"`
 	Cooldown CooldownConfig `json:"cooldown"`
@@ -298,12 +303,14 @@ const (
 	defaultFairCostMs      = 50
 	defaultNodeLivenessMs  = 5_000
 	defaultRescueMax       = 8
-	defaultNodesMax        = 4_000_000
-	defaultReservationsMax = 2_000_000
-	dayMs                  = 86_400_000
-	minuteMs               = 60_000
-	maxPeriodMs            = 366 * dayMs
-	maxPriority            = 100
+	// 20 samples make the p95 the second-largest of them at worst.
+	defaultServiceSamplesMin = 20
+	defaultNodesMax          = 4_000_000
+	defaultReservationsMax   = 2_000_000
+	dayMs                    = 86_400_000
+	minuteMs                 = 60_000
+	maxPeriodMs              = 366 * dayMs
+	maxPriority              = 100
 )
 
 // ParseConfig decodes a Config document, fills defaults and validates it.
@@ -355,6 +362,7 @@ func (c *Config) fillDefaults() {
 	setDef(&c.FairCostMs, defaultFairCostMs)
 	setDef(&c.NodeLivenessMs, defaultNodeLivenessMs)
 	setDef32(&c.RescueMax, defaultRescueMax)
+	setDef(&c.ServiceSamplesMin, defaultServiceSamplesMin)
 	if c.NodesMax == 0 {
 		c.NodesMax = defaultNodesMax
 	}
@@ -474,6 +482,9 @@ func (c Config) Validate() error {
 		bad("node_liveness_ms", "%d out of [1000, %d]", c.NodeLivenessMs, int64(dayMs))
 	}
 	pos("rescue_max", int64(c.RescueMax), 1000)
+	if c.ServiceSamplesMin != -1 && (c.ServiceSamplesMin < 1 || c.ServiceSamplesMin > 1_000_000) {
+		bad("service_samples_min", "%d out of [1, 1000000] (or -1: off)", c.ServiceSamplesMin)
+	}
 	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
 		bad("nodes_max/reservations_max", "must be positive")
 	}

@@ -268,7 +268,7 @@ func (l *Ledger) viewsOf(r *res, now int64, before bool) []BucketView {
 func (l *Ledger) view(node string, b *bucket, sp *spec, now int64) BucketView {
 	return BucketView{
 		Node: node, Dimension: dimension(sp.dim), Refill: kindName(sp.kind), Capacity: sp.capacity,
-		PeriodMs: sp.period, Max: sp.maxUnits, After: l.peekAvailable(b, sp, now), Held: b.Held, Shadow: sp.shadow,
+		PeriodMs: sp.period, Max: sp.holdUnits, After: l.peekAvailable(b, sp, now), Held: b.Held, Shadow: sp.shadow,
 	}
 }
 
@@ -306,12 +306,9 @@ func (l *Ledger) peekPath(ev *schemas.Event, now int64) []BucketView {
 		}
 		for _, s := range l.cc.scopes[ci].specsFor(lv, p.ID) {
 			sp := &l.cc.specs[s]
-			full := sp.maxUnits
-			if sp.kind == kRolling || sp.kind == kFixed || sp.kind == kConcurrency {
-				full = sp.capacity
-			}
+			full := sp.holdUnits
 			vs = append(vs, BucketView{Node: name, Dimension: dimension(sp.dim), Refill: kindName(sp.kind), Capacity: sp.capacity,
-				PeriodMs: sp.period, Max: sp.maxUnits, Before: full, Shadow: sp.shadow})
+				PeriodMs: sp.period, Max: sp.holdUnits, Before: full, Shadow: sp.shadow})
 		}
 	}
 	return vs

@@ -326,6 +326,9 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		List: noIdx, Prev: noIdx, Next: noIdx,
 	}
 	r.Flags |= fRetry
+	if r.Deadline > 0 {
+		r.SvcMs = l.expectedService(r)
+	}
 	if ev.Node != "" {
 		r.Node = ev.Node
 	}
@@ -373,7 +376,10 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 			delay = sc.CoolDim[d] - now
 		}
 	}
-	if r.Deadline > 0 && now+delay >= r.Deadline {
+	if r.Deadline > 0 && now+delay >= r.grantBy() {
+		if now+delay < r.Deadline {
+			return refuse(schemas.ReasonDeadlineBelowService, schemas.RetryDeadline)
+		}
 		return refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
 	}
 	if sc.RetryMilli < 1000 {
@@ -383,8 +389,8 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	l.st.Stats.Retries++
 	r.NotBefore = now + delay
 	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
-	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
-		r.ExpireMs = r.Deadline
+	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
+		r.ExpireMs = r.grantBy()
 	}
 	return l.arrive(ri, out)
 }

@@ -22,8 +22,9 @@ type Ledger struct {
 	nodeIdx  map[nodeKey]int32
 	resIdx   resIndex
 	scopeIdx map[string]int32
-	liveIdx  map[string]int32 // node → index in st.Live
-	paths    *pathCache       // resolved request paths; reset with the config
+	liveIdx  map[string]int32     // node → index in st.Live
+	svcIdx   map[serviceKey]int32 // (scope, route) → index in st.Services; nil: rebuild
+	paths    *pathCache           // resolved request paths; reset with the config
 	// lastScope is the scope index scopeOf returned last (a one-entry
 	// cache in front of scopeIdx), or -1.
 	lastScope int32

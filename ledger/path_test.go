@@ -127,3 +127,68 @@ func TestRequiredLevelsValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestRequiredLevelUnknownID: a required level whose limits are all per id
+// (the deployment: the provider's quota) refuses a path naming an id the
+// config does not list, with path_unknown_id (never retryable, limit_path
+// = the level:id) and nothing reserved: such a path would charge none of
+// the level's limits (issue 19, D5: "deployment:evil-deployment" was
+// granted a burst of 60 that the real id queues). A level with a "*"
+// template knows every id; a level that is not required, or has no
+// enforced bucket, is not checked; a shadow bucket is not a limit.
+func TestRequiredLevelUnknownID(t *testing.T) {
+	buckets := []BucketConfig{
+		rpm("key", "*", 600, 60_000),
+		rpm("deployment", "dep1", 600, 60_000),
+		{Level: "deployment", ID: "dep2", Dimension: schemas.DimRequests, Capacity: 600, PeriodMs: 60_000, WindowMs: 60_000, Shadow: true},
+		rpm("team", "search", 600, 60_000),
+	}
+	cfg := testConfig(buckets...)
+	cfg.Scopes[0].RequiredLevels = []string{LevelTenant, LevelKey, LevelDeployment}
+	// The same document once the operator adds the deployment.
+	cfg2 := testConfig(append(buckets, rpm("deployment", "evil-deployment", 600, 60_000))...)
+	cfg2.Scopes[0].RequiredLevels = cfg.Scopes[0].RequiredLevels
+	unknown := func(want string) func(*testing.T, *Ledger, []Output) {
+		return func(t *testing.T, l *Ledger, out []Output) {
+			t.Helper()
+			d := out[0].Decision
+			if d.LimitPath != want || d.RetryClass != schemas.RetryRequestError {
+				t.Errorf("limit_path %q retry_class %q, want %q %q", d.LimitPath, d.RetryClass, want, schemas.RetryRequestError)
+			}
+			if n := l.liveRes(); n != 0 {
+				t.Errorf("%d live reservations after a path denial, want 0", n)
+			}
+		}
+	}
+	dep := func(ids ...string) reqOpt {
+		p := []string{"tenant", "t1", "key", "k1"}
+		for _, id := range ids {
+			p = append(p, "deployment", id)
+		}
+		return path(p...)
+	}
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("evil", dep("evil-deployment")),
+			Want: []string{"evil/1 denied path_unknown_id rejected_locally"}, Check: unknown("deployment:evil-deployment")},
+		// A redelivery is refused again, identically.
+		{At: 0, Ev: reserve("evil", dep("evil-deployment")),
+			Want: []string{"evil/1 denied path_unknown_id rejected_locally"}, Check: unknown("deployment:evil-deployment")},
+		{At: 0, Ev: reserve("shadow", dep("dep2")),
+			Want: []string{"shadow/1 denied path_unknown_id rejected_locally"}, Check: unknown("deployment:dep2")},
+		// The level's first entry is the one the path charges.
+		{At: 0, Ev: reserve("first", dep("evil-deployment", "dep1")),
+			Want: []string{"first/1 denied path_unknown_id rejected_locally"}, Check: unknown("deployment:evil-deployment")},
+		{At: 0, Ev: reserve("a", dep("dep1", "evil-deployment")), Want: []string{"a/1 granted admitted"}},
+		// The tenant level has no bucket and the team level is not
+		// required: any id passes.
+		{At: 0, Ev: reserve("b", path("tenant", "anyone", "key", "k1", "team", "other", "deployment", "dep1")), Want: []string{"b/1 granted admitted"}},
+		{At: 1, Ev: configEv(t, cfg2)},
+		{At: 1, Ev: reserve("c", dep("evil-deployment")), Want: []string{"c/1 granted admitted"}},
+	})
+
+	// A "*" template at the level knows every id: it limits each.
+	tmpl := testConfig(rpm("deployment", "*", 600, 60_000), rpm("deployment", "dep1", 60, 60_000))
+	runSteps(t, tmpl, []step{
+		{At: 0, Ev: reserve("x", path("deployment", "evil-deployment")), Want: []string{"x/1 granted admitted"}},
+	})
+}

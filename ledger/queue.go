@@ -336,8 +336,12 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 	l.st.Stats.Expired++
 	r := &l.st.Res[ri]
 	class, reason := schemas.RetryCapacity, schemas.ReasonMaxWaitExceeded
-	if r.Deadline > 0 && r.Deadline <= l.st.Now {
+	if r.Deadline > 0 && r.grantBy() <= l.st.Now {
 		class, reason = schemas.RetryDeadline, schemas.ReasonDeadlineExceeded
+		if r.Deadline > l.st.Now {
+			// Time is left, but less than the route takes to answer.
+			reason = schemas.ReasonDeadlineBelowService
+		}
 	}
 	return l.emit(out, r, schemas.Decision{
 		Status: schemas.StatusExpired, Reason: reason,
@@ -356,7 +360,7 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 // deadline comes before the cooldown ends: the waiter can never be granted
 // in time and is refused at once.
 func (l *Ledger) waitOutCooldown(r *res, until int64) (pastDeadline bool) {
-	if r.Deadline > 0 && r.Deadline <= until {
+	if r.Deadline > 0 && r.grantBy() <= until {
 		return true
 	}
 	if r.Flags&fOwnWait != 0 {
@@ -367,7 +371,7 @@ func (l *Ledger) waitOutCooldown(r *res, until int64) (pastDeadline bool) {
 		// The backlog the pause built flows out at the provider's
 		// recovering rate, which can take longer than a class's max wait:
 		// the deadline is the bound.
-		e = r.Deadline
+		e = r.grantBy()
 	}
 	if e > r.ExpireMs {
 		r.ExpireMs = e

@@ -222,6 +222,35 @@ func (l *Ledger) refuseMissingLevels(ev *schemas.Event, out []Output, missing ui
 	return out
 }
 
+// unknownIDs returns the "level:id" entries ("/" separated, in path order)
+// where a path names, at a closed level of scope si (scopeCfg.closed), an
+// id that the config does not list, or "" when it names none. It reads the
+// path as resolvePath does: the first entry of each known level, ids of at
+// most maxStrLen bytes. Such a path would pass the level without charging
+// any of its limits: a reserve naming "deployment:evil-deployment" charged
+// no provider bucket (issue 19, D5), and so would a gateway whose
+// provider name drifted from the ledger config.
+func (l *Ledger) unknownIDs(si int32, levels []schemas.PathLevel) string {
+	ci, ok := l.cc.scopeFor(l.st.Scopes[si].Name)
+	if !ok || l.cc.scopes[ci].closed == 0 {
+		return ""
+	}
+	sc := &l.cc.scopes[ci]
+	var seen [numLevels]bool
+	var names []string
+	for _, p := range levels {
+		lv, ok := levelCode(p.Level)
+		if !ok || lv == 0 || seen[lv] || len(p.ID) > maxStrLen {
+			continue
+		}
+		seen[lv] = true
+		if sc.closed&(1<<lv) != 0 && !l.cc.knows(sc, lv, p.ID) {
+			names = append(names, levelNames[lv]+":"+p.ID)
+		}
+	}
+	return strings.Join(names, "/")
+}
+
 // resolvePath resolves a request path to its node chain: the scope root,
 // then each configured level once (unknown levels, repeated levels and
 // over-long ids are skipped, as are levels without buckets). Nodes are
@@ -333,6 +362,14 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		if missing := l.missingLevels(si, rr.Path); missing != 0 {
 			return l.refuseMissingLevels(ev, out, missing)
 		}
+		if unknown := l.unknownIDs(si, rr.Path); unknown != "" {
+			n := len(out)
+			out = l.refuseEv(ev, out, schemas.ReasonPathUnknownID, schemas.RetryRequestError)
+			if len(out) > n {
+				out[n].Decision.LimitPath = unknown
+			}
+			return out
+		}
 		var limit bool
 		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)
 		if limit {
@@ -366,6 +403,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if rr.Streaming {
 		r.Flags |= fStreaming
 	}
+	if r.Deadline > 0 {
+		r.SvcMs = l.expectedService(r)
+	}
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
 	}
@@ -381,8 +421,8 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		r.Flags |= fOwnWait
 	}
 	r.ExpireMs = now + maxWait
-	if r.Deadline > 0 && r.Deadline < r.ExpireMs {
-		r.ExpireMs = r.Deadline
+	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
+		r.ExpireMs = r.grantBy()
 	}
 
 	if rr.EmergencyAdmitted {
@@ -391,7 +431,26 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		l.grant(ri, false)
 		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
 	}
+	if r.Deadline > 0 && r.grantBy() < now {
+		return l.refuseShortDeadline(ri, out)
+	}
 	return l.arrive(ri, out)
+}
+
+// refuseShortDeadline denies, at once, an attempt whose remaining deadline
+// is shorter than its route's expected service time: granted, it would be
+// sent upstream and abandoned before its answer (service.go).
+func (l *Ledger) refuseShortDeadline(ri int32, out []Output) []Output {
+	l.finish(ri, stDenied)
+	l.st.Stats.Denied++
+	r := &l.st.Res[ri]
+	cl := &l.st.Config.Classes[r.ClassIdx]
+	return l.emit(out, r, schemas.Decision{
+		Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService,
+		GatewayDecision: schemas.GDRejectedLocally, RetryClass: schemas.RetryDeadline,
+		Needed: r.SvcMs, Available: max(0, r.Deadline-l.st.Now),
+		FallbackAllowed: cl.Overload == OverloadFallback && r.Flags&fFallback != 0,
+	})
 }
 
 // arrive decides a new reservation (first attempt or retry): granted at
@@ -486,8 +545,12 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 		refuse(schemas.ReasonQueueFull, schemas.RetryOverload, schemas.GDRejectedLocally)
 		d.FallbackAllowed = cl.Overload == OverloadFallback && r.Flags&fFallback != 0
 	case v.fitMs > r.ExpireMs:
-		if r.Deadline > 0 && v.fitMs > r.Deadline {
+		if r.Deadline > 0 && v.fitMs > r.grantBy() {
 			refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline, schemas.GDRejectedLocally)
+			if v.fitMs <= r.Deadline {
+				// It would fit in time, but not in time to be answered.
+				d.Reason = schemas.ReasonDeadlineBelowService
+			}
 		} else {
 			refuse(schemas.ReasonWaitExceedsMax, d.RetryClass, schemas.GDRejectedLocally)
 		}
@@ -610,7 +673,9 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, ni, sp.dim, a, sp.maxUnits
 					return v
 				}
-				if sp.guaranteed > 0 && b.Base < a*sp.period {
+				if sp.guaranteed > 0 && b.Base < min(a*sp.period, sp.gBurst) {
+					// The baseline, like the level, covers a request
+					// larger than its window when it is full (fits).
 					v.borrowed = true
 				}
 				if l.fits(b, sp, a, reserve) {
@@ -663,7 +728,7 @@ func (l *Ledger) stormHold(r *res, sc *scopeState) int64 {
 	if sc.RecoverMs <= now {
 		return 0
 	}
-	due := r.Deadline
+	due := r.grantBy()
 	if due == 0 {
 		due = r.ExpireMs
 		if r.Flags&fOwnWait == 0 {
@@ -770,7 +835,8 @@ func (l *Ledger) grantFast(ri int32) bool {
 			ok := a <= sp.maxUnits
 			if ok && sp.kind == kToken {
 				d := a * sp.period
-				if ok = b.Level >= d && (sp.guaranteed == 0 || b.Base >= d); ok {
+				// A request larger than the window needs it full (fits).
+				if ok = b.Level >= min(d, sp.burst) && (sp.guaranteed == 0 || b.Base >= min(d, sp.gBurst)); ok {
 					b.Level -= d
 					if sp.guaranteed > 0 {
 						b.Base -= d
@@ -1006,6 +1072,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
+		l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
 		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
 	case stQueued:

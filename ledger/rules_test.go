@@ -36,7 +36,9 @@ func TestExceedsCapacityAndBadInput(t *testing.T) {
 	unknownScope := reserve("u")
 	unknownScope.Scope = "nope"
 	runSteps(t, cfg, []step{
-		{At: 0, Ev: reserve("big", tokens(1001, 0)), Want: []string{"big/1 denied exceeds_capacity rejected_locally"}},
+		// 6,000 per minute: a request above it can never be admitted (one
+		// above the 10 s window's 1,000 can: TestLargerThanWindow).
+		{At: 0, Ev: reserve("big", tokens(6001, 0)), Want: []string{"big/1 denied exceeds_capacity rejected_locally"}},
 		{At: 0, Ev: bad, Want: []string{"bad/1 denied invalid_input_tokens rejected_locally"}},
 		{At: 0, Ev: unknownScope, Want: []string{"u/1 denied unknown_scope rejected_policy"}},
 		{At: 0, Ev: reserve("c", class("vip")), Want: []string{"c/1 denied unknown_class rejected_locally"}},

@@ -57,6 +57,9 @@ func simConfig(variant int) Config {
 		HoldTTLMs:       20_000,
 		StreamHoldTTLMs: 40_000,
 		DedupTTLMs:      60_000,
+		// Few of the log's reconciles settle a grant: a low bar puts the
+		// learned service time (service.go) into force within the log.
+		ServiceSamplesMin: 3,
 	}
 	c.fillDefaults()
 	if variant == 1 {
@@ -229,6 +232,8 @@ type auditor struct {
 	// short of while the deadline rule said u goes first (see deadlineRule).
 	robbed   map[resKey]string
 	rescueOK int // waiters the rule protected that were granted after all
+	// belowService counts deadline_below_service_time decisions.
+	belowService int
 }
 
 func newAuditor(t testing.TB, seed uint64) *auditor {
@@ -252,6 +257,9 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 		}
 		if o.Decision.Reason == schemas.ReasonNodeLost {
 			a.nodeLost++
+		}
+		if o.Decision.Reason == schemas.ReasonDeadlineBelowService {
+			a.belowService++
 		}
 		if st == schemas.StatusHoldExpired {
 			if a.terminal[key] != schemas.StatusGranted {
@@ -294,6 +302,13 @@ func (a *auditor) see(l *Ledger, i int, out []Output) {
 		}
 		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
 			a.deadlineRule(l, key)
+			// Never granted with less of its deadline left than the
+			// route's expected service time (service.go).
+			if ri, ok := l.resFind(key.id, key.attempt); ok {
+				if r := &l.st.Res[ri]; r.Deadline > 0 && l.st.Now+r.SvcMs > r.Deadline {
+					a.failf("event %d: %v granted at %d with deadline %d and expected service %d ms", i, key, l.st.Now, r.Deadline, r.SvcMs)
+				}
+			}
 		}
 		if st == schemas.StatusGranted && o.Decision.GatewayDecision != schemas.GDEmergencyAdmitted {
 			// Token bucket bound over every interval [t_i, t_j]:
@@ -430,7 +445,7 @@ func TestSimInvariants(t *testing.T) {
 		if _, ok := l.NextWakeMs(); ok {
 			t.Fatalf("seed %d: still pending after drain", seed)
 		}
-		t.Logf("seed %d: %d node_lost decisions (%d nodes lost)", seed, a.nodeLost, l.Stats().NodesLost)
+		t.Logf("seed %d: %d node_lost decisions (%d nodes lost), %d deadline_below_service_time", seed, a.nodeLost, l.Stats().NodesLost, a.belowService)
 		for k := range a.queued {
 			if _, ok := a.terminal[k]; !ok {
 				t.Fatalf("seed %d: %v queued and never decided", seed, k)

@@ -205,6 +205,7 @@ func (l *Ledger) Freeze() *Frozen {
 	st.Lists = slices.Clone(l.st.Lists)
 	st.Done = slices.Clone(l.st.Done)
 	st.Live = slices.Clone(l.st.Live)
+	st.Services = slices.Clone(l.st.Services)
 	st.Scopes = slices.Clone(l.st.Scopes)
 	nowUs := l.st.Now * 1000
 	for i := range st.Scopes {
@@ -313,6 +314,17 @@ func (l *Ledger) verify() error {
 		if err := l.verifyBucket(&b, true); err != nil {
 			return fmt.Errorf("shadow bucket %d %w", i, err)
 		}
+	}
+	if len(st.Services) > serviceRoutesMax {
+		return fmt.Errorf("%d learned routes, above %d", len(st.Services), serviceRoutesMax)
+	}
+	seen := make(map[serviceKey]bool, len(st.Services))
+	for i, s := range st.Services {
+		k := serviceKey{s.Scope, s.Route, s.Stream}
+		if s.Scope < 0 || s.Scope >= ns || seen[k] {
+			return fmt.Errorf("learned route %d out of range or listed twice", i)
+		}
+		seen[k] = true
 	}
 	nc := int32(len(st.Config.Classes))
 	for i := range st.Res {

@@ -193,11 +193,15 @@ type res struct {
 	DoneMs    int64          `json:"dm,omitempty"`
 	FirstMs   int64          `json:"fm,omitempty"` // log time of the logical request's first attempt
 	Deadline  int64          `json:"dl,omitempty"` // absolute, 0 = none
-	MaxAtt    int32          `json:"ma,omitempty"`
-	Gen       int32          `json:"g,omitempty"`
-	List      int32          `json:"l,omitempty"` // hold list index
-	Prev      int32          `json:"pv,omitempty"`
-	Next      int32          `json:"nx,omitempty"`
+	// SvcMs is the route's expected service time when the attempt arrived
+	// (service.go), 0 unknown: it is granted only until Deadline − SvcMs
+	// (grantBy).
+	SvcMs  int64 `json:"sv,omitempty"`
+	MaxAtt int32 `json:"ma,omitempty"`
+	Gen    int32 `json:"g,omitempty"`
+	List   int32 `json:"l,omitempty"` // hold list index
+	Prev   int32 `json:"pv,omitempty"`
+	Next   int32 `json:"nx,omitempty"`
 	// Pump scratch (see pumpPass), never in a snapshot: the pump epoch that
 	// visited r, and the one that found r aged ahead of an earlier-expiring
 	// waiter of a higher class.
@@ -304,4 +308,7 @@ type state struct {
 	// Live lists the nodes that have heartbeated, in first-heartbeat
 	// order (liveness.go).
 	Live []liveNode `json:"live,omitempty"`
+	// Services holds each route's learned service time (service.go), in
+	// first-reconcile order.
+	Services []serviceStat `json:"services,omitempty"`
 }

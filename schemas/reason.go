@@ -52,6 +52,22 @@ const (
 	// was reserved. Decision.LimitPath names the missing levels, "/"
 	// separated in path order (e.g. "deployment").
 	ReasonPathMissingLevel Reason = "path_missing_level"
+	// ReasonPathUnknownID: a level that the request's scope requires names
+	// an id that the ledger config limits by id only and does not list
+	// (e.g. a deployment id with no buckets): the path would charge none
+	// of the level's limits. Nothing was reserved; never retryable.
+	// Decision.LimitPath names the unknown level:id, "/" separated.
+	ReasonPathUnknownID Reason = "path_unknown_id"
+	// ReasonDeadlineBelowService: the request's remaining deadline is
+	// shorter than its route's expected service time (the ledger's learned
+	// p95 time to first byte plus its output at the route's observed
+	// rate): granted, it would be sent upstream and abandoned by its client
+	// before the answer. Decision.Needed is the expected service time in
+	// ms, Decision.Available the deadline's remaining ms; retry class
+	// deadline_exceeded (the ledger does not retry it, a client with a
+	// longer deadline may). Also the reason of a queued request that
+	// expired once its remaining deadline fell below that time.
+	ReasonDeadlineBelowService Reason = "deadline_below_service_time"
 )
 
 // Reasons of a ReserveRequested the ledger refused as malformed: one code

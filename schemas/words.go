@@ -32,6 +32,8 @@ var reasonWords = map[Reason]string{
 	ReasonUnknownScope:           "no quota is configured for this provider scope",
 	ReasonUnknownClass:           "the traffic class is not configured",
 	ReasonPathMissingLevel:       "the request does not name a level its scope requires",
+	ReasonPathUnknownID:          "the request names an id its scope's limits do not know at a required level",
+	ReasonDeadlineBelowService:   "its deadline leaves less time than its route takes to answer",
 
 	ReasonInvalidRequest:      "the gateway sent an invalid reservation",
 	ReasonRequestIDTooLong:    "the request id is too long",

@@ -59,6 +59,16 @@ const (
 	// CodePathMissingLevel: the key's bucket path lacks a level its scope
 	// requires (a configuration problem no retry can fix).
 	CodePathMissingLevel = string(schemas.ReasonPathMissingLevel)
+	// CodePathUnknownID: the key's bucket path names, at a level its
+	// scope requires, an id the ledger config does not know (e.g. a
+	// provider deployment with no limits): a configuration problem no retry
+	// can fix.
+	CodePathUnknownID = string(schemas.ReasonPathUnknownID)
+	// CodeDeadlineBelowService: the request's deadline leaves less time
+	// than its route takes to answer (the ledger's learned service time);
+	// it was not sent upstream. A 429: a retry with a longer deadline, or
+	// once the route is faster, may succeed.
+	CodeDeadlineBelowService = string(schemas.ReasonDeadlineBelowService)
 )
 
 // Sluice is the normalised object attached to every error.

@@ -38,6 +38,17 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 		// SDKs do not retry, rather than a 429.
 		e = apierr.New(403, apierr.CodePathMissingLevel,
 			"this key's identity does not name the "+d.LimitPath+" level that scope "+ev.Scope+" requires (ledger required_levels); ask an operator to fix the key's configuration")
+	case d.Reason == schemas.ReasonPathUnknownID:
+		// As above: the gateway's route or key names an id (a deployment
+		// whose provider name drifted from the ledger config) that no
+		// limit of the ledger covers; sending it would be ungoverned.
+		e = apierr.New(403, apierr.CodePathUnknownID,
+			"this request's route names "+d.LimitPath+", which scope "+ev.Scope+" has no limits for (ledger config); ask an operator to fix the route or the ledger config")
+	case d.Reason == schemas.ReasonDeadlineBelowService:
+		// Never sent upstream: its client would hang up before the answer.
+		e = apierr.New(429, apierr.CodeDeadlineBelowService, fmt.Sprintf(
+			"the request's deadline leaves %d ms, and route %s takes about %d ms to answer (p95 time to first byte plus its output at the route's observed rate), so it was not sent; retry with a longer deadline (X-Sluice-Deadline-Ms or the SDK's timeout)",
+			d.Available, ev.Route, d.Needed))
 	case d.RetryClass == schemas.RetryRequestError:
 		// Larger than a bucket can ever hold (exceeds_capacity).
 		msg := "request refused by the quota ledger: " + string(d.Reason)

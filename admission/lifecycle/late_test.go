@@ -61,6 +61,8 @@ func TestDecisionErrorStatus(t *testing.T) {
 		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: schemas.RetryPolicy}, 403, apierr.CodeQuotaExhausted},
 		{"expired", schemas.Decision{Status: schemas.StatusExpired}, 429, apierr.CodeQueueTimeout},
 		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathMissingLevel, LimitPath: "deployment", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathMissingLevel},
+		{"deadline below service time", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService, Needed: 900, Available: 400, RetryClass: schemas.RetryDeadline}, 429, apierr.CodeDeadlineBelowService},
+		{"path unknown id", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathUnknownID, LimitPath: "deployment:evil", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathUnknownID},
 	} {
 		e := decisionError(tc.d, ev)
 		if e.Status != tc.status || e.Code != tc.code {

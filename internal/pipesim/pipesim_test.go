@@ -70,7 +70,10 @@ func TestRegressionSeeds(t *testing.T) {
 		{222, "a grant shadowed behind a zombie's decision", func(s Stats) bool { return s.Zombies > 0 && s.Shadowed > 0 }},
 		// An upgraded owner crashed before deciding and went on as a
 		// zombie: it must read the re-derived round as its version does.
-		{4437, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},
+		// (Seed 4437 until the ledger's learned service time (issue 20)
+		// refused some attempts with short deadlines and moved its run off
+		// that path; 4411 takes it now.)
+		{4411, "a zombie of the upgraded version", func(s Stats) bool { return s.Zombies > 0 && s.VersionChanges > 0 }},
 		// The same, the zombie deciding the re-derived round first.
 		{3179, "a zombie of the upgraded version re-deriving", func(s Stats) bool { return s.Zombies > 1 && s.VersionChanges > 0 }},
 	} {

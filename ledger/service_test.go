@@ -1,0 +1,100 @@
+package ledger
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// served is a Reconciled of a complete 2xx answer with its latencies.
+func served(id string, out, firstByteMs, totalMs int64) *schemas.Event {
+	ev := reconcile(id, 100, out)
+	ev.Reconciled.FirstByteMs, ev.Reconciled.TotalMs = firstByteMs, totalMs
+	return ev
+}
+
+func TestServiceTimeDeadline(t *testing.T) {
+	// One attempt at a time per key, so that a held grant queues the next.
+	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	// The route answers its first byte at 400 ms and then 2 ms per output
+	// token. The p95 bin of 400 ms starts at 384, so 50 output tokens are
+	// expected to take 384 + 100 = 484 ms.
+	var steps []step
+	for i := range 19 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(10 * i)
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 5, Ev: served(id, 50, 400, 500)})
+	}
+	svc := func(needed, avail int64) func(*testing.T, *Ledger, []Output) {
+		return func(t *testing.T, _ *Ledger, out []Output) {
+			t.Helper()
+			d := out[0].Decision
+			if d.Needed != needed || d.Available != avail || d.RetryClass != schemas.RetryDeadline {
+				t.Errorf("needed %d available %d retry_class %s, want %d %d %s", d.Needed, d.Available, d.RetryClass, needed, avail, schemas.RetryDeadline)
+			}
+		}
+	}
+	steps = append(steps,
+		// 19 samples are too few to refuse anything: granted.
+		step{At: 200, Ev: reserve("early", deadline(100)), Want: []string{"early/1 granted admitted"}},
+		step{At: 205, Ev: served("early", 50, 400, 500)},
+		// 20: a deadline of 400 ms is refused at once, naming both times.
+		step{At: 300, Ev: reserve("short", deadline(400)), Want: []string{"short/1 denied deadline_below_service_time rejected_locally"}, Check: svc(484, 400)},
+		// No output expected: 384 ms of first byte fit in 400.
+		step{At: 300, Ev: reserve("noout", deadline(400), tokens(100, 0)), Want: []string{"noout/1 granted admitted"}},
+		step{At: 305, Ev: served("noout", 0, 400, 400)},
+		step{At: 310, Ev: reserve("ok", deadline(484)), Want: []string{"ok/1 granted admitted"}},
+		// While ok holds the key, q waits; it may be granted until its
+		// deadline less 484 ms (1,000 + 1,500 − 484 = 2,016), and then
+		// expires with the same reason.
+		step{At: 1000, Ev: reserve("q", class("agent"), deadline(1500)), Want: []string{"q/1 queued capacity queued"}},
+		step{At: 2015, Ev: tick()},
+		step{At: 2016, Ev: tick(), Want: []string{"q/1 expired deadline_below_service_time queued_then_expired"}},
+		step{At: 2100, Ev: reserve("q2", class("agent"), deadline(5000)), Want: []string{"q2/1 queued capacity queued"}},
+		step{At: 2200, Ev: served("ok", 50, 400, 500), Want: []string{"q2/1 granted queued_then_admitted"}},
+		step{At: 2300, Ev: served("q2", 50, 400, 500)},
+		// Streamed answers are learned apart from buffered ones: none yet.
+		step{At: 2400, Ev: reserve("st", streaming(), deadline(100)), Want: []string{"st/1 granted admitted"}},
+		step{At: 2405, Ev: served("st", 50, 40, 140)},
+		// Two minutes later the samples are forgotten: nothing is refused.
+		step{At: 120_000, Ev: reserve("later", deadline(100)), Want: []string{"later/1 granted admitted"}},
+	)
+	runSteps(t, cfg, steps)
+}
+
+// TestServiceTimeOff: service_samples_min -1 learns nothing and refuses
+// nothing.
+func TestServiceTimeOff(t *testing.T) {
+	cfg := testConfig(rpm("key", "*", 6000, 60_000))
+	cfg.ServiceSamplesMin = -1
+	var steps []step
+	for i := range 30 {
+		id := fmt.Sprintf("s%d", i)
+		steps = append(steps,
+			step{At: int64(i), Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: int64(i), Ev: served(id, 50, 400, 500)})
+	}
+	steps = append(steps, step{At: 100, Ev: reserve("short", deadline(10)), Want: []string{"short/1 granted admitted"},
+		Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if len(l.st.Services) != 0 {
+				t.Errorf("%d routes learned with the rule off", len(l.st.Services))
+			}
+		}})
+	runSteps(t, cfg, steps)
+}
+
+func TestServiceBins(t *testing.T) {
+	for _, ms := range []int64{0, 1, 3, 4, 7, 8, 9, 15, 16, 400, 1000, 65_535, 1 << 20, 1 << 40} {
+		b := serviceBin(ms)
+		lo := serviceBinLow(b)
+		if lo > ms || (b < serviceBins-1 && serviceBinLow(b+1) <= ms) {
+			t.Errorf("%d ms in bin %d [%d, %d)", ms, b, lo, serviceBinLow(b+1))
+		}
+		if ms >= 4 && b < serviceBins-1 && (ms-lo)*100 > lo*25 {
+			t.Errorf("%d ms: bin %d low %d is more than 25 %% below", ms, b, lo)
+		}
+	}
+}
