@@ -150,7 +150,7 @@ type set struct {
 
 type workload struct {
 	kind     string
-	replicas int32
+	replicas *int32
 	selector *metav1.LabelSelector
 	tmpl     corev1.PodTemplateSpec
 }
@@ -177,10 +177,10 @@ func index(t *testing.T) set {
 	}
 	s.kafkas = objects[Kafka](s.docs)
 	for _, o := range objects[appsv1.Deployment](s.docs) {
-		s.pods[o.Name] = workload{"Deployment", ptrOr(o.Spec.Replicas, 1), o.Spec.Selector, o.Spec.Template}
+		s.pods[o.Name] = workload{"Deployment", o.Spec.Replicas, o.Spec.Selector, o.Spec.Template}
 	}
 	for _, o := range objects[appsv1.StatefulSet](s.docs) {
-		s.pods[o.Name] = workload{"StatefulSet", ptrOr(o.Spec.Replicas, 1), o.Spec.Selector, o.Spec.Template}
+		s.pods[o.Name] = workload{"StatefulSet", o.Spec.Replicas, o.Spec.Selector, o.Spec.Template}
 	}
 	return s
 }
@@ -478,8 +478,11 @@ func TestServicesAndPolicies(t *testing.T) {
 		if !ok || w.kind != h.Spec.ScaleTargetRef.Kind {
 			t.Errorf("HPA %s targets %s %s, which is not among the workloads", h.Name, h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name)
 		}
-		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < w.replicas {
-			t.Errorf("HPA %s: minReplicas below the Deployment's replicas %d", h.Name, w.replicas)
+		if w.replicas != nil {
+			t.Errorf("HPA %s: %s sets replicas, which every kubectl apply would reset the HPA's count to", h.Name, h.Spec.ScaleTargetRef.Name)
+		}
+		if h.Spec.MinReplicas == nil || *h.Spec.MinReplicas < 2 {
+			t.Errorf("HPA %s: minReplicas below 2 leaves one gateway", h.Name)
 		}
 	}
 	if len(hpas) == 0 || hpas[0].Spec.ScaleTargetRef.Name != "sluice-gateway" {
@@ -588,7 +591,7 @@ func TestTopicsMatchBus(t *testing.T) {
 		t.Errorf("KafkaTopics %v, want %v", have, names)
 	}
 	req := s.topics[bus.DefaultTopics().Names.OrDefault().Requests]
-	if l, ok := s.pods["sluice-ledger"]; !ok || req == nil || l.replicas > req.Spec.Partitions {
+	if l, ok := s.pods["sluice-ledger"]; !ok || req == nil || ptrOr(l.replicas, 1) > req.Spec.Partitions {
 		t.Errorf("ledger members must not outnumber the requests partitions")
 	}
 }
