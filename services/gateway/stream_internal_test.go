@@ -10,7 +10,7 @@ func TestIsErrorEvent(t *testing.T) {
 		want        bool
 	}{
 		{"error", `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`, true}, // Anthropic
-		{"", `{"error":{"message":"m","type":"server_error"}}`, true},                                   // OpenAI
+		{"", `{"error":{"message":"m","type":"server_error"}}`, true},                                  // OpenAI
 		{"", ` { "error" : {"code": 500}}`, true},
 		{"", `{"id":"c","object":"chat.completion.chunk","choices":[]}`, false},
 		{"content_block_delta", `{"type":"content_block_delta","delta":{"text":"error"}}`, false},
