@@ -23,6 +23,7 @@ test: ## lint, start real Kafka + ClickHouse on loopback (installs them if missi
 	$(MAKE) lint
 	$(MAKE) sdk-deps
 	$(MAKE) test-unit
+	$(MAKE) manifests
 	$(MAKE) simulate
 	$(MAKE) fuzz
 	$(MAKE) alerts
@@ -36,6 +37,14 @@ test-integration: up ## integration tests against the real Kafka broker and Clic
 	bash deploy/local/chromium.sh >/dev/null
 	deploy/local/prometheus.sh install
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
+
+.PHONY: manifests image
+manifests: ## decode every Kubernetes manifest in deploy/k8s strictly into the API types (own Go module; no cluster needed)
+	cd deploy/k8s && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+IMAGE ?= sluice:dev
+image: ## build the container image IMAGE (default sluice:dev) with docker from deploy/container/Dockerfile
+	docker build -f deploy/container/Dockerfile -t $(IMAGE) .
 
 SEEDS ?= 200
 simulate: ## the seeded whole-pipeline simulation (internal/pipesim) over SEEDS seeds (default 200); prints each failing seed's rerun command

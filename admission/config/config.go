@@ -29,9 +29,13 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
+// EnvGatewayNode names the environment variable that overrides Config.Node.
+const EnvGatewayNode = "SLUICE_GATEWAY_NODE"
+
 // Config is the gateway configuration file (YAML).
 type Config struct {
 	// Node names this gateway; decisions are routed back by it.
+	// EnvGatewayNode, when set, overrides it.
 	Node string `yaml:"node"`
 	// BodyLimitBytes caps request bodies (default 10 MiB).
 	BodyLimitBytes int64 `yaml:"body_limit_bytes"`
@@ -263,6 +267,12 @@ func (e *ValidationError) Error() string {
 func (c *Config) finish(getenv func(string) string) error {
 	var probs []string
 	add := func(format string, a ...any) { probs = append(probs, fmt.Sprintf(format, a...)) }
+	// SLUICE_GATEWAY_NODE overrides the file's node: the replicas of one
+	// Deployment share one config file but each needs its own id (its pod
+	// name), and a reload must keep it.
+	if v := strings.TrimSpace(getenv(EnvGatewayNode)); v != "" {
+		c.Node = v
+	}
 	if c.Node == "" {
 		c.Node = "gw-1"
 	}

@@ -124,6 +124,25 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
+// TestGatewayNodeFromEnv: a Deployment's replicas share one file and take
+// their node ids from SLUICE_GATEWAY_NODE.
+func TestGatewayNodeFromEnv(t *testing.T) {
+	t.Setenv("OPENAI_UPSTREAM_KEY", "x")
+	t.Setenv("AZURE_OPENAI_KEY", "x")
+	t.Setenv("ANTHROPIC_UPSTREAM_KEY", "x")
+	t.Setenv("GEMINI_API_KEY", "x")
+	for _, tc := range []struct{ env, want string }{{"", "gw-1"}, {"sluice-gateway-7d9f-abcde", "sluice-gateway-7d9f-abcde"}, {"  ", "gw-1"}} {
+		t.Setenv(config.EnvGatewayNode, tc.env)
+		c, err := config.LoadFile("../../deploy/examples/sluice.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Node != tc.want {
+			t.Errorf("%s=%q: node %q, want %q", config.EnvGatewayNode, tc.env, c.Node, tc.want)
+		}
+	}
+}
+
 // FuzzLoad: any bytes either load or fail with an error; never a panic.
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte(doc(`  - {model: m, provider: oa}`, "")))

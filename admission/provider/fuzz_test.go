@@ -64,7 +64,7 @@ func FuzzParseRejection(f *testing.F) {
 		h.Set("anthropic-ratelimit-requests-remaining", "0")
 		h.Set("anthropic-ratelimit-requests-reset", retryAfter)
 		for _, k := range schemas.ProviderKinds {
-			r, ok := ParseRejection(k, status, h, body, testNow)
+			r, ok := ParseRejection(k, status, h, body, testNow, Secrets{})
 			if !ok {
 				continue
 			}

@@ -235,7 +235,7 @@ func TestParseRejection(t *testing.T) {
 	}
 	for _, tt := range tests {
 		resp, body := loadResponse(t, tt.file)
-		got, ok := ParseRejection(tt.kind, resp.StatusCode, resp.Header, body, testNow)
+		got, ok := ParseRejection(tt.kind, resp.StatusCode, resp.Header, body, testNow, Secrets{})
 		if tt.wantNil {
 			if ok {
 				t.Errorf("%s: unexpected rejection %+v", tt.file, got)

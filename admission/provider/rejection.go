@@ -58,7 +58,12 @@ type googleDetail struct {
 // headers (ParseRetryAfter), else Gemini RetryInfo.retryDelay, else the
 // message ("try again in 6s", "retry after 6 seconds"), else the reset of an
 // exhausted dimension in the rate-limit headers.
-func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.Time) (schemas.ProviderRejected, bool) {
+//
+// The message and the provider request id are cut of sec's literal
+// credentials first (Secrets.Redact: a key the provider echoes, whatever
+// its shape), then of anything that looks like one (ScrubMessage): they
+// go to the client, the logs and the ProviderRejected event.
+func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.Time, sec Secrets) (schemas.ProviderRejected, bool) {
 	var eb errorBody
 	parseErrorBody(body, &eb)
 	var msg, etype, code, gstatus string
@@ -168,9 +173,13 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 		}
 	}
 
-	r.ProviderRequestID = requestID(h, eb.RequestID)
+	r.ProviderRequestID = requestID(h, eb.RequestID, sec)
 	if msg == "" && eb.Error == nil && len(body) > 0 {
-		msg = string(body[:min(len(body), 2*MaxMessageBytes)])
+		// A body that is no error document: ScrubMessage's window of it,
+		// cut on no partial secret.
+		msg = sec.Window(string(body[:min(len(body), 2*MaxMessageBytes+sec.maxLen())]), 2*MaxMessageBytes)
+	} else {
+		msg = sec.Redact(msg)
 	}
 	r.Message = ScrubMessage(msg)
 	return r, true
@@ -264,7 +273,7 @@ func retryFromMessage(msg string) (int64, bool) {
 	return 0, false
 }
 
-func requestID(h http.Header, fromBody string) string {
+func requestID(h http.Header, fromBody string, sec Secrets) string {
 	id := fromBody
 	for _, name := range []string{"X-Request-Id", "Request-Id", "Apim-Request-Id", "X-Ms-Request-Id"} {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
@@ -272,7 +281,7 @@ func requestID(h http.Header, fromBody string) string {
 			break
 		}
 	}
-	return truncateUTF8(ScrubMessage(id), 128)
+	return truncateUTF8(ScrubMessage(sec.Redact(id)), 128)
 }
 
 var scrubRules = []struct {

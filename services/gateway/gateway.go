@@ -194,17 +194,23 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(newModelObject(id))
 }
 
-// identify resolves the caller's API key.
-func (s *Server) identify(cfg *config.Config, r *http.Request) (*config.Identity, *apierr.Error) {
-	key := ""
+// clientKey is the API key the caller presented: Authorization: Bearer,
+// else x-api-key. identify resolves it; every provider message is
+// redacted of it (provider.Secrets).
+func clientKey(r *http.Request) string {
 	if a := r.Header.Get("Authorization"); a != "" {
 		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
-			key = strings.TrimSpace(k)
+			if k = strings.TrimSpace(k); k != "" {
+				return k
+			}
 		}
 	}
-	if key == "" {
-		key = strings.TrimSpace(r.Header.Get("x-api-key"))
-	}
+	return strings.TrimSpace(r.Header.Get("x-api-key"))
+}
+
+// identify resolves the caller's API key.
+func (s *Server) identify(cfg *config.Config, r *http.Request) (*config.Identity, *apierr.Error) {
+	key := clientKey(r)
 	if key == "" {
 		return nil, apierr.New(http.StatusUnauthorized, apierr.CodeMissingKey, "no API key: send Authorization: Bearer <key> or x-api-key")
 	}

@@ -54,6 +54,7 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		writeErr    error
 		readErr     error
 	)
+	sec := provider.SecretsOf(c.cfg, clientKey(c.r))
 	emit := func() {
 		defer func() { event.Reset(); data.Reset(); raw.Reset() }()
 		if raw.Len() == 0 {
@@ -62,6 +63,12 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		out := st.Event(event.Bytes(), data.Bytes(), raw.Bytes())
 		if writeErr != nil || len(out) == 0 {
 			return
+		}
+		if isErrorEvent(event.Bytes(), data.Bytes()) {
+			// A provider's error inside a 200 stream is a provider
+			// message like a refusal's: cut of the credentials the
+			// gateway holds. Content events pass untouched (and free).
+			out = []byte(sec.Redact(string(out)))
 		}
 		if firstByteMs == 0 {
 			firstByteMs = max(1, time.Since(sent).Milliseconds())
@@ -119,6 +126,20 @@ func (c *call) relay(attempt int32) lifecycle.Input {
 		}
 	}
 	return lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u}
+}
+
+// isErrorEvent reports an error event inside a stream: Anthropic's
+// `event: error`, or an OpenAI-style (and Gemini) `data: {"error": …}`.
+func isErrorEvent(event, data []byte) bool {
+	if bytes.Equal(event, []byte("error")) {
+		return true
+	}
+	d := bytes.TrimLeft(data, " \t\r\n")
+	if len(d) == 0 || d[0] != '{' {
+		return false
+	}
+	d = bytes.TrimLeft(d[1:], " \t\r\n")
+	return bytes.HasPrefix(d, []byte(`"error"`))
 }
 
 // readLine reads one line, bounded by sseLineMax.

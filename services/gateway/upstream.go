@@ -50,7 +50,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	if resp.StatusCode >= 400 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, upstreamErrorMax))
 		resp.Body.Close()
-		rej, _ := provider.ParseRejection(p.Kind, resp.StatusCode, resp.Header, body, now)
+		rej, _ := provider.ParseRejection(p.Kind, resp.StatusCode, resp.Header, body, now, provider.SecretsOf(c.cfg, clientKey(c.r)))
 		return done(lifecycle.Upstream{Status: resp.StatusCode, Rejection: rej, Observations: obs, TotalMs: time.Since(sent).Milliseconds()})
 	}
 	if c.req.Stream {

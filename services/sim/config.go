@@ -188,6 +188,10 @@ type Storm struct {
 	// Status overrides the HTTP status (e.g. 529, Anthropic's real overload
 	// status). Default: 429 or 503 from Kind.
 	Status int `yaml:"status,omitempty" json:"status,omitempty"`
+	// EchoKey quotes the credential the request presented in the error
+	// message, as a provider or a proxy that echoes a bad key does: the
+	// gateway's redaction test (provider.Secrets).
+	EchoKey bool `yaml:"echo_key,omitempty" json:"echo_key,omitempty"`
 }
 
 // Latency is the response-time model: TimeToFirstToken before the first

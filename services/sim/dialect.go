@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -108,16 +109,16 @@ func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection)
 	switch ec.provider {
 	case OpenAI:
 		if overload {
-			writeJSON(w, rj.status, openAIError("The server is overloaded or not ready yet.", "server_error", nil))
+			writeJSON(w, rj.status, openAIError(rj.echoed("The server is overloaded or not ready yet."), "server_error", nil))
 			return
 		}
 		msg, typ := openAILimitMessage(ec.model, rj)
 		code := "rate_limit_exceeded"
-		writeJSON(w, rj.status, openAIError(msg, typ, &code))
+		writeJSON(w, rj.status, openAIError(rj.echoed(msg), typ, &code))
 	case Azure:
 		if overload {
 			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
-				"code": strconv.Itoa(rj.status), "message": "The server is currently overloaded. Please try again later.",
+				"code": strconv.Itoa(rj.status), "message": rj.echoed("The server is currently overloaded. Please try again later."),
 			}})
 			return
 		}
@@ -127,22 +128,46 @@ func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection)
 		}
 		msg := fmt.Sprintf("Requests to the %s Operation under Azure OpenAI API version %s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please retry after %s seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.",
 			ec.operation, ec.apiVer, kind, retryAfterSeconds(rj.wait))
-		writeJSON(w, rj.status, map[string]any{"error": map[string]any{"code": "429", "message": msg}})
+		writeJSON(w, rj.status, map[string]any{"error": map[string]any{"code": "429", "message": rj.echoed(msg)}})
 	case Anthropic:
 		if overload {
-			writeJSON(w, rj.status, anthropicError("overloaded_error", "Overloaded", ec.id))
+			writeJSON(w, rj.status, anthropicError("overloaded_error", rj.echoed("Overloaded"), ec.id))
 			return
 		}
-		writeJSON(w, rj.status, anthropicError("rate_limit_error", anthropicLimitMessage(rj), ec.id))
+		writeJSON(w, rj.status, anthropicError("rate_limit_error", rj.echoed(anthropicLimitMessage(rj)), ec.id))
 	case Gemini:
 		if overload {
 			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
-				"code": rj.status, "message": "The model is overloaded. Please try again later.", "status": "UNAVAILABLE",
+				"code": rj.status, "message": rj.echoed("The model is overloaded. Please try again later."), "status": "UNAVAILABLE",
 			}})
 			return
 		}
 		writeJSON(w, rj.status, s.geminiQuotaError(ec.model, rj))
 	}
+}
+
+// echoed is msg with the credential the request presented, when the storm
+// echoes it (Storm.EchoKey): a provider (or a proxy in front of one) that
+// quotes the key in its error, which the gateway must not pass on.
+func (rj *rejection) echoed(msg string) string {
+	if rj.echo == "" {
+		return msg
+	}
+	return msg + " (credential presented: " + rj.echo + ")"
+}
+
+// presentedKey is the credential of a request in any provider's header
+// (or Gemini's ?key=).
+func presentedKey(r *http.Request) string {
+	if k, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return k
+	}
+	for _, h := range []string{"api-key", "x-api-key", "x-goog-api-key"} {
+		if k := r.Header.Get(h); k != "" {
+			return k
+		}
+	}
+	return r.URL.Query().Get("key")
 }
 
 func openAIError(msg, typ string, code *string) map[string]any {
@@ -211,7 +236,7 @@ func anthropicLimitMessage(rj *rejection) string {
 func (s *Server) geminiQuotaError(model string, rj *rejection) map[string]any {
 	if rj.deny == nil {
 		return map[string]any{"error": map[string]any{
-			"code": 429, "message": "Resource exhausted. Please try again later.", "status": "RESOURCE_EXHAUSTED",
+			"code": 429, "message": rj.echoed("Resource exhausted. Please try again later."), "status": "RESOURCE_EXHAUSTED",
 		}}
 	}
 	tier := s.cfg.Providers[Gemini].GeminiTier

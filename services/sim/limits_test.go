@@ -424,3 +424,35 @@ func TestScopesArePerModel(t *testing.T) {
 		}
 	}
 }
+
+// TestStormEchoKey: an echo_key storm quotes the presented credential in
+// every provider's error message, whichever header carries it.
+func TestStormEchoKey(t *testing.T) {
+	const key = "PlainKey0123456789abcdefGHIJKLmn"
+	cases := []struct {
+		provider, path string
+		body           any
+		kind           string
+		hdr            []string
+		msg            []any // path to the message
+	}{
+		{OpenAI, pOpenAI, openAIBody("gpt-4o-mini", "hi", 10), "429", []string{"Authorization", "Bearer " + key}, []any{"error", "message"}},
+		{Azure, pAzure, openAIBody("", "hi", 10), "429", []string{"api-key", key}, []any{"error", "message"}},
+		{Anthropic, pAnthropic, anthropicBody("claude-haiku-4-5", "hi", 10), "503", []string{"x-api-key", key}, []any{"error", "message"}},
+		{Gemini, pGemini, geminiBody("hi", 10), "429", []string{"x-goog-api-key", key}, []any{"error", "message"}},
+	}
+	for _, tc := range cases {
+		s, _ := newSim(t, nil)
+		if rec := do(t, s, "POST", "/sim/storm", map[string]any{"kind": tc.kind, "provider": tc.provider, "active": true, "echo_key": true}); rec.Code != 200 {
+			t.Fatalf("%s: storm start: %d %s", tc.provider, rec.Code, rec.Body)
+		}
+		rec := do(t, s, "POST", tc.path, tc.body, tc.hdr...)
+		if rec.Code < 400 {
+			t.Errorf("%s: status %d", tc.provider, rec.Code)
+			continue
+		}
+		if m, _ := path(t, decode(t, rec), tc.msg...).(string); !strings.Contains(m, key) {
+			t.Errorf("%s: message %q does not echo the key", tc.provider, m)
+		}
+	}
+}

@@ -268,6 +268,7 @@ type StormRequest struct {
 	RetryAfter Duration `json:"retry_after,omitempty"`
 	Every      int      `json:"every,omitempty"`
 	Status     int      `json:"status,omitempty"`
+	EchoKey    bool     `json:"echo_key,omitempty"`
 }
 
 // StormInfo describes one storm in the answer of /sim/storm.
@@ -303,7 +304,7 @@ func (s *Server) stormControl(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "invalid storm request: " + err.Error()})
 		return
 	}
-	st := Storm{Kind: req.Kind, Provider: req.Provider, Every: req.Every, RetryAfter: req.RetryAfter, Status: req.Status}
+	st := Storm{Kind: req.Kind, Provider: req.Provider, Every: req.Every, RetryAfter: req.RetryAfter, Status: req.Status, EchoKey: req.EchoKey}
 	if err := st.validate(); err != nil || req.Duration < 0 {
 		msg := "duration must be >= 0"
 		if err != nil {
@@ -333,7 +334,7 @@ func (s *Server) StartStorm(req StormRequest) {
 		}
 		return
 	}
-	ss := &stormState{Storm: Storm{Kind: req.Kind, Provider: req.Provider, Every: req.Every, RetryAfter: req.RetryAfter, Status: req.Status}, from: now}
+	ss := &stormState{Storm: Storm{Kind: req.Kind, Provider: req.Provider, Every: req.Every, RetryAfter: req.RetryAfter, Status: req.Status, EchoKey: req.EchoKey}, from: now}
 	if req.Duration > 0 {
 		ss.until = now.Add(req.Duration.D())
 	}
@@ -393,6 +394,7 @@ type rejection struct {
 	storm  *Storm
 	wait   time.Duration // Retry-After (0 = none)
 	rv     rateView
+	echo   string // the credential to quote in the message (Storm.EchoKey)
 }
 
 func (s *Server) scopeFor(provider, model string, now time.Time) *scope {
@@ -427,6 +429,9 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 			continue
 		}
 		rj := &rejection{storm: &storm.Storm, wait: storm.RetryAfter.D(), rv: rvNow()}
+		if storm.EchoKey {
+			rj.echo = presentedKey(r)
+		}
 		if storm.Kind == "429" {
 			rj.status = http.StatusTooManyRequests
 			if rj.wait == 0 {
