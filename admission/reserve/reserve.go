@@ -269,11 +269,17 @@ func (c *Client) Reproduced() int64 { return c.stats.reproduced.Load() }
 func (c *Client) releaseLate(d *schemas.Event) {
 	c.stats.lateReleased.Add(1)
 	rel := releaseEvent(d, schemas.ReasonLedgerTimeout, time.Now().UnixMilli())
-	c.Send(rel, func(err error) {
+	b, err := schemas.Encode(rel)
+	if err != nil {
+		c.log.Error("release of a late grant", "request_id", rel.RequestID, "err", err)
+		return
+	}
+	// Not Send: the attempt is not remembered as given up again.
+	c.sendReport(&report{ev: rel, value: b, untilMs: rel.ProducedAtMs + c.cfg.RetryFor.Milliseconds(), done: func(err error) {
 		if err != nil {
 			c.log.Warn("release of a late grant", "request_id", rel.RequestID, "attempt", rel.Attempt, "err", err)
 		}
-	})
+	}})
 }
 
 // Produce writes ev to sluice.requests keyed by its scope and waits for the
