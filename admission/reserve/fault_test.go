@@ -237,7 +237,9 @@ func TestFailedReleasedIsRetried(t *testing.T) {
 // and gives a report up once its reservation has ended.
 func TestRetryQueueBoundsAndExpires(t *testing.T) {
 	q := retryQueue{max: 2}
-	r := func(until int64) *report { return &report{ev: &schemas.Event{Type: schemas.TypeReleased}, untilMs: until} }
+	r := func(until int64) *report {
+		return &report{ev: &schemas.Event{Type: schemas.TypeReleased}, untilMs: until}
+	}
 	steps := []struct {
 		name        string
 		push        *report
