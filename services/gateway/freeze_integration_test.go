@@ -218,16 +218,18 @@ func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 		default:
 			c.other++
 		}
-		if over := a.AnswerMs - a.BoundMs; over > 0 && a.Err == "" {
+		// A 200 may take longer than ledger_timeout_ms (queued, then the
+		// provider's time): the bound is the ledger's, for the failures.
+		if over := a.AnswerMs - a.BoundMs; over > 0 && a.Err == "" && a.Status != 200 {
 			c.overBound++
 			maxOverMs = max(maxOverMs, over)
 		}
 	}
 	for _, p := range []string{"before", "frozen", "after"} {
 		c := by[p]
-		t.Logf("summary %s: %d requests, %d ok, %d ledger_unavailable, %d other, %d unanswered, %d answered past their bound", p, c.n, c.ok, c.unavailable, c.other, c.hung, c.overBound)
+		t.Logf("summary %s: %d requests, %d ok, %d ledger_unavailable, %d other, %d unanswered, %d failures answered past their bound", p, c.n, c.ok, c.unavailable, c.other, c.hung, c.overBound)
 	}
-	t.Logf("summary: the latest answer past its bound was %d ms past it", maxOverMs)
+	t.Logf("summary: the latest failure past its bound was %d ms past it", maxOverMs)
 	if by["frozen"].n == 0 {
 		t.Fatal("no request ran during the freeze")
 	}
