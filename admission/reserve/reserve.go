@@ -34,8 +34,9 @@ type Config struct {
 	Brokers []string
 	Node    string    // this gateway's node id; decisions are routed back by it
 	Topics  bus.Names // zero value = bus.DefaultNames()
-	// AnswerTimeout bounds Reserve's wait for the ledger's first decision
-	// (granted, queued, denied …). Default 2s.
+	// AnswerTimeout bounds Reserve's wait for the broker's ack and then
+	// for the ledger's first decision (granted, queued, denied …).
+	// Default 2s.
 	AnswerTimeout time.Duration
 	// HeartbeatInterval is how often the client sends a Heartbeat into
 	// each scope where it waits for decisions or may hold grants, so that
@@ -88,8 +89,12 @@ type Client struct {
 	watchers map[string]chan *Decided // by request id
 
 	// abandoned are the attempts this client gave up without a decision
-	// (retry.go), under mu.
+	// (retry.go), under abMu: the decision reader looks each grant up
+	// there, and must not contend with Watch for mu. sweptMs is the
+	// retry loop's.
+	abMu      sync.Mutex
 	abandoned map[attemptKey]int64
+	sweptMs   int64
 
 	stats   stats
 	retry   retryQueue

@@ -189,8 +189,15 @@ func (c *Client) retryOnce(nowMs int64) {
 	for _, r := range due {
 		c.sendReport(r)
 	}
-	c.forgetAbandoned(nowMs)
+	if nowMs-c.sweptMs >= forgetEvery.Milliseconds() {
+		c.sweptMs = nowMs
+		c.forgetAbandoned(nowMs)
+	}
 }
+
+// forgetEvery is how often the given-up attempts past their bound are
+// forgotten (a walk over at most abandonedMax entries).
+const forgetEvery = 10 * time.Second
 
 // attemptKey names one reservation: a request's attempt.
 type attemptKey struct {
@@ -205,8 +212,8 @@ type attemptKey struct {
 // At most abandonedMax attempts are remembered; past that a late grant
 // waits out the ledger's liveness bound or its hold TTL, as before.
 func (c *Client) abandon(requestID string, attempt int32, nowMs int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.abMu.Lock()
+	defer c.abMu.Unlock()
 	if len(c.abandoned) >= abandonedMax {
 		c.stats.abandonedFull.Add(1)
 		return
@@ -217,8 +224,8 @@ func (c *Client) abandon(requestID string, attempt int32, nowMs int64) {
 // takeAbandoned reports whether attempt of requestID was given up, and
 // forgets it.
 func (c *Client) takeAbandoned(requestID string, attempt int32) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.abMu.Lock()
+	defer c.abMu.Unlock()
 	k := attemptKey{requestID, attempt}
 	_, ok := c.abandoned[k]
 	if ok {
@@ -228,8 +235,8 @@ func (c *Client) takeAbandoned(requestID string, attempt int32) bool {
 }
 
 func (c *Client) forgetAbandoned(nowMs int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.abMu.Lock()
+	defer c.abMu.Unlock()
 	for k, until := range c.abandoned {
 		if nowMs >= until {
 			delete(c.abandoned, k)
