@@ -21,8 +21,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/dev"
 )
 
@@ -93,8 +96,10 @@ type answer struct {
 // got an answer (a 503 ledger_unavailable while frozen), none waiting for
 // the broker. The timeline is logged as JSON, one line per request; the
 // answer time against the request's bound is reported there, not asserted
-// (a loaded machine may overshoot by scheduling), but a request with no
-// answer ten seconds past its bound fails the test.
+// (a loaded machine may overshoot by scheduling), but a request with a
+// deadline and no answer ten seconds past it, a ledger_unavailable ten
+// seconds past its bound, and a grant that is never reconciled or
+// released (auditGrants) fail the test.
 func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 	const (
 		ledgerTimeoutMs = 2000
@@ -167,7 +172,17 @@ func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hc := &http.Client{Timeout: time.Duration(a.BoundMs)*time.Millisecond + 10*time.Second}
+			// With a deadline, an answer ten seconds past it is a hang.
+			// Without one, only the ledger's first answer is bounded (by
+			// ledger_timeout_ms): a request the ledger queued, or that
+			// waits out a provider 429's backoff, may take longer by
+			// design, so its client waits a minute (auditGrants and the
+			// 503s' answer times below catch a Kafka hang).
+			limit := time.Duration(a.BoundMs)*time.Millisecond + 10*time.Second
+			if a.DeadlineMs == 0 {
+				limit = time.Minute
+			}
+			hc := &http.Client{Timeout: limit}
 			req, _ := http.NewRequest("POST", s.GatewayURL+"/v1/chat/completions", strings.NewReader(body))
 			req.Header.Set("Authorization", "Bearer "+keyDemo)
 			if a.DeadlineMs > 0 {
@@ -223,6 +238,9 @@ func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 		if over := a.AnswerMs - a.BoundMs; over > 0 && a.Err == "" && a.Status != 200 {
 			c.overBound++
 			maxOverMs = max(maxOverMs, over)
+			if a.Code == "ledger_unavailable" && over > 10_000 {
+				t.Errorf("request at %d ms (%s, bound %d ms) waited %d ms for its ledger_unavailable: a hang on Kafka", a.StartMs, a.Phase, a.BoundMs, a.AnswerMs)
+			}
 		}
 	}
 	for _, p := range []string{"before", "frozen", "after"} {
@@ -232,5 +250,72 @@ func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 	t.Logf("summary: the latest failure past its bound was %d ms past it", maxOverMs)
 	if by["frozen"].n == 0 {
 		t.Fatal("no request ran during the freeze")
+	}
+	auditGrants(t, s)
+}
+
+// auditGrants checks that no grant of the run was leaked: every grant the
+// ledger committed is followed on sluice.requests by the Reconciled,
+// Released or ProviderRejected of its attempt (a late grant for an
+// attempt the gateway gave up included), within the bound of the retries.
+func auditGrants(t *testing.T, s *stack) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.Brokers...), kgo.ConsumeTopics(s.names.Requests, s.names.Decisions),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	type key struct {
+		id      string
+		attempt int32
+	}
+	granted, settled := map[key]bool{}, map[key]schemas.Type{}
+	unsettled := func() []key {
+		var out []key
+		for k := range granted {
+			if _, ok := settled[k]; !ok {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			var ev schemas.Event
+			if schemas.Decode(r.Value, &ev) != nil {
+				return
+			}
+			k := key{ev.RequestID, ev.Attempt}
+			switch ev.Type {
+			case schemas.TypeDecision:
+				if ev.Decision != nil && ev.Decision.Status == schemas.StatusGranted {
+					granted[k] = true
+				}
+			case schemas.TypeReconciled, schemas.TypeReleased, schemas.TypeProviderRejected:
+				if _, ok := settled[k]; !ok {
+					settled[k] = ev.Type
+				}
+			}
+		})
+		if ctx.Err() != nil {
+			break
+		}
+		if len(granted) > 0 && len(unsettled()) == 0 {
+			break
+		}
+	}
+	byType := map[schemas.Type]int{}
+	for k := range granted {
+		if typ, ok := settled[k]; ok {
+			byType[typ]++
+		}
+	}
+	t.Logf("summary grants: %d committed, settled by %v, %d unsettled", len(granted), byType, len(unsettled()))
+	if u := unsettled(); len(u) > 0 {
+		t.Errorf("%d grants never reconciled or released (leaked until their hold TTL): %v", len(u), u)
 	}
 }
