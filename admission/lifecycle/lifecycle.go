@@ -241,6 +241,7 @@ type Lifecycle struct {
 	ti       int   // current target: req.Targets[order[ti]]
 	attempt  int32 // current attempt (1-based)
 	answered bool  // the ledger answered the current wait (queued counts)
+	held     bool  // the current wait outlived the answer bound (holdsThrough)
 	// rec is the current attempt's reservation: envelope and estimates.
 	// For a retry it is never produced itself, but it is what the
 	// emergency path and every later event and error are built from.
@@ -344,14 +345,42 @@ func (l *Lifecycle) timer(nowMs int64, in Input) {
 	switch in.Timer.Kind {
 	case TimerAnswer:
 		if l.phase == reserving && in.Timer.Attempt == l.attempt && !l.answered && !l.emergency {
+			if l.holdsThrough(nowMs, in.EmergencyOK) {
+				l.held = true
+				return
+			}
 			l.ledgerSilent(nowMs, in.EmergencyOK, true)
 		}
 	case TimerDeadline:
+		if l.phase == reserving && l.held && !l.answered && !l.emergency {
+			// Held through the ledger's silence to the end: the ledger
+			// is what failed, not the capacity.
+			l.ledgerSilent(nowMs, false, true)
+			return
+		}
 		if l.phase == reserving {
 			l.stopWaiting(nowMs, schemas.ReasonCancel)
 			l.fail(nowMs, deadlineWaiting(l.req.DeadlineMs), schemas.GDQueuedThenExpired)
 		}
 	}
+}
+
+// holdsThrough reports whether a wait the ledger left unanswered for the
+// answer bound goes on instead of failing: while the request's deadline
+// allows, and no emergency admission applies. A reservation whose event
+// the broker acked is in the log, so it is decided once a ledger owns its
+// partition again — after a takeover the next owner reads on from the last
+// committed offset, which is before every input whose decision was not
+// committed — and a decision the dead owner produced in an aborted
+// transaction comes again with the same ids (the client's Dedup drops the
+// copy). Waiting needs no new event; failing at the first answer bound
+// answered 503 to every request that a 2–10 s takeover would have served.
+func (l *Lifecycle) holdsThrough(nowMs int64, emergencyOK bool) bool {
+	if l.cfg.Emergency && emergencyOK {
+		return false
+	}
+	at := l.deadlineAt()
+	return at > 0 && nowMs < at
 }
 
 // reserve asks the ledger for the current attempt on the current target.
@@ -361,7 +390,7 @@ func (l *Lifecycle) reserve(nowMs int64) {
 }
 
 func (l *Lifecycle) wait(nowMs int64, ev *schemas.Event) {
-	l.phase, l.waitOn, l.answered, l.emergency = reserving, ev, false, false
+	l.phase, l.waitOn, l.answered, l.emergency, l.held = reserving, ev, false, false, false
 	l.emit(Effect{Kind: Produce, Event: ev, Attempt: l.attempt})
 	l.setTimer(Timer{Kind: TimerAnswer, Attempt: l.attempt}, nowMs+l.cfg.AnswerTimeoutMs)
 }

@@ -166,6 +166,44 @@ func TestLedgerSilenceFailsClosed(t *testing.T) {
 	})
 }
 
+// TestHeldThroughLedgerSilence (issue 19, item 3): a request with a
+// deadline is not failed at the answer bound when the ledger is silent (a
+// takeover): it waits on, with no new event, and is served when the next
+// owner decides; held to its deadline, it gets 503 ledger_unavailable. The
+// emergency cap, when it has room, still admits at the answer bound.
+func TestHeldThroughLedgerSilence(t *testing.T) {
+	req := request("s1")
+	req.DeadlineMs = 8000
+	runSteps(t, testConfig, req, []step{
+		{At: 1000, In: start(), Want: []string{"timer deadline/0 @9000", "produce ReserveRequested s1/1", "timer answer/1 @3000"}},
+		{At: 3000, In: silent(1, false)},
+		{At: 6500, In: granted(6, 6490)}, // another attempt's: ignored
+		{At: 6500, In: granted(1, 6490), Want: []string{"wait_ended s1 granted", "telemetry Dispatched s1/1", "dispatch 0/1"}},
+	})
+	runSteps(t, testConfig, req, []step{
+		{At: 1000, In: start(), Want: []string{"timer deadline/0 @9000", "produce ReserveRequested s1/1", "timer answer/1 @3000"}},
+		{At: 3000, In: silent(1, false)},
+		{At: 9000, In: fired(TimerDeadline, 0), Want: []string{"report Released s1/1 ledger_timeout", "wait_ended s1",
+			"telemetry Outcome s1/1 failure ledger_unavailable", "count requests ledger_unavailable", "respond 503 ledger_unavailable ledger_unavailable"}},
+	})
+	// Queued before the silence: the ledger answered, the deadline is the
+	// capacity's, as before.
+	runSteps(t, testConfig, req, []step{
+		{At: 1000, In: start(), Want: []string{"timer deadline/0 @9000", "produce ReserveRequested s1/1", "timer answer/1 @3000"}},
+		{At: 1010, In: queued(1)},
+		{At: 3000, In: silent(1, false)},
+		{At: 9000, In: fired(TimerDeadline, 0), Want: []string{"report Released s1/1 cancel", "wait_ended s1",
+			"telemetry Outcome s1/1 timeout queued_then_expired", "count requests deadline_exceeded", "respond 504 deadline_exceeded queued_then_expired"}},
+	})
+	cfg := testConfig
+	cfg.Emergency = true
+	runSteps(t, cfg, req, []step{
+		{At: 1000, In: start(), Want: []string{"timer deadline/0 @9000", "produce ReserveRequested s1/1", "timer answer/1 @3000"}},
+		{At: 3000, In: silent(1, true), Want: []string{"report Released s1/1 ledger_timeout", "wait_ended s1",
+			"report ReserveRequested s1/2 emergency", "wait_ended s1 granted", "telemetry Dispatched s1/2", "dispatch 0/2"}},
+	})
+}
+
 // TestEmergencyCapKeepsRetries: with the emergency cap configured, a
 // provider 429 still asks the ledger for a retry (the old gateway switched
 // retries off, because its emergency path could only flag a

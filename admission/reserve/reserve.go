@@ -34,8 +34,9 @@ type Config struct {
 	Brokers []string
 	Node    string    // this gateway's node id; decisions are routed back by it
 	Topics  bus.Names // zero value = bus.DefaultNames()
-	// AnswerTimeout bounds Reserve's wait for the ledger's first decision
-	// (granted, queued, denied …). Default 2s.
+	// AnswerTimeout bounds Reserve's wait for the broker's ack and then
+	// for the ledger's first decision (granted, queued, denied …).
+	// Default 2s.
 	AnswerTimeout time.Duration
 	// HeartbeatInterval is how often the client sends a Heartbeat into
 	// each scope where it waits for decisions or may hold grants, so that
@@ -43,7 +44,16 @@ type Config struct {
 	// heartbeat.go). Default 1s; negative turns heartbeats off (the ledger
 	// then keeps this node's grants until their hold TTL).
 	HeartbeatInterval time.Duration
-	Log               *slog.Logger
+	// RetryFor bounds how long a report that failed to produce
+	// (Released, Reconciled, ProviderRejected, an emergency
+	// ReserveRequested) is retried: until its reservation has ended.
+	// Default 10m, the ledger's default stream_hold_ttl_ms (retry.go).
+	RetryFor time.Duration
+	// RetryQueueMax bounds the reports waiting for a retry; one that
+	// fails while it is full is dropped and counted
+	// (Stats.RetryDropped). Default 10,000.
+	RetryQueueMax int
+	Log           *slog.Logger
 }
 
 // Decided is one decision delivered to a Watch: the attempt it answers and
@@ -78,13 +88,23 @@ type Client struct {
 	mu       sync.Mutex
 	watchers map[string]chan *Decided // by request id
 
-	// reproduced counts decisions dropped as copies of delivered ones
-	// (produced again after an aborted transaction).
-	reproduced atomic.Int64
+	// abandoned are the attempts this client gave up without a decision
+	// (retry.go), under abMu: the decision reader looks each grant up
+	// there, and must not contend with Watch for mu. sweptMs is the
+	// retry loop's.
+	abMu      sync.Mutex
+	abandoned map[attemptKey]int64
+	sweptMs   int64
+
+	stats   stats
+	retry   retryQueue
+	closing atomic.Bool
 
 	act    *activity
 	hbStop chan struct{}
 	hbDone chan struct{}
+	rtStop chan struct{}
+	rtDone chan struct{}
 
 	done chan struct{}
 }
@@ -104,6 +124,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = time.Second
+	}
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = defaultRetryFor
+	}
+	if cfg.RetryQueueMax <= 0 {
+		cfg.RetryQueueMax = defaultRetryQueueMax
 	}
 	cfg.Topics = cfg.Topics.OrDefault()
 	prod, err := bus.NewClient(ctx, cfg.Brokers, 10*time.Second,
@@ -157,8 +183,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("telemetry producer: %w", err)
 	}
 	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(),
-		watchers: map[string]chan *Decided{}, done: make(chan struct{})}
+		watchers: map[string]chan *Decided{}, abandoned: map[attemptKey]int64{}, done: make(chan struct{}),
+		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{})}
 	go c.consume()
+	go c.retries(c.rtStop, c.rtDone)
 	if cfg.HeartbeatInterval > 0 {
 		c.hbStop, c.hbDone = make(chan struct{}), make(chan struct{})
 		go c.heartbeats(cfg.HeartbeatInterval, c.hbStop, c.hbDone)
@@ -175,6 +203,17 @@ func (c *Client) Close() {
 	}
 	c.cons.Close()
 	<-c.done
+	// Queued reports get one last try; a failure now is final.
+	close(c.rtStop)
+	<-c.rtDone
+	c.closing.Store(true)
+	due, expired := c.retry.take(time.Now().UnixMilli())
+	for _, r := range expired {
+		c.giveUp(r, errRetryExpired)
+	}
+	for _, r := range due {
+		c.sendReport(r)
+	}
 	// Deliver what is still buffered (a lingered batch, reports sent
 	// without waiting) before closing, within a bound.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -205,7 +244,11 @@ func (c *Client) consume() {
 				return
 			}
 			if !seen.First(&ev) {
-				c.reproduced.Add(1)
+				c.stats.reproduced.Add(1)
+				return
+			}
+			if ev.Decision.Status == schemas.StatusGranted && c.takeAbandoned(ev.RequestID, ev.Attempt) {
+				c.releaseLate(&ev)
 				return
 			}
 			c.mu.Lock()
@@ -223,7 +266,26 @@ func (c *Client) consume() {
 
 // Reproduced returns the number of decisions dropped as copies of ones
 // already delivered: the re-production of an aborted transaction's records.
-func (c *Client) Reproduced() int64 { return c.reproduced.Load() }
+func (c *Client) Reproduced() int64 { return c.stats.reproduced.Load() }
+
+// releaseLate gives back a grant for an attempt this client gave up: its
+// reserve reached the ledger after the wait for it ended, or the Released
+// that should have followed was lost. Nobody dispatches it.
+func (c *Client) releaseLate(d *schemas.Event) {
+	c.stats.lateReleased.Add(1)
+	rel := releaseEvent(d, schemas.ReasonLedgerTimeout, time.Now().UnixMilli())
+	b, err := schemas.Encode(rel)
+	if err != nil {
+		c.log.Error("release of a late grant", "request_id", rel.RequestID, "err", err)
+		return
+	}
+	// Not Send: the attempt is not remembered as given up again.
+	c.sendReport(&report{ev: rel, value: b, untilMs: rel.ProducedAtMs + c.cfg.RetryFor.Milliseconds(), done: func(err error) {
+		if err != nil {
+			c.log.Warn("release of a late grant", "request_id", rel.RequestID, "attempt", rel.Attempt, "err", err)
+		}
+	}})
+}
 
 // Produce writes ev to sluice.requests keyed by its scope and waits for the
 // broker's ack.
@@ -233,22 +295,13 @@ func (c *Client) Produce(ctx context.Context, ev *schemas.Event) error {
 
 // Send queues ev for sluice.requests without waiting for the broker's ack.
 // Events of one scope sent through one Client keep their order, so a
-// reconcile sent before the next reserve is applied before it. done, if not
-// nil, receives the outcome. Send blocks only when the client's buffer is
-// full (backpressure, never loss).
+// reconcile sent before the next reserve is applied before it (a retried
+// one excepted, retry.go). done, if not nil, receives the outcome: nil
+// once delivered, or why it was not. Send never blocks: a full producer
+// buffer is a failure, and a Released, Reconciled, ProviderRejected or
+// ReserveRequested that fails is retried until its reservation has ended
+// (Config.RetryFor), within Config.RetryQueueMax.
 func (c *Client) Send(ev *schemas.Event, done func(error)) {
-	c.send(c.prod, c.cfg.Topics.Requests, ev, done)
-}
-
-// SendTelemetry is Send for analytics-only events (Dispatched, Outcome),
-// to sluice.telemetry through a producer of its own that lingers up to
-// TelemetryLinger: they keep their order among themselves, but may reach
-// the broker after the ledger's events sent later.
-func (c *Client) SendTelemetry(ev *schemas.Event, done func(error)) {
-	c.send(c.tele, c.cfg.Topics.Telemetry, ev, done)
-}
-
-func (c *Client) send(cl *kgo.Client, topic string, ev *schemas.Event, done func(error)) {
 	b, err := schemas.Encode(ev)
 	if err != nil {
 		if done != nil {
@@ -256,7 +309,29 @@ func (c *Client) send(cl *kgo.Client, topic string, ev *schemas.Event, done func
 		}
 		return
 	}
-	cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) {
+	if ev.Type == schemas.TypeReleased {
+		// Should the reserve it gives back be decided after all, its
+		// grant is released again (consume).
+		c.abandon(ev.RequestID, ev.Attempt, time.Now().UnixMilli())
+	}
+	c.sendReport(&report{ev: ev, value: b, untilMs: ev.ProducedAtMs + c.cfg.RetryFor.Milliseconds(), done: done})
+}
+
+// SendTelemetry is Send for analytics-only events (Dispatched, Outcome),
+// to sluice.telemetry through a producer of its own that lingers up to
+// TelemetryLinger: they keep their order among themselves, but may reach
+// the broker after the ledger's events sent later. It never blocks, and
+// what fails is not retried: done gets the error.
+func (c *Client) SendTelemetry(ev *schemas.Event, done func(error)) {
+	b, err := schemas.Encode(ev)
+	if err != nil {
+		if done != nil {
+			done(err)
+		}
+		return
+	}
+	topic := c.cfg.Topics.Telemetry
+	c.tele.TryProduce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) {
 		if done != nil {
 			if err != nil {
 				err = fmt.Errorf("produce %s to %s: %w", ev.Type, topic, err)
@@ -266,17 +341,35 @@ func (c *Client) send(cl *kgo.Client, topic string, ev *schemas.Event, done func
 	})
 }
 
+// produce writes ev to topic and waits for the broker's ack, the end of
+// ctx at the latest. franz-go fails a record whose context ends only while
+// no request carries it: once sent, an idempotent producer cannot tell
+// "never written" from "written, reply lost", so it waits for the reply
+// (with a frozen broker, until the connection's read deadline,
+// ProduceRequestTimeout + RequestTimeoutOverhead = 20 s, and then retries
+// it). So the wait here ends with ctx whatever the record does; the record
+// may still reach the broker later (Request gives its attempt back).
 func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) error {
 	b, err := schemas.Encode(ev)
 	if err != nil {
 		return err
 	}
-	rec := &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}
-	if err := c.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+	acked := make(chan error, 1)
+	c.prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) { acked <- err })
+	select {
+	case err = <-acked:
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: no ack before the bound (%w)", errAbandoned, ctx.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("produce %s to %s: %w", ev.Type, topic, err)
 	}
 	return nil
 }
+
+// errAbandoned: produce stopped waiting for a record the producer may
+// still deliver.
+var errAbandoned = errors.New("abandoned in flight")
 
 // Watch delivers the decisions for request id, of any attempt, from now
 // until stop is called. One watcher per request id.
@@ -303,7 +396,16 @@ func (c *Client) Request(ctx context.Context, ev *schemas.Event) error {
 		// this node before it grants anything here.
 		c.sendHeartbeat(ev.Scope, time.Now().UnixMilli())
 	}
-	return c.Produce(ctx, ev)
+	err := c.Produce(ctx, ev)
+	if errors.Is(err, errAbandoned) {
+		// The reserve may yet reach the ledger and be granted with nobody
+		// waiting. A Released right behind it, in the same partition,
+		// gives it back in order (or is a no-op if it never lands); and
+		// the attempt is remembered, should that Released be lost.
+		c.stats.abandoned.Add(1)
+		c.release(ev, schemas.ReasonLedgerTimeout)
+	}
+	return err
 }
 
 // Settled ends a wait begun by Request in scope, with the decision it got
@@ -327,7 +429,10 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 	}
 	ch, stop := c.Watch(ev.RequestID)
 	defer stop()
-	if err := c.Request(ctx, ev); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.AnswerTimeout)
+	err = c.Request(pctx, ev)
+	cancel()
+	if err != nil {
 		c.Settled(ev.Scope, schemas.Decision{})
 		return schemas.Decision{}, fmt.Errorf("%w: %v", ErrLedgerUnavailable, err)
 	}
@@ -360,15 +465,15 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 // release tells the ledger to drop a reservation we stopped waiting for.
 // ev is the event we waited on: a ReserveRequested or, for a retry, a
 // RetryRequested; the Released is built from its envelope alone (one
-// payload per event, see schemas.Event.Derive). It uses a fresh context:
-// the caller's is usually already done.
+// payload per event, see schemas.Event.Derive). It does not wait: Send
+// retries it until delivered or the reservation has ended.
 func (c *Client) release(ev *schemas.Event, reason schemas.Reason) {
 	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Produce(ctx, rel); err != nil {
-		c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "attempt", rel.Attempt, "err", err)
-	}
+	c.Send(rel, func(err error) {
+		if err != nil {
+			c.log.Warn("release after abandoned wait", "request_id", ev.RequestID, "attempt", rel.Attempt, "err", err)
+		}
+	})
 }
 
 // releaseEvent is the Released that gives back ev's attempt.

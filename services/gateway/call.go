@@ -250,9 +250,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		switch e.Kind {
 		case lifecycle.Produce:
 			c.askedAttempt, c.askedAt = e.Attempt, time.Now()
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Duration(c.cfg.LedgerTimeoutMs)*time.Millisecond)
-			err := c.s.rc.Request(ctx, stamp(e.Event))
-			cancel()
+			err := c.request(e.Event)
 			if err != nil {
 				c.s.log.Warn("ledger unavailable", "request_id", c.reqID, "err", err)
 				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt, EmergencyOK: c.emergencyOK(e.Attempt)})
@@ -285,6 +283,23 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		}
 	}
 	return pending
+}
+
+// request produces the lifecycle's reservation, waiting for the broker's
+// ack no longer than ledger_timeout_ms and the request's deadline: the
+// wait blocks the request's loop, so with a broker that accepts
+// connections and never answers it would otherwise hold the client past
+// both (issue 19, D2). The client's going away does not cut it short: the
+// lifecycle releases a reservation it stops waiting for.
+func (c *call) request(ev *schemas.Event) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Duration(c.cfg.LedgerTimeoutMs)*time.Millisecond)
+	defer cancel()
+	if dl, ok := c.ctx.Deadline(); ok {
+		var cancelDl context.CancelFunc
+		ctx, cancelDl = context.WithDeadline(ctx, dl)
+		defer cancelDl()
+	}
+	return c.s.rc.Request(ctx, stamp(ev))
 }
 
 // timerInput is the input of timer t: the answer bound says whether the

@@ -77,6 +77,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.cfg.Store(cfg)
 	s.idem = newIdemStore(cfg.Idempotency)
 	s.m = newMetrics(s.reg)
+	s.reg.MustRegister(ledgerCollectors(rc)...)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
