@@ -65,6 +65,18 @@ type Options struct {
 	Brokers      []string
 	SluiceBin    string
 	KillLedgerAt time.Duration
+	// Replication is the replication factor of the run's topics with
+	// Brokers (0: 1, the single development broker's).
+	Replication int16
+	// Faults, if set with Brokers, runs alongside the arrivals from their
+	// start and returns the faults it injected; the report gives each its
+	// decision gap (StackReport.FaultWindows). The run waits for it before
+	// auditing.
+	Faults func(ctx context.Context, env FaultEnv) []FaultWindow
+	// VerifyReplay, with Brokers, replays the run's committed log after
+	// the run and compares it with the recorded decisions
+	// (StackReport.Replay), as `sluice replay --verify` does.
+	VerifyReplay bool
 	URL          string
 	APIKeys      []string
 	SimURL       string
@@ -94,6 +106,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
 	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the busiest ledger this long into the run")
+	repl := fs.Int("replication", 1, "with --brokers: replication factor of the run's topics (3 on deploy/local/cluster.sh)")
+	fs.BoolVar(&o.VerifyReplay, "verify-replay", false, "with --brokers: replay the run's log afterwards and compare it with the recorded decisions")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
 	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
@@ -118,6 +132,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	o.APIKeys = keys
 	o.Seed = *seed
+	if *repl < 1 || *repl > math.MaxInt16 {
+		return fmt.Errorf("sluice loadtest: --replication %d: want 1 to %d", *repl, math.MaxInt16)
+	}
+	o.Replication = int16(*repl)
 	if *brokers != "" {
 		o.Brokers = bus.SplitBrokers(*brokers)
 	}
@@ -171,6 +189,8 @@ type target struct {
 	// stack and killLedgerAt: the --brokers mode's processes and fault.
 	stack        *stack
 	killLedgerAt time.Duration
+	faults       func(context.Context, FaultEnv) []FaultWindow
+	verify       bool
 }
 
 // Execute runs scenario sc with options o and returns the report. progress
@@ -237,13 +257,15 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 		fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
-		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, log)
+		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, o.Replication, keys, log)
 		if err != nil {
 			return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 		}
 		defer st.Close()
 		tg.stack = st
 		tg.killLedgerAt = o.KillLedgerAt
+		tg.faults = o.Faults
+		tg.verify = o.VerifyReplay
 		tg.chatURL = st.gwURL + "/v1/chat/completions"
 		tg.simURL, tg.ownSim = st.simURL, true
 		for _, t := range sc.Tenants {
@@ -473,6 +495,16 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		})
 		defer t.Stop()
 	}
+	var windows []FaultWindow
+	faultsDone := make(chan struct{})
+	if tg.stack != nil && tg.faults != nil {
+		go func() {
+			defer close(faultsDone)
+			windows = tg.faults(runCtx, tg.stack.env(start))
+		}()
+	} else {
+		close(faultsDone)
+	}
 
 	var atEndP atomic.Pointer[sim.Stats]
 	endTimer := time.AfterFunc(dur, func() {
@@ -546,6 +578,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		<-waitDone
 	}
 	end := time.Now()
+	<-faultsDone
 	stopProgress()
 	endTimer.Stop()
 	final, _ := fetchStats(context.WithoutCancel(ctx), hc, tg.simURL)
@@ -556,7 +589,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 
 	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
 	if tg.stack != nil {
-		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep)
+		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep, windows, tg.verify)
 		faultMu.Lock()
 		sr.Faults = faults
 		faultMu.Unlock()
