@@ -65,18 +65,6 @@ type Options struct {
 	Brokers      []string
 	SluiceBin    string
 	KillLedgerAt time.Duration
-	// Replication is the replication factor of the run's topics with
-	// Brokers (0: 1, the single development broker's).
-	Replication int16
-	// Faults, if set with Brokers, runs alongside the arrivals from their
-	// start and returns the faults it injected; the report gives each its
-	// decision gap (StackReport.FaultWindows). The run waits for it before
-	// auditing.
-	Faults func(ctx context.Context, env FaultEnv) []FaultWindow
-	// VerifyReplay, with Brokers, replays the run's committed log after
-	// the run and compares it with the recorded decisions
-	// (StackReport.Replay), as `sluice replay --verify` does.
-	VerifyReplay bool
 	URL          string
 	APIKeys      []string
 	SimURL       string
@@ -91,6 +79,15 @@ type Options struct {
 	// simulator base URLs once the stack is warm, before the arrivals
 	// start (a test points a Prometheus at the gateway's /metrics).
 	Started func(gatewayURL, simURL string)
+	// Faults, if set with Brokers, runs alongside the arrivals from their
+	// start and returns the faults it injected; the report gives each its
+	// decision gap (StackReport.FaultWindows). The run waits for it before
+	// auditing.
+	Faults func(ctx context.Context, env FaultEnv) []FaultWindow
+	// VerifyReplay, with Brokers, replays the run's committed log after
+	// the run and compares it with the recorded decisions
+	// (StackReport.Replay), as `sluice replay --verify` does.
+	VerifyReplay bool
 }
 
 // Run implements `sluice loadtest`.
@@ -106,8 +103,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
 	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the busiest ledger this long into the run")
-	repl := fs.Int("replication", 1, "with --brokers: replication factor of the run's topics (3 on deploy/local/cluster.sh)")
-	fs.BoolVar(&o.VerifyReplay, "verify-replay", false, "with --brokers: replay the run's log afterwards and compare it with the recorded decisions")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
 	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
@@ -118,6 +113,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.Drain, "drain", 0, "how long to wait for in-flight requests after the arrival window (default: the longest class deadline, at most 2m)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 20000, "client-side cap on concurrent requests (arrivals above it are counted as dropped)")
 	fs.BoolVar(&o.Verbose, "v", false, "log the embedded stack at info level")
+	fs.BoolVar(&o.VerifyReplay, "verify-replay", false, "with --brokers: replay the run's log afterwards and compare it with the recorded decisions")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -132,10 +128,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	o.APIKeys = keys
 	o.Seed = *seed
-	if *repl < 1 || *repl > math.MaxInt16 {
-		return fmt.Errorf("sluice loadtest: --replication %d: want 1 to %d", *repl, math.MaxInt16)
-	}
-	o.Replication = int16(*repl)
 	if *brokers != "" {
 		o.Brokers = bus.SplitBrokers(*brokers)
 	}
@@ -257,15 +249,13 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 		fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
-		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, o.Replication, keys, log)
+		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, log)
 		if err != nil {
 			return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 		}
 		defer st.Close()
 		tg.stack = st
 		tg.killLedgerAt = o.KillLedgerAt
-		tg.faults = o.Faults
-		tg.verify = o.VerifyReplay
 		tg.chatURL = st.gwURL + "/v1/chat/completions"
 		tg.simURL, tg.ownSim = st.simURL, true
 		for _, t := range sc.Tenants {
@@ -320,6 +310,9 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	tg.routeTag = sc.Model
 	if tg.mode == "baseline" {
 		tg.routeTag = "sim:" + sc.Provider + "/" + sc.Model
+	}
+	if tg.stack != nil {
+		tg.faults, tg.verify = o.Faults, o.VerifyReplay
 	}
 	drain := o.Drain
 	if drain <= 0 {

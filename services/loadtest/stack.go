@@ -175,8 +175,7 @@ func (st *stack) env(start time.Time) FaultEnv {
 // startStack starts the scenario's stack on brokers. The topics get a
 // fresh prefix, so concurrent runs and earlier runs never mix.
 // gwArgs are extra flags of the gateway process.
-// replication is the replication factor of its topics (0: 1).
-func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, replication int16, keys Keys, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
+func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the sluice binary (set --sluice-bin): %w", err)
@@ -195,7 +194,7 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 			st.Close()
 		}
 	}()
-	if err := st.topics(ctx, replication); err != nil {
+	if err := st.topics(ctx); err != nil {
 		return st, err
 	}
 	simYAML, err := yaml.Marshal(sc.SimConfig)
@@ -292,7 +291,7 @@ func (st *stack) waitLedgersJoined(ctx context.Context) error {
 	return fmt.Errorf("the %d ledgers did not form a stable group %s in 60s (%s); logs in %s", len(st.ledgers), group, last, st.dir)
 }
 
-func (st *stack) topics(ctx context.Context, replication int16) error {
+func (st *stack) topics(ctx context.Context) error {
 	cl, err := bus.NewClient(ctx, st.brokers, 20*time.Second)
 	if err != nil {
 		return err
@@ -300,9 +299,9 @@ func (st *stack) topics(ctx context.Context, replication int16) error {
 	defer cl.Close()
 	tc := bus.DefaultTopics()
 	tc.Names = st.names
-	if replication > 0 {
-		tc.Replication = replication
-	}
+	// The cluster's own default.replication.factor: 1 on the single
+	// development broker, 3 on deploy/local/cluster.sh's three nodes.
+	tc.Replication = -1
 	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
 		return fmt.Errorf("create the run's topics: %w", err)
 	}
