@@ -52,23 +52,26 @@ const (
 // clusterSummary is the run's outcome in one JSON line (t.Log, and the file
 // SLUICE_CLUSTER_REPORT names, with the full report).
 type clusterSummary struct {
-	Brokers            string         `json:"brokers"`
-	WallS              float64        `json:"wall_s"`
-	Lost               int            `json:"lost"`
-	Doubled            int            `json:"doubled"`
-	Provider429        int64          `json:"provider_429"`
-	ReplayDivergences  int            `json:"replay_divergences"`
-	ReplayInputs       int            `json:"replay_inputs"`
-	GoodputRatio       float64        `json:"goodput_ratio"`
-	InteractiveServed  int            `json:"interactive_served"`
-	InteractiveTotal   int            `json:"interactive_requests"`
-	LedgerUnavailable  int            `json:"ledger_unavailable"`
-	GatewayDecisions   map[string]int `json:"gateway_decisions"`
-	TransactionAborts  int64          `json:"transaction_aborts"`
-	Rebuilds           int64          `json:"partition_rebuilds"`
-	LongestGapMs       int64          `json:"longest_decision_gap_ms"`
-	Faults             []FaultWindow  `json:"faults"`
-	FaultsMissedWindow []string       `json:"faults_outside_arrivals,omitempty"`
+	Brokers           string         `json:"brokers"`
+	WallS             float64        `json:"wall_s"`
+	Lost              int            `json:"lost"`
+	Doubled           int            `json:"doubled"`
+	Provider429       int64          `json:"provider_429"`
+	ReplayDivergences int            `json:"replay_divergences"`
+	ReplayInputs      int            `json:"replay_inputs"`
+	GoodputRatio      float64        `json:"goodput_ratio"`
+	InteractiveServed int            `json:"interactive_served"`
+	InteractiveTotal  int            `json:"interactive_requests"`
+	LedgerUnavailable int            `json:"ledger_unavailable"`
+	GatewayDecisions  map[string]int `json:"gateway_decisions"`
+	TransactionAborts int64          `json:"transaction_aborts"`
+	Rebuilds          int64          `json:"partition_rebuilds"`
+	LongestGapMs      int64          `json:"longest_decision_gap_ms"`
+	Faults            []FaultWindow  `json:"faults"`
+	// Provider429PerFault are the provider's 429s from each fault's start
+	// to the next one's (the last: to the end of the run), by fault name.
+	Provider429PerFault map[string]int64 `json:"provider_429_per_fault"`
+	FaultsMissedWindow  []string         `json:"faults_outside_arrivals,omitempty"`
 }
 
 // TestClusterBrokerFaults runs noisy-neighbor through the stack of
@@ -88,13 +91,16 @@ func TestClusterBrokerFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// counts has the simulator's 429 count at the run start, then at each
+	// fault's start.
+	var counts []int64
 	o := Options{
 		Brokers:      brokers,
 		SluiceBin:    buildClusterSluice(t),
 		Duration:     clusterRun,
 		Retries:      -1,
 		VerifyReplay: true,
-		Faults:       func(ctx context.Context, env FaultEnv) []FaultWindow { return injectBrokerFaults(ctx, t, env) },
+		Faults:       func(ctx context.Context, env FaultEnv) []FaultWindow { return injectBrokerFaults(ctx, t, env, &counts) },
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -118,9 +124,10 @@ func TestClusterBrokerFaults(t *testing.T) {
 	if st.Replay != nil {
 		sum.ReplayDivergences, sum.ReplayInputs = st.Replay.Divergences, st.Replay.Inputs
 	}
+	sum.Provider429PerFault = per429(st.FaultWindows, counts, rep.Provider429)
 	for _, w := range st.FaultWindows {
-		t.Logf("fault %q: %.1f s to %.1f s into the run, longest decision gap %d ms, %d decisions of partition %d in it",
-			w.Name, float64(w.StartMs)/1000, float64(w.EndMs)/1000, w.LongestDecisionGapMs, w.Decisions, st.BusiestPartition)
+		t.Logf("fault %q: %.1f s to %.1f s into the run, longest decision gap %d ms, %d decisions of partition %d in it, %d provider 429s until the next fault",
+			w.Name, float64(w.StartMs)/1000, float64(w.EndMs)/1000, w.LongestDecisionGapMs, w.Decisions, st.BusiestPartition, sum.Provider429PerFault[w.Name])
 		if w.EndMs > clusterRun.Milliseconds() {
 			sum.FaultsMissedWindow = append(sum.FaultsMissedWindow, w.Name)
 		}
@@ -169,8 +176,17 @@ func TestClusterBrokerFaults(t *testing.T) {
 
 // injectBrokerFaults is the run's fault schedule (see
 // TestClusterBrokerFaults); it returns one window per fault.
-func injectBrokerFaults(ctx context.Context, t *testing.T, env FaultEnv) []FaultWindow {
+// counts gets the simulator's 429 count at the start and at each fault's.
+func injectBrokerFaults(ctx context.Context, t *testing.T, env FaultEnv, counts *[]int64) []FaultWindow {
 	var ws []FaultWindow
+	count := func() {
+		n, err := env.Provider429(ctx)
+		if err != nil {
+			t.Errorf("read the simulator's 429 count: %v", err)
+		}
+		*counts = append(*counts, n)
+	}
+	count()
 	if !sleepUntil(ctx, env.Start.Add(killAt)) {
 		return ws
 	}
@@ -179,6 +195,7 @@ func injectBrokerFaults(ctx context.Context, t *testing.T, env FaultEnv) []Fault
 		t.Errorf("find the busiest partition's leader: %v", err)
 		return ws
 	}
+	count()
 	w := FaultWindow{Name: fmt.Sprintf("kill -9 node %d (leader of %s/%d), down %s, restart", leader, env.Topics.Requests, part, killedFor), Start: time.Now()}
 	if err := clusterCmd(t, "kill-node", leader); err != nil {
 		t.Error(err)
@@ -197,6 +214,7 @@ func injectBrokerFaults(ctx context.Context, t *testing.T, env FaultEnv) []Fault
 		if !sleepUntil(ctx, time.Now().Add(settle)) {
 			return ws
 		}
+		count()
 		w := FaultWindow{Name: fmt.Sprintf("rolling restart: node %d", n), Start: time.Now()}
 		if err := clusterCmd(t, "restart-node", n); err != nil {
 			t.Error(err)
@@ -206,6 +224,26 @@ func injectBrokerFaults(ctx context.Context, t *testing.T, env FaultEnv) []Fault
 		ws = append(ws, w)
 	}
 	return ws
+}
+
+// per429 splits the run's provider 429s (total, counted from the run
+// start) by fault: counts[0] is the simulator's count at the run start and
+// counts[i+1] the count at fault i's start. The 429s before the first fault
+// are not any fault's.
+func per429(ws []FaultWindow, counts []int64, total int64) map[string]int64 {
+	out := map[string]int64{}
+	if len(counts) != len(ws)+1 {
+		return out
+	}
+	for i, w := range ws {
+		end := counts[0] + total
+		if i+1 < len(ws) {
+			end = counts[i+2]
+		}
+		out[w.Name] = end - counts[i+1]
+	}
+	out["before the first fault"] = counts[1] - counts[0]
+	return out
 }
 
 // busiestLeader returns the requests partition with the most records so

@@ -493,7 +493,18 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	if tg.stack != nil && tg.faults != nil {
 		go func() {
 			defer close(faultsDone)
-			windows = tg.faults(runCtx, tg.stack.env(start))
+			env := tg.stack.env(start)
+			env.Provider429 = func(ctx context.Context) (int64, error) {
+				st, err := fetchStats(ctx, hc, tg.simURL)
+				if err != nil {
+					return 0, err
+				}
+				if p := st.Providers[sc.Provider]; p != nil {
+					return p.RateLimited, nil
+				}
+				return 0, nil
+			}
+			windows = tg.faults(runCtx, env)
 		}()
 	} else {
 		close(faultsDone)

@@ -89,6 +89,10 @@ type FaultEnv struct {
 	// Group is the ledgers' consumer group.
 	Group string
 	Start time.Time
+	// Provider429 reads the simulator's count of 429s so far (since it
+	// started, not since the run did), so an injector can tell which
+	// fault they follow.
+	Provider429 func(ctx context.Context) (int64, error)
 }
 
 // FaultWindow is one injected fault, from when it began to when the
