@@ -38,7 +38,7 @@ test-integration: up ## integration tests against the real Kafka broker and Clic
 	$(LOCAL_ENV); $(GO) test -count=1 -p 1 -tags integration -timeout 30m $(INTEGRATION_PKGS)
 
 # Not part of `make test`: it starts three more brokers and takes about
-# 7 minutes of the 2-core machine (docs/cluster.md). The cluster is stopped
+# 9 minutes of the 2-core machine (docs/cluster.md). The cluster is stopped
 # afterwards unless KEEP_CLUSTER=1; the run's summary and full report go to
 # bin/cluster-report.json.
 test-cluster: ## broker faults on a three-node Kafka cluster (deploy/local/cluster.sh): kill -9 the busy partition's leader, then a rolling restart
