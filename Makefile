@@ -8,7 +8,7 @@ LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 # Packages that have integration tests (files tagged `integration`).
 INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
-.PHONY: help build run test test-unit test-integration simulate bench up down lint fuzz clean sdk-deps alerts
+.PHONY: help build run test test-unit test-integration test-cluster simulate bench up down lint fuzz clean sdk-deps alerts
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -46,6 +46,17 @@ IMAGE ?= sluice:dev
 image: ## build the container image IMAGE (default sluice:dev) with docker from deploy/container/Dockerfile
 	docker build -f deploy/container/Dockerfile -t $(IMAGE) .
 
+# Not part of `make test`: it starts three more brokers and takes about
+# 9 minutes of the 2-core machine (docs/cluster.md). The cluster is stopped
+# afterwards unless KEEP_CLUSTER=1; the run's summary and full report go to
+# bin/cluster-report.json.
+test-cluster: ## broker faults on a three-node Kafka cluster (deploy/local/cluster.sh): kill -9 the busy partition's leader, then a rolling restart
+	deploy/local/cluster.sh up
+	mkdir -p bin
+	set -a; eval "$$(deploy/local/cluster.sh env)"; set +a; \
+	  SLUICE_CLUSTER_REPORT=$(CURDIR)/bin/cluster-report.json $(GO) test -count=1 -tags cluster -run TestClusterBrokerFaults -timeout 30m -v ./services/loadtest/; rc=$$?; \
+	  if [ "$(KEEP_CLUSTER)" != 1 ]; then deploy/local/cluster.sh down; fi; exit $$rc
+
 SEEDS ?= 200
 simulate: ## the seeded whole-pipeline simulation (internal/pipesim) over SEEDS seeds (default 200); prints each failing seed's rerun command
 	set -o pipefail; $(GO) test -count=1 -run TestPipeline ./internal/pipesim -seeds=$(SEEDS) -v | grep -v '^    pipesim_test.go:[0-9]*: seed [0-9]*: {'
@@ -79,6 +90,7 @@ lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
+	$(GO) vet -tags cluster ./services/loadtest/
 	$(GO) run $(STATICCHECK) ./...
 
 # Every fuzz target runs for FUZZTIME: 24 targets × 8 s ≈ 3.2 min of fuzzing,

@@ -79,6 +79,15 @@ type Options struct {
 	// simulator base URLs once the stack is warm, before the arrivals
 	// start (a test points a Prometheus at the gateway's /metrics).
 	Started func(gatewayURL, simURL string)
+	// Faults, if set with Brokers, runs alongside the arrivals from their
+	// start and returns the faults it injected; the report gives each its
+	// decision gap (StackReport.FaultWindows). The run waits for it before
+	// auditing.
+	Faults func(ctx context.Context, env FaultEnv) []FaultWindow
+	// VerifyReplay, with Brokers, replays the run's committed log after
+	// the run and compares it with the recorded decisions
+	// (StackReport.Replay), as `sluice replay --verify` does.
+	VerifyReplay bool
 }
 
 // Run implements `sluice loadtest`.
@@ -104,6 +113,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.Drain, "drain", 0, "how long to wait for in-flight requests after the arrival window (default: the longest class deadline, at most 2m)")
 	fs.IntVar(&o.MaxInFlight, "max-in-flight", 20000, "client-side cap on concurrent requests (arrivals above it are counted as dropped)")
 	fs.BoolVar(&o.Verbose, "v", false, "log the embedded stack at info level")
+	fs.BoolVar(&o.VerifyReplay, "verify-replay", false, "with --brokers: replay the run's log afterwards and compare it with the recorded decisions")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
@@ -171,6 +181,8 @@ type target struct {
 	// stack and killLedgerAt: the --brokers mode's processes and fault.
 	stack        *stack
 	killLedgerAt time.Duration
+	faults       func(context.Context, FaultEnv) []FaultWindow
+	verify       bool
 }
 
 // Execute runs scenario sc with options o and returns the report. progress
@@ -298,6 +310,9 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	tg.routeTag = sc.Model
 	if tg.mode == "baseline" {
 		tg.routeTag = "sim:" + sc.Provider + "/" + sc.Model
+	}
+	if tg.stack != nil {
+		tg.faults, tg.verify = o.Faults, o.VerifyReplay
 	}
 	drain := o.Drain
 	if drain <= 0 {
@@ -473,6 +488,27 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		})
 		defer t.Stop()
 	}
+	var windows []FaultWindow
+	faultsDone := make(chan struct{})
+	if tg.stack != nil && tg.faults != nil {
+		go func() {
+			defer close(faultsDone)
+			env := tg.stack.env(start)
+			env.Provider429 = func(ctx context.Context) (int64, error) {
+				st, err := fetchStats(ctx, hc, tg.simURL)
+				if err != nil {
+					return 0, err
+				}
+				if p := st.Providers[sc.Provider]; p != nil {
+					return p.RateLimited, nil
+				}
+				return 0, nil
+			}
+			windows = tg.faults(runCtx, env)
+		}()
+	} else {
+		close(faultsDone)
+	}
 
 	var atEndP atomic.Pointer[sim.Stats]
 	endTimer := time.AfterFunc(dur, func() {
@@ -546,6 +582,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		<-waitDone
 	}
 	end := time.Now()
+	<-faultsDone
 	stopProgress()
 	endTimer.Stop()
 	final, _ := fetchStats(context.WithoutCancel(ctx), hc, tg.simURL)
@@ -556,7 +593,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 
 	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
 	if tg.stack != nil {
-		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep)
+		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep, windows, tg.verify)
 		faultMu.Lock()
 		sr.Faults = faults
 		faultMu.Unlock()

@@ -64,6 +64,81 @@ type StackReport struct {
 	// Faults lists the faults injected, with their wall time from the
 	// run start.
 	Faults []string `json:"faults,omitempty"`
+	// FaultWindows are the faults an Options.Faults injector reported, each
+	// with the longest decision gap of the busiest partition around it.
+	FaultWindows []FaultWindow `json:"fault_windows,omitempty"`
+	// Replay is `sluice replay --verify` over the run's log
+	// (Options.VerifyReplay): every committed input re-derived and
+	// compared with its recorded decisions.
+	Replay *ReplaySummary `json:"replay,omitempty"`
+}
+
+// ReplaySummary is the outcome of verifying a run's log by replay.
+type ReplaySummary struct {
+	Partitions  int `json:"partitions"`
+	Inputs      int `json:"inputs"`
+	Decisions   int `json:"decisions"`
+	Divergences int `json:"divergences"`
+}
+
+// FaultEnv is what a fault injector (Options.Faults) gets: where the run's
+// stack is and when its arrivals started.
+type FaultEnv struct {
+	Brokers []string
+	Topics  bus.Names
+	// Group is the ledgers' consumer group.
+	Group string
+	Start time.Time
+	// Provider429 reads the simulator's count of 429s so far (since it
+	// started, not since the run did), so an injector can tell which
+	// fault they follow.
+	Provider429 func(ctx context.Context) (int64, error)
+}
+
+// FaultWindow is one injected fault, from when it began to when the
+// injector saw the system whole again (for a broker: back and every
+// partition in sync).
+type FaultWindow struct {
+	Name    string    `json:"name"`
+	Start   time.Time `json:"-"`
+	End     time.Time `json:"-"`
+	StartMs int64     `json:"start_ms"` // from the run start
+	EndMs   int64     `json:"end_ms"`
+	// LongestDecisionGapMs is the longest log-time gap between consecutive
+	// committed decisions of the busiest partition that overlaps the
+	// window (up to the window's end when no decision follows).
+	LongestDecisionGapMs int64 `json:"longest_decision_gap_ms"`
+	// Decisions is how many of that partition's decisions fall inside.
+	Decisions int `json:"decisions"`
+}
+
+// gapAround returns the longest gap between consecutive times of sorted ts
+// that overlaps [from, to], and how many of ts lie in it. The first time in
+// the window with none before it counts from from, and a window with no
+// time after it counts up to to: a partition that stopped deciding has a
+// gap as long as the window, not none.
+func gapAround(ts []int64, from, to int64) (gapMs int64, n int) {
+	prev, havePrev := from, false
+	for _, t := range ts {
+		if t >= from && t <= to {
+			n++
+		}
+		if t > from && prev < to {
+			start := prev
+			if !havePrev {
+				start = from
+			}
+			gapMs = max(gapMs, t-start)
+		}
+		prev, havePrev = t, true
+		if t > to {
+			return gapMs, n
+		}
+	}
+	if !havePrev {
+		return to - from, n
+	}
+	return max(gapMs, to-prev), n
 }
 
 // stack is a Sluice installation started as separate processes on a real
@@ -91,6 +166,14 @@ type proc struct {
 	cmd        *exec.Cmd
 	metricsURL string
 	exited     chan struct{}
+}
+
+// group is the ledgers' consumer group.
+func (st *stack) group() string { return st.prefix + "ledger" }
+
+// env is what a fault injector is told about the stack.
+func (st *stack) env(start time.Time) FaultEnv {
+	return FaultEnv{Brokers: st.brokers, Topics: st.names, Group: st.group(), Start: start}
 }
 
 // startStack starts the scenario's stack on brokers. The topics get a
@@ -220,6 +303,9 @@ func (st *stack) topics(ctx context.Context) error {
 	defer cl.Close()
 	tc := bus.DefaultTopics()
 	tc.Names = st.names
+	// The cluster's own default.replication.factor: 1 on the single
+	// development broker, 3 on deploy/local/cluster.sh's three nodes.
+	tc.Replication = -1
 	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
 		return fmt.Errorf("create the run's topics: %w", err)
 	}
@@ -373,7 +459,9 @@ func (st *stack) killBusiestLedger() (string, error) {
 
 // report fills the stack's part of the report: metrics, and an audit of the
 // committed decision log over the run.
-func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, rep *Report) (*StackReport, error) {
+// Each of windows gets the decision gap around it; with verify, the log is
+// also replayed and compared.
+func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, rep *Report, windows []FaultWindow, verify bool) (*StackReport, error) {
 	st.scrape()
 	sr := &StackReport{Brokers: strings.Join(st.brokers, ","), TopicPrefix: st.prefix, Ledgers: len(st.ledgers), LogsDir: st.dir,
 		TransactionAborts: st.sum("sluice_ledger_transaction_aborts_total"),
@@ -387,6 +475,18 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 	}
 	sr.Decisions, sr.LongestDecisionGapMs, sr.DecisionsDoubled, sr.RequestsUndecided = a.decisions, a.longestGapMs, a.doubled, a.undecided
 	sr.BusiestPartition, sr.BusiestSnapshots = a.busiest, a.busiestSnapshots
+	for _, w := range windows {
+		w.StartMs, w.EndMs = w.Start.Sub(runStart).Milliseconds(), w.End.Sub(runStart).Milliseconds()
+		w.LongestDecisionGapMs, w.Decisions = gapAround(a.busiestTimes, w.Start.UnixMilli(), w.End.UnixMilli())
+		sr.FaultWindows = append(sr.FaultWindows, w)
+	}
+	if verify {
+		vr, err := ledgerd.Verify(ctx, ledgerd.ReplayOptions{Brokers: st.brokers, Topics: st.names, Group: st.group()})
+		if err != nil {
+			return sr, fmt.Errorf("replay --verify: %w", err)
+		}
+		sr.Replay = &ReplaySummary{Partitions: vr.Partitions, Inputs: vr.Inputs, Decisions: vr.Decisions, Divergences: len(vr.Divergences)}
+	}
 	return sr, nil
 }
 
@@ -395,6 +495,9 @@ type auditResult struct {
 	longestGapMs                  int64
 	busiest                       int32
 	busiestSnapshots              int
+	// busiestTimes are the busiest partition's decision times (ms,
+	// sorted) in the arrival window.
+	busiestTimes []int64
 }
 
 // audit reads the run's committed requests and decisions.
@@ -475,6 +578,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 	}
 	if ts := times[busiest]; len(ts) > 1 {
 		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+		a.busiestTimes = ts
 		for i := 1; i < len(ts); i++ {
 			a.longestGapMs = max(a.longestGapMs, ts[i]-ts[i-1])
 		}
