@@ -86,6 +86,14 @@ type Client struct {
 	hbStop chan struct{}
 	hbDone chan struct{}
 
+	// The readiness probe (probe.go).
+	trips       *roundTrips
+	probing     atomic.Bool
+	decisionsOK atomic.Bool
+	fetchFailed atomic.Int64 // fetch errors on the decision partition since the last probe round
+	probeStop   chan struct{}
+	probeDone   chan struct{}
+
 	done chan struct{}
 }
 
@@ -156,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("telemetry producer: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(),
+	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(), trips: newRoundTrips(),
 		watchers: map[string]chan *Decided{}, done: make(chan struct{})}
 	go c.consume()
 	if cfg.HeartbeatInterval > 0 {
@@ -169,6 +177,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // Close stops the client. Its heartbeats stop with it: grants it still
 // holds are released by the ledger once the node's liveness bound passes.
 func (c *Client) Close() {
+	if c.probeStop != nil {
+		close(c.probeStop)
+		<-c.probeDone
+	}
 	if c.hbStop != nil {
 		close(c.hbStop)
 		<-c.hbDone
@@ -195,6 +207,7 @@ func (c *Client) consume() {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
+			c.fetchFailed.Add(1)
 			c.log.Warn("decision fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
@@ -208,6 +221,7 @@ func (c *Client) consume() {
 				c.reproduced.Add(1)
 				return
 			}
+			c.trips.decided(ev.Scope, time.Now().UnixMilli())
 			c.mu.Lock()
 			ch := c.watchers[ev.RequestID]
 			c.mu.Unlock()

@@ -34,3 +34,26 @@ func TestAllowed(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerToken: the scheme is matched case-insensitively (RFC 9110
+// §11.1); other schemes and empty tokens are not bearer tokens.
+func TestBearerToken(t *testing.T) {
+	for _, tc := range []struct {
+		in, tok string
+		ok      bool
+	}{
+		{"Bearer sk-1", "sk-1", true},
+		{"bearer sk-1", "sk-1", true},
+		{"BEARER   sk-1 ", "sk-1", true},
+		{"Basic dXNlcg==", "", false},
+		{"Bearer", "", false},
+		{"Bearer   ", "", false},
+		{"Bearersk-1", "", false},
+		{"", "", false},
+	} {
+		tok, ok := BearerToken(tc.in)
+		if tok != tc.tok || ok != tc.ok {
+			t.Errorf("BearerToken(%q) = %q, %v; want %q, %v", tc.in, tok, ok, tc.tok, tc.ok)
+		}
+	}
+}

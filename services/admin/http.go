@@ -137,9 +137,8 @@ func (h *Handler) wrap(rt Route) http.HandlerFunc {
 
 // authenticate resolves the bearer token to the operator or a partner.
 func (h *Handler) authenticate(r *http.Request) (Actor, *apierr.Error) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	tok = strings.TrimSpace(tok)
-	if !ok || tok == "" {
+	tok, ok := httpmux.BearerToken(r.Header.Get("Authorization"))
+	if !ok {
 		return Actor{}, apierr.New(http.StatusUnauthorized, apierr.CodeMissingAdminToken, "no admin token: send Authorization: Bearer <operator or partner token>")
 	}
 	if subtle.ConstantTimeCompare([]byte(tok), []byte(h.token)) == 1 {

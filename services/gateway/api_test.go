@@ -48,6 +48,8 @@ func TestErrorContract(t *testing.T) {
 	}{
 		{name: "no key", path: "/v1/chat/completions", body: chat, status: 401, code: "missing_api_key"},
 		{name: "unknown key", path: "/v1/chat/completions", key: "sk-nope", body: chat, status: 401, code: "invalid_api_key"},
+		{name: "lowercase bearer scheme", path: "/v1/chat/completions", body: chat, hdr: []string{"Authorization", "bearer " + keyDemo}, status: 0},
+		{name: "other auth scheme", path: "/v1/chat/completions", body: chat, hdr: []string{"Authorization", "Basic " + keyDemo}, status: 401, code: "missing_api_key"},
 		{name: "disabled key", path: "/v1/chat/completions", key: keyDisabled, body: chat, status: 401, code: "api_key_disabled"},
 		{name: "paused key", path: "/v1/chat/completions", key: keyPaused, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
 		{name: "paused tenant", path: "/v1/chat/completions", key: keyPausedT, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
@@ -96,6 +98,17 @@ func TestErrorContract(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
 			}
 			e := decodeError(t, b, tc.anthropic)
+			// Every answer names its request, in the header and the body,
+			// before routing too (D10).
+			if id := resp.Header.Get("X-Sluice-Request-Id"); id == "" || id != e.Sluice.RequestID {
+				t.Errorf("X-Sluice-Request-Id %q, sluice.request_id %q", id, e.Sluice.RequestID)
+			}
+			// A refusal no retry can fix says so to the SDKs (item 5); one
+			// a retry may fix does not.
+			final := tc.status != 408 && tc.status != 409 && tc.status != 429 && tc.status < 500
+			if got := resp.Header.Get("x-should-retry") == "false"; got != final {
+				t.Errorf("x-should-retry: false is %v, want %v (status %d)", got, final, tc.status)
+			}
 			if tc.code != "" && e.Code != tc.code {
 				t.Errorf("code %q, want %q (%s)", e.Code, tc.code, b)
 			}
@@ -148,7 +161,7 @@ func TestChatCompletionPlainAndStreaming(t *testing.T) {
 	}
 	// The reconciled tokens reach sluice_gateway_tokens_total, the
 	// alerts' source for estimation drift and tenant token pressure.
-	if _, m := st.do(t, "GET", "/metrics", "", ""); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
+	if m := st.metrics(t); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
 		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) {
 		t.Errorf("tokens metric missing or wrong:\n%s", m)
 	}
@@ -323,6 +336,10 @@ func TestIdempotencyKeyReplays(t *testing.T) {
 	r3, b3 := st.do(t, "POST", "/v1/chat/completions", keyDemo, strings.Replace(body, "once", "twice", 1), "Idempotency-Key", "idem-1")
 	if r3.StatusCode != 409 || decodeError(t, b3, false).Code != "idempotency_key_reused" {
 		t.Fatalf("reuse with another body: %d %s", r3.StatusCode, b3)
+	}
+	// It can never succeed: the SDKs, which retry 409, must not (D5).
+	if r3.Header.Get("x-should-retry") != "false" {
+		t.Errorf("409 idempotency_key_reused without x-should-retry: false: %v", r3.Header)
 	}
 	// Another tenant's key space is separate: the same key runs afresh.
 	r4, _ := st.do(t, "POST", "/v1/chat/completions", keyBatch, body, "Idempotency-Key", "idem-1")

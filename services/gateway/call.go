@@ -128,7 +128,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			reject(withIdentity(e, id))
 			return
 		}
-		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: schemas.NewID()}
+		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: requestID(hw)}
 		c.est = s.est.EstimateRoute(req, s.routeEstimate(route, req.MaxTokens))
 		if a == provider.APIEmbeddings {
 			c.est.OutputTokens = 0
@@ -178,6 +178,15 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		c.ctx = ctx
 		c.run()
 	}
+}
+
+// requestID is the id ServeHTTP gave the request (a new one when the
+// handler is called without it, as benchmarks do).
+func requestID(w http.ResponseWriter) string {
+	if id := w.Header().Get(HeaderRequestID); id != "" {
+		return id
+	}
+	return schemas.NewID()
 }
 
 // candidates resolves the route's candidates to their providers, in the

@@ -7,7 +7,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
@@ -38,7 +36,6 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	mux      *http.ServeMux
-	ready    atomic.Bool
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
@@ -48,6 +45,14 @@ type Server struct {
 	admin   atomic.Pointer[http.Handler]
 	levels  LevelSource
 	explain Explainer // GET /v1/sluice/requests/{id} (explain.go)
+
+	// Operational endpoints (ops.go).
+	probe          bool
+	probeGroup     string
+	adminExpected  bool
+	adminLoaded    atomic.Bool
+	operatorToken  atomic.Pointer[string]
+	noTenantLabels bool
 }
 
 // Option configures a Server.
@@ -76,7 +81,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	}
 	s.cfg.Store(cfg)
 	s.idem = newIdemStore(cfg.Idempotency)
-	s.m = newMetrics(s.reg)
+	s.m = newMetrics(s.reg, !s.noTenantLabels)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
 	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
@@ -90,16 +95,8 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
 	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
 	s.mux.HandleFunc("GET /v1/sluice/requests/{id}", s.handleExplain)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	s.ready.Store(true)
+	s.routeOps()
+	s.startProbe()
 	return s
 }
 
@@ -115,7 +112,13 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get the
 // error contract too, in the Anthropic shape under /v1/messages.
+//
+// Every answer carries X-Sluice-Request-Id, set here before routing: an
+// API request keeps it as its logical request id (handle), and a refusal
+// before any request existed (a bad key, a bad header, an unknown path)
+// still names one that logs and support can find.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderRequestID, schemas.NewID())
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		// A path routed under other methods is a 405 with Allow, read from
@@ -196,12 +199,7 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 
 // identify resolves the caller's API key.
 func (s *Server) identify(cfg *config.Config, r *http.Request) (*config.Identity, *apierr.Error) {
-	key := ""
-	if a := r.Header.Get("Authorization"); a != "" {
-		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
-			key = strings.TrimSpace(k)
-		}
-	}
+	key, _ := httpmux.BearerToken(r.Header.Get("Authorization"))
 	if key == "" {
 		key = strings.TrimSpace(r.Header.Get("x-api-key"))
 	}
@@ -244,9 +242,12 @@ type metrics struct {
 	tokens *prometheus.CounterVec
 	// byKey caches the children the request path counts (metriccache.go).
 	byKey *metricCache
+	// tenantLabels: label tokens by tenant; off, every tenant counts
+	// under tenant="" (WithTenantLabels).
+	tenantLabels bool
 }
 
-func newMetrics(r prometheus.Registerer) *metrics {
+func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_requests_total", Help: "Requests by outcome or error code."}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_upstream_attempts_total", Help: "Upstream attempts by provider and HTTP status."}, []string{"provider", "status"}),
@@ -261,6 +262,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
+	m.tenantLabels = tenantLabels
 	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens)
 	m.byKey = newMetricCache(m)
 	return m
@@ -269,6 +271,9 @@ func newMetrics(r prometheus.Registerer) *metrics {
 // countTokens adds a reconciled request's estimate and actual usage to
 // sluice_gateway_tokens_total.
 func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
+	if !m.tenantLabels {
+		tenant = ""
+	}
 	t := m.byKey.tokens.get(tenant)
 	t.inEst.Add(float64(rec.EstimatedInputTokens))
 	t.inAct.Add(float64(rec.InputTokens))

@@ -168,6 +168,21 @@ func (s *stack) do(t *testing.T, method, path, key, body string, hdr ...string) 
 	return resp, b
 }
 
+// metrics scrapes the gateway's metrics listener.
+func (s *stack) metrics(t *testing.T) []byte {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %d %v %s", resp.StatusCode, err, b)
+	}
+	return b
+}
+
 // events reads the stack's request and telemetry topics from the start
 // until done reports true over the events of reqID seen so far, or the
 // bound passes (then the test fails with what was seen).
