@@ -102,7 +102,7 @@ func sdkConfig(simURL string) (*config.Config, error) {
 		{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 10_000, PeriodMs: 60_000},
 		{Level: ledger.LevelKey, ID: "limited-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 3_600_000, WindowMs: 3_600_000},
 		{Level: ledger.LevelKey, ID: "quota-key", Dimension: schemas.DimRequestsPerDay, Capacity: 1},
-		{Level: ledger.LevelKey, ID: "burst-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 2_000},
+		{Level: ledger.LevelKey, ID: "burst-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 2_000, WindowMs: 2_000},
 	}
 	// The per-day models have scopes of their own: a spent provider quota
 	// closes its whole scope in the ledger.

@@ -78,6 +78,15 @@ func TestErrorContract(t *testing.T) {
 		{name: "messages bad key", path: "/v1/messages", key: "sk-nope", body: `{}`, status: 401, code: "invalid_api_key", anthropic: true},
 		{name: "wrong method", method: http.MethodGet, path: "/v1/chat/completions", key: keyDemo, status: 405, code: "method_not_allowed"},
 		{name: "unknown path", method: http.MethodGet, path: "/v2/whatever", key: keyDemo, status: 404, code: "not_found"},
+		// Entitlements (D6): the batch key's tenant allows batch and agent
+		// at priority 10 at most, the key only gpt-4o-mini.
+		{name: "class beyond the tenant's entitlement", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Class", "interactive"}, status: 403, code: "class_not_entitled", param: "X-Sluice-Class", decision: "rejected_policy"},
+		{name: "priority above the tenant's maximum", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Priority", "100"}, status: 403, code: "priority_not_entitled", param: "X-Sluice-Priority"},
+		{name: "class and priority within the entitlement", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "10"}, status: 0},
+		{name: "model outside the key's allowlist", path: "/v1/chat/completions", key: keyBatch, body: `{"model":"gemini-2.0-flash","messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", param: "model"},
+		{name: "model outside the allowlist, messages", path: "/v1/messages", key: keyBatch, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", anthropic: true},
+		{name: "retrieve a model outside the allowlist", method: http.MethodGet, path: "/v1/models/gemini-2.0-flash", key: keyBatch, status: 403, code: "model_not_allowed"},
+		{name: "expired key", path: "/v1/chat/completions", key: keyExpired, body: chat, status: 401, code: "invalid_api_key"},
 		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 0}, // uses the key's only request
 		{name: "local 429", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 429, code: "", decision: "rejected_locally|queued_then_expired"},
 	}
@@ -103,9 +112,10 @@ func TestErrorContract(t *testing.T) {
 			if id := resp.Header.Get("X-Sluice-Request-Id"); id == "" || id != e.Sluice.RequestID {
 				t.Errorf("X-Sluice-Request-Id %q, sluice.request_id %q", id, e.Sluice.RequestID)
 			}
-			// A refusal no retry can fix says so to the SDKs (item 5); one
-			// a retry may fix does not.
-			final := tc.status != 408 && tc.status != 409 && tc.status != 429 && tc.status < 500
+			// A refusal no retry can fix says so to the SDKs (item 5), and
+			// so does one whose Retry-After is over a minute (the limited
+			// key's: an hour); one a retry may fix soon does not.
+			final := tc.status != 408 && tc.status != 409 && tc.status != 429 && tc.status < 500 || e.Sluice.RetryAfterMs > 60_000
 			if got := resp.Header.Get("x-should-retry") == "false"; got != final {
 				t.Errorf("x-should-retry: false is %v, want %v (status %d)", got, final, tc.status)
 			}

@@ -102,6 +102,9 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			return
 		}
 		adm, e := parseAdmission(r.Header, id, cfg.HasClass)
+		if e == nil {
+			e = entitled(id, adm)
+		}
 		if e != nil {
 			reject(withIdentity(e, id))
 			return
@@ -126,6 +129,10 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("the model %q does not exist or is not routed by this gateway", req.Model))
 			e.Param = "model"
 			reject(withIdentity(e, id))
+			return
+		}
+		if e := modelAllowed(id, req.Model); e != nil {
+			reject(e)
 			return
 		}
 		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: requestID(hw)}

@@ -137,7 +137,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
-	if _, e := s.identify(cfg, r); e != nil {
+	id, e := s.identify(cfg, r)
+	if e != nil {
 		s.m.count(e.Code)
 		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
@@ -149,7 +150,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		FirstID string        `json:"first_id,omitempty"`
 		LastID  string        `json:"last_id,omitempty"`
 	}{Object: "list", Data: []modelObject{}}
-	for _, m := range cfg.Models() {
+	for _, m := range visibleModels(cfg, id) {
 		out.Data = append(out.Data, newModelObject(m))
 	}
 	if n := len(out.Data); n > 0 {
@@ -181,12 +182,19 @@ func newModelObject(id string) modelObject {
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	anthropic := r.Header.Get("anthropic-version") != ""
-	if _, e := s.identify(cfg, r); e != nil {
+	ident, e := s.identify(cfg, r)
+	if e != nil {
 		s.m.count(e.Code)
 		apierr.Write(w, e, anthropic)
 		return
 	}
 	id := r.PathValue("id")
+	if slices.Contains(cfg.Models(), id) {
+		if e := modelAllowed(ident, id); e != nil {
+			apierr.Write(w, e, anthropic)
+			return
+		}
+	}
 	if !slices.Contains(cfg.Models(), id) {
 		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("model %q is not routed by this gateway (GET /v1/models lists those that are)", id))
 		e.Param = "model"
@@ -212,6 +220,11 @@ func (s *Server) identify(cfg *config.Config, r *http.Request) (*config.Identity
 	}
 	if id.Disabled {
 		return nil, apierr.New(http.StatusUnauthorized, apierr.CodeKeyDisabled, "this API key is disabled")
+	}
+	if expired(id, time.Now()) {
+		// OpenAI's answer to a revoked key: 401 invalid_api_key.
+		return nil, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidKey,
+			"invalid API key: this key expired at "+time.UnixMilli(id.ExpiresAtMs).UTC().Format(time.RFC3339)+"; ask your Sluice administrator for a new one")
 	}
 	if id.TenantPaused || id.Paused {
 		what := "key " + id.KeyID
