@@ -31,6 +31,10 @@ const (
 	pausedKey   = "sk-sdk-paused"
 	quotaKey    = "sk-sdk-quota"
 	burstKey    = "sk-sdk-burst" // one request per 2 s
+	// A batch tenant's key entitled to batch at priority 0 and two models,
+	// and a key that expired.
+	batchKey   = "sk-sdk-batch"
+	expiredKey = "sk-sdk-expired"
 )
 
 // TestOfficialSDKs starts the dev stack on the real broker and runs
@@ -61,6 +65,7 @@ func TestOfficialSDKs(t *testing.T) {
 		cmd := exec.CommandContext(ctx, python, args...)
 		cmd.Env = append(os.Environ(), "SLUICE_BASE_URL="+st.GatewayURL, "SLUICE_API_KEY="+demoKey, "SLUICE_LIMITED_KEY="+limitedKey,
 			"SLUICE_DISABLED_KEY="+disabledKey, "SLUICE_PAUSED_KEY="+pausedKey, "SLUICE_QUOTA_KEY="+quotaKey, "SLUICE_BURST_KEY="+burstKey,
+			"SLUICE_BATCH_KEY="+batchKey, "SLUICE_EXPIRED_KEY="+expiredKey,
 			"SLUICE_SIM_URL="+st.SimURL, "OPENAI_LOG=", "ANTHROPIC_LOG=")
 		out, err := cmd.CombinedOutput()
 		t.Logf("pytest %s:\n%s", file, out)
@@ -138,7 +143,14 @@ tenants:
       - {id: paused-key, sha256: %[6]s, paused: true}
       - {id: quota-key, sha256: %[7]s}
       - {id: burst-key, sha256: %[8]s}
+  - id: batchco
+    allowed_classes: [batch]
+    max_priority: 0
+    keys:
+      - {id: batch-key, sha256: %[9]s, class: batch, allowed_models: [gpt-4o-mini, claude-sonnet-4-5]}
+      - {id: expired-key, sha256: %[10]s, class: batch, expires_at: "2026-01-01T00:00:00Z"}
 ledger: %[4]s
-`, simURL, config.HashKey(demoKey), config.HashKey(limitedKey), led, config.HashKey(disabledKey), config.HashKey(pausedKey), config.HashKey(quotaKey), config.HashKey(burstKey))
+`, simURL, config.HashKey(demoKey), config.HashKey(limitedKey), led, config.HashKey(disabledKey), config.HashKey(pausedKey), config.HashKey(quotaKey), config.HashKey(burstKey),
+		config.HashKey(batchKey), config.HashKey(expiredKey))
 	return config.Load(strings.NewReader(y))
 }

@@ -470,3 +470,51 @@ func TestBindingKeepsAdminStateOverFileReloads(t *testing.T) {
 		t.Fatalf("after the reload: %+v", id)
 	}
 }
+
+// TestEntitlementsThroughTheAdminAPI: a tenant's, a team's and a key's
+// entitlements (and a key's expiry) are set through the API, shown by GET
+// and installed in the gateway's configuration, where they bound the key's
+// identity; names the gateway does not know are refused whole.
+func TestEntitlementsThroughTheAdminAPI(t *testing.T) {
+	f := newFixture(t)
+	base := "/admin/v1/tenants/acme"
+	f.mustChange(200, opToken, "PUT", base+"/entitlements", map[string]any{"allowed_classes": []string{"batch", "interactive"}, "max_priority": 20})
+	f.mustChange(200, opToken, "PUT", base+"/teams/search/entitlements", map[string]any{"allowed_models": []string{"m"}})
+	f.mustChange(200, opToken, "PUT", base+"/keys/acme-app/entitlements", map[string]any{"max_priority": 5, "expires_at": "2030-01-01T00:00:00Z"})
+	out := f.mustChange(201, opToken, "POST", base+"/keys", map[string]any{"id": "acme-batch", "class": "batch", "allowed_classes": []string{"batch"}})
+
+	tv := out["tenant"].(map[string]any)
+	if fmt.Sprint(tv["allowed_classes"]) != "[batch interactive]" || fmt.Sprint(tv["max_priority"]) != "20" {
+		t.Errorf("tenant view: %v", tv)
+	}
+	if team := tv["teams"].([]any)[0].(map[string]any); fmt.Sprint(team["allowed_models"]) != "[m]" {
+		t.Errorf("team view: %v", team)
+	}
+	if key := tv["keys"].([]any)[0].(map[string]any); fmt.Sprint(key["max_priority"]) != "5" || key["expires_at"] != "2030-01-01T00:00:00Z" {
+		t.Errorf("key view: %v", key)
+	}
+	id := f.gw.get().Lookup(seedKey)
+	var names []string
+	for _, h := range id.Entitlements {
+		names = append(names, h.Name())
+	}
+	if fmt.Sprint(names) != "[tenant acme team search key acme-app]" || id.ExpiresAtMs != 1893456000000 {
+		t.Errorf("installed identity: entitlements %v, expires %d", names, id.ExpiresAtMs)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		body       map[string]any
+		code       string
+	}{
+		{"unknown class", base + "/entitlements", map[string]any{"allowed_classes": []string{"gold"}}, "invalid_config"},
+		{"unrouted model", base + "/keys/acme-app/entitlements", map[string]any{"allowed_models": []string{"gpt-9"}}, "invalid_config"},
+		{"priority out of range", base + "/entitlements", map[string]any{"max_priority": 500}, "invalid_value"},
+		{"expiry not RFC 3339", base + "/keys/acme-app/entitlements", map[string]any{"expires_at": "tomorrow"}, "invalid_value"},
+		{"an existing key's class outside the new entitlement", base + "/entitlements", map[string]any{"allowed_classes": []string{"agent"}}, "invalid_config"},
+	} {
+		if code, out := f.change(opToken, "PUT", tc.path, tc.body); code != 400 || errCode(out) != tc.code {
+			t.Errorf("%s: %d %v, want 400 %s", tc.name, code, out, tc.code)
+		}
+	}
+}

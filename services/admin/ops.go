@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -41,20 +42,25 @@ type OpKind string
 
 // The changes the admin API makes.
 const (
-	OpTenantCreate  OpKind = "tenant.create"
-	OpTenantDelete  OpKind = "tenant.delete"
-	OpTenantPause   OpKind = "tenant.pause"
-	OpTenantResume  OpKind = "tenant.resume"
-	OpTenantLimits  OpKind = "tenant.limits"
-	OpTeamCreate    OpKind = "team.create"
-	OpTeamDelete    OpKind = "team.delete"
-	OpTeamLimits    OpKind = "team.limits"
-	OpKeyCreate     OpKind = "key.create"
-	OpKeyRotate     OpKind = "key.rotate"
-	OpKeyRevoke     OpKind = "key.revoke"
-	OpKeyPause      OpKind = "key.pause"
-	OpKeyResume     OpKind = "key.resume"
-	OpKeyLimits     OpKind = "key.limits"
+	OpTenantCreate OpKind = "tenant.create"
+	OpTenantDelete OpKind = "tenant.delete"
+	OpTenantPause  OpKind = "tenant.pause"
+	OpTenantResume OpKind = "tenant.resume"
+	OpTenantLimits OpKind = "tenant.limits"
+	OpTeamCreate   OpKind = "team.create"
+	OpTeamDelete   OpKind = "team.delete"
+	OpTeamLimits   OpKind = "team.limits"
+	OpKeyCreate    OpKind = "key.create"
+	OpKeyRotate    OpKind = "key.rotate"
+	OpKeyRevoke    OpKind = "key.revoke"
+	OpKeyPause     OpKind = "key.pause"
+	OpKeyResume    OpKind = "key.resume"
+	OpKeyLimits    OpKind = "key.limits"
+	// The entitlements of a tenant, a team or a key (and a key's expiry):
+	// what their requests may ask for (config.Entitlement).
+	OpTenantEntitle OpKind = "tenant.entitlements"
+	OpTeamEntitle   OpKind = "team.entitlements"
+	OpKeyEntitle    OpKind = "key.entitlements"
 	OpPartnerCreate OpKind = "partner.create"
 	OpPartnerAllot  OpKind = "partner.allotment"
 	OpPartnerRotate OpKind = "partner.rotate"
@@ -68,6 +74,7 @@ const (
 const (
 	maxIDLen          = 128
 	maxLimitsPerLevel = 64
+	maxModelsPerLevel = 256
 )
 
 // Op is one parsed change. The ids name what it touches; the other fields
@@ -83,7 +90,10 @@ type Op struct {
 
 	Org          string
 	PartnerOwner string // tenant.create by the operator: the owning partner
-	KeyDefaults  Key    // key.create: team, app, class, priority, deadline
+	KeyDefaults  Key    // key.create: team, app, class, priority, deadline, entitlement, expiry
+	// Entitlement (and ExpiresAt, for a key) of the *.entitlements changes.
+	Entitlement  config.Entitlement
+	ExpiresAt    string
 	Limits       []Limit
 	Name         string // partner.create
 	SecretSHA256 string
@@ -190,14 +200,21 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		return nil
 	case OpTenantLimits:
 		return setLimits(s, ledger.LevelTenant, t.ID, op.Limits)
+	case OpTenantEntitle:
+		t.Entitlement = op.Entitlement
+		return nil
 	case OpTeamCreate:
 		return createTeam(s, a, t, op.Team)
-	case OpTeamDelete, OpTeamLimits:
+	case OpTeamDelete, OpTeamLimits, OpTeamEntitle:
 		if !slices.Contains(t.Teams, op.Team) {
 			return notFound("team", op.Team)
 		}
 		if op.Kind == OpTeamLimits {
 			return setLimits(s, ledger.LevelTeam, op.Team, op.Limits)
+		}
+		if op.Kind == OpTeamEntitle {
+			setTeamEntitlement(t, op.Team, op.Entitlement)
+			return nil
 		}
 		for _, k := range t.Keys {
 			if k.Team == op.Team && !k.Revoked {
@@ -205,6 +222,7 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 			}
 		}
 		t.Teams = slices.DeleteFunc(t.Teams, func(x string) bool { return x == op.Team })
+		setTeamEntitlement(t, op.Team, config.Entitlement{})
 		return dropBuckets(s, ledger.LevelTeam, op.Team)
 	case OpKeyCreate:
 		return createKey(s, a, t, op)
@@ -228,6 +246,8 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		k.Paused = op.Kind == OpKeyPause
 	case OpKeyLimits:
 		return setLimits(s, ledger.LevelKey, k.ID, op.Limits)
+	case OpKeyEntitle:
+		k.Entitlement, k.ExpiresAt = op.Entitlement, op.ExpiresAt
 	default:
 		return bad(apierr.CodeInvalidRequest, "unknown change %q", op.Kind)
 	}
@@ -323,6 +343,21 @@ func createKey(s *State, a Actor, t *Tenant, op Op) *apierr.Error {
 	k.ID, k.SHA256, k.Revoked, k.Paused = op.Key, op.SecretSHA256, false, false
 	t.Keys = append(t.Keys, k)
 	return nil
+}
+
+// setTeamEntitlement sets (or, with a zero e, removes) team's entitlement.
+func setTeamEntitlement(t *Tenant, team string, e config.Entitlement) {
+	if !e.Bounds() {
+		delete(t.TeamEntitlements, team)
+		if len(t.TeamEntitlements) == 0 {
+			t.TeamEntitlements = nil
+		}
+		return
+	}
+	if t.TeamEntitlements == nil {
+		t.TeamEntitlements = map[string]config.Entitlement{}
+	}
+	t.TeamEntitlements[team] = e
 }
 
 func uniqueHash(s *State, h string) *apierr.Error {
