@@ -17,13 +17,23 @@ import (
 // Readiness (docs/gateway.md, Operational endpoints): a gateway is ready
 // when it can get decisions now, which needs more than a connected client.
 // The ledger may not have joined yet (start-up), may be stopped, or may own
-// the partition and not be applying it. So the probe proves a round trip
-// through the ledger for each scope the gateway routes to: it produces a
-// Heartbeat keyed by the scope (harmless: the node's own liveness signal),
-// and the round trip is proven once the ledger's consumer group has
-// committed an offset past it, which it does only after applying it in a
-// transaction (the ledger commits every CommitInterval, 1 s by default).
-// A decision for one of this node's requests proves the same for its scope.
+// the partition and not be applying it. So the probe checks, for each
+// scope the gateway routes to, that the ledger answers there:
+//
+//   - A decision for one of this node's requests proves a round trip in
+//     its scope.
+//   - The probe produces a Heartbeat keyed by the scope each round
+//     (harmless: the node's own liveness signal). It is proven applied once
+//     the ledger's consumer group has committed an offset past it, which
+//     the ledger does only after applying it.
+//   - The ledger commits only with output, though: a heartbeat decides
+//     nothing, so in an idle partition its commit waits for the next
+//     snapshot (every 30 s with input). So a scope also counts as answered
+//     while a member of the ledger's group (group Stable) holds its
+//     partition and no probe there has waited longer than StuckMs for
+//     its commit: a ledger that left or lost the group fails at once, one
+//     that holds the partition and applies nothing fails after StuckMs.
+//
 // The probe also lists the end offset of this node's partition of
 // sluice.decisions, which needs that partition's leader, and counts fetch
 // errors on it.
@@ -38,6 +48,10 @@ type ProbeConfig struct {
 	Scopes func() []string
 	// Interval between probe rounds (default 1s).
 	Interval time.Duration
+	// StuckMs: a probe not committed past after this long means the
+	// partition's ledger is not applying (default 45000: the ledger's
+	// snapshot interval, 30 s, plus its commit interval and slack).
+	StuckMs int64
 }
 
 // Health is what the client knows of its path to the ledger.
@@ -51,6 +65,9 @@ type Health struct {
 	// proven to have gone through the ledger was produced (a probe the
 	// ledger committed past, or a request it decided).
 	RoundTripMs map[string]int64
+	// HeldMs is, per scope, the unix ms of the newest probe round that saw
+	// a ledger member hold the scope's partition with no probe stuck.
+	HeldMs map[string]int64
 }
 
 // probeSent is one probe heartbeat waiting for the ledger's commit.
@@ -67,19 +84,22 @@ const pendingMax = 16
 // roundTrips tracks proven ledger round trips. Time is a parameter (unix
 // ms), so its rules are tested without a clock.
 type roundTrips struct {
-	mu      sync.Mutex
-	pending map[int32][]probeSent
-	lastMs  map[string]int64
+	mu        sync.Mutex
+	pending   map[int32][]probeSent
+	lastMs    map[string]int64
+	heldMs    map[string]int64
+	partition map[string]int32 // scope → its partition of the requests topic
 }
 
 func newRoundTrips() *roundTrips {
-	return &roundTrips{pending: map[int32][]probeSent{}, lastMs: map[string]int64{}}
+	return &roundTrips{pending: map[int32][]probeSent{}, lastMs: map[string]int64{}, heldMs: map[string]int64{}, partition: map[string]int32{}}
 }
 
 // sent notes a probe of scope produced at offset of partition at atMs.
 func (r *roundTrips) sent(scope string, partition int32, offset, atMs int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.partition[scope] = partition
 	p := append(r.pending[partition], probeSent{scope: scope, offset: offset, atMs: atMs})
 	if len(p) > pendingMax {
 		p = p[len(p)-pendingMax:]
@@ -113,10 +133,27 @@ func (r *roundTrips) proveLocked(scope string, atMs int64) {
 	}
 }
 
-func (r *roundTrips) snapshot() map[string]int64 {
+// held notes the partitions a stable ledger group holds at nowMs: each
+// scope on one of them whose oldest uncommitted probe is not older than
+// stuckMs is held.
+func (r *roundTrips) held(assigned map[int32]bool, nowMs, stuckMs int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return maps.Clone(r.lastMs)
+	for sc, p := range r.partition {
+		if !assigned[p] {
+			continue
+		}
+		if q := r.pending[p]; len(q) > 0 && nowMs-q[0].atMs > stuckMs {
+			continue
+		}
+		r.heldMs[sc] = nowMs
+	}
+}
+
+func (r *roundTrips) snapshot() (proven, held map[string]int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.lastMs), maps.Clone(r.heldMs)
 }
 
 // StartProbe starts probing the ledger round trip for the scopes pc names,
@@ -128,6 +165,9 @@ func (c *Client) StartProbe(pc ProbeConfig) {
 	if pc.Group == "" {
 		pc.Group = "sluice-ledger"
 	}
+	if pc.StuckMs <= 0 {
+		pc.StuckMs = 45_000
+	}
 	c.probing.Store(true)
 	c.probeStop, c.probeDone = make(chan struct{}), make(chan struct{})
 	go c.probe(pc)
@@ -135,7 +175,8 @@ func (c *Client) StartProbe(pc ProbeConfig) {
 
 // Health reports the client's path to the ledger now.
 func (c *Client) Health() Health {
-	h := Health{Probing: c.probing.Load(), RoundTripMs: c.trips.snapshot()}
+	h := Health{Probing: c.probing.Load()}
+	h.RoundTripMs, h.HeldMs = c.trips.snapshot()
 	h.DecisionsOK = c.decisionsOK.Load() && c.fetchFailed.Load() == 0
 	return h
 }
@@ -181,6 +222,17 @@ func (c *Client) probeRound(ctx context.Context, adm *kadm.Client, pc ProbeConfi
 		})
 	} else {
 		err = fmt.Errorf("fetch offsets of group %s: %w", pc.Group, err)
+	}
+	if gs, gerr := adm.DescribeGroups(ctx, pc.Group); gerr == nil {
+		if g, ok := gs[pc.Group]; ok && g.Err == nil && g.State == "Stable" {
+			assigned := map[int32]bool{}
+			for p := range g.AssignedPartitions()[c.cfg.Topics.Requests] {
+				assigned[p] = true
+			}
+			c.trips.held(assigned, time.Now().UnixMilli(), pc.StuckMs)
+		}
+	} else if err == nil {
+		err = fmt.Errorf("describe group %s: %w", pc.Group, gerr)
 	}
 	for _, sc := range pc.Scopes() {
 		now := time.Now().UnixMilli()

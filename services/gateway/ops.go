@@ -28,10 +28,11 @@ import (
 // came 18 s later, the requests before it got 503s) and while the ledger
 // was stopped (chat answered 503 ledger_unavailable after 2 s).
 
-// RoundTripFreshMs is how recent the newest proven ledger round trip of a
-// scope must be for /readyz: the probe runs every second and the ledger
-// commits every second by default, so a healthy scope is proven every one
-// to three seconds; five leaves room for one slow commit.
+// RoundTripFreshMs is how recent the newest evidence that a scope's ledger
+// answers must be for /readyz (a proven round trip, or a probe round that
+// saw a ledger member hold the partition with nothing stuck;
+// reserve.Health): the probe runs every second, so five leaves room for a
+// slow round or two.
 const RoundTripFreshMs = 5_000
 
 // WithLedgerProbe makes /readyz depend on a proven ledger round trip: it
@@ -128,12 +129,17 @@ func (s *Server) Readiness(nowMs int64) Readiness {
 		false: "this node's partition of the decisions topic has no reachable leader, or its fetch failed"}[h.DecisionsOK])
 	fresh := map[string]bool{}
 	for _, sc := range scopes(cfg) {
-		at, ok := h.RoundTripMs[sc]
-		age := nowMs - at
-		fresh[sc] = ok && age <= RoundTripFreshMs
-		detail := "no round trip through the ledger yet"
-		if ok {
-			detail = fmt.Sprintf("last round trip through the ledger %d ms ago (at most %d)", age, RoundTripFreshMs)
+		at, proven := h.RoundTripMs[sc]
+		heldAt, held := h.HeldMs[sc]
+		fresh[sc] = (proven && nowMs-at <= RoundTripFreshMs) || (held && nowMs-heldAt <= RoundTripFreshMs)
+		detail := "no ledger answers for this scope: none holds its partition, or it applies nothing"
+		switch {
+		case proven && held:
+			detail = fmt.Sprintf("last round trip through the ledger %d ms ago; a ledger held its partition %d ms ago (at most %d)", nowMs-at, nowMs-heldAt, RoundTripFreshMs)
+		case proven:
+			detail = fmt.Sprintf("last round trip through the ledger %d ms ago (at most %d)", nowMs-at, RoundTripFreshMs)
+		case held:
+			detail = fmt.Sprintf("a ledger held its partition %d ms ago (at most %d)", nowMs-heldAt, RoundTripFreshMs)
 		}
 		add("ledger_round_trip:"+sc, fresh[sc], detail)
 	}
