@@ -189,6 +189,11 @@ type Tenant struct {
 	// need not be listed: an unlisted team adds no bound).
 	Teams []Team `yaml:"teams"`
 	Keys  []Key  `yaml:"keys"`
+	// Partner and PartnerEntitlement come from the admin state (a file
+	// has no partners): a partner's sub-tenants are bound by the partner's
+	// entitlement too, so a partner grants only what it holds.
+	Partner            string      `yaml:"-"`
+	PartnerEntitlement Entitlement `yaml:"-"`
 }
 
 // Entitlement is what a tenant, team or key may ask for: the traffic
@@ -252,8 +257,9 @@ type Identity struct {
 	DeadlineMs                           int64
 	Disabled, Paused, TenantPaused       bool
 	FallbackAllowed                      bool
-	// Entitlements are the tenant's, the team's and the key's, in that
-	// order, each only when it bounds something.
+	// Entitlements are the partner's (admin state only), the tenant's, the
+	// team's and the key's, in that order, each only when it bounds
+	// something.
 	Entitlements []Holder
 	// ExpiresAtMs is the key's expiry in unix ms (0: never).
 	ExpiresAtMs int64
@@ -512,7 +518,7 @@ func (c *Config) finish(getenv func(string) string) error {
 				}
 			}
 			var ents []Holder
-			for _, h := range []Holder{{"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
+			for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
 				if h.Bounds() {
 					ents = append(ents, h)
 				}
@@ -594,6 +600,27 @@ func (e *Entitlement) Bounds() bool {
 	return len(e.AllowedClasses) > 0 || e.MaxPriority != nil || len(e.AllowedModels) > 0
 }
 
+// Exceeds says how inner grants more than outer allows ("" when it does
+// not): a class, a priority above, or a model outside outer's bounds. An
+// absent bound of inner grants nothing of its own (the outer bound still
+// applies to every request), so it never exceeds.
+func (outer *Entitlement) Exceeds(inner *Entitlement) string {
+	for _, cl := range inner.AllowedClasses {
+		if len(outer.AllowedClasses) > 0 && !slices.Contains(outer.AllowedClasses, cl) {
+			return fmt.Sprintf("allowed_classes: %q is not among %v", cl, outer.AllowedClasses)
+		}
+	}
+	if outer.MaxPriority != nil && inner.MaxPriority != nil && *inner.MaxPriority > *outer.MaxPriority {
+		return fmt.Sprintf("max_priority: %d is above %d", *inner.MaxPriority, *outer.MaxPriority)
+	}
+	for _, m := range inner.AllowedModels {
+		if len(outer.AllowedModels) > 0 && !slices.Contains(outer.AllowedModels, m) {
+			return fmt.Sprintf("allowed_models: %q is not among %v", m, outer.AllowedModels)
+		}
+	}
+	return ""
+}
+
 // checkEntitlement checks what an entitlement says on its own; its class
 // and model names are checked against the ledger's classes and the routes
 // once those are known (checkEntitledNames).
@@ -625,10 +652,15 @@ func (c *Config) checkEntitledNames(add func(string, ...any)) {
 			}
 		}
 	}
+	partners := map[string]bool{}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		at := fmt.Sprintf("tenants[%d]", i)
 		check(at, &t.Entitlement)
+		if t.Partner != "" && !partners[t.Partner] {
+			partners[t.Partner] = true
+			check("partner "+t.Partner, &t.PartnerEntitlement)
+		}
 		for j := range t.Teams {
 			check(fmt.Sprintf("%s.teams[%d]", at, j), &t.Teams[j].Entitlement)
 		}

@@ -518,3 +518,39 @@ func TestEntitlementsThroughTheAdminAPI(t *testing.T) {
 		}
 	}
 }
+
+// TestPartnerGrantsOnlyWhatItHolds: a partner's entitlement (set by the
+// operator) bounds every request of its sub-tenants, and a partner that
+// tries to grant beyond it is refused with 403 entitlement_exceeded.
+func TestPartnerGrantsOnlyWhatItHolds(t *testing.T) {
+	f := newFixture(t)
+	out := f.mustChange(201, opToken, "POST", "/admin/v1/partners", map[string]any{"id": "p1", "allowed_classes": []string{"batch"}, "max_priority": 0,
+		"limits": []map[string]any{{"scope": "s1", "dimension": "requests", "capacity": 6000}}})
+	if fmt.Sprint(out["partner"].(map[string]any)["allowed_classes"]) != "[batch]" {
+		t.Errorf("partner view: %v", out["partner"])
+	}
+	p1 := out["partner_token"].(string)
+	f.mustChange(201, p1, "POST", "/admin/v1/tenants", map[string]any{"id": "p1.shop"})
+	out = f.mustChange(201, p1, "POST", "/admin/v1/tenants/p1.shop/keys", map[string]any{"id": "p1.k", "class": "batch"})
+	id := f.gw.get().Lookup(out["api_key"].(string))
+	if id == nil || len(id.Entitlements) != 1 || id.Entitlements[0].Name() != "partner p1" {
+		t.Fatalf("the partner's entitlement does not bound its key: %+v", id)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		body               map[string]any
+	}{
+		{"tenant class", "PUT", "/admin/v1/tenants/p1.shop/entitlements", map[string]any{"allowed_classes": []string{"interactive"}}},
+		{"key priority", "PUT", "/admin/v1/tenants/p1.shop/keys/p1.k/entitlements", map[string]any{"max_priority": 100}},
+		{"new key's class", "POST", "/admin/v1/tenants/p1.shop/keys", map[string]any{"id": "p1.k2", "class": "batch", "allowed_classes": []string{"batch", "agent"}}},
+	} {
+		if code, out := f.change(p1, tc.method, tc.path, tc.body); code != 403 || errCode(out) != "entitlement_exceeded" {
+			t.Errorf("%s: %d %v, want 403 entitlement_exceeded", tc.name, code, out)
+		}
+	}
+	// Within it: allowed. Only the operator changes the partner's own.
+	f.mustChange(200, p1, "PUT", "/admin/v1/tenants/p1.shop/entitlements", map[string]any{"allowed_classes": []string{"batch"}, "max_priority": 0})
+	if code, out := f.change(p1, "PUT", "/admin/v1/partners/p1/entitlements", map[string]any{}); code != 403 || errCode(out) != "operator_required" {
+		t.Errorf("partner widening itself: %d %v", code, out)
+	}
+}

@@ -75,6 +75,7 @@ func Routes() []Route {
 		changeRoute("POST", "/admin/v1/partners", OpPartnerCreate, "Create a partner (id, name, limits = its allotment); the response holds its token once (operator only)."),
 		{Method: "GET", Pattern: "/admin/v1/partners/{partner}", Summary: "A partner, its allotment and its tenants (the operator, or the partner itself).", Response: "PartnerResponse", h: (*Handler).getPartner},
 		changeRoute("PUT", "/admin/v1/partners/{partner}/allotment", OpPartnerAllot, "Replace a partner's allotment (limits; operator only)."),
+		changeRoute("PUT", "/admin/v1/partners/{partner}/entitlements", OpPartnerEntitle, "Replace a partner's entitlements (allowed_classes, max_priority, allowed_models; operator only): they bound every request of its sub-tenants, whatever the partner grants them."),
 		changeRoute("POST", "/admin/v1/partners/{partner}/rotate", OpPartnerRotate, "Replace a partner's token; the response holds the new one once (operator only)."),
 	}
 }
@@ -267,10 +268,10 @@ func change(kind OpKind) func(*Handler, http.ResponseWriter, *http.Request, Acto
 			secret, op.SecretSHA256 = newSecret(KeyPrefix)
 		case OpKeyRotate:
 			secret, op.SecretSHA256 = newSecret(KeyPrefix)
-		case OpTenantEntitle, OpTeamEntitle, OpKeyEntitle:
+		case OpTenantEntitle, OpTeamEntitle, OpKeyEntitle, OpPartnerEntitle:
 			op.Entitlement, op.ExpiresAt = req.Entitlement, req.ExpiresAt
 		case OpPartnerCreate:
-			op.Partner, op.Name = req.ID, req.Name
+			op.Partner, op.Name, op.Entitlement = req.ID, req.Name, req.Entitlement
 			secret, op.SecretSHA256 = newSecret(PartnerPrefix)
 		case OpPartnerRotate:
 			secret, op.SecretSHA256 = newSecret(PartnerPrefix)
@@ -373,10 +374,11 @@ type PartnerView struct {
 	Name      string   `json:"name,omitempty"`
 	Allotment []Limit  `json:"allotment"`
 	Tenants   []string `json:"tenants"`
+	config.Entitlement
 }
 
 func partnerView(s *State, p *Partner) PartnerView {
-	v := PartnerView{ID: p.ID, Name: p.Name, Allotment: s.LimitsOf(ledger.LevelOrg, p.ID), Tenants: []string{}}
+	v := PartnerView{ID: p.ID, Name: p.Name, Allotment: s.LimitsOf(ledger.LevelOrg, p.ID), Tenants: []string{}, Entitlement: p.Entitlement}
 	for _, t := range s.Tenants {
 		if t.Partner == p.ID {
 			v.Tenants = append(v.Tenants, t.ID)

@@ -151,8 +151,8 @@ func openAPIDoc() obj {
 					"limits": arr(ref("Limit")), "teams": arr(ref("Team")), "keys": arr(ref("Key"))})},
 				"TenantResponse": obj{"type": "object", "properties": obj{"version": i64, "tenant": ref("Tenant")}},
 				"TenantList":     obj{"type": "object", "properties": obj{"version": i64, "tenants": arr(ref("Tenant"))}},
-				"Partner": obj{"type": "object", "properties": obj{"id": str, "name": str,
-					"allotment": arr(ref("Limit")), "tenants": arr(str)}},
+				"Partner": obj{"type": "object", "properties": with(entitlement, obj{"id": str, "name": str,
+					"allotment": arr(ref("Limit")), "tenants": arr(str)})},
 				"PartnerResponse": obj{"type": "object", "properties": obj{"version": i64, "partner": ref("Partner")}},
 				"PartnerList":     obj{"type": "object", "properties": obj{"version": i64, "partners": arr(ref("Partner"))}},
 				"Error": obj{"type": "object", "properties": obj{"error": obj{"type": "object", "properties": obj{

@@ -58,12 +58,13 @@ const (
 	OpKeyLimits    OpKind = "key.limits"
 	// The entitlements of a tenant, a team or a key (and a key's expiry):
 	// what their requests may ask for (config.Entitlement).
-	OpTenantEntitle OpKind = "tenant.entitlements"
-	OpTeamEntitle   OpKind = "team.entitlements"
-	OpKeyEntitle    OpKind = "key.entitlements"
-	OpPartnerCreate OpKind = "partner.create"
-	OpPartnerAllot  OpKind = "partner.allotment"
-	OpPartnerRotate OpKind = "partner.rotate"
+	OpTenantEntitle  OpKind = "tenant.entitlements"
+	OpTeamEntitle    OpKind = "team.entitlements"
+	OpKeyEntitle     OpKind = "key.entitlements"
+	OpPartnerEntitle OpKind = "partner.entitlements"
+	OpPartnerCreate  OpKind = "partner.create"
+	OpPartnerAllot   OpKind = "partner.allotment"
+	OpPartnerRotate  OpKind = "partner.rotate"
 	// OpLedgerCalibrate replaces the ledger document with a calibrated one
 	// (`sluice config apply`; not an HTTP route): once the admin API has
 	// made a change, the admin state's document is the one that runs, so
@@ -171,7 +172,7 @@ func Apply(s State, a Actor, op Op) (State, *apierr.Error) {
 
 func apply(s *State, a Actor, op Op) *apierr.Error {
 	switch op.Kind {
-	case OpPartnerCreate, OpPartnerAllot, OpPartnerRotate:
+	case OpPartnerCreate, OpPartnerAllot, OpPartnerRotate, OpPartnerEntitle:
 		if !a.Operator() {
 			return operatorOnly("managing partners")
 		}
@@ -191,6 +192,9 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 	t := s.tenant(op.Tenant)
 	if t == nil || (!a.Operator() && t.Partner != a.Partner) {
 		return notFound("tenant", op.Tenant)
+	}
+	if e := partnerGrants(s, a, op); e != nil {
+		return e
 	}
 	switch op.Kind {
 	case OpTenantDelete:
@@ -345,6 +349,31 @@ func createKey(s *State, a Actor, t *Tenant, op Op) *apierr.Error {
 	return nil
 }
 
+// partnerGrants refuses an entitlement a partner gives beyond its own: a
+// partner grants only what it holds. (Its own bounds every request of its
+// sub-tenants anyway; refusing says so instead of quietly narrowing.)
+func partnerGrants(s *State, a Actor, op Op) *apierr.Error {
+	if a.Operator() {
+		return nil
+	}
+	e := op.Entitlement
+	switch op.Kind {
+	case OpKeyCreate:
+		e = op.KeyDefaults.Entitlement
+	case OpTenantEntitle, OpTeamEntitle, OpKeyEntitle:
+	default:
+		return nil
+	}
+	p := s.partner(a.Partner)
+	if p == nil {
+		return nil
+	}
+	if why := p.Exceeds(&e); why != "" {
+		return apierr.New(http.StatusForbidden, apierr.CodeEntitlementExceeded, "partner "+p.ID+" cannot grant beyond its own entitlement: "+why)
+	}
+	return nil
+}
+
 // setTeamEntitlement sets (or, with a zero e, removes) team's entitlement.
 func setTeamEntitlement(t *Tenant, team string, e config.Entitlement) {
 	if !e.Bounds() {
@@ -388,7 +417,7 @@ func applyPartner(s *State, op Op) *apierr.Error {
 				return bad(apierr.CodeInvalidValue, "id: %q is already an org id of tenant %q; a partner's id is its sub-tenants' org", op.Partner, t.ID)
 			}
 		}
-		s.Partners = append(s.Partners, Partner{ID: op.Partner, Name: op.Name, TokenSHA256: op.SecretSHA256})
+		s.Partners = append(s.Partners, Partner{ID: op.Partner, Name: op.Name, TokenSHA256: op.SecretSHA256, Entitlement: op.Entitlement})
 		return setLimits(s, ledger.LevelOrg, op.Partner, op.Limits)
 	}
 	p := s.partner(op.Partner)
@@ -397,6 +426,10 @@ func applyPartner(s *State, op Op) *apierr.Error {
 	}
 	if op.Kind == OpPartnerRotate {
 		p.TokenSHA256 = op.SecretSHA256
+		return nil
+	}
+	if op.Kind == OpPartnerEntitle {
+		p.Entitlement = op.Entitlement
 		return nil
 	}
 	return setLimits(s, ledger.LevelOrg, p.ID, op.Limits)

@@ -84,6 +84,9 @@ type Partner struct {
 	ID          string `json:"id"`
 	Name        string `json:"name,omitempty"`
 	TokenSHA256 string `json:"token_sha256"`
+	// Entitlement bounds every request of the partner's sub-tenants (set
+	// by the operator), whatever entitlements the partner gives them.
+	config.Entitlement
 }
 
 // Limit is one bucket of a level: a capacity in a dimension, per period.
@@ -136,6 +139,9 @@ func (s *State) ConfigTenants() []config.Tenant {
 	out := make([]config.Tenant, 0, len(s.Tenants))
 	for _, t := range s.Tenants {
 		ct := config.Tenant{ID: t.ID, Org: t.Org, Paused: t.Paused, Entitlement: t.Entitlement}
+		if p := s.partner(t.Partner); p != nil {
+			ct.Partner, ct.PartnerEntitlement = p.ID, p.Entitlement
+		}
 		for _, tm := range t.Teams {
 			if e, ok := t.TeamEntitlements[tm]; ok {
 				ct.Teams = append(ct.Teams, config.Team{ID: tm, Entitlement: e})
