@@ -172,7 +172,9 @@ func TestChatCompletionPlainAndStreaming(t *testing.T) {
 	// The reconciled tokens reach sluice_gateway_tokens_total, the
 	// alerts' source for estimation drift and tenant token pressure.
 	if m := st.metrics(t); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
-		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) {
+		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_tenant_requests_total\{outcome="success",tenant="[^"]+"\} [1-9]`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_spend_micro_usd_total\{tenant="[^"]+"\} `).Match(m) {
 		t.Errorf("tokens metric missing or wrong:\n%s", m)
 	}
 

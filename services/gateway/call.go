@@ -94,6 +94,9 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		anth := a == provider.APIMessages
 		reject := func(e *apierr.Error) {
 			s.m.count(e.Code)
+			if e.Sluice.Tenant != "" {
+				s.m.countTenant(e.Sluice.Tenant, e.Code)
+			}
 			apierr.Write(w, e, anth)
 		}
 		id, e := s.identify(cfg, r)
@@ -295,6 +298,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 			switch e.Metric {
 			case lifecycle.MetricRequests:
 				c.s.m.count(e.Label)
+				c.s.m.countTenant(c.id.Tenant, e.Label)
 			case lifecycle.MetricLateGrant:
 				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
 			}

@@ -253,6 +253,11 @@ type metrics struct {
 	// (estimated, actual): token pressure per tenant and estimation drift
 	// for the alerting rules (dashboards/alerts).
 	tokens *prometheus.CounterVec
+	// tenantRequests counts API requests by tenant and outcome (success or
+	// the refusal's code): per-tenant traffic and denials. spend counts the
+	// reconciled spend by tenant.
+	tenantRequests *prometheus.CounterVec
+	spend          *prometheus.CounterVec
 	// byKey caches the children the request path counts (metriccache.go).
 	byKey *metricCache
 	// tenantLabels: label tokens by tenant; off, every tenant counts
@@ -275,8 +280,12 @@ func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
+	m.tenantRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tenant_requests_total",
+		Help: "API requests of identified callers by tenant and outcome (success, or the refusal's error code)."}, []string{"tenant", "outcome"})
+	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_spend_micro_usd_total",
+		Help: "Spend of reconciled requests by tenant, in micro-USD (the route candidate's prices × the provider's usage)."}, []string{"tenant"})
 	m.tenantLabels = tenantLabels
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens)
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.tenantRequests, m.spend)
 	m.byKey = newMetricCache(m)
 	return m
 }
@@ -292,6 +301,16 @@ func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
 	t.inAct.Add(float64(rec.InputTokens))
 	t.outEst.Add(float64(rec.EstimatedOutputTokens))
 	t.outAct.Add(float64(rec.OutputTokens))
+	t.spend.Add(float64(rec.SpendMicros))
+}
+
+// countTenant adds one to sluice_gateway_tenant_requests_total{tenant,
+// outcome}.
+func (m *metrics) countTenant(tenant, outcome string) {
+	if !m.tenantLabels {
+		tenant = ""
+	}
+	m.byKey.tenantRequests.get(tenantOutcome{tenant, outcome}).Inc()
 }
 
 // count adds one to sluice_gateway_requests_total{outcome}.

@@ -17,6 +17,7 @@ import (
 func TestOperationalEndpoints(t *testing.T) {
 	s := New(mustLoad(t, minimal("600")), nil, nil)
 	s.m.countTokens("tenant-a", &schemas.Reconciled{InputTokens: 5, OutputTokens: 7})
+	s.m.countTenant("tenant-a", "insufficient_quota")
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	metrics := httptest.NewServer(s.MetricsHandler())
@@ -52,6 +53,7 @@ func TestOperationalEndpoints(t *testing.T) {
 			{"LiteLLM readiness", srv.URL + "/health/readiness", "", 503, `"ready":false`},
 			{"metrics on the API listener, no operator token", srv.URL + "/metrics", "", 404, "--metrics-addr"},
 			{"metrics listener", metrics.URL, "", 200, `sluice_gateway_tokens_total{dimension="input",source="actual",tenant="tenant-a"} 5`},
+			{"per-tenant denials", metrics.URL, "", 200, `sluice_gateway_tenant_requests_total{outcome="insufficient_quota",tenant="tenant-a"} 1`},
 		}},
 		{"op-secret", []row{
 			{"metrics on the API listener, no token", srv.URL + "/metrics", "", 401, "missing_admin_token"},
@@ -79,8 +81,10 @@ func TestOperationalEndpoints(t *testing.T) {
 // tenant's tokens count in one series (tenant=""), so no tenant id appears.
 func TestTenantLabelsCanBeSwitchedOff(t *testing.T) {
 	s := New(mustLoad(t, minimal("600")), nil, nil, WithTenantLabels(false))
-	s.m.countTokens("tenant-a", &schemas.Reconciled{InputTokens: 5})
-	s.m.countTokens("tenant-b", &schemas.Reconciled{InputTokens: 6})
+	s.m.countTokens("tenant-a", &schemas.Reconciled{InputTokens: 5, SpendMicros: 3})
+	s.m.countTokens("tenant-b", &schemas.Reconciled{InputTokens: 6, SpendMicros: 4})
+	s.m.countTenant("tenant-a", "success")
+	s.m.countTenant("tenant-b", "success")
 	srv := httptest.NewServer(s.MetricsHandler())
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -89,7 +93,9 @@ func TestTenantLabelsCanBeSwitchedOff(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if strings.Contains(string(b), "tenant-a") || !strings.Contains(string(b), `sluice_gateway_tokens_total{dimension="input",source="actual",tenant=""} 11`) {
+	if strings.Contains(string(b), "tenant-a") || !strings.Contains(string(b), `sluice_gateway_tokens_total{dimension="input",source="actual",tenant=""} 11`) ||
+		!strings.Contains(string(b), `sluice_gateway_spend_micro_usd_total{tenant=""} 7`) ||
+		!strings.Contains(string(b), `sluice_gateway_tenant_requests_total{outcome="success",tenant=""} 2`) {
 		t.Errorf("tenant labels not off:\n%s", b)
 	}
 }
