@@ -135,6 +135,7 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("# admin API (docs/admin-api.md): curl -s $SLUICE_ADMIN_URL/tenants -H \"Authorization: Bearer $SLUICE_ADMIN_TOKEN\"\n")
 	fmt.Printf("# your own limits and what is left: curl -s ${OPENAI_BASE_URL%%/v1}/v1/sluice/usage -H \"Authorization: Bearer <api key>\"\n")
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
+	fmt.Printf("# Prometheus metrics: %s (loopback; /readyz on the gateway says when it can get decisions)\n", st.MetricsURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
 	return nil
