@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -56,4 +57,28 @@ func TestBearerToken(t *testing.T) {
 			t.Errorf("BearerToken(%q) = %q, %v; want %q, %v", tc.in, tok, ok, tc.tok, tc.ok)
 		}
 	}
+}
+
+// FuzzBearerToken: whatever the header, a token found has no surrounding
+// space and came after a scheme that is "bearer" in any case.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer sk-1", "bearer  x", "Basic a", "", "Bearer", " BEARER\tx"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		tok, ok := BearerToken(h)
+		if !ok {
+			if tok != "" {
+				t.Fatalf("not ok but token %q", tok)
+			}
+			return
+		}
+		if tok == "" || strings.TrimSpace(tok) != tok {
+			t.Fatalf("token %q of %q", tok, h)
+		}
+		scheme, _, _ := strings.Cut(strings.TrimSpace(h), " ")
+		if !strings.EqualFold(scheme, "bearer") {
+			t.Fatalf("scheme %q accepted in %q", scheme, h)
+		}
+	})
 }
