@@ -187,9 +187,12 @@ func Write(w http.ResponseWriter, e *Error, anthropic bool) {
 		h.Set("retry-after-ms", strconv.FormatInt(e.Sluice.RetryAfterMs, 10))
 	}
 	// Every answer names its request: an error before the request had
-	// its lifecycle takes the id the gateway gave the HTTP request.
+	// its lifecycle takes the id the gateway gave the HTTP request (on a
+	// copy: the caller's error may outlive this answer).
 	if e.Sluice.RequestID == "" {
-		e.Sluice.RequestID = h.Get(HeaderRequestID)
+		c := *e
+		c.Sluice.RequestID = h.Get(HeaderRequestID)
+		e = &c
 	}
 	if e.Sluice.RequestID != "" {
 		h.Set(HeaderRequestID, e.Sluice.RequestID)
