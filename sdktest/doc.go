@@ -5,5 +5,7 @@
 // legacy completions, n choices, tool calls and structured output.
 // test_sdk_final.py counts the attempts the SDKs make, at their default
 // retry settings, for provider errors that can never succeed: exactly one
-// each.
+// each. test_sdk_errors.py runs both SDKs over every error code the stack
+// can be made to answer and prints their attempts and wall time (the table
+// in docs/gateway.md).
 package sdktest

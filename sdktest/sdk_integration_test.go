@@ -25,6 +25,16 @@ import (
 const (
 	demoKey    = "sk-sdk-demo"
 	limitedKey = "sk-sdk-limited"
+	// Keys of test_sdk_errors.py: one per identity refusal, and one whose
+	// Sluice quota is one request per day.
+	disabledKey = "sk-sdk-disabled"
+	pausedKey   = "sk-sdk-paused"
+	quotaKey    = "sk-sdk-quota"
+	burstKey    = "sk-sdk-burst" // one request per 2 s
+	// A batch tenant's key entitled to batch at priority 0 and two models,
+	// and a key that expired.
+	batchKey   = "sk-sdk-batch"
+	expiredKey = "sk-sdk-expired"
 )
 
 // TestOfficialSDKs starts the dev stack on the real broker and runs
@@ -54,6 +64,8 @@ func TestOfficialSDKs(t *testing.T) {
 		args = append([]string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"}, append(args, abs)...)
 		cmd := exec.CommandContext(ctx, python, args...)
 		cmd.Env = append(os.Environ(), "SLUICE_BASE_URL="+st.GatewayURL, "SLUICE_API_KEY="+demoKey, "SLUICE_LIMITED_KEY="+limitedKey,
+			"SLUICE_DISABLED_KEY="+disabledKey, "SLUICE_PAUSED_KEY="+pausedKey, "SLUICE_QUOTA_KEY="+quotaKey, "SLUICE_BURST_KEY="+burstKey,
+			"SLUICE_BATCH_KEY="+batchKey, "SLUICE_EXPIRED_KEY="+expiredKey,
 			"SLUICE_SIM_URL="+st.SimURL, "OPENAI_LOG=", "ANTHROPIC_LOG=")
 		out, err := cmd.CombinedOutput()
 		t.Logf("pytest %s:\n%s", file, out)
@@ -68,6 +80,10 @@ func TestOfficialSDKs(t *testing.T) {
 	// Provider errors that can never succeed, at the SDKs' default retry
 	// settings: one attempt each (-s prints the count and the time taken).
 	t.Run("final errors", func(t *testing.T) { pytest(t, "test_sdk_final.py", "-s") })
+	// Every error code the stack can be made to answer, through both SDKs
+	// at their defaults: attempts and wall time (-s prints the table,
+	// docs/gateway.md keeps it).
+	t.Run("error table", func(t *testing.T) { pytest(t, "test_sdk_errors.py", "-s") })
 }
 
 // sdkSim is the simulator's default config plus two models that allow one
@@ -90,6 +106,8 @@ func sdkConfig(simURL string) (*config.Config, error) {
 	lc.Scopes[0].Buckets = []ledger.BucketConfig{
 		{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 10_000, PeriodMs: 60_000},
 		{Level: ledger.LevelKey, ID: "limited-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 3_600_000, WindowMs: 3_600_000},
+		{Level: ledger.LevelKey, ID: "quota-key", Dimension: schemas.DimRequestsPerDay, Capacity: 1},
+		{Level: ledger.LevelKey, ID: "burst-key", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 2_000, WindowMs: 2_000},
 	}
 	// The per-day models have scopes of their own: a spent provider quota
 	// closes its whole scope in the ledger.
@@ -121,7 +139,18 @@ tenants:
     keys:
       - {id: demo-key, sha256: %[2]s}
       - {id: limited-key, sha256: %[3]s}
+      - {id: disabled-key, sha256: %[5]s, disabled: true}
+      - {id: paused-key, sha256: %[6]s, paused: true}
+      - {id: quota-key, sha256: %[7]s}
+      - {id: burst-key, sha256: %[8]s}
+  - id: batchco
+    allowed_classes: [batch]
+    max_priority: 0
+    keys:
+      - {id: batch-key, sha256: %[9]s, class: batch, allowed_models: [gpt-4o-mini, claude-sonnet-4-5]}
+      - {id: expired-key, sha256: %[10]s, class: batch, expires_at: "2026-01-01T00:00:00Z"}
 ledger: %[4]s
-`, simURL, config.HashKey(demoKey), config.HashKey(limitedKey), led)
+`, simURL, config.HashKey(demoKey), config.HashKey(limitedKey), led, config.HashKey(disabledKey), config.HashKey(pausedKey), config.HashKey(quotaKey), config.HashKey(burstKey),
+		config.HashKey(batchKey), config.HashKey(expiredKey))
 	return config.Load(strings.NewReader(y))
 }

@@ -1,7 +1,9 @@
 """The official SDKs at their DEFAULT settings (max_retries=2, Retry-After
 honoured) against provider errors that can never succeed: each must reach
-the client as a status the SDKs do not retry (a 4xx other than 408, 409 and
-429), without Retry-After, so the SDK makes exactly one attempt.
+the client without Retry-After, as a status the SDKs do not retry (a 4xx
+other than 408, 409 and 429) or with x-should-retry: false, which they obey
+before their status rules (a spent quota is OpenAI's 429
+insufficient_quota), so the SDK makes exactly one attempt.
 
 Started by sdk_integration_test.go. Environment: SLUICE_BASE_URL,
 SLUICE_API_KEY, SLUICE_SIM_URL (the provider simulator behind the gateway,
@@ -50,7 +52,8 @@ def attempt_once(name, call, error, sent):
     print(f"\n{name}: {len(sent)} attempt(s), answered in {time.monotonic() - t0:.3f} s")
     e = ei.value
     assert len(sent) == 1, f"the SDK sent {len(sent)} requests: {sent}"
-    assert 400 <= e.status_code < 500 and e.status_code not in SDK_RETRIED
+    assert 400 <= e.status_code < 500
+    assert e.status_code not in SDK_RETRIED or e.response.headers.get("x-should-retry") == "false"
     assert "retry-after" not in e.response.headers and "retry-after-ms" not in e.response.headers
     return e
 
@@ -76,8 +79,8 @@ def test_gemini_per_day_quota_is_not_retried():
     sent.clear()
     e = attempt_once("Gemini per-day quota",
                      lambda: c.chat.completions.create(model="gemini-daily", messages=MESSAGES, max_tokens=8),
-                     openai.PermissionDeniedError, sent)
-    assert e.status_code == 403 and e.body["code"] == "quota_exhausted"
+                     openai.RateLimitError, sent)
+    assert e.status_code == 429 and e.body["code"] == "insufficient_quota"
     assert e.body["sluice"]["type"] == "provider_limit"
 
 
@@ -87,14 +90,14 @@ def test_anthropic_per_day_quota_is_not_retried():
     sent.clear()
     e = attempt_once("Anthropic per-day quota",
                      lambda: c.messages.create(model="claude-daily", max_tokens=8, messages=MESSAGES),
-                     anthropic.PermissionDeniedError, sent)
-    assert e.status_code == 403 and e.body["error"]["code"] == "quota_exhausted"
+                     anthropic.RateLimitError, sent)
+    assert e.status_code == 429 and e.body["error"]["code"] == "insufficient_quota"
     # Now the ledger knows the quota is spent: the next request is refused
     # locally, with the same contract, and never reaches the provider.
     requests = sim_stats("anthropic")["requests"]
     sent.clear()
     e = attempt_once("Anthropic per-day quota, known to the ledger",
                      lambda: c.messages.create(model="claude-daily", max_tokens=8, messages=MESSAGES),
-                     anthropic.PermissionDeniedError, sent)
-    assert e.body["error"]["code"] == "quota_exhausted"
+                     anthropic.RateLimitError, sent)
+    assert e.body["error"]["code"] == "insufficient_quota"
     assert sim_stats("anthropic")["requests"] == requests

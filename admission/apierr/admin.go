@@ -22,6 +22,9 @@ const (
 	// CodeAllotmentExceeded: a partner's sub-tenant limits would add up to
 	// more than the partner's allotment.
 	CodeAllotmentExceeded = "allotment_exceeded"
+	// CodeEntitlementExceeded: a partner tried to grant a class, priority
+	// or model beyond its own entitlement.
+	CodeEntitlementExceeded = "entitlement_exceeded"
 	// CodeInvalidConfig: the change would produce a configuration the
 	// gateway or the ledger refuses; the message lists every problem.
 	CodeInvalidConfig = "invalid_config"

@@ -21,15 +21,20 @@ const (
 	CodeBodyTooLarge   = "body_too_large"
 	// CodeRequestTooLarge: the request needs more than a limit can ever
 	// hold (Sluice's bucket or the provider's whole per-minute limit).
-	CodeRequestTooLarge   = "request_too_large"
-	CodeMissingKey        = "missing_api_key"
-	CodeInvalidKey        = "invalid_api_key"
-	CodeKeyDisabled       = "api_key_disabled"
-	CodePaused            = "paused"
-	CodeModelNotFound     = "model_not_found"
-	CodeRateLimited       = "rate_limit_exceeded"
-	CodeQueueTimeout      = "queue_timeout"
-	CodeQuotaExhausted    = "quota_exhausted"
+	CodeRequestTooLarge = "request_too_large"
+	CodeMissingKey      = "missing_api_key"
+	CodeInvalidKey      = "invalid_api_key"
+	CodeKeyDisabled     = "api_key_disabled"
+	CodePaused          = "paused"
+	CodeModelNotFound   = "model_not_found"
+	CodeRateLimited     = "rate_limit_exceeded"
+	CodeQueueTimeout    = "queue_timeout"
+	// CodeInsufficientQuota: a daily quota or spend limit (Sluice's or the
+	// provider's) is spent. OpenAI's own code and status for a spent quota
+	// (429 insufficient_quota), so code that catches RateLimitError for
+	// quota keeps working; it carries x-should-retry: false, so the SDKs,
+	// which retry other 429s, make one attempt (docs/gateway.md).
+	CodeInsufficientQuota = "insufficient_quota"
 	CodeLedgerUnavailable = "ledger_unavailable"
 	CodeUpstreamError     = "upstream_error"
 	CodeUpstreamRejected  = "upstream_rate_limited"
@@ -69,7 +74,54 @@ const (
 	// it was not sent upstream. A 429: a retry with a longer deadline, or
 	// once the route is faster, may succeed.
 	CodeDeadlineBelowService = string(schemas.ReasonDeadlineBelowService)
+	// CodeClassNotEntitled, CodePriorityNotEntitled, CodeModelNotAllowed:
+	// the request asked for a traffic class, a priority or a model outside
+	// what its key, team or tenant is entitled to (403; the message names
+	// the entitlement and who holds it).
+	CodeClassNotEntitled    = "class_not_entitled"
+	CodePriorityNotEntitled = "priority_not_entitled"
+	CodeModelNotAllowed     = "model_not_allowed"
 )
+
+// RetryAfterPatienceMs is the longest Retry-After an SDK is left to sleep
+// through. The Anthropic SDK (2.14) sleeps for any Retry-After, so a 429
+// saying "come back in an hour" held a messages.create call for two hours
+// (two retries); the OpenAI SDK (3.57) ignores one over 120 s and retries
+// at once, refused again. A longer wait is the caller's code to decide: the
+// answer keeps its Retry-After and says x-should-retry: false.
+const RetryAfterPatienceMs = 60_000
+
+// finalCodes are refusals no retry can fix whatever their status: a
+// status the SDKs retry (409, 429, 5xx) would otherwise make them try
+// again, each attempt refused the same way.
+var finalCodes = map[string]bool{
+	CodeIdempotencyReused:   true,
+	CodeInsufficientQuota:   true,
+	CodeRequestTooLarge:     true,
+	CodeUpstreamAuth:        true,
+	CodePathMissingLevel:    true,
+	CodePathUnknownID:       true,
+	CodeClassNotEntitled:    true,
+	CodePriorityNotEntitled: true,
+	CodeModelNotAllowed:     true,
+}
+
+// Final reports whether no retry of the same request can succeed: NoRetry,
+// a code in finalCodes, or a 4xx other than 408 (timeout), 409 (conflict:
+// an Idempotency-Key still in flight) and 429 (capacity). Write sends such
+// an answer with x-should-retry: false, which the official OpenAI and
+// Anthropic SDKs obey before their status rules.
+func (e *Error) Final() bool {
+	if e.NoRetry || finalCodes[e.Code] {
+		return true
+	}
+	s := e.Status
+	return s >= 400 && s < 500 && s != 408 && s != 409 && s != 429
+}
+
+// HeaderRequestID is the response header naming the request: the gateway
+// sets it on every answer, before routing.
+const HeaderRequestID = "X-Sluice-Request-Id"
 
 // Sluice is the normalised object attached to every error.
 type Sluice struct {
@@ -93,9 +145,8 @@ type Sluice struct {
 // Error is one refusal.
 type Error struct {
 	Status int `json:"-"`
-	// NoRetry sends x-should-retry: false, which the official OpenAI and
-	// Anthropic SDKs obey before their status rules: for a status they
-	// would retry (5xx) on an error no retry can fix.
+	// NoRetry marks an error no retry can fix beyond those Final already
+	// knows by status and code (it then says x-should-retry: false).
 	NoRetry bool   `json:"-"`
 	Message string `json:"message"`
 	Type    string `json:"type"` // OpenAI error type
@@ -121,6 +172,9 @@ func New(status int, code, msg string) *Error {
 	case status >= 500:
 		t = "api_error"
 	}
+	if code == CodeInsufficientQuota {
+		t = CodeInsufficientQuota // OpenAI's type for it too
+	}
 	st := "request"
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden:
@@ -136,15 +190,23 @@ func New(status int, code, msg string) *Error {
 func Write(w http.ResponseWriter, e *Error, anthropic bool) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if e.NoRetry {
+	if e.Final() || e.Sluice.RetryAfterMs > RetryAfterPatienceMs {
 		h.Set("x-should-retry", "false")
 	}
 	if e.Sluice.RetryAfterMs > 0 {
 		h.Set("Retry-After", strconv.FormatInt((e.Sluice.RetryAfterMs+999)/1000, 10))
 		h.Set("retry-after-ms", strconv.FormatInt(e.Sluice.RetryAfterMs, 10))
 	}
+	// Every answer names its request: an error before the request had
+	// its lifecycle takes the id the gateway gave the HTTP request (on a
+	// copy: the caller's error may outlive this answer).
+	if e.Sluice.RequestID == "" {
+		c := *e
+		c.Sluice.RequestID = h.Get(HeaderRequestID)
+		e = &c
+	}
 	if e.Sluice.RequestID != "" {
-		h.Set("X-Sluice-Request-Id", e.Sluice.RequestID)
+		h.Set(HeaderRequestID, e.Sluice.RequestID)
 	}
 	w.WriteHeader(e.Status)
 	var body any

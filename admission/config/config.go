@@ -21,6 +21,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -186,8 +187,48 @@ type Tenant struct {
 	ID     string `yaml:"id"`
 	Org    string `yaml:"org"`
 	Paused bool   `yaml:"paused"`
-	Keys   []Key  `yaml:"keys"`
+	// Entitlement bounds what every key of the tenant may ask for.
+	Entitlement `yaml:",inline"`
+	// Teams holds the entitlements of the tenant's teams (a key's team
+	// need not be listed: an unlisted team adds no bound).
+	Teams []Team `yaml:"teams"`
+	Keys  []Key  `yaml:"keys"`
+	// Partner and PartnerEntitlement come from the admin state (a file
+	// has no partners): a partner's sub-tenants are bound by the partner's
+	// entitlement too, so a partner grants only what it holds.
+	Partner            string      `yaml:"-"`
+	PartnerEntitlement Entitlement `yaml:"-"`
 }
+
+// Entitlement is what a tenant, team or key may ask for: the traffic
+// classes it may use (X-Sluice-Class), its highest priority
+// (X-Sluice-Priority) and the public models it may call. Zero values bound
+// nothing. A request must keep the entitlements of its tenant, its team
+// and its key (all three), or it is refused with 403 naming the one it
+// broke: a header may choose within the entitlement, never beyond it (a
+// batch key cannot promote itself to interactive at priority 100).
+type Entitlement struct {
+	AllowedClasses []string `yaml:"allowed_classes,omitempty" json:"allowed_classes,omitempty"`
+	// MaxPriority caps the priority (nil: 100, the highest).
+	MaxPriority   *int32   `yaml:"max_priority,omitempty" json:"max_priority,omitempty"`
+	AllowedModels []string `yaml:"allowed_models,omitempty" json:"allowed_models,omitempty"`
+}
+
+// Team is the entitlement of one team of a tenant.
+type Team struct {
+	ID          string `yaml:"id"`
+	Entitlement `yaml:",inline"`
+}
+
+// Holder is one level's entitlement with the level that holds it, so a
+// refusal can name it ("key batch-key", "team web", "tenant acme").
+type Holder struct {
+	Level, ID string
+	Entitlement
+}
+
+// Name is "level id", as refusals name the holder.
+func (h Holder) Name() string { return h.Level + " " + h.ID }
 
 // Key is one API key, known only by its SHA-256 hash.
 type Key struct {
@@ -205,6 +246,12 @@ type Key struct {
 	FallbackAllowed *bool `yaml:"fallback_allowed"`
 	Disabled        bool  `yaml:"disabled"`
 	Paused          bool  `yaml:"paused"`
+	// Entitlement bounds what this key may ask for (within its team's and
+	// tenant's).
+	Entitlement `yaml:",inline"`
+	// ExpiresAt (RFC 3339) ends the key: from then on it is refused as
+	// OpenAI refuses a revoked key (401 invalid_api_key). Empty: never.
+	ExpiresAt string `yaml:"expires_at,omitempty"`
 }
 
 // Identity is what an API key resolves to.
@@ -214,6 +261,12 @@ type Identity struct {
 	DeadlineMs                           int64
 	Disabled, Paused, TenantPaused       bool
 	FallbackAllowed                      bool
+	// Entitlements are the partner's (admin state only), the tenant's, the
+	// team's and the key's, in that order, each only when it bounds
+	// something.
+	Entitlements []Holder
+	// ExpiresAtMs is the key's expiry in unix ms (0: never).
+	ExpiresAtMs int64
 }
 
 // HashKey returns the hex SHA-256 of an API key, the only form in which keys
@@ -433,6 +486,19 @@ func (c *Config) finish(getenv func(string) string) error {
 			add("%s.id: duplicate tenant %q", at, t.ID)
 		}
 		tenants[t.ID] = true
+		checkEntitlement(add, at, &t.Entitlement)
+		teams := map[string]*Team{}
+		for j := range t.Teams {
+			tm := &t.Teams[j]
+			tat := fmt.Sprintf("%s.teams[%d]", at, j)
+			if tm.ID == "" {
+				add("%s.id: required", tat)
+			} else if teams[tm.ID] != nil {
+				add("%s.id: duplicate team %q", tat, tm.ID)
+			}
+			teams[tm.ID] = tm
+			checkEntitlement(add, tat, &tm.Entitlement)
+		}
 		for j := range t.Keys {
 			k := &t.Keys[j]
 			kat := fmt.Sprintf("%s.keys[%d]", at, j)
@@ -452,9 +518,29 @@ func (c *Config) finish(getenv func(string) string) error {
 				add("%s.deadline_ms: %d out of [0, %d]", kat, k.DeadlineMs, DeadlineMsMax)
 			}
 			fb := k.FallbackAllowed == nil || *k.FallbackAllowed
+			checkEntitlement(add, kat, &k.Entitlement)
+			var expMs int64
+			if k.ExpiresAt != "" {
+				if at, err := time.Parse(time.RFC3339, k.ExpiresAt); err != nil {
+					add("%s.expires_at: %q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", kat, k.ExpiresAt)
+				} else {
+					expMs = at.UnixMilli()
+				}
+			}
+			var ents []Holder
+			for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
+				if h.Bounds() {
+					ents = append(ents, h)
+				}
+			}
+			for _, h := range ents {
+				if h.MaxPriority != nil && k.Priority > *h.MaxPriority {
+					add("%s.priority: %d is above max_priority %d of %s", kat, k.Priority, *h.MaxPriority, h.Name())
+				}
+			}
 			c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
 				Priority: k.Priority, DeadlineMs: k.DeadlineMs, FallbackAllowed: fb,
-				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused}
+				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
 			keyClasses = append(keyClasses, keyClass{kat, k})
 		}
 	}
@@ -498,14 +584,100 @@ func (c *Config) finish(getenv func(string) string) error {
 					c.keys[kc.k.SHA256].Class = lc.DefaultClass
 				} else if !c.classes[kc.k.Class] {
 					add("%s.class: %q is not a class of the ledger document (%s)", kc.at, kc.k.Class, strings.Join(c.ClassNames(), ", "))
+					continue
+				}
+				// Its class must be one it is entitled to (an entitlement
+				// naming an unknown class is reported once, below, not as
+				// a consequence here).
+				for _, h := range c.keys[kc.k.SHA256].Entitlements {
+					known := !slices.ContainsFunc(h.AllowedClasses, func(cl string) bool { return !c.classes[cl] })
+					if known && len(h.AllowedClasses) > 0 && !slices.Contains(h.AllowedClasses, kc.k.Class) {
+						add("%s.class: %q is not in allowed_classes %v of %s (set the key's class)", kc.at, kc.k.Class, h.AllowedClasses, h.Name())
+					}
 				}
 			}
+			c.checkEntitledNames(add)
 		}
 	}
 	if len(probs) > 0 {
 		return &ValidationError{Problems: probs}
 	}
 	return nil
+}
+
+// Bounds reports whether the entitlement bounds anything.
+func (e *Entitlement) Bounds() bool {
+	return len(e.AllowedClasses) > 0 || e.MaxPriority != nil || len(e.AllowedModels) > 0
+}
+
+// Exceeds says how inner grants more than outer allows ("" when it does
+// not): a class, a priority above, or a model outside outer's bounds. An
+// absent bound of inner grants nothing of its own (the outer bound still
+// applies to every request), so it never exceeds.
+func (outer *Entitlement) Exceeds(inner *Entitlement) string {
+	for _, cl := range inner.AllowedClasses {
+		if len(outer.AllowedClasses) > 0 && !slices.Contains(outer.AllowedClasses, cl) {
+			return fmt.Sprintf("allowed_classes: %q is not among %v", cl, outer.AllowedClasses)
+		}
+	}
+	if outer.MaxPriority != nil && inner.MaxPriority != nil && *inner.MaxPriority > *outer.MaxPriority {
+		return fmt.Sprintf("max_priority: %d is above %d", *inner.MaxPriority, *outer.MaxPriority)
+	}
+	for _, m := range inner.AllowedModels {
+		if len(outer.AllowedModels) > 0 && !slices.Contains(outer.AllowedModels, m) {
+			return fmt.Sprintf("allowed_models: %q is not among %v", m, outer.AllowedModels)
+		}
+	}
+	return ""
+}
+
+// checkEntitlement checks what an entitlement says on its own; its class
+// and model names are checked against the ledger's classes and the routes
+// once those are known (checkEntitledNames).
+func checkEntitlement(add func(string, ...any), at string, e *Entitlement) {
+	if p := e.MaxPriority; p != nil && (*p < -100 || *p > 100) {
+		add("%s.max_priority: %d out of [-100, 100]", at, *p)
+	}
+}
+
+func teamEntitlement(teams map[string]*Team, id string) Entitlement {
+	if t := teams[id]; t != nil && id != "" {
+		return t.Entitlement
+	}
+	return Entitlement{}
+}
+
+// checkEntitledNames checks that every entitlement names classes of the
+// ledger document and routed models.
+func (c *Config) checkEntitledNames(add func(string, ...any)) {
+	check := func(at string, e *Entitlement) {
+		for _, cl := range e.AllowedClasses {
+			if !c.classes[cl] {
+				add("%s.allowed_classes: %q is not a class of the ledger document (%s)", at, cl, strings.Join(c.ClassNames(), ", "))
+			}
+		}
+		for _, m := range e.AllowedModels {
+			if c.routes[m] == nil {
+				add("%s.allowed_models: %q is not a routed model (%s)", at, m, strings.Join(c.Models(), ", "))
+			}
+		}
+	}
+	partners := map[string]bool{}
+	for i := range c.Tenants {
+		t := &c.Tenants[i]
+		at := fmt.Sprintf("tenants[%d]", i)
+		check(at, &t.Entitlement)
+		if t.Partner != "" && !partners[t.Partner] {
+			partners[t.Partner] = true
+			check("partner "+t.Partner, &t.PartnerEntitlement)
+		}
+		for j := range t.Teams {
+			check(fmt.Sprintf("%s.teams[%d]", at, j), &t.Teams[j].Entitlement)
+		}
+		for j := range t.Keys {
+			check(fmt.Sprintf("%s.keys[%d]", at, j), &t.Keys[j].Entitlement)
+		}
+	}
 }
 
 // Late-grant bounds (see Config.LateGrantMs). The default follows the

@@ -57,6 +57,17 @@ func TestLoadValidation(t *testing.T) {
 		{"unknown candidate provider", doc(`  - {model: m, candidates: [{provider: nope}]}`, ""), []string{`routes[0].candidates[0].provider: unknown provider "nope"`}},
 		{"unknown key class", doc(`  - {model: m, provider: oa}`, ", class: gold"), []string{`tenants[0].keys[0].class: "gold" is not a class of the ledger document`}},
 		{"key priority out of range", doc(`  - {model: m, provider: oa}`, ", priority: 500"), []string{"tenants[0].keys[0].priority: 500 out of [-100, 100]"}},
+		{"entitlements within themselves", doc(`  - {model: m, provider: oa}`, ", class: batch, priority: 5, allowed_classes: [batch, agent], max_priority: 5, allowed_models: [m], expires_at: \"2027-01-31T00:00:00Z\""), nil},
+		{"entitlements naming what does not exist", doc(`  - {model: m, provider: oa}`, ", allowed_classes: [gold], allowed_models: [gpt-9], max_priority: 101, expires_at: tomorrow"), []string{
+			"tenants[0].keys[0].max_priority: 101 out of [-100, 100]",
+			`tenants[0].keys[0].expires_at: "tomorrow" is not an RFC 3339 time`,
+			`tenants[0].keys[0].allowed_classes: "gold" is not a class of the ledger document`,
+			`tenants[0].keys[0].allowed_models: "gpt-9" is not a routed model (m)`,
+		}},
+		{"a key's defaults beyond its entitlement", doc(`  - {model: m, provider: oa}`, ", class: interactive, priority: 9, allowed_classes: [batch], max_priority: 0"), []string{
+			"tenants[0].keys[0].priority: 9 is above max_priority 0 of key k",
+			`tenants[0].keys[0].class: "interactive" is not in allowed_classes [batch] of key k`,
+		}},
 		{"every problem at once", doc(`  - {model: m}
   - {model: m, provider: zz, default_max_output_tokens: -1}`, ", deadline_ms: -5"), []string{
 			"routes[0].provider: required",

@@ -22,7 +22,7 @@ func SDKRetries(status int) bool {
 
 // SDKRetriesError reports whether the official SDKs retry e: never when it
 // says x-should-retry: false (NoRetry), else by its status.
-func SDKRetriesError(e *apierr.Error) bool { return !e.NoRetry && SDKRetries(e.Status) }
+func SDKRetriesError(e *apierr.Error) bool { return !e.Final() && SDKRetries(e.Status) }
 
 // decisionError turns a refusal by the ledger into the error contract.
 func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
@@ -59,18 +59,19 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	case d.RetryClass == schemas.RetryPolicy:
 		// A daily quota or spend limit (Sluice's, or the provider's that
 		// the ledger recorded): no retry within an SDK's patience fits.
+		// OpenAI's 429 insufficient_quota, final (x-should-retry: false).
 		msg := "quota exhausted: " + string(d.Reason)
 		if d.LimitDimension != "" {
 			msg = fmt.Sprintf("quota exhausted on %s %s: needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
 		}
-		e = apierr.New(403, apierr.CodeQuotaExhausted, msg+resetsIn(d.RetryAfterMs))
+		e = apierr.New(429, apierr.CodeInsufficientQuota, msg+resetsIn(d.RetryAfterMs))
 	default:
 		e = rateLimited(d)
 	}
 	e.Sluice.Type = "local_limit"
 	e.Sluice.Limiter = string(d.LimitDimension)
 	e.Sluice.LimitPath = d.LimitPath
-	if SDKRetries(e.Status) {
+	if SDKRetriesError(e) {
 		e.Sluice.RetryAfterMs = d.RetryAfterMs
 	}
 	e.Sluice.GatewayDecision = d.GatewayDecision
@@ -117,7 +118,7 @@ func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.De
 	case schemas.KindOverloaded:
 		status, code = 503, apierr.CodeUpstreamOverloaded
 	case schemas.KindQuotaExhausted:
-		status, code = 403, apierr.CodeQuotaExhausted
+		status, code = 429, apierr.CodeInsufficientQuota
 	case schemas.KindRequestError:
 		// A 429 for a request larger than the provider's whole limit
 		// (OpenAI "Request too large"): ParseRejection gives this kind to
@@ -135,7 +136,7 @@ func providerError(rej schemas.ProviderRejected, ev *schemas.Event, d schemas.De
 	e.Sluice.Type = "provider_limit"
 	e.Sluice.Limiter = string(rej.Limiter)
 	e.Sluice.Provider = rej.Deployment
-	if SDKRetries(status) {
+	if SDKRetriesError(e) {
 		e.Sluice.RetryAfterMs = max(rej.RetryAfterMs, d.RetryAfterMs)
 	}
 	e.Sluice.GatewayDecision = schemas.GDAdmittedThenProviderReject

@@ -58,7 +58,7 @@ func TestDecisionErrorStatus(t *testing.T) {
 		code   string
 	}{
 		{"capacity", schemas.Decision{Status: schemas.StatusDenied, Reason: "over_limit", LimitDimension: schemas.DimRequests, RetryClass: schemas.RetryCapacity}, 429, apierr.CodeRateLimited},
-		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: schemas.RetryPolicy}, 403, apierr.CodeQuotaExhausted},
+		{"policy", schemas.Decision{Status: schemas.StatusDenied, Reason: "daily_quota", RetryClass: schemas.RetryPolicy}, 429, apierr.CodeInsufficientQuota},
 		{"expired", schemas.Decision{Status: schemas.StatusExpired}, 429, apierr.CodeQueueTimeout},
 		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathMissingLevel, LimitPath: "deployment", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathMissingLevel},
 		{"deadline below service time", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService, Needed: 900, Available: 400, RetryClass: schemas.RetryDeadline}, 429, apierr.CodeDeadlineBelowService},

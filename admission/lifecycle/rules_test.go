@@ -100,8 +100,8 @@ func TestNonRetryableProviderRefusalIsFinal(t *testing.T) {
 		{At: 1000, In: start(), Want: []string{"produce ReserveRequested s1/1", "timer answer/1 @3000"}},
 		{At: 1010, In: granted(1, 1010), Want: []string{"wait_ended s1 granted", "telemetry Dispatched s1/1", "dispatch 0/1"}},
 		{At: 1100, In: rejected(1, 429, schemas.KindQuotaExhausted, 0), Want: []string{"report ProviderRejected s1/1 quota_exhausted",
-			"telemetry Outcome s1/1 failure admitted_then_provider_rejected", "count requests quota_exhausted",
-			"respond 403 quota_exhausted admitted_then_provider_rejected"}},
+			"telemetry Outcome s1/1 failure admitted_then_provider_rejected", "count requests insufficient_quota",
+			"respond 429 insufficient_quota admitted_then_provider_rejected"}},
 	})
 	// A 400 is the caller's: reconciled with no usage, its status kept.
 	runSteps(t, testConfig, request("s1"), []step{

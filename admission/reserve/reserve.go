@@ -106,6 +106,14 @@ type Client struct {
 	rtStop chan struct{}
 	rtDone chan struct{}
 
+	// The readiness probe (probe.go).
+	trips       *roundTrips
+	probing     atomic.Bool
+	decisionsOK atomic.Bool
+	fetchFailed atomic.Int64 // fetch errors on the decision partition since the last probe round
+	probeStop   chan struct{}
+	probeDone   chan struct{}
+
 	done chan struct{}
 }
 
@@ -182,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		prod.Close()
 		return nil, fmt.Errorf("telemetry producer: %w", err)
 	}
-	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(),
+	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(), trips: newRoundTrips(),
 		watchers: map[string]chan *Decided{}, abandoned: map[attemptKey]int64{}, done: make(chan struct{}),
 		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{})}
 	go c.consume()
@@ -197,6 +205,10 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // Close stops the client. Its heartbeats stop with it: grants it still
 // holds are released by the ledger once the node's liveness bound passes.
 func (c *Client) Close() {
+	if c.probeStop != nil {
+		close(c.probeStop)
+		<-c.probeDone
+	}
 	if c.hbStop != nil {
 		close(c.hbStop)
 		<-c.hbDone
@@ -234,6 +246,7 @@ func (c *Client) consume() {
 			return
 		}
 		fs.EachError(func(t string, p int32, err error) {
+			c.fetchFailed.Add(1)
 			c.log.Warn("decision fetch", "topic", t, "partition", p, "err", err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
@@ -251,6 +264,7 @@ func (c *Client) consume() {
 				c.releaseLate(&ev)
 				return
 			}
+			c.trips.decided(ev.Scope, time.Now().UnixMilli())
 			c.mu.Lock()
 			ch := c.watchers[ev.RequestID]
 			c.mu.Unlock()

@@ -90,8 +90,8 @@ scrape_configs:
 	done := make(chan error, 1)
 	go func() {
 		_, err := loadtest.Execute(ctx, sc, loadtest.Options{Embedded: true, Duration: 75 * time.Second, Retries: -1, Drain: 10 * time.Second,
-			Started: func(gatewayURL, _ string) {
-				u, _ := url.Parse(gatewayURL)
+			Started: func(metricsURL, _ string) {
+				u, _ := url.Parse(metricsURL)
 				b, _ := json.Marshal([]map[string]any{{"targets": []string{u.Host}}})
 				if err := os.WriteFile(targets, b, 0o644); err != nil {
 					t.Errorf("write targets: %v", err)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -33,4 +34,51 @@ func TestAllowed(t *testing.T) {
 			t.Errorf("%s %s: %v, want %v", c.method, c.path, got, c.want)
 		}
 	}
+}
+
+// TestBearerToken: the scheme is matched case-insensitively (RFC 9110
+// §11.1); other schemes and empty tokens are not bearer tokens.
+func TestBearerToken(t *testing.T) {
+	for _, tc := range []struct {
+		in, tok string
+		ok      bool
+	}{
+		{"Bearer sk-1", "sk-1", true},
+		{"bearer sk-1", "sk-1", true},
+		{"BEARER   sk-1 ", "sk-1", true},
+		{"Basic dXNlcg==", "", false},
+		{"Bearer", "", false},
+		{"Bearer   ", "", false},
+		{"Bearersk-1", "", false},
+		{"", "", false},
+	} {
+		tok, ok := BearerToken(tc.in)
+		if tok != tc.tok || ok != tc.ok {
+			t.Errorf("BearerToken(%q) = %q, %v; want %q, %v", tc.in, tok, ok, tc.tok, tc.ok)
+		}
+	}
+}
+
+// FuzzBearerToken: whatever the header, a token found has no surrounding
+// space and came after a scheme that is "bearer" in any case.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer sk-1", "bearer  x", "Basic a", "", "Bearer", " BEARER\tx"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		tok, ok := BearerToken(h)
+		if !ok {
+			if tok != "" {
+				t.Fatalf("not ok but token %q", tok)
+			}
+			return
+		}
+		if tok == "" || strings.TrimSpace(tok) != tok {
+			t.Fatalf("token %q of %q", tok, h)
+		}
+		scheme, _, _ := strings.Cut(strings.TrimSpace(h), " ")
+		if !strings.EqualFold(scheme, "bearer") {
+			t.Fatalf("scheme %q accepted in %q", scheme, h)
+		}
+	})
 }

@@ -470,3 +470,87 @@ func TestBindingKeepsAdminStateOverFileReloads(t *testing.T) {
 		t.Fatalf("after the reload: %+v", id)
 	}
 }
+
+// TestEntitlementsThroughTheAdminAPI: a tenant's, a team's and a key's
+// entitlements (and a key's expiry) are set through the API, shown by GET
+// and installed in the gateway's configuration, where they bound the key's
+// identity; names the gateway does not know are refused whole.
+func TestEntitlementsThroughTheAdminAPI(t *testing.T) {
+	f := newFixture(t)
+	base := "/admin/v1/tenants/acme"
+	f.mustChange(200, opToken, "PUT", base+"/entitlements", map[string]any{"allowed_classes": []string{"batch", "interactive"}, "max_priority": 20})
+	f.mustChange(200, opToken, "PUT", base+"/teams/search/entitlements", map[string]any{"allowed_models": []string{"m"}})
+	f.mustChange(200, opToken, "PUT", base+"/keys/acme-app/entitlements", map[string]any{"max_priority": 5, "expires_at": "2030-01-01T00:00:00Z"})
+	out := f.mustChange(201, opToken, "POST", base+"/keys", map[string]any{"id": "acme-batch", "class": "batch", "allowed_classes": []string{"batch"}})
+
+	tv := out["tenant"].(map[string]any)
+	if fmt.Sprint(tv["allowed_classes"]) != "[batch interactive]" || fmt.Sprint(tv["max_priority"]) != "20" {
+		t.Errorf("tenant view: %v", tv)
+	}
+	if team := tv["teams"].([]any)[0].(map[string]any); fmt.Sprint(team["allowed_models"]) != "[m]" {
+		t.Errorf("team view: %v", team)
+	}
+	if key := tv["keys"].([]any)[0].(map[string]any); fmt.Sprint(key["max_priority"]) != "5" || key["expires_at"] != "2030-01-01T00:00:00Z" {
+		t.Errorf("key view: %v", key)
+	}
+	id := f.gw.get().Lookup(seedKey)
+	var names []string
+	for _, h := range id.Entitlements {
+		names = append(names, h.Name())
+	}
+	if fmt.Sprint(names) != "[tenant acme team search key acme-app]" || id.ExpiresAtMs != 1893456000000 {
+		t.Errorf("installed identity: entitlements %v, expires %d", names, id.ExpiresAtMs)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		body       map[string]any
+		code       string
+	}{
+		{"unknown class", base + "/entitlements", map[string]any{"allowed_classes": []string{"gold"}}, "invalid_config"},
+		{"unrouted model", base + "/keys/acme-app/entitlements", map[string]any{"allowed_models": []string{"gpt-9"}}, "invalid_config"},
+		{"priority out of range", base + "/entitlements", map[string]any{"max_priority": 500}, "invalid_value"},
+		{"expiry not RFC 3339", base + "/keys/acme-app/entitlements", map[string]any{"expires_at": "tomorrow"}, "invalid_value"},
+		{"an existing key's class outside the new entitlement", base + "/entitlements", map[string]any{"allowed_classes": []string{"agent"}}, "invalid_config"},
+	} {
+		if code, out := f.change(opToken, "PUT", tc.path, tc.body); code != 400 || errCode(out) != tc.code {
+			t.Errorf("%s: %d %v, want 400 %s", tc.name, code, out, tc.code)
+		}
+	}
+}
+
+// TestPartnerGrantsOnlyWhatItHolds: a partner's entitlement (set by the
+// operator) bounds every request of its sub-tenants, and a partner that
+// tries to grant beyond it is refused with 403 entitlement_exceeded.
+func TestPartnerGrantsOnlyWhatItHolds(t *testing.T) {
+	f := newFixture(t)
+	out := f.mustChange(201, opToken, "POST", "/admin/v1/partners", map[string]any{"id": "p1", "allowed_classes": []string{"batch"}, "max_priority": 0,
+		"limits": []map[string]any{{"scope": "s1", "dimension": "requests", "capacity": 6000}}})
+	if fmt.Sprint(out["partner"].(map[string]any)["allowed_classes"]) != "[batch]" {
+		t.Errorf("partner view: %v", out["partner"])
+	}
+	p1 := out["partner_token"].(string)
+	f.mustChange(201, p1, "POST", "/admin/v1/tenants", map[string]any{"id": "p1.shop"})
+	out = f.mustChange(201, p1, "POST", "/admin/v1/tenants/p1.shop/keys", map[string]any{"id": "p1.k", "class": "batch"})
+	id := f.gw.get().Lookup(out["api_key"].(string))
+	if id == nil || len(id.Entitlements) != 1 || id.Entitlements[0].Name() != "partner p1" {
+		t.Fatalf("the partner's entitlement does not bound its key: %+v", id)
+	}
+	for _, tc := range []struct {
+		name, method, path string
+		body               map[string]any
+	}{
+		{"tenant class", "PUT", "/admin/v1/tenants/p1.shop/entitlements", map[string]any{"allowed_classes": []string{"interactive"}}},
+		{"key priority", "PUT", "/admin/v1/tenants/p1.shop/keys/p1.k/entitlements", map[string]any{"max_priority": 100}},
+		{"new key's class", "POST", "/admin/v1/tenants/p1.shop/keys", map[string]any{"id": "p1.k2", "class": "batch", "allowed_classes": []string{"batch", "agent"}}},
+	} {
+		if code, out := f.change(p1, tc.method, tc.path, tc.body); code != 403 || errCode(out) != "entitlement_exceeded" {
+			t.Errorf("%s: %d %v, want 403 entitlement_exceeded", tc.name, code, out)
+		}
+	}
+	// Within it: allowed. Only the operator changes the partner's own.
+	f.mustChange(200, p1, "PUT", "/admin/v1/tenants/p1.shop/entitlements", map[string]any{"allowed_classes": []string{"batch"}, "max_priority": 0})
+	if code, out := f.change(p1, "PUT", "/admin/v1/partners/p1/entitlements", map[string]any{}); code != 403 || errCode(out) != "operator_required" {
+		t.Errorf("partner widening itself: %d %v", code, out)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
@@ -58,19 +59,23 @@ func Routes() []Route {
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/pause", OpTenantPause, "Emergency pause: every key of the tenant gets 403 paused."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/resume", OpTenantResume, "Resume a paused tenant."),
 		changeRoute("PUT", "/admin/v1/tenants/{tenant}/limits", OpTenantLimits, "Replace the tenant-level limits (a partner's within its allotment)."),
+		changeRoute("PUT", "/admin/v1/tenants/{tenant}/entitlements", OpTenantEntitle, "Replace the tenant's entitlements (allowed_classes, max_priority, allowed_models; absent = no bound): what every key of the tenant may ask for."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/teams", OpTeamCreate, "Create a team (id) in the tenant."),
 		changeRoute("DELETE", "/admin/v1/tenants/{tenant}/teams/{team}", OpTeamDelete, "Delete a team without live keys."),
 		changeRoute("PUT", "/admin/v1/tenants/{tenant}/teams/{team}/limits", OpTeamLimits, "Replace the team-level limits."),
-		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys", OpKeyCreate, "Create an API key (id, team, app, class, priority, deadline_ms); the response holds the key once."),
+		changeRoute("PUT", "/admin/v1/tenants/{tenant}/teams/{team}/entitlements", OpTeamEntitle, "Replace the team's entitlements (allowed_classes, max_priority, allowed_models)."),
+		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys", OpKeyCreate, "Create an API key (id, team, app, class, priority, deadline_ms, allowed_classes, max_priority, allowed_models, expires_at); the response holds the key once."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys/{key}/rotate", OpKeyRotate, "Replace the key's secret; the old one stops working; the response holds the new one once."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys/{key}/revoke", OpKeyRevoke, "Revoke the key for good (401 api_key_disabled)."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys/{key}/pause", OpKeyPause, "Emergency pause of one key (403 paused)."),
 		changeRoute("POST", "/admin/v1/tenants/{tenant}/keys/{key}/resume", OpKeyResume, "Resume a paused key."),
 		changeRoute("PUT", "/admin/v1/tenants/{tenant}/keys/{key}/limits", OpKeyLimits, "Replace the key-level limits."),
+		changeRoute("PUT", "/admin/v1/tenants/{tenant}/keys/{key}/entitlements", OpKeyEntitle, "Replace the key's entitlements and expiry (allowed_classes, max_priority, allowed_models, expires_at; absent = no bound, no expiry). An expired key gets 401 invalid_api_key."),
 		{Method: "GET", Pattern: "/admin/v1/partners", Summary: "List the partners (operator only).", Response: "PartnerList", h: (*Handler).listPartners},
 		changeRoute("POST", "/admin/v1/partners", OpPartnerCreate, "Create a partner (id, name, limits = its allotment); the response holds its token once (operator only)."),
 		{Method: "GET", Pattern: "/admin/v1/partners/{partner}", Summary: "A partner, its allotment and its tenants (the operator, or the partner itself).", Response: "PartnerResponse", h: (*Handler).getPartner},
 		changeRoute("PUT", "/admin/v1/partners/{partner}/allotment", OpPartnerAllot, "Replace a partner's allotment (limits; operator only)."),
+		changeRoute("PUT", "/admin/v1/partners/{partner}/entitlements", OpPartnerEntitle, "Replace a partner's entitlements (allowed_classes, max_priority, allowed_models; operator only): they bound every request of its sub-tenants, whatever the partner grants them."),
 		changeRoute("POST", "/admin/v1/partners/{partner}/rotate", OpPartnerRotate, "Replace a partner's token; the response holds the new one once (operator only)."),
 	}
 }
@@ -137,9 +142,8 @@ func (h *Handler) wrap(rt Route) http.HandlerFunc {
 
 // authenticate resolves the bearer token to the operator or a partner.
 func (h *Handler) authenticate(r *http.Request) (Actor, *apierr.Error) {
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	tok = strings.TrimSpace(tok)
-	if !ok || tok == "" {
+	tok, ok := httpmux.BearerToken(r.Header.Get("Authorization"))
+	if !ok {
 		return Actor{}, apierr.New(http.StatusUnauthorized, apierr.CodeMissingAdminToken, "no admin token: send Authorization: Bearer <operator or partner token>")
 	}
 	if subtle.ConstantTimeCompare([]byte(tok), []byte(h.token)) == 1 {
@@ -172,6 +176,10 @@ type ChangeRequest struct {
 	Priority    int32   `json:"priority,omitempty"`
 	DeadlineMs  int64   `json:"deadline_ms,omitempty"`
 	Limits      []Limit `json:"limits,omitempty"`
+	// The entitlement of key create and the *.entitlements changes, and a
+	// key's expiry (RFC 3339).
+	config.Entitlement
+	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
 // ParseChange decodes and checks a change body: one JSON object, no
@@ -211,6 +219,17 @@ func ParseChange(r io.Reader) (ChangeRequest, *apierr.Error) {
 	if len(c.Limits) > maxLimitsPerLevel {
 		return c, bad(apierr.CodeInvalidValue, "limits: %d entries, at most %d", len(c.Limits), maxLimitsPerLevel)
 	}
+	if p := c.MaxPriority; p != nil && (*p < -100 || *p > 100) {
+		return c, bad(apierr.CodeInvalidValue, "max_priority: %d out of [-100, 100]", *p)
+	}
+	if len(c.AllowedClasses) > maxLimitsPerLevel || len(c.AllowedModels) > maxModelsPerLevel {
+		return c, bad(apierr.CodeInvalidValue, "allowed_classes or allowed_models: too many entries (at most %d and %d)", maxLimitsPerLevel, maxModelsPerLevel)
+	}
+	if c.ExpiresAt != "" {
+		if _, err := time.Parse(time.RFC3339, c.ExpiresAt); err != nil {
+			return c, bad(apierr.CodeInvalidValue, "expires_at: %q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", c.ExpiresAt)
+		}
+	}
 	return c, nil
 }
 
@@ -244,12 +263,15 @@ func change(kind OpKind) func(*Handler, http.ResponseWriter, *http.Request, Acto
 			if op.Key == "" {
 				op.Key = defaultKeyID(op.Tenant)
 			}
-			op.KeyDefaults = Key{Team: req.Team, App: req.App, Class: req.Class, Priority: req.Priority, DeadlineMs: req.DeadlineMs}
+			op.KeyDefaults = Key{Team: req.Team, App: req.App, Class: req.Class, Priority: req.Priority, DeadlineMs: req.DeadlineMs,
+				Entitlement: req.Entitlement, ExpiresAt: req.ExpiresAt}
 			secret, op.SecretSHA256 = newSecret(KeyPrefix)
 		case OpKeyRotate:
 			secret, op.SecretSHA256 = newSecret(KeyPrefix)
+		case OpTenantEntitle, OpTeamEntitle, OpKeyEntitle, OpPartnerEntitle:
+			op.Entitlement, op.ExpiresAt = req.Entitlement, req.ExpiresAt
 		case OpPartnerCreate:
-			op.Partner, op.Name = req.ID, req.Name
+			op.Partner, op.Name, op.Entitlement = req.ID, req.Name, req.Entitlement
 			secret, op.SecretSHA256 = newSecret(PartnerPrefix)
 		case OpPartnerRotate:
 			secret, op.SecretSHA256 = newSecret(PartnerPrefix)
@@ -307,12 +329,14 @@ type TenantView struct {
 	Limits  []Limit    `json:"limits"`
 	Teams   []TeamView `json:"teams"`
 	Keys    []KeyView  `json:"keys"`
+	config.Entitlement
 }
 
-// TeamView is a team and its limits.
+// TeamView is a team, its limits and its entitlement.
 type TeamView struct {
 	ID     string  `json:"id"`
 	Limits []Limit `json:"limits"`
+	config.Entitlement
 }
 
 // KeyView is a key without its hash.
@@ -326,17 +350,20 @@ type KeyView struct {
 	Revoked    bool    `json:"revoked"`
 	Paused     bool    `json:"paused"`
 	Limits     []Limit `json:"limits"`
+	config.Entitlement
+	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
 func tenantView(s *State, t *Tenant) TenantView {
-	v := TenantView{ID: t.ID, Org: t.Org, Partner: t.Partner, Paused: t.Paused,
+	v := TenantView{ID: t.ID, Org: t.Org, Partner: t.Partner, Paused: t.Paused, Entitlement: t.Entitlement,
 		Limits: s.LimitsOf(ledger.LevelTenant, t.ID), Teams: []TeamView{}, Keys: []KeyView{}}
 	for _, tm := range t.Teams {
-		v.Teams = append(v.Teams, TeamView{ID: tm, Limits: s.LimitsOf(ledger.LevelTeam, tm)})
+		v.Teams = append(v.Teams, TeamView{ID: tm, Limits: s.LimitsOf(ledger.LevelTeam, tm), Entitlement: t.TeamEntitlements[tm]})
 	}
 	for _, k := range t.Keys {
 		v.Keys = append(v.Keys, KeyView{ID: k.ID, Team: k.Team, App: k.App, Class: k.Class, Priority: k.Priority,
-			DeadlineMs: k.DeadlineMs, Revoked: k.Revoked, Paused: k.Paused, Limits: s.LimitsOf(ledger.LevelKey, k.ID)})
+			DeadlineMs: k.DeadlineMs, Revoked: k.Revoked, Paused: k.Paused, Limits: s.LimitsOf(ledger.LevelKey, k.ID),
+			Entitlement: k.Entitlement, ExpiresAt: k.ExpiresAt})
 	}
 	return v
 }
@@ -347,10 +374,11 @@ type PartnerView struct {
 	Name      string   `json:"name,omitempty"`
 	Allotment []Limit  `json:"allotment"`
 	Tenants   []string `json:"tenants"`
+	config.Entitlement
 }
 
 func partnerView(s *State, p *Partner) PartnerView {
-	v := PartnerView{ID: p.ID, Name: p.Name, Allotment: s.LimitsOf(ledger.LevelOrg, p.ID), Tenants: []string{}}
+	v := PartnerView{ID: p.ID, Name: p.Name, Allotment: s.LimitsOf(ledger.LevelOrg, p.ID), Tenants: []string{}, Entitlement: p.Entitlement}
 	for _, t := range s.Tenants {
 		if t.Partner == p.ID {
 			v.Tenants = append(v.Tenants, t.ID)

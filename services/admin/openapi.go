@@ -94,6 +94,24 @@ func openAPIDoc() obj {
 		"dimension": obj{"type": "string", "enum": []any{"requests", "input_tokens", "output_tokens", "total_tokens", "concurrency", "requests_per_day", "spend", "ramp"}},
 		"capacity":  i64, "refill": str, "period_ms": i64, "window_ms": i64,
 	}}
+	// The entitlement fields (config.Entitlement), on a tenant, a team, a
+	// key and the change requests that set them.
+	entitlement := obj{
+		"allowed_classes": obj{"type": "array", "items": str, "description": "traffic classes the holder's requests may use (X-Sluice-Class); absent = any; a class outside it is 403 class_not_entitled"},
+		"max_priority":    obj{"type": "integer", "minimum": -100, "maximum": 100, "description": "highest X-Sluice-Priority; absent = 100; above it is 403 priority_not_entitled"},
+		"allowed_models":  obj{"type": "array", "items": str, "description": "public models the holder may call; absent = any; another is 403 model_not_allowed"},
+	}
+	expiresAt := obj{"type": "string", "format": "date-time", "description": "RFC 3339; from then on the key gets 401 invalid_api_key (absent = never)"}
+	with := func(props obj, extra obj) obj {
+		out := obj{}
+		for k, v := range props {
+			out[k] = v
+		}
+		for k, v := range extra {
+			out[k] = v
+		}
+		return out
+	}
 	return obj{
 		"openapi": "3.0.3",
 		"info": obj{
@@ -108,14 +126,15 @@ func openAPIDoc() obj {
 			"schemas": obj{
 				"OpenAPI": obj{"type": "object", "description": "this document"},
 				"Limit":   limit,
-				"ChangeRequest": obj{"type": "object", "required": []any{"base_version", "reason"}, "additionalProperties": false, "properties": obj{
+				"ChangeRequest": obj{"type": "object", "required": []any{"base_version", "reason"}, "additionalProperties": false, "properties": with(entitlement, obj{
 					"base_version": obj{"type": "integer", "format": "int64", "description": "the version the caller read; 409 version_conflict if it is not current"},
 					"reason":       obj{"type": "string", "maxLength": reasonLenMax, "description": "why, for the audited config history"},
 					"id":           str, "org": str, "partner": str, "name": str, "team": str, "app": str, "class": str,
 					"priority":    obj{"type": "integer", "minimum": -100, "maximum": 100},
 					"deadline_ms": i64,
 					"limits":      obj{"type": "array", "maxItems": maxLimitsPerLevel, "items": ref("Limit")},
-				}},
+					"expires_at":  expiresAt,
+				})},
 				"ChangeResponse": obj{"type": "object", "required": []any{"version", "change"}, "properties": obj{
 					"version": i64, "change": str,
 					"tenant":        ref("Tenant"),
@@ -124,15 +143,16 @@ func openAPIDoc() obj {
 					"api_key":       obj{"type": "string", "description": "the new key, shown once (key create and rotate)"},
 					"partner_token": obj{"type": "string", "description": "the new partner token, shown once"},
 				}},
-				"Team": obj{"type": "object", "properties": obj{"id": str, "limits": arr(ref("Limit"))}},
-				"Key": obj{"type": "object", "properties": obj{"id": str, "team": str, "app": str, "class": str,
-					"priority": obj{"type": "integer"}, "deadline_ms": i64, "revoked": boolean, "paused": boolean, "limits": arr(ref("Limit"))}},
-				"Tenant": obj{"type": "object", "properties": obj{"id": str, "org": str, "partner": str, "paused": boolean,
-					"limits": arr(ref("Limit")), "teams": arr(ref("Team")), "keys": arr(ref("Key"))}},
+				"Team": obj{"type": "object", "properties": with(entitlement, obj{"id": str, "limits": arr(ref("Limit"))})},
+				"Key": obj{"type": "object", "properties": with(entitlement, obj{"id": str, "team": str, "app": str, "class": str,
+					"priority": obj{"type": "integer"}, "deadline_ms": i64, "revoked": boolean, "paused": boolean, "limits": arr(ref("Limit")),
+					"expires_at": expiresAt})},
+				"Tenant": obj{"type": "object", "properties": with(entitlement, obj{"id": str, "org": str, "partner": str, "paused": boolean,
+					"limits": arr(ref("Limit")), "teams": arr(ref("Team")), "keys": arr(ref("Key"))})},
 				"TenantResponse": obj{"type": "object", "properties": obj{"version": i64, "tenant": ref("Tenant")}},
 				"TenantList":     obj{"type": "object", "properties": obj{"version": i64, "tenants": arr(ref("Tenant"))}},
-				"Partner": obj{"type": "object", "properties": obj{"id": str, "name": str,
-					"allotment": arr(ref("Limit")), "tenants": arr(str)}},
+				"Partner": obj{"type": "object", "properties": with(entitlement, obj{"id": str, "name": str,
+					"allotment": arr(ref("Limit")), "tenants": arr(str)})},
 				"PartnerResponse": obj{"type": "object", "properties": obj{"version": i64, "partner": ref("Partner")}},
 				"PartnerList":     obj{"type": "object", "properties": obj{"version": i64, "partners": arr(ref("Partner"))}},
 				"Error": obj{"type": "object", "properties": obj{"error": obj{"type": "object", "properties": obj{

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -41,23 +42,29 @@ type OpKind string
 
 // The changes the admin API makes.
 const (
-	OpTenantCreate  OpKind = "tenant.create"
-	OpTenantDelete  OpKind = "tenant.delete"
-	OpTenantPause   OpKind = "tenant.pause"
-	OpTenantResume  OpKind = "tenant.resume"
-	OpTenantLimits  OpKind = "tenant.limits"
-	OpTeamCreate    OpKind = "team.create"
-	OpTeamDelete    OpKind = "team.delete"
-	OpTeamLimits    OpKind = "team.limits"
-	OpKeyCreate     OpKind = "key.create"
-	OpKeyRotate     OpKind = "key.rotate"
-	OpKeyRevoke     OpKind = "key.revoke"
-	OpKeyPause      OpKind = "key.pause"
-	OpKeyResume     OpKind = "key.resume"
-	OpKeyLimits     OpKind = "key.limits"
-	OpPartnerCreate OpKind = "partner.create"
-	OpPartnerAllot  OpKind = "partner.allotment"
-	OpPartnerRotate OpKind = "partner.rotate"
+	OpTenantCreate OpKind = "tenant.create"
+	OpTenantDelete OpKind = "tenant.delete"
+	OpTenantPause  OpKind = "tenant.pause"
+	OpTenantResume OpKind = "tenant.resume"
+	OpTenantLimits OpKind = "tenant.limits"
+	OpTeamCreate   OpKind = "team.create"
+	OpTeamDelete   OpKind = "team.delete"
+	OpTeamLimits   OpKind = "team.limits"
+	OpKeyCreate    OpKind = "key.create"
+	OpKeyRotate    OpKind = "key.rotate"
+	OpKeyRevoke    OpKind = "key.revoke"
+	OpKeyPause     OpKind = "key.pause"
+	OpKeyResume    OpKind = "key.resume"
+	OpKeyLimits    OpKind = "key.limits"
+	// The entitlements of a tenant, a team or a key (and a key's expiry):
+	// what their requests may ask for (config.Entitlement).
+	OpTenantEntitle  OpKind = "tenant.entitlements"
+	OpTeamEntitle    OpKind = "team.entitlements"
+	OpKeyEntitle     OpKind = "key.entitlements"
+	OpPartnerEntitle OpKind = "partner.entitlements"
+	OpPartnerCreate  OpKind = "partner.create"
+	OpPartnerAllot   OpKind = "partner.allotment"
+	OpPartnerRotate  OpKind = "partner.rotate"
 	// OpLedgerCalibrate replaces the ledger document with a calibrated one
 	// (`sluice config apply`; not an HTTP route): once the admin API has
 	// made a change, the admin state's document is the one that runs, so
@@ -68,6 +75,7 @@ const (
 const (
 	maxIDLen          = 128
 	maxLimitsPerLevel = 64
+	maxModelsPerLevel = 256
 )
 
 // Op is one parsed change. The ids name what it touches; the other fields
@@ -83,7 +91,10 @@ type Op struct {
 
 	Org          string
 	PartnerOwner string // tenant.create by the operator: the owning partner
-	KeyDefaults  Key    // key.create: team, app, class, priority, deadline
+	KeyDefaults  Key    // key.create: team, app, class, priority, deadline, entitlement, expiry
+	// Entitlement (and ExpiresAt, for a key) of the *.entitlements changes.
+	Entitlement  config.Entitlement
+	ExpiresAt    string
 	Limits       []Limit
 	Name         string // partner.create
 	SecretSHA256 string
@@ -161,7 +172,7 @@ func Apply(s State, a Actor, op Op) (State, *apierr.Error) {
 
 func apply(s *State, a Actor, op Op) *apierr.Error {
 	switch op.Kind {
-	case OpPartnerCreate, OpPartnerAllot, OpPartnerRotate:
+	case OpPartnerCreate, OpPartnerAllot, OpPartnerRotate, OpPartnerEntitle:
 		if !a.Operator() {
 			return operatorOnly("managing partners")
 		}
@@ -182,6 +193,9 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 	if t == nil || (!a.Operator() && t.Partner != a.Partner) {
 		return notFound("tenant", op.Tenant)
 	}
+	if e := partnerGrants(s, a, op); e != nil {
+		return e
+	}
 	switch op.Kind {
 	case OpTenantDelete:
 		return deleteTenant(s, t)
@@ -190,14 +204,21 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		return nil
 	case OpTenantLimits:
 		return setLimits(s, ledger.LevelTenant, t.ID, op.Limits)
+	case OpTenantEntitle:
+		t.Entitlement = op.Entitlement
+		return nil
 	case OpTeamCreate:
 		return createTeam(s, a, t, op.Team)
-	case OpTeamDelete, OpTeamLimits:
+	case OpTeamDelete, OpTeamLimits, OpTeamEntitle:
 		if !slices.Contains(t.Teams, op.Team) {
 			return notFound("team", op.Team)
 		}
 		if op.Kind == OpTeamLimits {
 			return setLimits(s, ledger.LevelTeam, op.Team, op.Limits)
+		}
+		if op.Kind == OpTeamEntitle {
+			setTeamEntitlement(t, op.Team, op.Entitlement)
+			return nil
 		}
 		for _, k := range t.Keys {
 			if k.Team == op.Team && !k.Revoked {
@@ -205,6 +226,7 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 			}
 		}
 		t.Teams = slices.DeleteFunc(t.Teams, func(x string) bool { return x == op.Team })
+		setTeamEntitlement(t, op.Team, config.Entitlement{})
 		return dropBuckets(s, ledger.LevelTeam, op.Team)
 	case OpKeyCreate:
 		return createKey(s, a, t, op)
@@ -228,6 +250,8 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		k.Paused = op.Kind == OpKeyPause
 	case OpKeyLimits:
 		return setLimits(s, ledger.LevelKey, k.ID, op.Limits)
+	case OpKeyEntitle:
+		k.Entitlement, k.ExpiresAt = op.Entitlement, op.ExpiresAt
 	default:
 		return bad(apierr.CodeInvalidRequest, "unknown change %q", op.Kind)
 	}
@@ -325,6 +349,46 @@ func createKey(s *State, a Actor, t *Tenant, op Op) *apierr.Error {
 	return nil
 }
 
+// partnerGrants refuses an entitlement a partner gives beyond its own: a
+// partner grants only what it holds. (Its own bounds every request of its
+// sub-tenants anyway; refusing says so instead of quietly narrowing.)
+func partnerGrants(s *State, a Actor, op Op) *apierr.Error {
+	if a.Operator() {
+		return nil
+	}
+	e := op.Entitlement
+	switch op.Kind {
+	case OpKeyCreate:
+		e = op.KeyDefaults.Entitlement
+	case OpTenantEntitle, OpTeamEntitle, OpKeyEntitle:
+	default:
+		return nil
+	}
+	p := s.partner(a.Partner)
+	if p == nil {
+		return nil
+	}
+	if why := p.Exceeds(&e); why != "" {
+		return apierr.New(http.StatusForbidden, apierr.CodeEntitlementExceeded, "partner "+p.ID+" cannot grant beyond its own entitlement: "+why)
+	}
+	return nil
+}
+
+// setTeamEntitlement sets (or, with a zero e, removes) team's entitlement.
+func setTeamEntitlement(t *Tenant, team string, e config.Entitlement) {
+	if !e.Bounds() {
+		delete(t.TeamEntitlements, team)
+		if len(t.TeamEntitlements) == 0 {
+			t.TeamEntitlements = nil
+		}
+		return
+	}
+	if t.TeamEntitlements == nil {
+		t.TeamEntitlements = map[string]config.Entitlement{}
+	}
+	t.TeamEntitlements[team] = e
+}
+
 func uniqueHash(s *State, h string) *apierr.Error {
 	if len(h) != 64 {
 		return apierr.New(http.StatusInternalServerError, apierr.CodeInternal, "admin: secret hash missing")
@@ -353,7 +417,7 @@ func applyPartner(s *State, op Op) *apierr.Error {
 				return bad(apierr.CodeInvalidValue, "id: %q is already an org id of tenant %q; a partner's id is its sub-tenants' org", op.Partner, t.ID)
 			}
 		}
-		s.Partners = append(s.Partners, Partner{ID: op.Partner, Name: op.Name, TokenSHA256: op.SecretSHA256})
+		s.Partners = append(s.Partners, Partner{ID: op.Partner, Name: op.Name, TokenSHA256: op.SecretSHA256, Entitlement: op.Entitlement})
 		return setLimits(s, ledger.LevelOrg, op.Partner, op.Limits)
 	}
 	p := s.partner(op.Partner)
@@ -362,6 +426,10 @@ func applyPartner(s *State, op Op) *apierr.Error {
 	}
 	if op.Kind == OpPartnerRotate {
 		p.TokenSHA256 = op.SecretSHA256
+		return nil
+	}
+	if op.Kind == OpPartnerEntitle {
+		p.Entitlement = op.Entitlement
 		return nil
 	}
 	return setLimits(s, ledger.LevelOrg, p.ID, op.Limits)

@@ -13,6 +13,12 @@ import (
 type Gateway interface {
 	Target
 	SetAdmin(http.Handler)
+	// SetOperatorToken hands the gateway the operator token, which also
+	// opens its /metrics on the API listener.
+	SetOperatorToken(string)
+	// AdminLoaded says the newest admin state is installed: the gateway's
+	// /readyz waits for it.
+	AdminLoaded()
 }
 
 // Running is a gateway's admin wiring.
@@ -43,6 +49,8 @@ func Start(ctx context.Context, gw Gateway, file *config.Config, brokers []strin
 			return nil, err
 		}
 		gw.SetAdmin(h)
+		gw.SetOperatorToken(operatorToken)
 	}
+	gw.AdminLoaded()
 	return &Running{Store: st, Binding: b}, nil
 }

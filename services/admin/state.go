@@ -46,6 +46,12 @@ type Tenant struct {
 	Paused  bool     `json:"paused,omitempty"`
 	Teams   []string `json:"teams,omitempty"`
 	Keys    []Key    `json:"keys,omitempty"`
+	// Entitlement bounds the classes, priority and models of every key of
+	// the tenant (config.Entitlement).
+	config.Entitlement
+	// TeamEntitlements holds the entitlements of the tenant's teams that
+	// have one.
+	TeamEntitlements map[string]config.Entitlement `json:"team_entitlements,omitempty"`
 }
 
 // Key is one API key, known only by the SHA-256 of its secret.
@@ -63,6 +69,10 @@ type Key struct {
 	// history keeps a name.
 	Revoked bool `json:"revoked,omitempty"`
 	Paused  bool `json:"paused,omitempty"`
+	// Entitlement bounds this key's requests (within its team's and
+	// tenant's); ExpiresAt (RFC 3339) ends the key.
+	config.Entitlement
+	ExpiresAt string `json:"expires_at,omitempty"`
 }
 
 // Partner is a reseller or platform that manages its own sub-tenants. Its
@@ -74,6 +84,9 @@ type Partner struct {
 	ID          string `json:"id"`
 	Name        string `json:"name,omitempty"`
 	TokenSHA256 string `json:"token_sha256"`
+	// Entitlement bounds every request of the partner's sub-tenants (set
+	// by the operator), whatever entitlements the partner gives them.
+	config.Entitlement
 }
 
 // Limit is one bucket of a level: a capacity in a dimension, per period.
@@ -95,10 +108,22 @@ type Limit struct {
 func Seed(c *config.Config) State {
 	s := State{Ledger: append(json.RawMessage(nil), c.LedgerJSON()...)}
 	for _, t := range c.Tenants {
-		at := Tenant{ID: t.ID, Org: t.Org, Paused: t.Paused}
+		at := Tenant{ID: t.ID, Org: t.Org, Paused: t.Paused, Entitlement: t.Entitlement}
+		for _, tm := range t.Teams {
+			if tm.ID != "" && !slices.Contains(at.Teams, tm.ID) {
+				at.Teams = append(at.Teams, tm.ID)
+			}
+			if tm.Bounds() {
+				if at.TeamEntitlements == nil {
+					at.TeamEntitlements = map[string]config.Entitlement{}
+				}
+				at.TeamEntitlements[tm.ID] = tm.Entitlement
+			}
+		}
 		for _, k := range t.Keys {
 			at.Keys = append(at.Keys, Key{ID: k.ID, SHA256: k.SHA256, Team: k.Team, App: k.App, Class: k.Class,
-				Priority: k.Priority, DeadlineMs: k.DeadlineMs, Revoked: k.Disabled, Paused: k.Paused})
+				Priority: k.Priority, DeadlineMs: k.DeadlineMs, Revoked: k.Disabled, Paused: k.Paused,
+				Entitlement: k.Entitlement, ExpiresAt: k.ExpiresAt})
 			if k.Team != "" && !slices.Contains(at.Teams, k.Team) {
 				at.Teams = append(at.Teams, k.Team)
 			}
@@ -113,10 +138,19 @@ func Seed(c *config.Config) State {
 func (s *State) ConfigTenants() []config.Tenant {
 	out := make([]config.Tenant, 0, len(s.Tenants))
 	for _, t := range s.Tenants {
-		ct := config.Tenant{ID: t.ID, Org: t.Org, Paused: t.Paused}
+		ct := config.Tenant{ID: t.ID, Org: t.Org, Paused: t.Paused, Entitlement: t.Entitlement}
+		if p := s.partner(t.Partner); p != nil {
+			ct.Partner, ct.PartnerEntitlement = p.ID, p.Entitlement
+		}
+		for _, tm := range t.Teams {
+			if e, ok := t.TeamEntitlements[tm]; ok {
+				ct.Teams = append(ct.Teams, config.Team{ID: tm, Entitlement: e})
+			}
+		}
 		for _, k := range t.Keys {
 			ct.Keys = append(ct.Keys, config.Key{ID: k.ID, SHA256: k.SHA256, Team: k.Team, App: k.App, Class: k.Class,
-				Priority: k.Priority, DeadlineMs: k.DeadlineMs, Disabled: k.Revoked, Paused: k.Paused})
+				Priority: k.Priority, DeadlineMs: k.DeadlineMs, Disabled: k.Revoked, Paused: k.Paused,
+				Entitlement: k.Entitlement, ExpiresAt: k.ExpiresAt})
 		}
 		out = append(out, ct)
 	}

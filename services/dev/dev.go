@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,8 +62,56 @@ type Stack struct {
 	Brokers    []string
 	SimURL     string
 	ViewURL    string // live quota view (dashboards/live), loopback only
+	// MetricsURL is the gateway's Prometheus endpoint, on a loopback
+	// listener of its own (the API listener serves /metrics only to the
+	// operator token).
+	MetricsURL string
 
 	closers []func()
+
+	// The ledger member (StartLedger, StopLedger).
+	ledgerCfg  ledgerd.Config
+	ledgerMu   sync.Mutex
+	ledgerStop func()
+}
+
+// StartLedger starts the stack's ledger member (Start does; a test that
+// stopped it with StopLedger starts it again). It returns once the member
+// is created; it joins its group and takes its partitions after that.
+func (s *Stack) StartLedger(ctx context.Context) error {
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	if s.ledgerStop != nil {
+		return nil
+	}
+	cfg := s.ledgerCfg
+	cfg.Registerer = prometheus.NewRegistry()
+	led, err := ledgerd.New(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := led.Loop(runCtx); err != nil && runCtx.Err() == nil {
+			cfg.Log.Error("ledger stopped", "err", err)
+		}
+	}()
+	s.ledgerStop = func() { cancel(); <-done; led.Close() }
+	return nil
+}
+
+// StopLedger stops the stack's ledger member, as an operator stopping the
+// ledger would: it leaves its group, and the gateway's requests get 503
+// ledger_unavailable until StartLedger.
+func (s *Stack) StopLedger() {
+	s.ledgerMu.Lock()
+	defer s.ledgerMu.Unlock()
+	if s.ledgerStop != nil {
+		s.ledgerStop()
+		s.ledgerStop = nil
+	}
 }
 
 // Close stops everything.
@@ -95,9 +144,6 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			started.Close()
 		}
 	}()
-	runCtx, cancel := context.WithCancel(context.Background())
-	st.closers = append(st.closers, cancel)
-
 	st.Brokers = o.Brokers
 	if len(st.Brokers) == 0 {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
@@ -151,18 +197,12 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// The node names the transactional id: two stacks on one broker (tests
 	// of several packages run at once) must not fence each other, so it
 	// follows the topics, as the group does.
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: o.Topics.Requests + ".ledger", Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log, Registerer: prometheus.NewRegistry()})
-	if err != nil {
+	group := o.Topics.Requests + ".ledger"
+	st.ledgerCfg = ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: group, Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log}
+	if err := st.StartLedger(ctx); err != nil {
 		return nil, err
 	}
-	ledDone := make(chan struct{})
-	go func() {
-		defer close(ledDone)
-		if err := led.Loop(runCtx); err != nil {
-			o.Log.Error("ledger stopped", "err", err)
-		}
-	}()
-	st.closers = append(st.closers, func() { cancel(); <-ledDone; led.Close() })
+	st.closers = append(st.closers, st.StopLedger)
 
 	rc, err := reserve.New(ctx, reserve.Config{Brokers: st.Brokers, Topics: o.Topics, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: o.Log})
 	if err != nil {
@@ -174,7 +214,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		return nil, err
 	}
 	st.closers = append(st.closers, levels.Close)
-	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels), gateway.WithExplainer(Explainer(st.Brokers, o.Topics)))
+	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels), gateway.WithExplainer(Explainer(st.Brokers, o.Topics)),
+		gateway.WithLedgerProbe(group), gateway.WithAdminState())
 	adm, err := admin.Start(ctx, gw, cfg, st.Brokers, o.Topics, o.AdminToken, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
@@ -193,6 +234,13 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	}
 	st.closers = append(st.closers, stopGW)
 	st.GatewayURL = url
+	// Metrics on a listener of their own (they list every tenant), loopback.
+	murl, stopMetrics, err := serve("127.0.0.1:0", gw.MetricsHandler())
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen: %w", err)
+	}
+	st.closers = append(st.closers, stopMetrics)
+	st.MetricsURL = murl + "/metrics"
 
 	// Live quota view: open operator view on loopback; an API key narrows
 	// it to the key's tenant.

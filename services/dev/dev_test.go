@@ -2,6 +2,7 @@ package dev
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,6 +37,44 @@ func TestConfigFileThreeTenants(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("key %s: status %d, want %d", key, resp.StatusCode, want)
+		}
+	}
+	promotionRefused(t, ctx, st)
+}
+
+// promotionRefused: the batch key of dev-three-tenants.yaml cannot promote
+// itself with headers (issue 21, D6: it got 200 and class interactive),
+// and may still choose within its entitlement.
+func promotionRefused(t *testing.T, ctx context.Context, st *Stack) {
+	t.Helper()
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+		code   string
+	}{
+		{[]string{"X-Sluice-Class", "interactive", "X-Sluice-Priority", "100"}, 403, "class_not_entitled"},
+		{[]string{"X-Sluice-Priority", "100"}, 403, "priority_not_entitled"},
+		{[]string{"X-Sluice-Class", "batch", "X-Sluice-Priority", "-10"}, 200, ""},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, st.GatewayURL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}`))
+		req.Header.Set("Authorization", "Bearer sk-sluice-dev-batch")
+		for i := 0; i+1 < len(tc.hdr); i += 2 {
+			req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || body.Error.Code != tc.code {
+			t.Errorf("batch key with %v: %d %q, want %d %q", tc.hdr, resp.StatusCode, body.Error.Code, tc.status, tc.code)
 		}
 	}
 }

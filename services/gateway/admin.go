@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"strings"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 )
@@ -20,9 +19,4 @@ func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	(*h).ServeHTTP(w, r)
-}
-
-func stringsCutBearer(h string) (string, bool) {
-	k, ok := strings.CutPrefix(h, "Bearer ")
-	return strings.TrimSpace(k), ok && strings.TrimSpace(k) != ""
 }

@@ -48,6 +48,8 @@ func TestErrorContract(t *testing.T) {
 	}{
 		{name: "no key", path: "/v1/chat/completions", body: chat, status: 401, code: "missing_api_key"},
 		{name: "unknown key", path: "/v1/chat/completions", key: "sk-nope", body: chat, status: 401, code: "invalid_api_key"},
+		{name: "lowercase bearer scheme", path: "/v1/chat/completions", body: chat, hdr: []string{"Authorization", "bearer " + keyDemo}, status: 0},
+		{name: "other auth scheme", path: "/v1/chat/completions", body: chat, hdr: []string{"Authorization", "Basic " + keyDemo}, status: 401, code: "missing_api_key"},
 		{name: "disabled key", path: "/v1/chat/completions", key: keyDisabled, body: chat, status: 401, code: "api_key_disabled"},
 		{name: "paused key", path: "/v1/chat/completions", key: keyPaused, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
 		{name: "paused tenant", path: "/v1/chat/completions", key: keyPausedT, body: chat, status: 403, code: "paused", decision: "rejected_policy"},
@@ -76,6 +78,15 @@ func TestErrorContract(t *testing.T) {
 		{name: "messages bad key", path: "/v1/messages", key: "sk-nope", body: `{}`, status: 401, code: "invalid_api_key", anthropic: true},
 		{name: "wrong method", method: http.MethodGet, path: "/v1/chat/completions", key: keyDemo, status: 405, code: "method_not_allowed"},
 		{name: "unknown path", method: http.MethodGet, path: "/v2/whatever", key: keyDemo, status: 404, code: "not_found"},
+		// Entitlements (D6): the batch key's tenant allows batch and agent
+		// at priority 10 at most, the key only gpt-4o-mini.
+		{name: "class beyond the tenant's entitlement", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Class", "interactive"}, status: 403, code: "class_not_entitled", param: "X-Sluice-Class", decision: "rejected_policy"},
+		{name: "priority above the tenant's maximum", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Priority", "100"}, status: 403, code: "priority_not_entitled", param: "X-Sluice-Priority"},
+		{name: "class and priority within the entitlement", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "10"}, status: 0},
+		{name: "model outside the key's allowlist", path: "/v1/chat/completions", key: keyBatch, body: `{"model":"gemini-2.0-flash","messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", param: "model"},
+		{name: "model outside the allowlist, messages", path: "/v1/messages", key: keyBatch, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", anthropic: true},
+		{name: "retrieve a model outside the allowlist", method: http.MethodGet, path: "/v1/models/gemini-2.0-flash", key: keyBatch, status: 403, code: "model_not_allowed"},
+		{name: "expired key", path: "/v1/chat/completions", key: keyExpired, body: chat, status: 401, code: "invalid_api_key"},
 		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 0}, // uses the key's only request
 		{name: "local 429", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 429, code: "", decision: "rejected_locally|queued_then_expired"},
 	}
@@ -96,6 +107,18 @@ func TestErrorContract(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
 			}
 			e := decodeError(t, b, tc.anthropic)
+			// Every answer names its request, in the header and the body,
+			// before routing too (D10).
+			if id := resp.Header.Get("X-Sluice-Request-Id"); id == "" || id != e.Sluice.RequestID {
+				t.Errorf("X-Sluice-Request-Id %q, sluice.request_id %q", id, e.Sluice.RequestID)
+			}
+			// A refusal no retry can fix says so to the SDKs (item 5), and
+			// so does one whose Retry-After is over a minute (the limited
+			// key's: an hour); one a retry may fix soon does not.
+			final := tc.status != 408 && tc.status != 409 && tc.status != 429 && tc.status < 500 || e.Sluice.RetryAfterMs > 60_000
+			if got := resp.Header.Get("x-should-retry") == "false"; got != final {
+				t.Errorf("x-should-retry: false is %v, want %v (status %d)", got, final, tc.status)
+			}
 			if tc.code != "" && e.Code != tc.code {
 				t.Errorf("code %q, want %q (%s)", e.Code, tc.code, b)
 			}
@@ -148,8 +171,10 @@ func TestChatCompletionPlainAndStreaming(t *testing.T) {
 	}
 	// The reconciled tokens reach sluice_gateway_tokens_total, the
 	// alerts' source for estimation drift and tenant token pressure.
-	if _, m := st.do(t, "GET", "/metrics", "", ""); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
-		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) {
+	if m := st.metrics(t); !regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="output",source="estimated",tenant="[^"]+"\} 16$`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_tokens_total\{dimension="input",source="actual",tenant="[^"]+"\} [1-9]`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_tenant_requests_total\{outcome="success",tenant="[^"]+"\} [1-9]`).Match(m) ||
+		!regexp.MustCompile(`(?m)^sluice_gateway_spend_micro_usd_total\{tenant="[^"]+"\} `).Match(m) {
 		t.Errorf("tokens metric missing or wrong:\n%s", m)
 	}
 
@@ -323,6 +348,10 @@ func TestIdempotencyKeyReplays(t *testing.T) {
 	r3, b3 := st.do(t, "POST", "/v1/chat/completions", keyDemo, strings.Replace(body, "once", "twice", 1), "Idempotency-Key", "idem-1")
 	if r3.StatusCode != 409 || decodeError(t, b3, false).Code != "idempotency_key_reused" {
 		t.Fatalf("reuse with another body: %d %s", r3.StatusCode, b3)
+	}
+	// It can never succeed: the SDKs, which retry 409, must not (D5).
+	if r3.Header.Get("x-should-retry") != "false" {
+		t.Errorf("409 idempotency_key_reused without x-should-retry: false: %v", r3.Header)
 	}
 	// Another tenant's key space is separate: the same key runs afresh.
 	r4, _ := st.do(t, "POST", "/v1/chat/completions", keyBatch, body, "Idempotency-Key", "idem-1")

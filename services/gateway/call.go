@@ -94,6 +94,9 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		anth := a == provider.APIMessages
 		reject := func(e *apierr.Error) {
 			s.m.count(e.Code)
+			if e.Sluice.Tenant != "" {
+				s.m.countTenant(e.Sluice.Tenant, e.Code)
+			}
 			apierr.Write(w, e, anth)
 		}
 		id, e := s.identify(cfg, r)
@@ -102,6 +105,9 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			return
 		}
 		adm, e := parseAdmission(r.Header, id, cfg.HasClass)
+		if e == nil {
+			e = entitled(id, adm)
+		}
 		if e != nil {
 			reject(withIdentity(e, id))
 			return
@@ -128,7 +134,11 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			reject(withIdentity(e, id))
 			return
 		}
-		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: schemas.NewID()}
+		if e := modelAllowed(id, req.Model); e != nil {
+			reject(e)
+			return
+		}
+		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: requestID(hw)}
 		c.est = s.est.EstimateRoute(req, s.routeEstimate(route, req.MaxTokens))
 		if a == provider.APIEmbeddings {
 			c.est.OutputTokens = 0
@@ -178,6 +188,15 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 		c.ctx = ctx
 		c.run()
 	}
+}
+
+// requestID is the id ServeHTTP gave the request (a new one when the
+// handler is called without it, as benchmarks do).
+func requestID(w http.ResponseWriter) string {
+	if id := w.Header().Get(HeaderRequestID); id != "" {
+		return id
+	}
+	return schemas.NewID()
 }
 
 // candidates resolves the route's candidates to their providers, in the
@@ -277,6 +296,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 			switch e.Metric {
 			case lifecycle.MetricRequests:
 				c.s.m.count(e.Label)
+				c.s.m.countTenant(c.id.Tenant, e.Label)
 			case lifecycle.MetricLateGrant:
 				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
 			}

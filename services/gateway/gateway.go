@@ -7,7 +7,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
@@ -38,7 +36,6 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	mux      *http.ServeMux
-	ready    atomic.Bool
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
@@ -48,6 +45,14 @@ type Server struct {
 	admin   atomic.Pointer[http.Handler]
 	levels  LevelSource
 	explain Explainer // GET /v1/sluice/requests/{id} (explain.go)
+
+	// Operational endpoints (ops.go).
+	probe          bool
+	probeGroup     string
+	adminExpected  bool
+	adminLoaded    atomic.Bool
+	operatorToken  atomic.Pointer[string]
+	noTenantLabels bool
 }
 
 // Option configures a Server.
@@ -76,7 +81,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	}
 	s.cfg.Store(cfg)
 	s.idem = newIdemStore(cfg.Idempotency)
-	s.m = newMetrics(s.reg)
+	s.m = newMetrics(s.reg, !s.noTenantLabels)
 	s.reg.MustRegister(ledgerCollectors(rc)...)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
@@ -91,16 +96,8 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
 	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
 	s.mux.HandleFunc("GET /v1/sluice/requests/{id}", s.handleExplain)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	s.ready.Store(true)
+	s.routeOps()
+	s.startProbe()
 	return s
 }
 
@@ -116,7 +113,13 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 
 // ServeHTTP implements http.Handler. Unknown paths and wrong methods get the
 // error contract too, in the Anthropic shape under /v1/messages.
+//
+// Every answer carries X-Sluice-Request-Id, set here before routing: an
+// API request keeps it as its logical request id (handle), and a refusal
+// before any request existed (a bad key, a bad header, an unknown path)
+// still names one that logs and support can find.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(HeaderRequestID, schemas.NewID())
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		// A path routed under other methods is a 405 with Allow, read from
@@ -135,7 +138,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
-	if _, e := s.identify(cfg, r); e != nil {
+	id, e := s.identify(cfg, r)
+	if e != nil {
 		s.m.count(e.Code)
 		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
@@ -147,7 +151,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		FirstID string        `json:"first_id,omitempty"`
 		LastID  string        `json:"last_id,omitempty"`
 	}{Object: "list", Data: []modelObject{}}
-	for _, m := range cfg.Models() {
+	for _, m := range visibleModels(cfg, id) {
 		out.Data = append(out.Data, newModelObject(m))
 	}
 	if n := len(out.Data); n > 0 {
@@ -179,12 +183,19 @@ func newModelObject(id string) modelObject {
 func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	anthropic := r.Header.Get("anthropic-version") != ""
-	if _, e := s.identify(cfg, r); e != nil {
+	ident, e := s.identify(cfg, r)
+	if e != nil {
 		s.m.count(e.Code)
 		apierr.Write(w, e, anthropic)
 		return
 	}
 	id := r.PathValue("id")
+	if slices.Contains(cfg.Models(), id) {
+		if e := modelAllowed(ident, id); e != nil {
+			apierr.Write(w, e, anthropic)
+			return
+		}
+	}
 	if !slices.Contains(cfg.Models(), id) {
 		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("model %q is not routed by this gateway (GET /v1/models lists those that are)", id))
 		e.Param = "model"
@@ -195,16 +206,12 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(newModelObject(id))
 }
 
-// clientKey is the API key the caller presented: Authorization: Bearer,
-// else x-api-key. identify resolves it; every provider message is
-// redacted of it (provider.Secrets).
+// clientKey is the API key the caller presented: Authorization: Bearer
+// (the scheme case-insensitive, RFC 9110 §11.1), else x-api-key. identify
+// resolves it; every provider message is redacted of it (provider.Secrets).
 func clientKey(r *http.Request) string {
-	if a := r.Header.Get("Authorization"); a != "" {
-		if k, ok := strings.CutPrefix(a, "Bearer "); ok {
-			if k = strings.TrimSpace(k); k != "" {
-				return k
-			}
-		}
+	if key, _ := httpmux.BearerToken(r.Header.Get("Authorization")); key != "" {
+		return key
 	}
 	return strings.TrimSpace(r.Header.Get("x-api-key"))
 }
@@ -221,6 +228,11 @@ func (s *Server) identify(cfg *config.Config, r *http.Request) (*config.Identity
 	}
 	if id.Disabled {
 		return nil, apierr.New(http.StatusUnauthorized, apierr.CodeKeyDisabled, "this API key is disabled")
+	}
+	if expired(id, time.Now()) {
+		// OpenAI's answer to a revoked key: 401 invalid_api_key.
+		return nil, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidKey,
+			"invalid API key: this key expired at "+time.UnixMilli(id.ExpiresAtMs).UTC().Format(time.RFC3339)+"; ask your Sluice administrator for a new one")
 	}
 	if id.TenantPaused || id.Paused {
 		what := "key " + id.KeyID
@@ -249,11 +261,19 @@ type metrics struct {
 	// (estimated, actual): token pressure per tenant and estimation drift
 	// for the alerting rules (dashboards/alerts).
 	tokens *prometheus.CounterVec
+	// tenantRequests counts API requests by tenant and outcome (success or
+	// the refusal's code): per-tenant traffic and denials. spend counts the
+	// reconciled spend by tenant.
+	tenantRequests *prometheus.CounterVec
+	spend          *prometheus.CounterVec
 	// byKey caches the children the request path counts (metriccache.go).
 	byKey *metricCache
+	// tenantLabels: label tokens by tenant; off, every tenant counts
+	// under tenant="" (WithTenantLabels).
+	tenantLabels bool
 }
 
-func newMetrics(r prometheus.Registerer) *metrics {
+func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_requests_total", Help: "Requests by outcome or error code."}, []string{"outcome"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_upstream_attempts_total", Help: "Upstream attempts by provider and HTTP status."}, []string{"provider", "status"}),
@@ -268,7 +288,12 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens)
+	m.tenantRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tenant_requests_total",
+		Help: "API requests of identified callers by tenant and outcome (success, or the refusal's error code)."}, []string{"tenant", "outcome"})
+	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_spend_micro_usd_total",
+		Help: "Spend of reconciled requests by tenant, in micro-USD (the route candidate's prices × the provider's usage)."}, []string{"tenant"})
+	m.tenantLabels = tenantLabels
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.tenantRequests, m.spend)
 	m.byKey = newMetricCache(m)
 	return m
 }
@@ -276,11 +301,24 @@ func newMetrics(r prometheus.Registerer) *metrics {
 // countTokens adds a reconciled request's estimate and actual usage to
 // sluice_gateway_tokens_total.
 func (m *metrics) countTokens(tenant string, rec *schemas.Reconciled) {
+	if !m.tenantLabels {
+		tenant = ""
+	}
 	t := m.byKey.tokens.get(tenant)
 	t.inEst.Add(float64(rec.EstimatedInputTokens))
 	t.inAct.Add(float64(rec.InputTokens))
 	t.outEst.Add(float64(rec.EstimatedOutputTokens))
 	t.outAct.Add(float64(rec.OutputTokens))
+	t.spend.Add(float64(rec.SpendMicros))
+}
+
+// countTenant adds one to sluice_gateway_tenant_requests_total{tenant,
+// outcome}.
+func (m *metrics) countTenant(tenant, outcome string) {
+	if !m.tenantLabels {
+		tenant = ""
+	}
+	m.byKey.tenantRequests.get(tenantOutcome{tenant, outcome}).Inc()
 }
 
 // count adds one to sluice_gateway_requests_total{outcome}.

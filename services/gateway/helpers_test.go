@@ -30,6 +30,7 @@ const (
 	keyPaused   = "sk-test-paused"
 	keyPausedT  = "sk-test-paused-tenant"
 	keyBatch    = "sk-test-batch"
+	keyExpired  = "sk-test-expired"
 )
 
 // stack is a dev stack on an in-process kfake cluster plus a log buffer and
@@ -100,15 +101,18 @@ tenants:
       - {id: disabled-key, sha256: %[8]s, disabled: true}
       - {id: paused-key, sha256: %[9]s, paused: true}
   - id: batchco
+    allowed_classes: [batch, agent]
+    max_priority: 10
     keys:
-      - {id: batch-key, sha256: %[11]s, class: batch, priority: -5}
+      - {id: batch-key, sha256: %[11]s, class: batch, priority: -5, allowed_models: [gpt-4o-mini]}
+      - {id: expired-key, sha256: %[12]s, class: batch, expires_at: "2026-01-01T00:00:00Z"}
   - id: frozen
     paused: true
     keys:
       - {id: frozen-key, sha256: %[10]s}
 ledger: %[3]s
 `, base, config.HashKey(keyDemo), led, extraProviders, extraRoutes, top,
-		config.HashKey(keyLimited), config.HashKey(keyDisabled), config.HashKey(keyPaused), config.HashKey(keyPausedT), config.HashKey(keyBatch))
+		config.HashKey(keyLimited), config.HashKey(keyDisabled), config.HashKey(keyPaused), config.HashKey(keyPausedT), config.HashKey(keyBatch), config.HashKey(keyExpired))
 }
 
 // startStack starts a dev stack whose gateway config comes from yamlFor
@@ -166,6 +170,21 @@ func (s *stack) do(t *testing.T, method, path, key, body string, hdr ...string) 
 		t.Fatal(err)
 	}
 	return resp, b
+}
+
+// metrics scrapes the gateway's metrics listener.
+func (s *stack) metrics(t *testing.T) []byte {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("metrics: %d %v %s", resp.StatusCode, err, b)
+	}
+	return b
 }
 
 // events reads the stack's request and telemetry topics from the start

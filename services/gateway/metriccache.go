@@ -33,14 +33,20 @@ type attemptKey struct {
 	status   int
 }
 
-// tokenCounters are one tenant's children of sluice_gateway_tokens_total.
-type tokenCounters struct{ inEst, inAct, outEst, outAct prometheus.Counter }
+// tokenCounters are one tenant's children of sluice_gateway_tokens_total
+// and sluice_gateway_spend_micro_usd_total.
+type tokenCounters struct{ inEst, inAct, outEst, outAct, spend prometheus.Counter }
+
+// tenantOutcome labels sluice_gateway_tenant_requests_total.
+type tenantOutcome struct{ tenant, outcome string }
 
 // metricCache holds the cached children of the gateway's hot-path metrics.
 type metricCache struct {
 	requests children[string, prometheus.Counter]
 	attempts children[attemptKey, prometheus.Counter]
 	tokens   children[string, *tokenCounters]
+	// tenantRequests' keys are bounded by the tenants and the stable codes.
+	tenantRequests children[tenantOutcome, prometheus.Counter]
 }
 
 func newMetricCache(m *metrics) *metricCache {
@@ -55,7 +61,9 @@ func newMetricCache(m *metrics) *metricCache {
 	}
 	c.tokens.make = func(tenant string) *tokenCounters {
 		return &tokenCounters{inEst: m.tokens.WithLabelValues(tenant, "input", "estimated"), inAct: m.tokens.WithLabelValues(tenant, "input", "actual"),
-			outEst: m.tokens.WithLabelValues(tenant, "output", "estimated"), outAct: m.tokens.WithLabelValues(tenant, "output", "actual")}
+			outEst: m.tokens.WithLabelValues(tenant, "output", "estimated"), outAct: m.tokens.WithLabelValues(tenant, "output", "actual"),
+			spend: m.spend.WithLabelValues(tenant)}
 	}
+	c.tenantRequests.make = func(k tenantOutcome) prometheus.Counter { return m.tenantRequests.WithLabelValues(k.tenant, k.outcome) }
 	return c
 }

@@ -240,8 +240,9 @@ func TestProviderErrorsAndCredentials(t *testing.T) {
 					t.Errorf("code %q, want %q", e.Code, tc.code)
 				}
 				// The official SDKs obey x-should-retry before their status
-				// rules: a refused provider credential is a 502 they must not retry.
-				if got := resp.Header.Get("x-should-retry"); (tc.model == "fake-401") != (got == "false") {
+				// rules: a refused provider credential is a 502 they must not
+				// retry, and the provider's 4xx (the request's fault) says so too.
+				if got := resp.Header.Get("x-should-retry"); (tc.model == "fake-401" || tc.status < 500) != (got == "false") {
 					t.Errorf("x-should-retry %q", got)
 				}
 				if tc.model != "dead-model" && f.calls.Load()-before != 1 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -111,7 +112,7 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 }
 
 func bearerKey(r *http.Request) string {
-	if k, ok := stringsCutBearer(r.Header.Get("Authorization")); ok {
+	if k, ok := httpmux.BearerToken(r.Header.Get("Authorization")); ok {
 		return k
 	}
 	return r.Header.Get("x-api-key")

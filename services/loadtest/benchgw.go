@@ -205,7 +205,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 
 	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
-	metricsURL := st.gwURL + "/metrics"
+	metricsURL := st.gwMetricsURL
 	direct, _ := sequential(directURL, nil)
 	var a0 answerTotals
 	var c0 time.Duration

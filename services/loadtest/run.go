@@ -75,10 +75,11 @@ type Options struct {
 	Drain        time.Duration
 	MaxInFlight  int
 	Verbose      bool
-	// Started, if set, is called with the embedded stack's gateway and
-	// simulator base URLs once the stack is warm, before the arrivals
-	// start (a test points a Prometheus at the gateway's /metrics).
-	Started func(gatewayURL, simURL string)
+	// Started, if set, is called with the embedded stack's gateway
+	// metrics URL (its metrics listener's /metrics) and simulator base URL
+	// once the stack is warm, before the arrivals start (a test points a
+	// Prometheus at the gateway's metrics).
+	Started func(metricsURL, simURL string)
 	// Faults, if set with Brokers, runs alongside the arrivals from their
 	// start and returns the faults it injected; the report gives each its
 	// decision gap (StackReport.FaultWindows). The run waits for it before
@@ -239,7 +240,7 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 			return nil, err
 		}
 		if o.Started != nil {
-			o.Started(st.GatewayURL, st.SimURL)
+			o.Started(st.MetricsURL, st.SimURL)
 		}
 	case len(o.Brokers) > 0:
 		tg.mode = "stack"
@@ -798,7 +799,7 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 		}
 		retryable := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == 500 || resp.StatusCode == 502 ||
 			resp.StatusCode == 503 || resp.StatusCode == 504 || resp.StatusCode == 529
-		if code == "quota_exhausted" || code == "cancelled" {
+		if code == "insufficient_quota" || code == "cancelled" || resp.Header.Get("x-should-retry") == "false" {
 			retryable = false
 		}
 		if retryable && attempt < tg.retries {
@@ -887,7 +888,7 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 			MaxDepth: cl.MaxDepth, AgeOffsetMs: cl.AgeOffset.D().Milliseconds()}
 	}
 	c.ClientRetries = tg.retries
-	c.ClientBackoff = fmt.Sprintf("full jitter: uniform [0, min(%s, %s×2^attempt)], at least Retry-After; retries 429/5xx and transport errors, not quota_exhausted", backoffCap, backoffBase)
+	c.ClientBackoff = fmt.Sprintf("full jitter: uniform [0, min(%s, %s×2^attempt)], at least Retry-After; retries 429/5xx and transport errors, not insufficient_quota or x-should-retry: false", backoffCap, backoffBase)
 	c.ProviderLimits = sc.ProviderLimits()
 	c.SluiceQuota = tg.quota
 	c.Storms = sc.SimConfig.Storms

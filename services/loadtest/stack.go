@@ -155,6 +155,8 @@ type stack struct {
 	ledgers []*proc
 	simURL  string
 	gwURL   string
+	// gwMetricsURL is the gateway's metrics listener.
+	gwMetricsURL string
 
 	mu      sync.Mutex
 	scraped map[string]map[string]float64 // ledger metrics URL → metric → value
@@ -248,11 +250,16 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err != nil {
 		return st, err
 	}
+	gmaddr, err := freeAddr()
+	if err != nil {
+		return st, err
+	}
 	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-		"--config", gwCfg, "--addr", gaddr}, gwArgs...)...); err != nil {
+		"--config", gwCfg, "--addr", gaddr, "--metrics-addr", gmaddr, "--ledger-group", st.prefix + "ledger"}, gwArgs...)...); err != nil {
 		return st, err
 	}
 	st.gwURL = "http://" + gaddr
+	st.gwMetricsURL = "http://" + gmaddr + "/metrics"
 	go st.scrapeLoop()
 	return st, nil
 }

@@ -135,6 +135,7 @@ func runDev(ctx context.Context, args []string) error {
 	fmt.Printf("# admin API (docs/admin-api.md): curl -s $SLUICE_ADMIN_URL/tenants -H \"Authorization: Bearer $SLUICE_ADMIN_TOKEN\"\n")
 	fmt.Printf("# your own limits and what is left: curl -s ${OPENAI_BASE_URL%%/v1}/v1/sluice/usage -H \"Authorization: Bearer <api key>\"\n")
 	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
+	fmt.Printf("# Prometheus metrics: %s (loopback; /readyz on the gateway says when it can get decisions)\n", st.MetricsURL)
 	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
 	<-ctx.Done()
 	return nil
@@ -146,6 +147,9 @@ func runGateway(ctx context.Context, args []string) error {
 	prefix := prefixFlag(fs)
 	cfgPath := fs.String("config", "deploy/examples/sluice.yaml", "gateway configuration file (YAML)")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics on this address, unauthenticated (loopback by default: the metrics list every tenant; \"\" = off). The API listener serves /metrics only to the operator token")
+	tenantLabels := fs.Bool("metrics-tenant-labels", true, "label token metrics by tenant (false: one series for all tenants, for large fleets)")
+	ledgerGroup := fs.String("ledger-group", "sluice-ledger", "the ledger's consumer group (sluice ledger --group): /readyz waits for a round trip through it")
 	publish := fs.Bool("publish-config", true, "publish the ledger section as a ConfigChanged event at start")
 	adminTokenFile := fs.String("admin-token-file", "", "file holding the operator token that turns on the admin API at /admin/v1 (env SLUICE_ADMIN_TOKEN; default: admin API off)")
 	verbose := fs.Bool("v", false, "log at info level")
@@ -181,7 +185,8 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer levels.Close()
-	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels), gateway.WithExplainer(dev.Explainer(bs, names)))
+	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels), gateway.WithExplainer(dev.Explainer(bs, names)),
+		gateway.WithLedgerProbe(*ledgerGroup), gateway.WithAdminState(), gateway.WithTenantLabels(*tenantLabels))
 	// Every gateway follows the admin topic, token or not: a change made
 	// on any gateway takes effect on all. Once the admin API has made a
 	// change, tenants, keys and the ledger section are its, not the file's.
@@ -207,8 +212,13 @@ func runGateway(ctx context.Context, args []string) error {
 	reloader.SetOverlay(adm.Binding.Overlay, adm.Binding.Installed)
 	go reloader.Run(ctx, time.Duration(cfg.ReloadIntervalMs)*time.Millisecond, hup)
 	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
+	if *metricsAddr != "" {
+		msrv := &http.Server{Addr: *metricsAddr, Handler: metricsMux(gw.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- fmt.Errorf("metrics listener: %w", msrv.ListenAndServe()) }()
+		defer msrv.Close()
+	}
 	fmt.Printf("OPENAI_BASE_URL=http://%s/v1\n", *addr)
 	select {
 	case err := <-errc:
@@ -218,6 +228,13 @@ func runGateway(ctx context.Context, args []string) error {
 		defer cancel()
 		return srv.Shutdown(sctx)
 	}
+}
+
+// metricsMux serves h at /metrics, as the API listener did.
+func metricsMux(h http.Handler) http.Handler {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", h)
+	return m
 }
 
 func runLedger(ctx context.Context, args []string) error {
