@@ -886,6 +886,11 @@ func (s *Service) snapshot(p int32, ps *partState) {
 	// deciding. Encoded on the loop it set the p99 of the admission round
 	// trip at 5,000 req/s (docs/ledger-service.md, Snapshots off the loop).
 	f := ps.l.Freeze()
+	// The snapshot's log time is the ledger clock at the freeze (the log
+	// time of the last input applied): readers such as the gateway's
+	// /v1/sluice/usage report it as observed_at_ms, and pick the newest
+	// snapshot by it. Left 0 it made every snapshot look equally old.
+	logTimeMs := ps.l.NowMs()
 	ev := schemas.New(schemas.TypeSnapshot, time.Now().UnixMilli())
 	ev.Node = s.cfg.Node
 	ps.sinceSnapshot = 0
@@ -895,7 +900,7 @@ func (s *Service) snapshot(p int32, ps *partState) {
 		state, err := f.Marshal()
 		var b []byte
 		if err == nil {
-			ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: f.NextOffset(), State: state}
+			ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: f.NextOffset(), LogTimeMs: logTimeMs, State: state}
 			b, err = schemas.Encode(ev)
 		}
 		if err != nil {
