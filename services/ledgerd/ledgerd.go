@@ -204,9 +204,14 @@ type Service struct {
 	// abortsInRow counts transactions ended without a commit since the
 	// last commit (Config.AbortsMax).
 	// recreatesInRow counts sessions recreated since the last commit.
+	// uncommitted says that a transaction ended without committing and
+	// no commit or rebuild has happened since: the member may have
+	// thrown its outputs away to derive them again, and must not look
+	// idle, and live, for that (Health).
 	fatal          error
 	abortsInRow    int
 	recreatesInRow int
+	uncommitted    bool
 	// decisionParts is the partition count of sluice.decisions, read at
 	// start: a decision goes to bus.DecisionPartition of its node.
 	decisionParts int32
@@ -441,7 +446,7 @@ func (s *Service) Loop(ctx context.Context) error {
 		if s.hasUnproduced() {
 			s.produce(ctx)
 		}
-		s.health.working(s.inTxn || s.hasUnproduced(), time.Now())
+		s.health.working(s.inTxn || s.hasUnproduced() || s.uncommitted, time.Now())
 		if s.inTxn && s.commitDue() {
 			if done := s.commit(ctx); !done && ctx.Err() != nil {
 				return nil
@@ -522,6 +527,7 @@ func (s *Service) installRebuilt() {
 		}
 		s.m.catchUp.Observe(res.took.Seconds())
 		s.m.rebuilds.Inc()
+		s.uncommitted = false // it reads the broker again; what it must decide shows as pending
 		// The snapshot clock continues from the snapshot that was read:
 		// a rebuild does not postpone the next snapshot, so the tail a
 		// later takeover replays stays bounded by the snapshot settings.
@@ -732,7 +738,7 @@ func (s *Service) commit(ctx context.Context) bool {
 	switch {
 	case err == nil && committed:
 		s.m.transactions.Inc()
-		s.abortsInRow, s.recreatesInRow = 0, 0
+		s.abortsInRow, s.recreatesInRow, s.uncommitted = 0, 0, false
 		s.health.committed(time.Now())
 		for _, ps := range s.parts {
 			for _, o := range ps.pending {

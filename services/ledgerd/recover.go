@@ -27,6 +27,7 @@ func (s *Service) noteErr(op string, err error) errClass {
 // session, or a new process, is the remedy left.
 func (s *Service) endedUncommitted(err error) {
 	s.abortsInRow++
+	s.uncommitted = true
 	if s.abortsInRow >= s.cfg.AbortsMax && s.fatal == nil {
 		s.fatal = fmt.Errorf("%d transactions in a row ended without committing, the last: %w", s.abortsInRow, err)
 		s.m.fatalErrors.Inc()
