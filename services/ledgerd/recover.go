@@ -75,7 +75,9 @@ func (s *Service) recreate(ctx context.Context) error {
 			}
 			if err == nil {
 				s.m.recreates.Inc()
-				s.fatal, s.abortsInRow = nil, 0
+				// The old session's outputs are gone: until a rebuild or
+				// a commit, the member has work it cannot show (Health).
+				s.fatal, s.abortsInRow, s.uncommitted = nil, 0, true
 				s.health.setFatal(nil)
 				s.log.Info("ledger session recreated; rejoining the group", "attempt", attempt)
 				return nil
