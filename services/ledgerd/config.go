@@ -1,7 +1,6 @@
 package ledgerd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -71,14 +70,13 @@ type ConfigEntry struct {
 // holds the whole history its retention keeps), oldest first.
 func ConfigHistory(ctx context.Context, brokers []string, names bus.Names, p int32) ([]ConfigEntry, error) {
 	names = names.OrDefault()
-	needle := []byte(`"type":"` + string(schemas.TypeConfigChanged) + `"`)
 	var out []ConfigEntry
+	var ev schemas.Event
 	err := ReadPartition(ctx, brokers, names.Requests, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
-		if !bytes.Contains(r.Value, needle) {
-			return nil
-		}
-		var ev schemas.Event
-		if schemas.Decode(r.Value, &ev) != nil || ev.ConfigChanged == nil {
+		// Every record is decoded as the ledger decodes it (decodeInput):
+		// a byte filter such as `"type":"ConfigChanged"` missed a change
+		// that the ledger applied because its JSON had a space in it.
+		if decodeInput(r.Value, &ev) != nil || ev.Type != schemas.TypeConfigChanged || ev.ConfigChanged == nil {
 			return nil
 		}
 		out = append(out, ConfigEntry{Offset: r.Offset, LogTimeMs: r.Timestamp.UnixMilli(), Change: *ev.ConfigChanged})

@@ -1,12 +1,10 @@
 package ledgerd
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -119,16 +117,14 @@ func findFirstInput(ctx context.Context, adm *kadm.Client, o ExplainOptions, p i
 			from = kgo.NewOffset().At(r.Offset)
 		}
 	}
-	// The id as it appears in an encoded event: a cheap filter before
-	// decoding.
-	needle := []byte(`"request_id":` + strconv.Quote(o.RequestID))
+	// Every record is decoded as the ledger decodes it: a byte filter on
+	// `"request_id":"…"` missed inputs whose JSON spelled it otherwise
+	// (a space, an escaped character), which the ledger applied all the
+	// same.
 	found := int64(-1)
 	var ev schemas.Event
 	err := ReadPartition(ctx, o.Brokers, o.Topics.Requests, p, from, -1, func(r *kgo.Record) error {
-		if !bytes.Contains(r.Value, needle) {
-			return nil
-		}
-		if schemas.Decode(r.Value, &ev) == nil && ev.RequestID == o.RequestID {
+		if decodeInput(r.Value, &ev) == nil && ev.RequestID == o.RequestID {
 			found = r.Offset
 			return errFound
 		}

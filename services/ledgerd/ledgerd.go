@@ -64,9 +64,32 @@ type Config struct {
 	// which was the p99 of the admission round trip. See
 	// docs/ledger-service.md, The commit off the decision path.
 	CommitInterval time.Duration
-	Log            *slog.Logger
-	Registerer     prometheus.Registerer
+	// Health, if set, is updated with the member's liveness (serve it as
+	// /healthz); New makes one otherwise. HealthStall is how long decided
+	// work may wait without a commit before Health fails (default
+	// DefaultHealthStall, at least twice CommitInterval).
+	Health      *Health
+	HealthStall time.Duration
+	// RecreateAttempts bounds how often in a row the member tries to
+	// recreate a session that a fatal error made unusable (default 5,
+	// with backoff from 0.5 s to 5 s); after that Loop returns
+	// ErrSessionUnusable and the process should exit, so that a
+	// supervisor restarts it. AbortsMax is how many transactions in a
+	// row may end without committing (aborts, failed Begins or aborts of
+	// an unknown outcome) before the member treats its session as
+	// unusable (default 20): no error that classify does not know can
+	// wedge it either.
+	RecreateAttempts int
+	AbortsMax        int
+	Log              *slog.Logger
+	Registerer       prometheus.Registerer
 }
+
+// ErrSessionUnusable is returned by Loop when a fatal error made the
+// transactional session unusable and recreating it failed
+// Config.RecreateAttempts times: the member has left the group (its
+// partitions go to another) and should exit non-zero.
+var ErrSessionUnusable = errors.New("ledger session unusable")
 
 func (c *Config) defaults() error {
 	if len(c.Brokers) == 0 {
@@ -98,6 +121,24 @@ func (c *Config) defaults() error {
 		// The broker aborts a transaction open for longer than its
 		// timeout; leave the commit half of it.
 		return fmt.Errorf("ledger: commit interval %v must be at most half the transaction timeout %v", c.CommitInterval, c.TransactionTimeout)
+	}
+	if c.HealthStall <= 0 {
+		c.HealthStall = max(DefaultHealthStall, 2*c.CommitInterval)
+	}
+	if c.HealthStall < 2*c.CommitInterval {
+		return fmt.Errorf("ledger: health stall bound %v must be at least twice the commit interval %v", c.HealthStall, c.CommitInterval)
+	}
+	if c.Health == nil {
+		c.Health = NewHealth()
+	}
+	c.Health.mu.Lock()
+	c.Health.stallAfter = c.HealthStall
+	c.Health.mu.Unlock()
+	if c.RecreateAttempts <= 0 {
+		c.RecreateAttempts = 5
+	}
+	if c.AbortsMax <= 0 {
+		c.AbortsMax = 20
 	}
 	if c.TickMinGap <= 0 {
 		c.TickMinGap = 5 * time.Millisecond
@@ -157,6 +198,20 @@ type Service struct {
 	tickProd *kgo.Client // non-transactional: see ticks
 	m        *metrics
 	log      *slog.Logger
+	health   *Health
+	// fatal, the poll loop's, is the first fatal error (classify) of the
+	// session: the loop recreates the session before anything else.
+	// abortsInRow counts transactions ended without a commit since the
+	// last commit (Config.AbortsMax).
+	// recreatesInRow counts sessions recreated since the last commit.
+	// uncommitted says that a transaction ended without committing and
+	// no commit or rebuild has happened since: the member may have
+	// thrown its outputs away to derive them again, and must not look
+	// idle, and live, for that (Health).
+	fatal          error
+	abortsInRow    int
+	recreatesInRow int
+	uncommitted    bool
 	// decisionParts is the partition count of sluice.decisions, read at
 	// start: a decision goes to bus.DecisionPartition of its node.
 	decisionParts int32
@@ -167,10 +222,14 @@ type Service struct {
 	// that the session saw a revoke or loss (franz-go calls it with no
 	// partitions too, e.g. when the connection to the group is lost) since
 	// the last End: franz-go aborts the transaction of the next End then.
+	// gen, under mu, numbers the sessions: a callback of a session
+	// closed after a fatal error (it may still run during Close) must
+	// not drop partitions of the next one.
 	parts      map[int32]*partState
 	mu         sync.Mutex
 	dropped    map[int32]bool
 	revokeSeen bool
+	gen        uint64
 
 	// catching maps a partition being rebuilt in the background to the
 	// token of its rebuild; rebuilt delivers finished rebuilds. Both are
@@ -230,18 +289,41 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 
-	s := &Service{cfg: cfg, log: cfg.Log, parts: map[int32]*partState{}, dropped: map[int32]bool{},
+	s := &Service{cfg: cfg, log: cfg.Log, health: cfg.Health, parts: map[int32]*partState{}, dropped: map[int32]bool{},
 		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts}
 	s.m = newMetrics(cfg.Registerer)
+	if err := s.openSession(); err != nil {
+		return nil, err
+	}
+	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))...)
+	if err != nil {
+		s.sess.Close()
+		return nil, fmt.Errorf("ledger tick producer: %w", err)
+	}
+	return s, nil
+}
+
+// openSession creates the transactional group session (it joins at the
+// first poll), as a new generation: callbacks of an earlier session are
+// ignored from now on.
+func (s *Service) openSession() error {
+	cfg := s.cfg
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
 	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if s.gen != gen {
+			return
+		}
 		s.revokeSeen = true
 		for _, p := range m[cfg.Topics.Requests] {
 			s.dropped[p] = true
 		}
 	}
-	s.sess, err = kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
+	sess, err := kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
 		kgo.TransactionalID("sluice-ledger-"+cfg.Node),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -264,14 +346,10 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		kgo.OnPartitionsLost(drop),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("ledger transactional session: %w", err)
+		return fmt.Errorf("ledger transactional session: %w", err)
 	}
-	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))...)
-	if err != nil {
-		s.sess.Close()
-		return nil, fmt.Errorf("ledger tick producer: %w", err)
-	}
-	return s, nil
+	s.sess = sess
+	return nil
 }
 
 // brokerMaxMessageBytes is Kafka's default max.message.bytes, which every
@@ -298,9 +376,14 @@ func batchMaxBytes(n bus.Names) func(topic string) int32 {
 
 // Close leaves the group.
 func (s *Service) Close() {
-	s.sess.Close()
+	if s.sess != nil {
+		s.sess.Close()
+	}
 	s.tickProd.Close()
 }
+
+// Health returns the member's liveness (Config.Health).
+func (s *Service) Health() *Health { return s.health }
 
 // Loop polls, applies and commits until ctx ends.
 //
@@ -324,6 +407,12 @@ func (s *Service) Loop(ctx context.Context) error {
 			s.endOnExit()
 			return nil
 		}
+		if s.fatal != nil {
+			if err := s.recreate(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
 		fs := s.sess.PollFetches(pollCtx)
 		cancel()
@@ -337,6 +426,9 @@ func (s *Service) Loop(ctx context.Context) error {
 		fs.EachError(func(t string, p int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 				s.log.Warn("ledger fetch", "topic", t, "partition", p, "err", err)
+			}
+			if classify(err) == errFatal {
+				s.noteErr("fetch", err) // e.g. the group refused us: recreate
 			}
 		})
 		s.applyDrops(ctx)
@@ -354,6 +446,7 @@ func (s *Service) Loop(ctx context.Context) error {
 		if s.hasUnproduced() {
 			s.produce(ctx)
 		}
+		s.health.working(s.inTxn || s.hasUnproduced() || s.uncommitted, time.Now())
 		if s.inTxn && s.commitDue() {
 			if done := s.commit(ctx); !done && ctx.Err() != nil {
 				return nil
@@ -434,6 +527,7 @@ func (s *Service) installRebuilt() {
 		}
 		s.m.catchUp.Observe(res.took.Seconds())
 		s.m.rebuilds.Inc()
+		s.uncommitted = false // it reads the broker again; what it must decide shows as pending
 		// The snapshot clock continues from the snapshot that was read:
 		// a rebuild does not postpone the next snapshot, so the tail a
 		// later takeover replays stays bounded by the snapshot settings.
@@ -537,9 +631,17 @@ func (s *Service) produce(ctx context.Context) {
 		// transaction about to begin; clear it first.
 		s.applyDrops(ctx)
 		if err := s.sess.Begin(); err != nil {
-			// Only possible if an earlier transaction is still open.
-			s.log.Warn("begin transaction", "err", err)
+			// franz-go fails Begin when an earlier transaction is still
+			// open, or when its producer id has an error it cannot
+			// recover from (a fenced producer: D1, where treating that
+			// as transient kept a fenced member on its partitions for
+			// minutes); the latter is fatal and recreates the session.
 			s.m.aborts.Inc()
+			if s.noteErr("begin transaction", err) == errFatal {
+				return
+			}
+			s.log.Warn("begin transaction", "err", err)
+			s.endedUncommitted(err)
 			s.rewindAll()
 			s.abortOpen(ctx)
 			return
@@ -630,9 +732,14 @@ func (s *Service) commit(ctx context.Context) bool {
 	revoked := s.takeRevoke()
 	committed, err := s.sess.End(endCtx, try)
 	s.m.commitSeconds.Observe(time.Since(began).Seconds())
+	if produceErr != nil {
+		s.noteErr("produce", produceErr)
+	}
 	switch {
 	case err == nil && committed:
 		s.m.transactions.Inc()
+		s.abortsInRow, s.recreatesInRow, s.uncommitted = 0, 0, false
+		s.health.committed(time.Now())
 		for _, ps := range s.parts {
 			for _, o := range ps.pending {
 				if o.snapshot {
@@ -654,6 +761,7 @@ func (s *Service) commit(ctx context.Context) bool {
 		rebalanced := revoked || s.txnDropped || len(s.dropped) > 0
 		s.mu.Unlock()
 		s.log.Warn("ledger transaction aborted; producing its records again in the next one", "produce_err", produceErr, "rebalance", rebalanced)
+		s.endedUncommitted(errors.Join(errors.New("transaction aborted"), produceErr))
 		for _, ps := range s.parts {
 			ps.reproduce()
 		}
@@ -661,8 +769,12 @@ func (s *Service) commit(ctx context.Context) bool {
 		return false
 	default:
 		s.m.aborts.Inc()
-		s.log.Warn("ledger transaction outcome unknown; rebuilding partition state", "err", errors.Join(produceErr, err))
+		s.log.Warn("ledger transaction outcome unknown; rebuilding partition state", "err", errors.Join(produceErr, err), "class", classify(err))
 		s.rewindAll()
+		if s.noteErr("end transaction", err) == errFatal {
+			return false // the session is recreated; its transaction dies with it
+		}
+		s.endedUncommitted(err)
 		// The transaction may still be open, and Begin would refuse.
 		s.abortOpen(ctx)
 		return false
@@ -734,16 +846,25 @@ func (s *Service) rewindAll() {
 }
 
 // abortOpen retries aborting the session's transaction, with capped
-// backoff, until it succeeds or ctx ends.
+// backoff, until it succeeds, ctx ends, or the session is found unusable:
+// on a fatal error, or after Config.AbortsMax failed tries. It used to
+// retry until ctx ended, and a fenced producer fails every abort.
 func (s *Service) abortOpen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
+	for try := 1; ctx.Err() == nil; try++ {
 		s.takeRevoke()
-		if _, err := s.sess.End(ctx, kgo.TryAbort); err == nil {
+		_, err := s.sess.End(ctx, kgo.TryAbort)
+		if err == nil {
 			return
-		} else {
-			s.log.Warn("aborting the open ledger transaction failed; retrying", "err", err, "backoff", backoff)
 		}
+		if s.noteErr("abort transaction", err) == errFatal {
+			return
+		}
+		if try >= s.cfg.AbortsMax {
+			s.fatal = fmt.Errorf("abort transaction failed %d times: %w", try, err)
+			return
+		}
+		s.log.Warn("aborting the open ledger transaction failed; retrying", "err", err, "class", classify(err), "backoff", backoff)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -813,7 +934,8 @@ func (s *Service) applyDrops(ctx context.Context) {
 func (s *Service) clearRevoke(ctx context.Context) {
 	s.takeRevoke()
 	if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
-		s.log.Warn("clearing a revoke outside a transaction", "err", err)
+		s.log.Warn("clearing a revoke outside a transaction", "err", err, "class", classify(err))
+		s.noteErr("clear revoke", err)
 	}
 	s.cancelRebuilds()
 }
@@ -886,6 +1008,11 @@ func (s *Service) snapshot(p int32, ps *partState) {
 	// deciding. Encoded on the loop it set the p99 of the admission round
 	// trip at 5,000 req/s (docs/ledger-service.md, Snapshots off the loop).
 	f := ps.l.Freeze()
+	// The snapshot's log time is the ledger clock at the freeze (the log
+	// time of the last input applied): readers such as the gateway's
+	// /v1/sluice/usage report it as observed_at_ms, and pick the newest
+	// snapshot by it. Left 0 it made every snapshot look equally old.
+	logTimeMs := ps.l.NowMs()
 	ev := schemas.New(schemas.TypeSnapshot, time.Now().UnixMilli())
 	ev.Node = s.cfg.Node
 	ps.sinceSnapshot = 0
@@ -895,7 +1022,7 @@ func (s *Service) snapshot(p int32, ps *partState) {
 		state, err := f.Marshal()
 		var b []byte
 		if err == nil {
-			ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: f.NextOffset(), State: state}
+			ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: f.NextOffset(), LogTimeMs: logTimeMs, State: state}
 			b, err = schemas.Encode(ev)
 		}
 		if err != nil {

@@ -78,6 +78,8 @@ type rig struct {
 	// gatewayActs: grants are reconciled by actOn, a gateway's reader of
 	// produced decisions, not by the committed auditor.
 	gatewayActs bool
+	// logs holds the log files of the ledger processes started, by node.
+	logs map[string][]string
 }
 
 type decisionAt struct {
@@ -88,9 +90,16 @@ type decisionAt struct {
 
 func newRig(t *testing.T, partitions int32) *rig {
 	t.Helper()
+	return newRigOn(t, bus.SplitBrokers(testenv.KafkaBrokers(t)), partitions)
+}
+
+// newRigOn is newRig on the given brokers (a private broker, for faults
+// that must not touch the shared one).
+func newRigOn(t *testing.T, brokers []string, partitions int32) *rig {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	r := &rig{t: t, brokers: bus.SplitBrokers(testenv.KafkaBrokers(t)),
+	r := &rig{t: t, brokers: brokers, logs: map[string][]string{},
 		prefix: fmt.Sprintf("test%d.", time.Now().UnixNano()),
 		sent:   map[string]bool{}, terminal: map[string][]schemas.Event{}, granted: map[string]bool{}}
 	r.names = bus.NamesWithPrefix(r.prefix)
@@ -133,6 +142,9 @@ func (r *rig) ledger(node string, extra ...string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
 	}
+	r.mu.Lock()
+	r.logs[node] = append(r.logs[node], logf.Name())
+	r.mu.Unlock()
 	r.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_, _ = cmd.Process.Wait()

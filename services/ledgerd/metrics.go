@@ -39,6 +39,10 @@ type metrics struct {
 	queue         *prometheus.GaugeVec
 	oldest        *prometheus.GaugeVec
 	snapAge       *prometheus.GaugeVec
+	// fatalErrors counts errors that made the session unusable (classify),
+	// recreates the sessions recreated after one.
+	fatalErrors prometheus.Counter
+	recreates   prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -57,6 +61,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		lag:              prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_partition_lag", Help: "High watermark minus next offset to apply."}, []string{"partition"}),
 		queue:            prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_depth", Help: "Queued requests per partition and traffic class."}, []string{"partition", "class"}),
 		oldest:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
+		fatalErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_fatal_errors_total", Help: "Errors that made the transactional session unusable (fenced producer, refused authorization, aborts without end)."}),
+		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		commitSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_commit_seconds", Help: "Time to end a ledger transaction (flush, offset commit, heartbeat, EndTxn).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -78,6 +84,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.queue = register(r, m.queue)
 	m.oldest = register(r, m.oldest)
 	m.snapAge = register(r, m.snapAge)
+	m.fatalErrors = register(r, m.fatalErrors)
+	m.recreates = register(r, m.recreates)
 	return m
 }
 

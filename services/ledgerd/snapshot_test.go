@@ -114,6 +114,15 @@ func TestSnapshotsOffTheLoop(t *testing.T) {
 	if snap == nil || snap.InputOffset < end-100 {
 		t.Fatalf("no snapshot within 100 inputs of the log's end %d: %+v", end, snap)
 	}
+	// The snapshot carries its state's log time (D7: it was always 0, so
+	// /v1/sluice/usage never had an observed_at_ms).
+	at, err := ledger.Restore(snap.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.LogTimeMs <= 0 || at.NowMs() != snap.LogTimeMs {
+		t.Fatalf("snapshot log_time_ms %d, its state's clock %d: want them equal and positive", snap.LogTimeMs, at.NowMs())
+	}
 	restored, err := catchUp(ctx, rig.brokers, rig.names, 0, end, quiet)
 	if err != nil {
 		t.Fatal(err)

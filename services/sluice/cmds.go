@@ -247,16 +247,23 @@ func runLedger(ctx context.Context, args []string) error {
 	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
 	commitEvery := fs.Duration("commit-interval", ledgerd.DefaultCommitInterval, "end the open transaction after this long; decisions are produced, and acted on, before it commits (each commit delays the decisions of a few ms)")
-	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9101)")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics and the liveness check /healthz on this address (e.g. 127.0.0.1:9101)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// /healthz fails (503 and the reason) while the member cannot commit
+	// (docs/ledger-service.md, No wedge); a liveness probe on it restarts
+	// a member that nothing else recovers.
+	health := ledgerd.NewHealth()
 	if *metricsAddr != "" {
-		go func() { _ = http.ListenAndServe(*metricsAddr, promHandler()) }()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promHandler())
+		mux.Handle("/healthz", health)
+		go func() { _ = http.ListenAndServe(*metricsAddr, mux) }()
 	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Log: logger(*verbose)})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: logger(*verbose)})
 }
 
 func runSink(ctx context.Context, args []string) error {
