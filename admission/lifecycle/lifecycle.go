@@ -52,6 +52,9 @@ type Request struct {
 	// PromptFamily groups requests by system prompt and tools for the
 	// estimation-error analytics (computed by the shell).
 	PromptFamily string
+	// ClientRetryCount is the client's own retry count of the request
+	// (the SDK's X-Stainless-Retry-Count), recorded on every reservation.
+	ClientRetryCount int32
 	// NeedsTools: the request has tools; NeedsStructuredOutput: it asks
 	// for json_object or json_schema output. A fallback must offer them.
 	NeedsTools, NeedsStructuredOutput bool
@@ -638,6 +641,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		DeadlineMs:        deadline,
 		FallbackAllowed:   l.req.FallbackAllowed && len(l.order) > 1,
 		PromptFamily:      l.req.PromptFamily,
+		ClientRetryCount:  l.req.ClientRetryCount,
 	}
 	return ev
 }

@@ -101,7 +101,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			reject(e)
 			return
 		}
-		adm, e := parseAdmission(r.Header, id, cfg.HasClass)
+		adm, e := parseAdmission(r.Header, id, cfg)
 		if e != nil {
 			reject(withIdentity(e, id))
 			return
@@ -338,7 +338,8 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
 		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
-		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens}
+		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens,
+		ClientRetryCount: c.adm.ClientRetryCount}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
