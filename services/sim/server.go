@@ -66,6 +66,9 @@ type ProviderStats struct {
 	BadRequests int64 `json:"bad_requests"`
 	Streams     int64 `json:"streams"`
 	Cancelled   int64 `json:"cancelled"` // client went away mid-response
+	// CancelledTokens are the tokens (input and output sent) of the
+	// Cancelled calls: work the provider charged that nobody read.
+	CancelledTokens int64 `json:"cancelled_tokens"`
 	// RateLimitedBy counts 429s by the limit that fired: requests, tokens,
 	// input_tokens, output_tokens, requests_per_day, acceleration, storm,
 	// request_too_large.
@@ -223,6 +226,7 @@ func (s *Server) Stats() Stats {
 		t.BadRequests += c.BadRequests
 		t.Streams += c.Streams
 		t.Cancelled += c.Cancelled
+		t.CancelledTokens += c.CancelledTokens
 		t.Tokens.Input += c.Tokens.Input
 		t.Tokens.Output += c.Tokens.Output
 		t.Tokens.Total += c.Tokens.Total
@@ -528,13 +532,14 @@ func (s *Server) finish(t *ticket, delivered int64, cancelled bool) {
 	t.sc.settle(delta, now)
 	st := s.stats[t.c.provider]
 	code := "200"
+	in := t.c.input + t.c.cacheWrit
 	if cancelled {
 		st.Cancelled++
+		st.CancelledTokens += in + delivered
 		code = "499"
 	} else {
 		st.OK++
 	}
-	in := t.c.input + t.c.cacheWrit
 	st.Tokens.Input += in
 	st.Tokens.Output += delivered
 	st.Tokens.Total += in + delivered
