@@ -41,6 +41,13 @@ type Request struct {
 	Priority             int32
 	StartMs              int64 // when the gateway received it
 	DeadlineMs           int64 // total deadline from StartMs; 0: none
+	// ServiceMs is how long the upstream call is expected to take (the
+	// route's recent p95, learned by the shell; 0: unknown). A grant later
+	// than DeadlineMs − ServiceMs would be answered after the client gave
+	// up, so the reservation's deadline is the request's less ServiceMs:
+	// the ledger expires the wait, rather than granting work nobody will
+	// read. The event carries the result, so replay needs no model of it.
+	ServiceMs int64
 	// FallbackAllowed: the client allows fallback.
 	FallbackAllowed bool
 	Estimate        Usage
@@ -626,7 +633,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		Scope: t.Scope, Tenant: l.req.Tenant, KeyID: l.req.KeyID, Route: t.Profile, Class: l.req.Class}
 	deadline := int64(0)
 	if l.req.DeadlineMs > 0 {
-		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs))
+		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs)-l.req.ServiceMs)
 	}
 	e := &l.req.Estimate
 	ev.ReserveRequested = &schemas.ReserveRequested{

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -220,6 +221,35 @@ func TestClientGoneAndDeadlineWhileWaiting(t *testing.T) {
 		{At: 1800, In: fired(TimerDeadline, 0), Want: []string{"report Released s1/1 cancel", "wait_ended s1",
 			"telemetry Outcome s1/1 timeout queued_then_expired", "count requests deadline_exceeded", "respond 504 deadline_exceeded queued_then_expired"}},
 	})
+}
+
+// TestReservationDeadlineLeavesServiceTime: the ledger is told the
+// latest moment a grant is still worth it, the request's deadline less the
+// route's expected service time (at least 1 ms), while the request itself
+// still ends at its own deadline.
+func TestReservationDeadlineLeavesServiceTime(t *testing.T) {
+	for _, tc := range []struct {
+		name                    string
+		deadlineMs, serviceMs   int64
+		wantReserveMs, wantTill int64
+	}{
+		{"service time known", 800, 300, 500, 1800},
+		{"unknown service time", 800, 0, 800, 1800},
+		{"no time left to serve: 1 ms", 800, 900, 1, 1800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := request("s1")
+			req.DeadlineMs, req.ServiceMs = tc.deadlineMs, tc.serviceMs
+			runSteps(t, testConfig, req, []step{
+				{At: 1000, In: start(), Want: []string{fmt.Sprintf("timer deadline/0 @%d", tc.wantTill), "produce ReserveRequested s1/1", "timer answer/1 @3000"},
+					Check: func(t *testing.T, _ *Lifecycle, out []Effect) {
+						if d := out[1].Event.ReserveRequested.DeadlineMs; d != tc.wantReserveMs {
+							t.Errorf("reservation deadline %d, want %d", d, tc.wantReserveMs)
+						}
+					}},
+			})
+		})
+	}
 }
 
 func TestNoAnswerFromTheProviderReleasesTheGrant(t *testing.T) {
