@@ -51,6 +51,9 @@ type stormState struct {
 	Storm
 	from, until time.Time // until zero = open-ended
 	n           int64
+	// scopes of a capacity storm: the reduced capacity per provider and
+	// model, made when the storm first sees them.
+	scopes map[string]*scope
 }
 
 func (st *stormState) active(now time.Time) bool {
@@ -397,6 +400,62 @@ type rejection struct {
 	storm  *Storm
 	wait   time.Duration // Retry-After (0 = none)
 	rv     rateView
+	// bare: no rate-limit headers and no Retry-After (a capacity storm's
+	// bare and overloaded dialects).
+	bare bool
+}
+
+// capacityStorms admits c against every active capacity storm of its
+// provider, charging each storm's reduced capacity. It refuses, in the
+// storm's dialect, what is above one of them; otherwise it returns the
+// rate view a headers-dialect storm reports on success (nil: none).
+// Called with s.mu held.
+func (s *Server) capacityStorms(c call, d demand, now time.Time) (*rateView, *rejection) {
+	var rv *rateView
+	for _, storm := range s.storms {
+		if storm.Kind != StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
+			continue
+		}
+		key := c.provider + "\x00" + c.model
+		cs := storm.scopes[key]
+		if cs == nil {
+			if storm.scopes == nil {
+				storm.scopes = map[string]*scope{}
+			}
+			cs = newScope(c.provider, c.model, s.cfg.Providers[c.provider].limitsFor(c.model).scaled(storm.Fraction), storm.from, now)
+			storm.scopes[key] = cs
+		}
+		view := rateView{req: view(cs.req, now), tok: view(cs.tok, now), in: view(cs.in, now), out: view(cs.out, now), now: now}
+		den := cs.admit(d, now)
+		if den == nil {
+			if storm.Dialect == "" || storm.Dialect == DialectHeaders {
+				rv = &view
+			}
+			continue
+		}
+		storm.n++
+		st := s.stats[c.provider]
+		rj := &rejection{status: http.StatusTooManyRequests, deny: den, storm: &storm.Storm, wait: den.wait, rv: view}
+		switch storm.Dialect {
+		case DialectBare:
+			rj.bare, rj.wait = true, 0
+		case DialectOverloaded:
+			rj.bare, rj.wait, rj.status = true, 0, http.StatusServiceUnavailable
+			if c.provider == Anthropic {
+				rj.status = 529
+			}
+		}
+		if rj.status == http.StatusTooManyRequests {
+			st.RateLimited++
+			st.RateLimitedBy[DimCapacityStorm]++
+			s.mLimited.WithLabelValues(c.provider, DimCapacityStorm).Inc()
+		} else {
+			st.Overloaded++
+		}
+		s.mRequests.WithLabelValues(c.provider, strconv.Itoa(rj.status)).Inc()
+		return nil, rj
+	}
+	return rv, nil
 }
 
 func (s *Server) scopeFor(provider, model string, now time.Time) *scope {
@@ -423,7 +482,7 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 
 	for _, storm := range s.storms {
-		if !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
+		if storm.Kind == StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
 			continue
 		}
 		storm.n++
@@ -480,7 +539,12 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	if pc.ReserveMaxTokens && c.maxTokens > 0 && !c.embedding {
 		reserve = c.maxTokens * max(1, c.choices)
 	}
-	if d := sc.admit(demand{input: counted, output: reserve}, now); d != nil {
+	want := demand{input: counted, output: reserve}
+	capRV, rj := s.capacityStorms(c, want, now)
+	if rj != nil {
+		return nil, rj
+	}
+	if d := sc.admit(want, now); d != nil {
 		st.RateLimited++
 		st.RateLimitedBy[d.dim]++
 		s.mLimited.WithLabelValues(c.provider, d.dim).Inc()
@@ -492,6 +556,9 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 
 	t := &ticket{c: c, sc: sc, reserved: reserve, rv: rvNow(), id: strconv.FormatInt(s.seq.Add(1), 10)}
+	if capRV != nil {
+		t.rv = *capRV // a provider that says so reports its reduced limits
+	}
 	if !c.embedding {
 		t.output = s.drawOutput(r, bound)
 		t.finish = t.output >= bound
