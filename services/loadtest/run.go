@@ -35,6 +35,9 @@ arrivals per tenant and prints a report (text, or JSON with --json).
 
   --embedded   start the whole stack in process (kfake, simulator, ledger, gateway)
                with the scenario's simulator limits and a generated gateway config
+  --config FILE  with --embedded or --brokers: run a hand-written gateway config
+               instead (its providers pointed at the simulator, a key added per
+               scenario tenant; see services/loadtest/README.md)
   --brokers ADDR  start the scenario's stack as separate processes on that Kafka
                cluster (simulator, two ledgers at the default settings, a gateway),
                under a fresh topic prefix, and report the ledgers' transaction
