@@ -310,6 +310,12 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 	case Start:
 		if l.phase == 0 {
 			l.attempt = 1
+			if l.req.ServiceMs > 0 && l.req.DeadlineMs > 0 && l.req.DeadlineMs-(nowMs-l.req.StartMs) <= l.req.ServiceMs {
+				// No grant could be answered in time: say so now, send nothing.
+				l.rec = l.reserveEvent(nowMs)
+				l.fail(nowMs, deadlineShorterThanService(l.req.DeadlineMs, l.req.ServiceMs), schemas.GDRejectedLocally)
+				return l.out
+			}
 			if l.req.DeadlineMs > 0 {
 				l.setTimer(Timer{Kind: TimerDeadline}, l.req.StartMs+l.req.DeadlineMs)
 			}

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -235,7 +236,7 @@ func TestReservationDeadlineLeavesServiceTime(t *testing.T) {
 	}{
 		{"service time known", 800, 300, 500, 1800},
 		{"unknown service time", 800, 0, 800, 1800},
-		{"no time left to serve: 1 ms", 800, 900, 1, 1800},
+		{"a little time left to serve: 1 ms", 800, 799, 1, 1800},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := request("s1")
@@ -250,6 +251,22 @@ func TestReservationDeadlineLeavesServiceTime(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDeadlineShorterThanServiceTime: a request whose deadline is not
+// longer than the route's expected service time is answered at once with
+// a deadline error that names both, and nothing is reserved or sent.
+func TestDeadlineShorterThanServiceTime(t *testing.T) {
+	req := request("s1")
+	req.DeadlineMs, req.ServiceMs = 800, 900
+	runSteps(t, testConfig, req, []step{
+		{At: 1000, In: start(), Want: []string{"telemetry Outcome s1/1 timeout rejected_locally", "count requests deadline_exceeded", "respond 504 deadline_exceeded rejected_locally"},
+			Check: func(t *testing.T, _ *Lifecycle, out []Effect) {
+				if msg := out[2].Error.Message; !strings.Contains(msg, "800 ms deadline") || !strings.Contains(msg, "900 ms") {
+					t.Errorf("message %q does not name the deadline and the service time", msg)
+				}
+			}},
+	})
 }
 
 func TestNoAnswerFromTheProviderReleasesTheGrant(t *testing.T) {

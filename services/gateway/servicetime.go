@@ -12,6 +12,11 @@ const (
 	serviceSamplesMax = 128 // recent reconciled attempts kept per route and mode
 	serviceSamplesMin = 8   // fewer say nothing: no margin
 	serviceRoutesMax  = 4096
+	// serviceSampleTTLMs: older samples say nothing. Without it, a route
+	// whose p95 once exceeded its clients' deadlines would have every
+	// request refused (lifecycle: deadline shorter than the service time)
+	// and so never learn that it got faster.
+	serviceSampleTTLMs = 5 * 60_000
 )
 
 // serviceTimes learns, per route and streaming mode, the p95 of how long
@@ -35,14 +40,14 @@ type serviceKey struct {
 
 type serviceRing struct {
 	ms   [serviceSamplesMax]int64
-	n    int   // samples held
-	next int   // where the next sample goes
-	p95  int64 // over the samples held, recomputed on each observation
+	at   [serviceSamplesMax]int64 // when each sample was taken (unix ms)
+	n    int                      // samples held
+	next int                      // where the next sample goes
 }
 
 // observe records a reconciled attempt; only complete successful answers
 // count (a cut stream or an error says nothing about the route's pace).
-func (s *serviceTimes) observe(route string, rec *schemas.Reconciled) {
+func (s *serviceTimes) observe(route string, rec *schemas.Reconciled, nowMs int64) {
 	if rec.Partial || rec.HTTPStatus < 200 || rec.HTTPStatus > 299 {
 		return
 	}
@@ -67,22 +72,31 @@ func (s *serviceTimes) observe(route string, rec *schemas.Reconciled) {
 		r = &serviceRing{}
 		s.routes[k] = r
 	}
-	r.ms[r.next] = ms
+	r.ms[r.next], r.at[r.next] = ms, nowMs
 	r.next = (r.next + 1) % serviceSamplesMax
 	r.n = min(r.n+1, serviceSamplesMax)
-	sorted := slices.Clone(r.ms[:r.n])
-	slices.Sort(sorted)
-	r.p95 = sorted[(r.n*95+99)/100-1] // nearest rank
 }
 
-// expectedMs is the route's p95 service time in the mode, 0 when fewer
-// than serviceSamplesMin answers were seen.
-func (s *serviceTimes) expectedMs(route string, streaming bool) int64 {
+// expectedMs is the route's p95 service time in the mode over the samples
+// of the last serviceSampleTTLMs, 0 when there are fewer than
+// serviceSamplesMin of them.
+func (s *serviceTimes) expectedMs(route string, streaming bool, nowMs int64) int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.routes[serviceKey{route, streaming}]
 	if r == nil || r.n < serviceSamplesMin {
 		return 0
 	}
-	return r.p95
+	var buf [serviceSamplesMax]int64
+	live := buf[:0]
+	for i := range r.n {
+		if nowMs-r.at[i] <= serviceSampleTTLMs {
+			live = append(live, r.ms[i])
+		}
+	}
+	if len(live) < serviceSamplesMin {
+		return 0
+	}
+	slices.Sort(live)
+	return live[(len(live)*95+99)/100-1] // nearest rank
 }

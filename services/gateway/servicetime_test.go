@@ -42,11 +42,16 @@ func TestServiceTimes(t *testing.T) {
 		{"another route", nil, "other", false, 0},
 		{"only the last samples count", recent, "r", false, 50},
 	}
+	defer func() {
+		if got := s.expectedMs("r", false, 1000+serviceSampleTTLMs+1); got != 0 {
+			t.Errorf("samples older than %d ms still count: %d", serviceSampleTTLMs, got)
+		}
+	}()
 	for _, st := range steps {
 		for _, rec := range st.observe {
-			s.observe("r", rec)
+			s.observe("r", rec, 1000)
 		}
-		if got := s.expectedMs(st.route, st.streaming); got != st.want {
+		if got := s.expectedMs(st.route, st.streaming, 2000); got != st.want {
 			t.Errorf("step %q: expectedMs(%s, %v) = %d, want %d", st.name, st.route, st.streaming, got, st.want)
 		}
 	}
