@@ -265,6 +265,13 @@ type ClassConfig struct {
 	MaxWaitMs   int64  `json:"max_wait_ms"`
 	MaxDepth    int    `json:"max_depth"`
 	Overload    string `json:"overload"`
+	// DeadlineMs is the deadline the gateway gives a request of this class
+	// whose client declared none (no X-Sluice-Deadline-Ms, no SDK read
+	// timeout) and whose key sets none; MaxDeadlineMs caps every deadline of
+	// the class. 0: none. The gateway reads and validates both
+	// (admission/config); the ledger only sees each request's own deadline.
+	DeadlineMs    int64 `json:"deadline_ms,omitempty"`
+	MaxDeadlineMs int64 `json:"max_deadline_ms,omitempty"`
 }
 
 // RetryConfig is the central retry policy.

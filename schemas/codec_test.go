@@ -27,7 +27,7 @@ func goldenEvents() []Event {
 	e.ReserveRequested = &ReserveRequested{Path: []PathLevel{{"org", "o1"}, {"tenant", "acme"}, {"key", "key-42"}},
 		InputTokens: 1200, CachedInputTokens: 100, OutputTokens: 512, SpendMicros: 3400, Streaming: true, Priority: 5,
 		MaxWaitMs: 300, DeadlineMs: 30000, MaxAttempts: 3, FallbackAllowed: true, IdempotencyKey: "idem-1", EmergencyAdmitted: false,
-		PromptFamily: "pf-3f9a2c"}
+		PromptFamily: "pf-3f9a2c", ClientRetryCount: 2}
 	out = append(out, e)
 	e = env(TypeDecision)
 	e.Decision = &Decision{Status: StatusDenied, Reason: "over_limit", LimitPath: "tenant:acme/key:key-42", LimitDimension: DimInputTokens,

@@ -139,6 +139,12 @@ type ReserveRequested struct {
 	// definitions: the caller's X-Sluice-Prompt-Family, or a stable hash the
 	// gateway computes. Analytics breaks estimation error down by it.
 	PromptFamily string `json:"prompt_family,omitempty"`
+	// ClientRetryCount is how many times the client had already retried
+	// this request itself before this one reached the gateway: the
+	// official OpenAI and Anthropic SDKs send it as X-Stainless-Retry-Count
+	// (0 on the first try). Analytics counts client retries with it; the
+	// ledger does not use it. 0: the first try, or not known.
+	ClientRetryCount int32 `json:"client_retry_count,omitempty"`
 }
 
 // Status is a reservation's state as decided by the ledger.

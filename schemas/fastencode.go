@@ -178,6 +178,7 @@ func (w *fastEnc) reserveRequested(r *ReserveRequested) {
 	w.strOmit("idempotency_key", r.IdempotencyKey)
 	w.boolOmit("emergency_admitted", r.EmergencyAdmitted)
 	w.strOmit("prompt_family", r.PromptFamily)
+	w.intOmit("client_retry_count", int64(r.ClientRetryCount))
 	w.b = append(w.b, '}')
 }
 

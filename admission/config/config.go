@@ -73,8 +73,9 @@ type Config struct {
 	raw        []byte // the file as read, for WithAdmission
 	ledgerJSON []byte
 	classes    map[string]bool
-	lateMs     map[string]int64     // class → late-grant bound
-	keys       map[string]*Identity // sha256 hex → identity
+	deadlines  map[string]ClassDeadline // class → its deadline default and cap
+	lateMs     map[string]int64         // class → late-grant bound
+	keys       map[string]*Identity     // sha256 hex → identity
 	routes     map[string]*Route
 	providers  map[string]*Provider
 }
@@ -239,8 +240,12 @@ type Key struct {
 	Class  string `yaml:"class"` // default traffic class
 	// Priority is the default X-Sluice-Priority (-100…100, higher first).
 	Priority int32 `yaml:"priority"`
-	// DeadlineMs is the default X-Sluice-Deadline-Ms (0: the class's).
+	// DeadlineMs is the deadline of a request whose client declared none
+	// (no X-Sluice-Deadline-Ms, no SDK read timeout); 0: the class's.
 	DeadlineMs int64 `yaml:"deadline_ms"`
+	// MaxDeadlineMs caps every deadline of this key's requests, declared or
+	// default (0: the class's max_deadline_ms).
+	MaxDeadlineMs int64 `yaml:"max_deadline_ms"`
 	// FallbackAllowed lets this key's requests go to fallback candidates
 	// (default true; X-Sluice-Fallback: false turns it off per request).
 	FallbackAllowed *bool `yaml:"fallback_allowed"`
@@ -258,7 +263,7 @@ type Key struct {
 type Identity struct {
 	Org, Tenant, Team, App, KeyID, Class string
 	Priority                             int32
-	DeadlineMs                           int64
+	DeadlineMs, MaxDeadlineMs            int64
 	Disabled, Paused, TenantPaused       bool
 	FallbackAllowed                      bool
 	// Entitlements are the partner's (admin state only), the tenant's, the
@@ -517,6 +522,11 @@ func (c *Config) finish(getenv func(string) string) error {
 			if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
 				add("%s.deadline_ms: %d out of [0, %d]", kat, k.DeadlineMs, DeadlineMsMax)
 			}
+			if k.MaxDeadlineMs < 0 || k.MaxDeadlineMs > DeadlineMsMax {
+				add("%s.max_deadline_ms: %d out of [0, %d]", kat, k.MaxDeadlineMs, DeadlineMsMax)
+			} else if k.MaxDeadlineMs > 0 && k.DeadlineMs > k.MaxDeadlineMs {
+				add("%s.deadline_ms: %d is longer than the key's max_deadline_ms %d", kat, k.DeadlineMs, k.MaxDeadlineMs)
+			}
 			fb := k.FallbackAllowed == nil || *k.FallbackAllowed
 			checkEntitlement(add, kat, &k.Entitlement)
 			var expMs int64
@@ -539,7 +549,7 @@ func (c *Config) finish(getenv func(string) string) error {
 				}
 			}
 			c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
-				Priority: k.Priority, DeadlineMs: k.DeadlineMs, FallbackAllowed: fb,
+				Priority: k.Priority, DeadlineMs: k.DeadlineMs, MaxDeadlineMs: k.MaxDeadlineMs, FallbackAllowed: fb,
 				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
 			keyClasses = append(keyClasses, keyClass{kat, k})
 		}
@@ -563,9 +573,14 @@ func (c *Config) finish(getenv func(string) string) error {
 		} else {
 			c.classes = map[string]bool{}
 			c.lateMs = map[string]int64{}
-			for _, cl := range lc.Classes {
+			c.deadlines = map[string]ClassDeadline{}
+			for i, cl := range lc.Classes {
 				c.classes[cl.Name] = true
 				c.lateMs[cl.Name] = lateGrantDefault(c.LateGrantMs, cl.MaxWaitMs)
+				c.deadlines[cl.Name] = ClassDeadline{DefaultMs: cl.DeadlineMs, MaxMs: cl.MaxDeadlineMs}
+				for _, p := range classDeadlineProblems(cl) {
+					add("ledger: classes[%d] (%s).%s", i, cl.Name, p)
+				}
 			}
 			for _, name := range slices.Sorted(maps.Keys(c.LateGrantClassMs)) {
 				v := c.LateGrantClassMs[name]
@@ -710,6 +725,46 @@ func (c *Config) LateGrantBoundMs(class string) int64 {
 
 // DeadlineMsMax bounds deadlines from keys and X-Sluice-Deadline-Ms (24 h).
 const DeadlineMsMax = 24 * 3_600_000
+
+// ClassDeadline is a traffic class's deadline policy: DefaultMs for a
+// request whose client and key declare none, MaxMs the cap of every
+// deadline of the class. 0 means none.
+type ClassDeadline struct{ DefaultMs, MaxMs int64 }
+
+// ClassDeadline returns the deadline policy of class (zero if unknown).
+func (c *Config) ClassDeadline(class string) ClassDeadline { return c.deadlines[class] }
+
+// classDeadlineProblems checks a class's deadline_ms and max_deadline_ms
+// against each other and against its max_wait_ms. A class that lets a
+// request queue for longer than the deadline its clients have would grant
+// work seconds before its client hangs up, and the provider would serve an
+// answer nobody reads (issue 20: a batch max wait of 20 min behind 60 s
+// client timeouts cancelled 24 % of upstream calls in flight).
+func classDeadlineProblems(cl ledger.ClassConfig) []string {
+	var out []string
+	if cl.DeadlineMs < 0 || cl.DeadlineMs > DeadlineMsMax {
+		out = append(out, fmt.Sprintf("deadline_ms: %d out of [0, %d]", cl.DeadlineMs, int64(DeadlineMsMax)))
+	}
+	if cl.MaxDeadlineMs < 0 || cl.MaxDeadlineMs > DeadlineMsMax {
+		out = append(out, fmt.Sprintf("max_deadline_ms: %d out of [0, %d]", cl.MaxDeadlineMs, int64(DeadlineMsMax)))
+	}
+	if len(out) > 0 {
+		return out
+	}
+	if cl.MaxDeadlineMs > 0 && cl.DeadlineMs > cl.MaxDeadlineMs {
+		out = append(out, fmt.Sprintf("deadline_ms: %d is longer than the class's max_deadline_ms %d", cl.DeadlineMs, cl.MaxDeadlineMs))
+	}
+	for _, d := range []struct {
+		name string
+		ms   int64
+	}{{"deadline_ms", cl.DeadlineMs}, {"max_deadline_ms", cl.MaxDeadlineMs}} {
+		if d.ms > 0 && cl.MaxWaitMs > d.ms {
+			out = append(out, fmt.Sprintf("max_wait_ms: %d is longer than the class's %s %d: a queued request would still wait after its client gave up (lower max_wait_ms or raise %s)", cl.MaxWaitMs, d.name, d.ms, d.name))
+			break
+		}
+	}
+	return out
+}
 
 // Violations lists how cd breaks the contract (nil when it keeps it).
 func (ct *Contract) Violations(cd *Candidate) []string {

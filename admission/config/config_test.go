@@ -1,8 +1,10 @@
 package config_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -206,6 +208,116 @@ func TestLateGrantBounds(t *testing.T) {
 	for i, want := range []string{"late_grant_ms: -1 out of", "late_grant_class_ms.batch: 0 out of", "late_grant_class_ms.gold: not a class"} {
 		if !strings.Contains(ve.Problems[i], want) {
 			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i], want)
+		}
+	}
+}
+
+// classDoc is a config whose ledger document has the class CLASS.
+const classDoc = `providers:
+  - {name: oa, kind: openai, scope: s1, base_url: "https://api.openai.com/v1"}
+routes:
+  - {model: m, provider: oa}
+tenants:
+  - id: t
+    keys:
+      - {id: k, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08KEYEXTRA}
+ledger:
+  classes:
+    - CLASS
+  scopes:
+    - {name: s1, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
+`
+
+// TestClassDeadlines: a class's deadline_ms and max_deadline_ms are
+// checked against each other and against its max_wait_ms, keys' against
+// theirs, each problem with its location.
+func TestClassDeadlines(t *testing.T) {
+	tests := []struct {
+		name, class, keyExtra string
+		probs                 []string
+	}{
+		{"default and cap", "{name: batch, max_wait_ms: 50000, deadline_ms: 60000, max_deadline_ms: 600000}", "", nil},
+		{"none", "{name: batch, max_wait_ms: 1200000}", "", nil},
+		{"max wait longer than the deadline", "{name: batch, max_wait_ms: 1200000, deadline_ms: 600000}", "", []string{
+			"ledger: classes[0] (batch).max_wait_ms: 1200000 is longer than the class's deadline_ms 600000: a queued request would still wait after its client gave up"}},
+		{"max wait longer than the cap", "{name: batch, max_wait_ms: 1200000, max_deadline_ms: 600000}", "", []string{
+			"ledger: classes[0] (batch).max_wait_ms: 1200000 is longer than the class's max_deadline_ms 600000"}},
+		{"default above the cap", "{name: batch, max_wait_ms: 1000, deadline_ms: 9000, max_deadline_ms: 5000}", "", []string{
+			"ledger: classes[0] (batch).deadline_ms: 9000 is longer than the class's max_deadline_ms 5000"}},
+		{"out of range", "{name: batch, deadline_ms: -1, max_deadline_ms: 86400001}", "", []string{
+			"ledger: classes[0] (batch).deadline_ms: -1 out of [0, 86400000]",
+			"ledger: classes[0] (batch).max_deadline_ms: 86400001 out of [0, 86400000]"}},
+		{"key default above the key cap", "{name: batch}", ", deadline_ms: 9000, max_deadline_ms: 5000", []string{
+			"tenants[0].keys[0].deadline_ms: 9000 is longer than the key's max_deadline_ms 5000"}},
+		{"key cap out of range", "{name: batch}", ", max_deadline_ms: -2", []string{
+			"tenants[0].keys[0].max_deadline_ms: -2 out of [0, 86400000]"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			y := strings.NewReplacer("CLASS", tc.class, "KEYEXTRA", tc.keyExtra).Replace(classDoc)
+			c, err := config.Load(strings.NewReader(y))
+			if len(tc.probs) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var ve *config.ValidationError
+			if !errors.As(err, &ve) || len(ve.Problems) != len(tc.probs) {
+				t.Fatalf("config %v, err %v; want %d problems", c != nil, err, len(tc.probs))
+			}
+			for i, want := range tc.probs {
+				if !strings.Contains(ve.Problems[i], want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i], want)
+				}
+			}
+		})
+	}
+	c, err := config.Load(strings.NewReader(strings.NewReplacer("CLASS", "{name: batch, max_wait_ms: 50000, deadline_ms: 60000, max_deadline_ms: 600000}", "KEYEXTRA", "").Replace(classDoc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ClassDeadline("batch"); got != (config.ClassDeadline{DefaultMs: 60_000, MaxMs: 600_000}) {
+		t.Errorf("ClassDeadline(batch) = %+v", got)
+	}
+}
+
+// TestExamplesWaitWithinClientDeadlines: in every shipped example config
+// each class has a deadline default, and no class queues a request longer
+// than the official SDKs' default timeout (600 s) or its own deadline
+// (the load rejects the latter; issue 20).
+func TestExamplesWaitWithinClientDeadlines(t *testing.T) {
+	for _, k := range []string{"OPENAI_UPSTREAM_KEY", "AZURE_OPENAI_KEY", "ANTHROPIC_UPSTREAM_KEY", "GEMINI_API_KEY"} {
+		t.Setenv(k, "x")
+	}
+	files, err := filepath.Glob("../../deploy/examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example configs: %v", err)
+	}
+	const sdkDefaultTimeoutMs = 600_000
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := config.Load(strings.NewReader(strings.ReplaceAll(string(b), "${SIM_URL}", "http://127.0.0.1:1")))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var doc struct {
+			Classes []struct {
+				Name       string `json:"name"`
+				MaxWaitMs  int64  `json:"max_wait_ms"`
+				DeadlineMs int64  `json:"deadline_ms"`
+			} `json:"classes"`
+		}
+		if err := json.Unmarshal(c.LedgerJSON(), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, cl := range doc.Classes {
+			if cl.DeadlineMs == 0 || cl.MaxWaitMs > sdkDefaultTimeoutMs {
+				t.Errorf("%s: class %s: deadline_ms %d, max_wait_ms %d; want a deadline and a wait within %d", f, cl.Name, cl.DeadlineMs, cl.MaxWaitMs, sdkDefaultTimeoutMs)
+			}
 		}
 	}
 }

@@ -41,6 +41,13 @@ type Request struct {
 	Priority             int32
 	StartMs              int64 // when the gateway received it
 	DeadlineMs           int64 // total deadline from StartMs; 0: none
+	// ServiceMs is how long the upstream call is expected to take (the
+	// route's recent p95, learned by the shell; 0: unknown). A grant later
+	// than DeadlineMs − ServiceMs would be answered after the client gave
+	// up, so the reservation's deadline is the request's less ServiceMs:
+	// the ledger expires the wait, rather than granting work nobody will
+	// read. The event carries the result, so replay needs no model of it.
+	ServiceMs int64
 	// FallbackAllowed: the client allows fallback.
 	FallbackAllowed bool
 	Estimate        Usage
@@ -52,6 +59,9 @@ type Request struct {
 	// PromptFamily groups requests by system prompt and tools for the
 	// estimation-error analytics (computed by the shell).
 	PromptFamily string
+	// ClientRetryCount is the client's own retry count of the request
+	// (the SDK's X-Stainless-Retry-Count), recorded on every reservation.
+	ClientRetryCount int32
 	// NeedsTools: the request has tools; NeedsStructuredOutput: it asks
 	// for json_object or json_schema output. A fallback must offer them.
 	NeedsTools, NeedsStructuredOutput bool
@@ -301,6 +311,12 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 	case Start:
 		if l.phase == 0 {
 			l.attempt = 1
+			if l.req.ServiceMs > 0 && l.req.DeadlineMs > 0 && l.req.DeadlineMs-(nowMs-l.req.StartMs) <= l.req.ServiceMs {
+				// No grant could be answered in time: say so now, send nothing.
+				l.rec = l.reserveEvent(nowMs)
+				l.fail(nowMs, deadlineShorterThanService(l.req.DeadlineMs, l.req.ServiceMs), schemas.GDRejectedLocally)
+				return l.out
+			}
 			if l.req.DeadlineMs > 0 {
 				l.setTimer(Timer{Kind: TimerDeadline}, l.req.StartMs+l.req.DeadlineMs)
 			}
@@ -652,7 +668,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		Scope: t.Scope, Tenant: l.req.Tenant, KeyID: l.req.KeyID, Route: t.Profile, Class: l.req.Class}
 	deadline := int64(0)
 	if l.req.DeadlineMs > 0 {
-		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs))
+		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs)-l.req.ServiceMs)
 	}
 	e := &l.req.Estimate
 	ev.ReserveRequested = &schemas.ReserveRequested{
@@ -667,6 +683,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		DeadlineMs:        deadline,
 		FallbackAllowed:   l.req.FallbackAllowed && len(l.order) > 1,
 		PromptFamily:      l.req.PromptFamily,
+		ClientRetryCount:  l.req.ClientRetryCount,
 	}
 	return ev
 }

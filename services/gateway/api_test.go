@@ -308,10 +308,13 @@ func TestClassPriorityDeadlineReachTheLedger(t *testing.T) {
 		class    string
 		priority int32
 		deadline bool
+		retries  int32 // client_retry_count
 	}{
-		{"key defaults", keyBatch, nil, "batch", -5, false},
-		{"headers override", keyBatch, []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "7", "X-Sluice-Deadline-Ms", "30000"}, "agent", 7, true},
-		{"demo key default class", keyDemo, nil, "interactive", 0, false},
+		{"key defaults", keyBatch, nil, "batch", -5, false, 0},
+		{"headers override", keyBatch, []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "7", "X-Sluice-Deadline-Ms", "30000"}, "agent", 7, true, 0},
+		{"demo key default class", keyDemo, nil, "interactive", 0, false, 0},
+		// What the official SDKs send on their second retry.
+		{"SDK read timeout and retry count", keyDemo, []string{"X-Stainless-Read-Timeout", "600.0", "X-Stainless-Retry-Count", "2"}, "interactive", 0, true, 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -322,8 +325,8 @@ func TestClassPriorityDeadlineReachTheLedger(t *testing.T) {
 			evs := st.events(t, resp.Header.Get("X-Sluice-Request-Id"), func(evs []schemas.Event) bool { return has(evs, ofType(schemas.TypeReserveRequested)) })
 			for _, e := range evs {
 				if rr := e.ReserveRequested; rr != nil {
-					if e.Class != tc.class || rr.Priority != tc.priority || (rr.DeadlineMs > 0) != tc.deadline {
-						t.Errorf("class %q priority %d deadline %d; want %q %d deadline=%v", e.Class, rr.Priority, rr.DeadlineMs, tc.class, tc.priority, tc.deadline)
+					if e.Class != tc.class || rr.Priority != tc.priority || (rr.DeadlineMs > 0) != tc.deadline || rr.ClientRetryCount != tc.retries {
+						t.Errorf("class %q priority %d deadline %d retries %d; want %q %d deadline=%v retries %d", e.Class, rr.Priority, rr.DeadlineMs, rr.ClientRetryCount, tc.class, tc.priority, tc.deadline, tc.retries)
 					}
 				}
 			}

@@ -104,7 +104,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			reject(e)
 			return
 		}
-		adm, e := parseAdmission(r.Header, id, cfg.HasClass)
+		adm, e := parseAdmission(r.Header, id, cfg)
 		if e == nil {
 			e = entitled(id, adm)
 		}
@@ -278,6 +278,7 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 			if rec := e.Event.Reconciled; rec != nil {
 				c.s.m.countTokens(e.Event.Tenant, rec)
 				c.s.learnOutput(e.Event.Route, rec)
+				c.s.svc.observe(e.Event.Route, rec, time.Now().UnixMilli())
 			}
 			c.s.report(stamp(e.Event))
 		case lifecycle.Telemetry:
@@ -373,7 +374,11 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
 		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
-		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens}
+		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens,
+		ClientRetryCount: c.adm.ClientRetryCount}
+	if c.adm.DeadlineMs > 0 && len(c.cands) > 0 {
+		req.ServiceMs = c.s.svc.expectedMs(c.cands[0].Profile, c.est.Streaming, c.start.UnixMilli())
+	}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),

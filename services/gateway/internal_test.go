@@ -45,6 +45,9 @@ func TestParseAdmission(t *testing.T) {
 	cfg := mustLoad(t, minimal("600"))
 	id := &config.Identity{Class: "batch", Priority: 3, DeadlineMs: 900, FallbackAllowed: true}
 	noFallback := &config.Identity{Class: "batch", FallbackAllowed: false}
+	adm := func(class string, prio int32, deadlineMs int64, fb bool, from DeadlineFrom) admission {
+		return admission{Class: class, Priority: prio, DeadlineMs: deadlineMs, Fallback: fb, DeadlineFrom: from}
+	}
 	tests := []struct {
 		name string
 		id   *config.Identity
@@ -52,16 +55,19 @@ func TestParseAdmission(t *testing.T) {
 		want admission
 		bad  string // param of the expected error
 	}{
-		{"key defaults", id, nil, admission{"batch", 3, 900, true}, ""},
-		{"all headers", id, map[string]string{HeaderClass: "agent", HeaderPriority: "-7", HeaderDeadlineMs: "2500", HeaderFallback: "false"}, admission{"agent", -7, 2500, false}, ""},
-		{"blank headers are absent", id, map[string]string{HeaderClass: "  ", HeaderPriority: ""}, admission{"batch", 3, 900, true}, ""},
-		{"fallback true cannot override a key that forbids it", noFallback, map[string]string{HeaderFallback: "true"}, admission{"batch", 0, 0, false}, ""},
+		{"key defaults", id, nil, adm("batch", 3, 900, true, DeadlineFromKey), ""},
+		{"all headers", id, map[string]string{HeaderClass: "agent", HeaderPriority: "-7", HeaderDeadlineMs: "2500", HeaderFallback: "false"}, adm("agent", -7, 2500, false, DeadlineFromHeader), ""},
+		{"blank headers are absent", id, map[string]string{HeaderClass: "  ", HeaderPriority: ""}, adm("batch", 3, 900, true, DeadlineFromKey), ""},
+		{"fallback true cannot override a key that forbids it", noFallback, map[string]string{HeaderFallback: "true"}, adm("batch", 0, 0, false, DeadlineFromNone), ""},
 		{"unknown class", id, map[string]string{HeaderClass: "gold"}, admission{}, HeaderClass},
 		{"priority too high", id, map[string]string{HeaderPriority: "101"}, admission{}, HeaderPriority},
 		{"priority not a number", id, map[string]string{HeaderPriority: "high"}, admission{}, HeaderPriority},
 		{"deadline zero", id, map[string]string{HeaderDeadlineMs: "0"}, admission{}, HeaderDeadlineMs},
 		{"deadline over a day", id, map[string]string{HeaderDeadlineMs: "86400001"}, admission{}, HeaderDeadlineMs},
 		{"fallback not a bool", id, map[string]string{HeaderFallback: "maybe"}, admission{}, HeaderFallback},
+		{"SDK retry count is recorded", id, map[string]string{HeaderSDKRetryCount: "2"},
+			admission{Class: "batch", Priority: 3, DeadlineMs: 900, Fallback: true, DeadlineFrom: DeadlineFromKey, ClientRetryCount: 2}, ""},
+		{"a malformed SDK retry count is ignored", id, map[string]string{HeaderSDKRetryCount: "two"}, adm("batch", 3, 900, true, DeadlineFromKey), ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,7 +75,7 @@ func TestParseAdmission(t *testing.T) {
 			for k, v := range tc.hdr {
 				h.Set(k, v)
 			}
-			got, e := parseAdmission(h, tc.id, cfg.HasClass)
+			got, e := parseAdmission(h, tc.id, cfg)
 			if tc.bad != "" {
 				if e == nil || e.Param != tc.bad || e.Status != 400 || e.Code != "invalid_header" {
 					t.Fatalf("got %+v, %+v; want a 400 on %s", got, e, tc.bad)
@@ -83,31 +89,110 @@ func TestParseAdmission(t *testing.T) {
 	}
 }
 
+// deadlineYAML has classes with a deadline default and cap (interactive:
+// 30 s default, 60 s cap; batch: 600 s default, no cap; agent: neither).
+const deadlineYAML = `providers:
+  - {name: p, kind: openai, scope: s, base_url: "http://127.0.0.1:1/v1"}
+routes:
+  - {model: m, provider: p}
+ledger:
+  default_class: interactive
+  classes:
+    - {name: interactive, age_offset_ms: 0, max_wait_ms: 300, max_depth: 10, deadline_ms: 30000, max_deadline_ms: 60000}
+    - {name: agent, age_offset_ms: 2000, max_wait_ms: 10000, max_depth: 10}
+    - {name: batch, age_offset_ms: 30000, max_wait_ms: 120000, max_depth: 10, deadline_ms: 600000}
+  scopes:
+    - name: s
+      buckets:
+        - {level: key, id: "*", dimension: requests, capacity: 600}
+`
+
+// TestDeadlinePrecedence: X-Sluice-Deadline-Ms, then the SDK's read
+// timeout, then the key's deadline_ms, then the class's; always cut to the
+// key's max_deadline_ms, or the class's when the key has none.
+func TestDeadlinePrecedence(t *testing.T) {
+	cfg := mustLoad(t, deadlineYAML)
+	plain := &config.Identity{Class: "interactive"}
+	keyed := &config.Identity{Class: "interactive", DeadlineMs: 45_000}
+	keyCap := &config.Identity{Class: "interactive", DeadlineMs: 45_000, MaxDeadlineMs: 120_000}
+	tests := []struct {
+		name   string
+		id     *config.Identity
+		class  string // X-Sluice-Class ("" = the key's)
+		sluice string // X-Sluice-Deadline-Ms
+		sdk    string // X-Stainless-Read-Timeout
+		wantMs int64
+		from   DeadlineFrom
+		capped bool
+	}{
+		{"class default", plain, "", "", "", 30_000, DeadlineFromClass, false},
+		{"key default over the class's", keyed, "", "", "", 45_000, DeadlineFromKey, false},
+		{"SDK read timeout over the key's", keyed, "", "", "20.0", 20_000, DeadlineFromSDK, false},
+		{"SDK timeout as an int", plain, "", "", "7", 7_000, DeadlineFromSDK, false},
+		{"SDK timeout with a fraction", plain, "", "", "1.2345", 1_234, DeadlineFromSDK, false},
+		{"X-Sluice-Deadline-Ms over the SDK's", keyed, "", "5000", "20.0", 5_000, DeadlineFromHeader, false},
+		{"the OpenAI SDK's 600 s default is cut to the class cap", plain, "", "", "600.0", 60_000, DeadlineFromSDK, true},
+		{"X-Sluice-Deadline-Ms is cut to the class cap", plain, "", "90000", "", 60_000, DeadlineFromHeader, true},
+		{"the key's cap replaces the class's", keyCap, "", "90000", "", 90_000, DeadlineFromHeader, false},
+		{"the key's cap cuts too", keyCap, "", "", "600", 120_000, DeadlineFromSDK, true},
+		{"the class header picks the class policy", plain, "batch", "", "", 600_000, DeadlineFromClass, false},
+		{"no cap in batch: the SDK's 600 s stands", plain, "batch", "", "600.0", 600_000, DeadlineFromSDK, false},
+		{"a class without policy and no header: none", plain, "agent", "", "", 0, DeadlineFromNone, false},
+		{"no deadline at all still gets the cap", &config.Identity{Class: "agent", MaxDeadlineMs: 15_000}, "", "", "", 15_000, DeadlineFromNone, true},
+		{"a malformed SDK timeout is ignored", plain, "", "", "soon", 30_000, DeadlineFromClass, false},
+		{"a zero SDK timeout is ignored", plain, "", "", "0", 30_000, DeadlineFromClass, false},
+		{"a negative SDK timeout is ignored", plain, "", "", "-3", 30_000, DeadlineFromClass, false},
+		{"NaN is ignored", plain, "", "", "NaN", 30_000, DeadlineFromClass, false},
+		{"an SDK timeout under 1 ms is ignored", plain, "", "", "0.0004", 30_000, DeadlineFromClass, false},
+		{"an SDK timeout beyond a day is a day", &config.Identity{Class: "agent"}, "", "", "1e12", config.DeadlineMsMax, DeadlineFromSDK, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range map[string]string{HeaderClass: tc.class, HeaderDeadlineMs: tc.sluice, HeaderSDKReadTimeout: tc.sdk} {
+				if v != "" {
+					h.Set(k, v)
+				}
+			}
+			got, e := parseAdmission(h, tc.id, cfg)
+			if e != nil {
+				t.Fatalf("error %+v", e)
+			}
+			if got.DeadlineMs != tc.wantMs || got.DeadlineFrom != tc.from || got.Capped != tc.capped {
+				t.Errorf("deadline %d from %s capped %v; want %d from %s capped %v", got.DeadlineMs, got.DeadlineFrom, got.Capped, tc.wantMs, tc.from, tc.capped)
+			}
+		})
+	}
+}
+
 // FuzzParseAdmission: any header values give either a 400 naming a header
 // or an admission within the bounds the ledger accepts.
 func FuzzParseAdmission(f *testing.F) {
-	for _, s := range [][4]string{{"batch", "3", "100", "true"}, {"", "-100", "86400000", "0"}, {"x", "1e3", "-1", "yes"}} {
-		f.Add(s[0], s[1], s[2], s[3])
+	for _, s := range [][6]string{{"batch", "3", "100", "true", "600.0", "0"}, {"", "-100", "86400000", "0", "", ""}, {"x", "1e3", "-1", "yes", "1e400", "99999999999"}} {
+		f.Add(s[0], s[1], s[2], s[3], s[4], s[5])
 	}
 	cfg, err := config.Load(strings.NewReader(minimal("600")))
 	if err != nil {
 		f.Fatal(err)
 	}
 	id := &config.Identity{Class: "interactive", FallbackAllowed: true}
-	f.Fuzz(func(t *testing.T, class, prio, deadline, fallback string) {
+	f.Fuzz(func(t *testing.T, class, prio, deadline, fallback, sdkTimeout, sdkRetries string) {
 		h := http.Header{}
 		h[HeaderClass] = []string{class}
 		h[HeaderPriority] = []string{prio}
 		h[HeaderDeadlineMs] = []string{deadline}
 		h[HeaderFallback] = []string{fallback}
-		a, e := parseAdmission(h, id, cfg.HasClass)
+		h[HeaderSDKReadTimeout] = []string{sdkTimeout}
+		h[HeaderSDKRetryCount] = []string{sdkRetries}
+		a, e := parseAdmission(h, id, cfg)
 		if e != nil {
 			if e.Status != 400 || !strings.HasPrefix(e.Param, "X-Sluice-") {
 				t.Fatalf("error %+v", e)
 			}
 			return
 		}
-		if !cfg.HasClass(a.Class) || a.Priority < priorityMin || a.Priority > priorityMax || a.DeadlineMs < 0 || a.DeadlineMs > config.DeadlineMsMax {
+		if !cfg.HasClass(a.Class) || a.Priority < priorityMin || a.Priority > priorityMax || a.DeadlineMs < 0 || a.DeadlineMs > config.DeadlineMsMax ||
+			a.ClientRetryCount < 0 || a.ClientRetryCount > sdkRetryCountMax {
 			t.Fatalf("admission out of bounds: %+v", a)
 		}
 	})

@@ -112,7 +112,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if o.GatewayCPUProfile != "" {
 		gwArgs = append(gwArgs, "--cpuprofile", o.GatewayCPUProfile)
 	}
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, generatedConfig(sc, keys), slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
 	if err != nil {
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}

@@ -31,3 +31,26 @@ func TestEmbeddedSteadySmoke(t *testing.T) {
 		t.Errorf("conditions: %+v", rep.Conditions)
 	}
 }
+
+// TestEmbeddedHandwrittenConfigSmoke runs noisy-neighbor-handwritten for
+// 2 s through the shipped quick-start config (--config) and checks that the
+// hand-written config served requests and is named in the report.
+func TestEmbeddedHandwrittenConfigSmoke(t *testing.T) {
+	sc, err := LoadScenario("noisy-neighbor-handwritten", "../../deploy/scenarios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const file = "../../deploy/examples/dev-three-tenants.yaml"
+	rep, err := Execute(ctx, sc, Options{Embedded: true, ConfigFile: file, Duration: 2 * time.Second, Retries: -1, Drain: 10 * time.Second}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Simulator == nil || rep.Simulator.OK == 0 {
+		t.Fatalf("the simulator served nothing: %+v", rep.Simulator)
+	}
+	if rep.Conditions.GatewayConfig != file || rep.Conditions.SluiceQuota != nil || rep.Wasted.Source != "simulator" {
+		t.Errorf("conditions: gateway_config %q, sluice_quota %+v, wasted %+v", rep.Conditions.GatewayConfig, rep.Conditions.SluiceQuota, rep.Wasted)
+	}
+}

@@ -47,6 +47,9 @@ type Report struct {
 	// requests.
 	UpstreamAttempts   int64   `json:"upstream_attempts"`
 	RetryAmplification float64 `json:"retry_amplification"`
+	// Wasted counts upstream calls cancelled in flight: the provider
+	// served (and charged) them, and their client had gone.
+	Wasted Wasted `json:"wasted"`
 	// GoodputRatio = Goodput.Ratio.
 	GoodputRatio float64 `json:"goodput_ratio"`
 	Goodput      Goodput `json:"goodput"`
@@ -64,6 +67,19 @@ type Report struct {
 	Simulator *sim.ProviderStats `json:"simulator,omitempty"`
 	// Stack is the ledger service's health in a --brokers run.
 	Stack *StackReport `json:"stack,omitempty"`
+}
+
+// Wasted is the provider work nobody read: calls the simulator admitted
+// whose client (the gateway, or the caller straight to the simulator) went
+// away before the answer was complete, typically because the caller's
+// timeout passed while the call was in flight.
+type Wasted struct {
+	Source        string `json:"source"`         // simulator | unavailable
+	UpstreamCalls int64  `json:"upstream_calls"` // the simulator's cancelled count
+	Tokens        int64  `json:"tokens"`         // their input and output sent
+	// Ratio = UpstreamCalls ÷ the calls the simulator admitted (served or
+	// cancelled).
+	Ratio float64 `json:"ratio"`
 }
 
 // Conditions records how the run was made.
@@ -86,15 +102,18 @@ type Conditions struct {
 		MaxInFlight int `json:"max_in_flight"`
 		Limit       int `json:"limit"`
 	} `json:"concurrency"`
-	Timeouts        map[string]ClassConditions `json:"timeouts"`
-	ClientRetries   int                        `json:"client_retries"`
-	ClientBackoff   string                     `json:"client_backoff"`
-	ProviderLimits  sim.Limits                 `json:"provider_limits"`
-	SluiceQuota     *SluiceQuota               `json:"sluice_quota,omitempty"`
-	Storms          []sim.Storm                `json:"storms,omitempty"`
-	SimLatency      sim.Latency                `json:"sim_latency"`
-	SimOutput       sim.OutputSpread           `json:"sim_output"`
-	QueueWaitSource string                     `json:"queue_wait_source"`
+	Timeouts       map[string]ClassConditions `json:"timeouts"`
+	ClientRetries  int                        `json:"client_retries"`
+	ClientBackoff  string                     `json:"client_backoff"`
+	ProviderLimits sim.Limits                 `json:"provider_limits"`
+	SluiceQuota    *SluiceQuota               `json:"sluice_quota,omitempty"`
+	// GatewayConfig is the gateway config of an embedded or --brokers run:
+	// "generated" from the scenario, or the --config file's path.
+	GatewayConfig   string           `json:"gateway_config,omitempty"`
+	Storms          []sim.Storm      `json:"storms,omitempty"`
+	SimLatency      sim.Latency      `json:"sim_latency"`
+	SimOutput       sim.OutputSpread `json:"sim_output"`
+	QueueWaitSource string           `json:"queue_wait_source"`
 }
 
 // ClassConditions are one class's deadline and queue policy.
@@ -340,6 +359,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "\n  provider_429 %d (%s) · provider_503 %d · local_429 %d · upstream attempts %d (retry amplification %.2f)\n",
 		r.Provider429, r.Provider429Source, r.Provider503, r.Local429, r.UpstreamAttempts, r.RetryAmplification)
+	fmt.Fprintf(&b, "  wasted: %d upstream calls cancelled in flight (%.1f %% of admitted), %d tokens (%s)\n",
+		r.Wasted.UpstreamCalls, 100*r.Wasted.Ratio, r.Wasted.Tokens, r.Wasted.Source)
 	g := r.Goodput
 	fmt.Fprintf(&b, "  goodput_ratio %.3f (binding %s: %.2f/s served of %.2f/s; demand %.2f× capacity)\n", r.GoodputRatio, g.Binding, g.ServedPerS, g.LimitPerS, g.DemandRatio)
 	if r.JainFairness != nil {

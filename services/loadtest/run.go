@@ -35,6 +35,9 @@ arrivals per tenant and prints a report (text, or JSON with --json).
 
   --embedded   start the whole stack in process (kfake, simulator, ledger, gateway)
                with the scenario's simulator limits and a generated gateway config
+  --config FILE  with --embedded or --brokers: run a hand-written gateway config
+               instead (its providers pointed at the simulator, a key added per
+               scenario tenant; see services/loadtest/README.md)
   --brokers ADDR  start the scenario's stack as separate processes on that Kafka
                cluster (simulator, two ledgers at the default settings, a gateway),
                under a fresh topic prefix, and report the ledgers' transaction
@@ -65,16 +68,19 @@ type Options struct {
 	Brokers      []string
 	SluiceBin    string
 	KillLedgerAt time.Duration
-	URL          string
-	APIKeys      []string
-	SimURL       string
-	Baseline     bool
-	Duration     time.Duration
-	Seed         uint64
-	Retries      int // -1 = mode default
-	Drain        time.Duration
-	MaxInFlight  int
-	Verbose      bool
+	// ConfigFile, with Embedded or Brokers, is a hand-written gateway
+	// config to run instead of the generated one (HandwrittenConfigYAML).
+	ConfigFile  string
+	URL         string
+	APIKeys     []string
+	SimURL      string
+	Baseline    bool
+	Duration    time.Duration
+	Seed        uint64
+	Retries     int // -1 = mode default
+	Drain       time.Duration
+	MaxInFlight int
+	Verbose     bool
 	// Started, if set, is called with the embedded stack's gateway
 	// metrics URL (its metrics listener's /metrics) and simulator base URL
 	// once the stack is warm, before the arrivals start (a test points a
@@ -104,6 +110,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
 	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the busiest ledger this long into the run")
+	fs.StringVar(&o.ConfigFile, "config", "", "with --embedded or --brokers: a hand-written gateway config instead of the generated one (providers pointed at the simulator, a key added per tenant)")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
 	fs.StringVar(&o.SimURL, "sim-url", "", "simulator base URL for /sim/stats (with --url), or the simulator to load (with --baseline)")
@@ -147,6 +154,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.KillLedgerAt > 0 && len(o.Brokers) == 0 {
 		return errors.New("sluice loadtest: --kill-ledger-at needs --brokers")
 	}
+	if o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0 {
+		return errors.New("sluice loadtest: --config needs --embedded or --brokers")
+	}
 	if o.URL != "" && len(o.APIKeys) == 0 {
 		return errors.New("sluice loadtest: --url needs --api-key")
 	}
@@ -169,9 +179,20 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return rep.WriteText(stdout)
 }
 
+// gatewayYAML is the run's gateway config maker: o.ConfigFile made to run
+// against the simulator, else the one generated from the scenario.
+func (o *Options) gatewayYAML(sc *Scenario, keys Keys) (gatewayYAML, error) {
+	if o.ConfigFile == "" {
+		return generatedConfig(sc, keys), nil
+	}
+	return handwrittenConfig(sc, o.ConfigFile, keys)
+}
+
 // target is where the load goes.
 type target struct {
-	mode     string
+	mode string
+	// gwConfig names the gateway config: "generated", or the --config file.
+	gwConfig string
 	chatURL  string
 	keys     []string // per tenant
 	simURL   string
@@ -213,6 +234,10 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	case o.Embedded:
 		tg.mode = "embedded"
 		keys := NewKeys(sc)
+		gwYAML, err := o.gatewayYAML(sc, keys)
+		if err != nil {
+			return nil, err
+		}
 		simCfg := sc.SimConfig
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		if o.Verbose {
@@ -222,8 +247,14 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 			Addr:   "127.0.0.1:0",
 			APIKey: keys[warmupTenant] + "-dev",
 			Sim:    &simCfg,
-			Config: func(simURL string) (*config.Config, error) { return GatewayConfig(sc, simURL, keys) },
-			Log:    log,
+			Config: func(simURL string) (*config.Config, error) {
+				y, err := gwYAML(simURL)
+				if err != nil {
+					return nil, err
+				}
+				return config.Load(bytes.NewReader(y))
+			},
+			Log: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("embedded stack: %w", err)
@@ -234,8 +265,10 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		for _, t := range sc.Tenants {
 			tg.keys = append(tg.keys, keys[t.ID])
 		}
-		q := EffectiveQuota(sc)
-		tg.quota = &q
+		if o.ConfigFile == "" { // a hand-written config's limits are its own
+			q := EffectiveQuota(sc)
+			tg.quota = &q
+		}
 		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
 			return nil, err
 		}
@@ -245,12 +278,16 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	case len(o.Brokers) > 0:
 		tg.mode = "stack"
 		keys := NewKeys(sc)
+		gwYAML, err := o.gatewayYAML(sc, keys)
+		if err != nil {
+			return nil, err
+		}
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		if o.Verbose {
 			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		}
 		fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
-		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, log)
+		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, gwYAML, log)
 		if err != nil {
 			return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 		}
@@ -262,8 +299,10 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		for _, t := range sc.Tenants {
 			tg.keys = append(tg.keys, keys[t.ID])
 		}
-		q := EffectiveQuota(sc)
-		tg.quota = &q
+		if o.ConfigFile == "" { // a hand-written config's limits are its own
+			q := EffectiveQuota(sc)
+			tg.quota = &q
+		}
 		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
 			return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
 		}
@@ -300,6 +339,12 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		for range sc.Tenants {
 			tg.keys = append(tg.keys, "sk-baseline")
 		}
+	}
+	tg.gwConfig = "generated"
+	if o.ConfigFile != "" {
+		tg.gwConfig = o.ConfigFile
+	} else if tg.mode == "gateway" || tg.mode == "baseline" {
+		tg.gwConfig = ""
 	}
 	tg.retries = o.Retries
 	if tg.retries < 0 {
@@ -406,7 +451,7 @@ func statsDelta(a, b *sim.Stats, provider string) *sim.ProviderStats {
 	d := &sim.ProviderStats{
 		Requests: pb.Requests - pa.Requests, OK: pb.OK - pa.OK, RateLimited: pb.RateLimited - pa.RateLimited,
 		Overloaded: pb.Overloaded - pa.Overloaded, BadRequests: pb.BadRequests - pa.BadRequests,
-		Streams: pb.Streams - pa.Streams, Cancelled: pb.Cancelled - pa.Cancelled,
+		Streams: pb.Streams - pa.Streams, Cancelled: pb.Cancelled - pa.Cancelled, CancelledTokens: pb.CancelledTokens - pa.CancelledTokens,
 		RateLimitedBy: map[string]int64{},
 		Tokens: sim.TokenStats{Input: pb.Tokens.Input - pa.Tokens.Input, Output: pb.Tokens.Output - pa.Tokens.Output,
 			Total: pb.Tokens.Total - pa.Tokens.Total, CacheRead: pb.Tokens.CacheRead - pa.Tokens.CacheRead, CacheWrite: pb.Tokens.CacheWrite - pa.Tokens.CacheWrite},
@@ -712,11 +757,12 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.chatURL, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+tg.keys[a.Tenant])
+		// What the official SDKs send (no X-Sluice-Deadline-Ms): the
+		// client's timeout and its retry count, so the gateway learns the
+		// deadline the way it does from real callers.
+		setSDKHeaders(req.Header, time.Until(start.Add(deadline)), attempt)
 		if tg.mode != "baseline" {
 			req.Header.Set("X-Sluice-Class", t.Class)
-			if left := time.Until(start.Add(deadline)); left > time.Millisecond {
-				req.Header.Set("X-Sluice-Deadline-Ms", strconv.FormatInt(left.Milliseconds(), 10))
-			}
 		}
 		resp, err := hc.Do(req)
 		headersAt := time.Now()
@@ -814,6 +860,22 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 	}
 }
 
+// setSDKHeaders sets the headers every request of the official OpenAI and
+// Anthropic Python SDKs carries (openai 3.57.0, anthropic 2.14.0):
+// X-Stainless-Read-Timeout, the client's timeout in seconds as Python
+// prints a float ("60.0"), here the time left of the request's deadline;
+// and X-Stainless-Retry-Count, the retries made so far.
+func setSDKHeaders(h http.Header, left time.Duration, retries int) {
+	if left >= time.Millisecond {
+		v := strconv.FormatFloat(left.Round(time.Millisecond).Seconds(), 'f', -1, 64)
+		if !strings.ContainsAny(v, ".e") {
+			v += ".0"
+		}
+		h.Set("X-Stainless-Read-Timeout", v)
+	}
+	h.Set("X-Stainless-Retry-Count", strconv.Itoa(retries))
+}
+
 // retryAfter reads retry-after-ms or Retry-After (seconds or HTTP date).
 func retryAfter(h http.Header) time.Duration {
 	if v := h.Get("retry-after-ms"); v != "" {
@@ -891,6 +953,7 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 	c.ClientBackoff = fmt.Sprintf("full jitter: uniform [0, min(%s, %s×2^attempt)], at least Retry-After; retries 429/5xx and transport errors, not insufficient_quota or x-should-retry: false", backoffCap, backoffBase)
 	c.ProviderLimits = sc.ProviderLimits()
 	c.SluiceQuota = tg.quota
+	c.GatewayConfig = tg.gwConfig
 	c.Storms = sc.SimConfig.Storms
 	c.SimLatency, c.SimOutput = sc.SimConfig.Latency, sc.SimConfig.Output
 	c.QueueWaitSource = "client_ttfb: the gateway sends no X-Sluice-Queue-Ms header, so queue_wait_ms is the client-measured time from sending to the response headers of a success (retries and backoff included; for non-streaming responses the whole response); it bounds the gateway queue wait from above"
@@ -974,7 +1037,10 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Simulator = d
 		rep.Provider429, rep.Provider503, rep.Provider429Source = d.RateLimited, d.Overloaded, "simulator"
 		rep.UpstreamAttempts = d.Requests
+		rep.Wasted = Wasted{Source: "simulator", UpstreamCalls: d.Cancelled, Tokens: d.CancelledTokens,
+			Ratio: ratio(float64(d.Cancelled), float64(d.OK+d.Cancelled))}
 	} else {
+		rep.Wasted = Wasted{Source: "unavailable"}
 		rep.Provider429, rep.Provider503, rep.Provider429Source = int64(rep.Totals.Provider429), int64(rep.Totals.Provider503), "client"
 		rep.UpstreamAttempts = int64(rep.Totals.UpstreamAttempts)
 	}

@@ -181,7 +181,7 @@ func (st *stack) env(start time.Time) FaultEnv {
 // startStack starts the scenario's stack on brokers. The topics get a
 // fresh prefix, so concurrent runs and earlier runs never mix.
 // gwArgs are extra flags of the gateway process.
-func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
+func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, gwConfig gatewayYAML, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the sluice binary (set --sluice-bin): %w", err)
@@ -238,7 +238,7 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.waitLedgersJoined(ctx); err != nil {
 		return st, err
 	}
-	gwYAML, err := GatewayConfigYAML(sc, st.simURL, keys)
+	gwYAML, err := gwConfig(st.simURL)
 	if err != nil {
 		return st, err
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -171,11 +172,35 @@ type ProviderConfig struct {
 	GeminiTier string `yaml:"gemini_tier,omitempty" json:"gemini_tier,omitempty"`
 }
 
+// Capacity storm dialects: how a provider whose capacity fell refuses
+// what is above it.
+const (
+	// DialectHeaders: 429 with rate-limit headers that report the reduced
+	// limits (and on every success too) and a Retry-After.
+	DialectHeaders = "headers"
+	// DialectBare: 429 with neither rate-limit headers nor Retry-After,
+	// as Vertex AI's bare RESOURCE_EXHAUSTED; successes carry the
+	// configured limits' headers, which no longer tell the truth.
+	DialectBare = "bare"
+	// DialectOverloaded: Anthropic's 529 overloaded_error (503 with the
+	// provider's overload body elsewhere), no rate-limit headers.
+	DialectOverloaded = "overloaded"
+)
+
 // Storm injects 429s or 503s between Start and End (offsets from the server
 // start or the last POST /sim/reset; End 0 = until stopped).
 type Storm struct {
-	// Kind is "429" (rate-limit storm) or "503" (overload).
+	// Kind is "429" (rate-limit storm), "503" (overload) — both refuse
+	// one request in Every whatever the load, which models retry
+	// amplification, not a real overload — or "capacity": the provider's
+	// real capacity falls to Fraction of its limits and it refuses only
+	// what is above that, in the storm's Dialect.
 	Kind string `yaml:"kind" json:"kind"`
+	// Fraction (capacity storms) is the share of every per-minute limit
+	// (RPM, TPM, ITPM, OTPM) left during the storm, in (0, 1).
+	Fraction float64 `yaml:"fraction,omitempty" json:"fraction,omitempty"`
+	// Dialect (capacity storms): headers (default), bare or overloaded.
+	Dialect string `yaml:"dialect,omitempty" json:"dialect,omitempty"`
 	// Provider restricts the storm to one provider style ("" = all).
 	Provider string   `yaml:"provider,omitempty" json:"provider,omitempty"`
 	Start    Duration `yaml:"start,omitempty" json:"start,omitempty"`
@@ -387,8 +412,23 @@ func (l Limits) validate(where string) error {
 func (s Storm) validate() error {
 	switch s.Kind {
 	case "429", "503":
+		if s.Fraction != 0 || s.Dialect != "" {
+			return errors.New("fraction and dialect are for capacity storms")
+		}
+	case StormCapacity:
+		if !(s.Fraction > 0 && s.Fraction < 1) {
+			return fmt.Errorf("a capacity storm needs fraction in (0, 1), got %v", s.Fraction)
+		}
+		switch s.Dialect {
+		case "", DialectHeaders, DialectBare, DialectOverloaded:
+		default:
+			return fmt.Errorf("dialect must be %q, %q or %q, got %q", DialectHeaders, DialectBare, DialectOverloaded, s.Dialect)
+		}
+		if s.Every > 1 || s.RetryAfter != 0 || s.Status != 0 {
+			return errors.New("a capacity storm refuses what is above its capacity: every, retry_after and status do not apply (the dialect sets the answer)")
+		}
 	default:
-		return fmt.Errorf("kind must be \"429\" or \"503\", got %q", s.Kind)
+		return fmt.Errorf("kind must be \"429\", \"503\" or %q, got %q", StormCapacity, s.Kind)
 	}
 	switch s.Provider {
 	case "", OpenAI, Azure, Anthropic, Gemini:
@@ -405,6 +445,22 @@ func (s Storm) validate() error {
 		return fmt.Errorf("status must be a 4xx/5xx code, got %d", s.Status)
 	}
 	return nil
+}
+
+// StormCapacity is the Kind of a capacity storm.
+const StormCapacity = "capacity"
+
+// scaled is l during a capacity storm leaving fraction of it: every
+// per-minute limit scaled (at least 1 where set), the window kept; daily
+// and acceleration limits stay with the provider's own scope.
+func (l Limits) scaled(fraction float64) Limits {
+	f := func(v int64) int64 {
+		if v <= 0 {
+			return 0
+		}
+		return max(1, int64(math.Floor(float64(v)*fraction)))
+	}
+	return Limits{RPM: f(l.RPM), TPM: f(l.TPM), ITPM: f(l.ITPM), OTPM: f(l.OTPM), Window: l.Window, WindowMode: l.WindowMode}
 }
 
 // parseDailyReset parses "HH:MM" (UTC) into an offset from midnight.

@@ -96,7 +96,7 @@ type errCtx struct {
 // writeRejection sends a 429 or 503 in the provider's format.
 func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection) {
 	h := w.Header()
-	if rj.status == http.StatusTooManyRequests {
+	if rj.status == http.StatusTooManyRequests && !rj.bare {
 		s.setRateHeaders(h, ec.provider, rj.rv)
 	}
 	if rj.wait > 0 && ec.provider != Gemini {
@@ -105,7 +105,7 @@ func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection)
 			h.Set("retry-after-ms", retryAfterMillis(rj.wait))
 		}
 	}
-	overload := rj.storm != nil && rj.storm.Kind == "503"
+	overload := rj.storm != nil && (rj.storm.Kind == "503" || rj.storm.Dialect == DialectOverloaded)
 	switch ec.provider {
 	case OpenAI:
 		if overload {

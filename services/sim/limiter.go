@@ -15,7 +15,9 @@ const (
 	DimDaily        = "requests_per_day"
 	DimAcceleration = "acceleration"
 	DimStorm        = "storm"
-	DimTooLarge     = "request_too_large"
+	// DimCapacityStorm: refused by a capacity storm (Storm.Kind "capacity").
+	DimCapacityStorm = "capacity_storm"
+	DimTooLarge      = "request_too_large"
 )
 
 // bucket is a continuous token bucket. level may go negative (debt) when the

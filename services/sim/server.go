@@ -51,6 +51,9 @@ type stormState struct {
 	Storm
 	from, until time.Time // until zero = open-ended
 	n           int64
+	// scopes of a capacity storm: the reduced capacity per provider and
+	// model, made when the storm first sees them.
+	scopes map[string]*scope
 }
 
 func (st *stormState) active(now time.Time) bool {
@@ -66,6 +69,9 @@ type ProviderStats struct {
 	BadRequests int64 `json:"bad_requests"`
 	Streams     int64 `json:"streams"`
 	Cancelled   int64 `json:"cancelled"` // client went away mid-response
+	// CancelledTokens are the tokens (input and output sent) of the
+	// Cancelled calls: work the provider charged that nobody read.
+	CancelledTokens int64 `json:"cancelled_tokens"`
 	// RateLimitedBy counts 429s by the limit that fired: requests, tokens,
 	// input_tokens, output_tokens, requests_per_day, acceleration, storm,
 	// request_too_large.
@@ -223,6 +229,7 @@ func (s *Server) Stats() Stats {
 		t.BadRequests += c.BadRequests
 		t.Streams += c.Streams
 		t.Cancelled += c.Cancelled
+		t.CancelledTokens += c.CancelledTokens
 		t.Tokens.Input += c.Tokens.Input
 		t.Tokens.Output += c.Tokens.Output
 		t.Tokens.Total += c.Tokens.Total
@@ -395,6 +402,62 @@ type rejection struct {
 	wait   time.Duration // Retry-After (0 = none)
 	rv     rateView
 	echo   string // the credential to quote in the message (Storm.EchoKey)
+	// bare: no rate-limit headers and no Retry-After (a capacity storm's
+	// bare and overloaded dialects).
+	bare bool
+}
+
+// capacityStorms admits c against every active capacity storm of its
+// provider, charging each storm's reduced capacity. It refuses, in the
+// storm's dialect, what is above one of them; otherwise it returns the
+// rate view a headers-dialect storm reports on success (nil: none).
+// Called with s.mu held.
+func (s *Server) capacityStorms(c call, d demand, now time.Time) (*rateView, *rejection) {
+	var rv *rateView
+	for _, storm := range s.storms {
+		if storm.Kind != StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
+			continue
+		}
+		key := c.provider + "\x00" + c.model
+		cs := storm.scopes[key]
+		if cs == nil {
+			if storm.scopes == nil {
+				storm.scopes = map[string]*scope{}
+			}
+			cs = newScope(c.provider, c.model, s.cfg.Providers[c.provider].limitsFor(c.model).scaled(storm.Fraction), storm.from, now)
+			storm.scopes[key] = cs
+		}
+		view := rateView{req: view(cs.req, now), tok: view(cs.tok, now), in: view(cs.in, now), out: view(cs.out, now), now: now}
+		den := cs.admit(d, now)
+		if den == nil {
+			if storm.Dialect == "" || storm.Dialect == DialectHeaders {
+				rv = &view
+			}
+			continue
+		}
+		storm.n++
+		st := s.stats[c.provider]
+		rj := &rejection{status: http.StatusTooManyRequests, deny: den, storm: &storm.Storm, wait: den.wait, rv: view}
+		switch storm.Dialect {
+		case DialectBare:
+			rj.bare, rj.wait = true, 0
+		case DialectOverloaded:
+			rj.bare, rj.wait, rj.status = true, 0, http.StatusServiceUnavailable
+			if c.provider == Anthropic {
+				rj.status = 529
+			}
+		}
+		if rj.status == http.StatusTooManyRequests {
+			st.RateLimited++
+			st.RateLimitedBy[DimCapacityStorm]++
+			s.mLimited.WithLabelValues(c.provider, DimCapacityStorm).Inc()
+		} else {
+			st.Overloaded++
+		}
+		s.mRequests.WithLabelValues(c.provider, strconv.Itoa(rj.status)).Inc()
+		return nil, rj
+	}
+	return rv, nil
 }
 
 func (s *Server) scopeFor(provider, model string, now time.Time) *scope {
@@ -421,7 +484,7 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 
 	for _, storm := range s.storms {
-		if !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
+		if storm.Kind == StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
 			continue
 		}
 		storm.n++
@@ -481,7 +544,12 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	if pc.ReserveMaxTokens && c.maxTokens > 0 && !c.embedding {
 		reserve = c.maxTokens * max(1, c.choices)
 	}
-	if d := sc.admit(demand{input: counted, output: reserve}, now); d != nil {
+	want := demand{input: counted, output: reserve}
+	capRV, rj := s.capacityStorms(c, want, now)
+	if rj != nil {
+		return nil, rj
+	}
+	if d := sc.admit(want, now); d != nil {
 		st.RateLimited++
 		st.RateLimitedBy[d.dim]++
 		s.mLimited.WithLabelValues(c.provider, d.dim).Inc()
@@ -493,6 +561,9 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 
 	t := &ticket{c: c, sc: sc, reserved: reserve, rv: rvNow(), id: strconv.FormatInt(s.seq.Add(1), 10)}
+	if capRV != nil {
+		t.rv = *capRV // a provider that says so reports its reduced limits
+	}
 	if !c.embedding {
 		t.output = s.drawOutput(r, bound)
 		t.finish = t.output >= bound
@@ -533,13 +604,14 @@ func (s *Server) finish(t *ticket, delivered int64, cancelled bool) {
 	t.sc.settle(delta, now)
 	st := s.stats[t.c.provider]
 	code := "200"
+	in := t.c.input + t.c.cacheWrit
 	if cancelled {
 		st.Cancelled++
+		st.CancelledTokens += in + delivered
 		code = "499"
 	} else {
 		st.OK++
 	}
-	in := t.c.input + t.c.cacheWrit
 	st.Tokens.Input += in
 	st.Tokens.Output += delivered
 	st.Tokens.Total += in + delivered

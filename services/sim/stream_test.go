@@ -283,7 +283,7 @@ func TestClientDisconnectMidStream(t *testing.T) {
 		t.Fatal(rec.Code)
 	}
 	st := s.Stats().Providers[Anthropic]
-	if st.Cancelled != 1 || st.OK != 0 || st.Tokens.Output != 8 {
-		t.Fatalf("stats %+v", st)
+	if st.Cancelled != 1 || st.OK != 0 || st.Tokens.Output != 8 || st.CancelledTokens != st.Tokens.Input+8 {
+		t.Fatalf("stats %+v: want the cancelled call's input and its 8 output tokens as cancelled_tokens", st)
 	}
 }
