@@ -196,15 +196,6 @@ func deadlineWaiting(deadlineMs int64) *apierr.Error {
 	return e
 }
 
-// deadlineShorterThanService: the request's deadline leaves less than the
-// route's expected service time, so nothing was reserved or sent upstream.
-// A longer deadline (client timeout) would let it through.
-func deadlineShorterThanService(deadlineMs, serviceMs int64) *apierr.Error {
-	e := apierr.New(504, apierr.CodeDeadlineExceeded, fmt.Sprintf(
-		"the request's %d ms deadline is shorter than this route's expected service time of %d ms (p95 of recent answers); it was not sent upstream. Retry with a longer timeout", deadlineMs, serviceMs))
-	return e
-}
-
 // ledgerUnavailable: the ledger did not answer in time and no emergency
 // admission applied.
 func ledgerUnavailable() *apierr.Error {

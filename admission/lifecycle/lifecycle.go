@@ -41,13 +41,6 @@ type Request struct {
 	Priority             int32
 	StartMs              int64 // when the gateway received it
 	DeadlineMs           int64 // total deadline from StartMs; 0: none
-	// ServiceMs is how long the upstream call is expected to take (the
-	// route's recent p95, learned by the shell; 0: unknown). A grant later
-	// than DeadlineMs − ServiceMs would be answered after the client gave
-	// up, so the reservation's deadline is the request's less ServiceMs:
-	// the ledger expires the wait, rather than granting work nobody will
-	// read. The event carries the result, so replay needs no model of it.
-	ServiceMs int64
 	// FallbackAllowed: the client allows fallback.
 	FallbackAllowed bool
 	Estimate        Usage
@@ -311,12 +304,6 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 	case Start:
 		if l.phase == 0 {
 			l.attempt = 1
-			if l.req.ServiceMs > 0 && l.req.DeadlineMs > 0 && l.req.DeadlineMs-(nowMs-l.req.StartMs) <= l.req.ServiceMs {
-				// No grant could be answered in time: say so now, send nothing.
-				l.rec = l.reserveEvent(nowMs)
-				l.fail(nowMs, deadlineShorterThanService(l.req.DeadlineMs, l.req.ServiceMs), schemas.GDRejectedLocally)
-				return l.out
-			}
 			if l.req.DeadlineMs > 0 {
 				l.setTimer(Timer{Kind: TimerDeadline}, l.req.StartMs+l.req.DeadlineMs)
 			}
@@ -668,7 +655,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		Scope: t.Scope, Tenant: l.req.Tenant, KeyID: l.req.KeyID, Route: t.Profile, Class: l.req.Class}
 	deadline := int64(0)
 	if l.req.DeadlineMs > 0 {
-		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs)-l.req.ServiceMs)
+		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs))
 	}
 	e := &l.req.Estimate
 	ev.ReserveRequested = &schemas.ReserveRequested{

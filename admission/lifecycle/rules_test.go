@@ -1,8 +1,6 @@
 package lifecycle
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -262,50 +260,6 @@ func TestClientGoneAndDeadlineWhileWaiting(t *testing.T) {
 	})
 }
 
-// TestReservationDeadlineLeavesServiceTime: the ledger is told the
-// latest moment a grant is still worth it, the request's deadline less the
-// route's expected service time (at least 1 ms), while the request itself
-// still ends at its own deadline.
-func TestReservationDeadlineLeavesServiceTime(t *testing.T) {
-	for _, tc := range []struct {
-		name                    string
-		deadlineMs, serviceMs   int64
-		wantReserveMs, wantTill int64
-	}{
-		{"service time known", 800, 300, 500, 1800},
-		{"unknown service time", 800, 0, 800, 1800},
-		{"a little time left to serve: 1 ms", 800, 799, 1, 1800},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			req := request("s1")
-			req.DeadlineMs, req.ServiceMs = tc.deadlineMs, tc.serviceMs
-			runSteps(t, testConfig, req, []step{
-				{At: 1000, In: start(), Want: []string{fmt.Sprintf("timer deadline/0 @%d", tc.wantTill), "produce ReserveRequested s1/1", "timer answer/1 @3000"},
-					Check: func(t *testing.T, _ *Lifecycle, out []Effect) {
-						if d := out[1].Event.ReserveRequested.DeadlineMs; d != tc.wantReserveMs {
-							t.Errorf("reservation deadline %d, want %d", d, tc.wantReserveMs)
-						}
-					}},
-			})
-		})
-	}
-}
-
-// TestDeadlineShorterThanServiceTime: a request whose deadline is not
-// longer than the route's expected service time is answered at once with
-// a deadline error that names both, and nothing is reserved or sent.
-func TestDeadlineShorterThanServiceTime(t *testing.T) {
-	req := request("s1")
-	req.DeadlineMs, req.ServiceMs = 800, 900
-	runSteps(t, testConfig, req, []step{
-		{At: 1000, In: start(), Want: []string{"telemetry Outcome s1/1 timeout rejected_locally", "count requests deadline_exceeded", "respond 504 deadline_exceeded rejected_locally"},
-			Check: func(t *testing.T, _ *Lifecycle, out []Effect) {
-				if msg := out[2].Error.Message; !strings.Contains(msg, "800 ms deadline") || !strings.Contains(msg, "900 ms") {
-					t.Errorf("message %q does not name the deadline and the service time", msg)
-				}
-			}},
-	})
-}
 
 func TestNoAnswerFromTheProviderReleasesTheGrant(t *testing.T) {
 	for _, tc := range []struct {

@@ -278,7 +278,6 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 			if rec := e.Event.Reconciled; rec != nil {
 				c.s.m.countTokens(e.Event.Tenant, rec)
 				c.s.learnOutput(e.Event.Route, rec)
-				c.s.svc.observe(e.Event.Route, rec, time.Now().UnixMilli())
 			}
 			c.s.report(stamp(e.Event))
 		case lifecycle.Telemetry:
@@ -376,9 +375,6 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
 		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens,
 		ClientRetryCount: c.adm.ClientRetryCount}
-	if c.adm.DeadlineMs > 0 && len(c.cands) > 0 {
-		req.ServiceMs = c.s.svc.expectedMs(c.cands[0].Profile, c.est.Streaming, c.start.UnixMilli())
-	}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),

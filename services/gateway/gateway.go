@@ -39,7 +39,6 @@ type Server struct {
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
-	svc      serviceTimes // the routes' p95 service times (servicetime.go)
 
 	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
 	// quota (usage.go).
