@@ -155,7 +155,7 @@ func oracleCases() []synth.Record {
 		t += 10_000
 		r := c.request(fmt.Sprintf("m1-%d", i), "m1", 1000, 200).reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t + 2)
 		r.rejectedRetried(t+100, true).decision(schemas.StatusQueued, "capacity", t+101, t+101).
-			decision(schemas.StatusGranted, "", t+1200, t+1200).dispatched(t + 1201).reconciled(t+1500, 1000, 200).outcome(t+1501, schemas.OutcomeSuccess)
+			decision(schemas.StatusGranted, "", t+1200, t+1200).dispatched(t+1201).reconciled(t+1500, 1000, 200).outcome(t+1501, schemas.OutcomeSuccess)
 	}
 	// M2: the ledger ends a hold at a RetryRequested (and at a
 	// ProviderRejected) of the attempt it holds for.
