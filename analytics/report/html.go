@@ -165,6 +165,9 @@ td:first-child,th:first-child{text-align:left}.legend span{display:inline-block;
 		for _, e := range r.Evidence {
 			fmt.Fprintf(&b, `<li>%s: %s</li>`, html.EscapeString(e.Name), fmtNum(e.Value))
 		}
+		if r.Effect != "" {
+			fmt.Fprintf(&b, `<li>expected effect: %s</li>`, html.EscapeString(r.Effect))
+		}
 		b.WriteString(`</ul></li>`)
 	}
 	b.WriteString(`</ol>`)

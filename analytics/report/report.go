@@ -218,6 +218,10 @@ type Bounds struct {
 	// CapacityChangeMax is the largest bucket capacity change per report
 	// (default 0.10).
 	CapacityChangeMax float64
+	// OutputChangeMax bounds a route's output estimate per report to
+	// [1/(1+max), 1+max] × its current mean reservation (default 0.25:
+	// [0.8, 1.25]).
+	OutputChangeMax float64
 	// Provider429Min is the 429 ratio above which a scope's request
 	// buckets are lowered (default 0.005).
 	Provider429Min float64
@@ -237,6 +241,7 @@ func (b Bounds) withDefaults() Bounds {
 	}
 	def(&b.InputCorrectionMax, 0.10)
 	def(&b.CapacityChangeMax, 0.10)
+	def(&b.OutputChangeMax, 0.25)
 	def(&b.Provider429Min, 0.005)
 	def(&b.DeadlineMissMin, 0.02)
 	def(&b.DeadlineRaiseMax, 0.5)
