@@ -238,6 +238,9 @@ func TestIntegrationOracleCases(t *testing.T) {
 		// Partial release: 400 output tokens unused for 1000 ms; input all used.
 		{"partial output", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:partial|output_tokens", "stranded_token_ms", 400 * 1000},
 		{"partial input", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:partial|input_tokens", "stranded_token_ms", 0},
+		{"late grant broken out", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, caseScope + "|late|route-late|interactive", "late_grant_token_s", (800 + 400) * 3},
+		{"hold_expired broken out", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, caseScope + "|m3|route-m3|interactive", "hold_expired_token_s", (2000+1000)*60 + (3000+500)*14.999},
+		{"retried holds broken out", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, caseScope + "|m2|route-m2|interactive", "retried", 2},
 		{"late grant", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:late|input_tokens", "stranded_token_ms", 800 * 3000},
 	} {
 		t.Run(w.name, func(t *testing.T) {

@@ -208,6 +208,63 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 		}
 	})
 
+	t.Run("stranded_by_owner", func(t *testing.T) {
+		res := got["stranded_by_owner"]
+		rows := rowsBy(t, res, "scope", "tenant", "route", "class")
+		type acc struct {
+			grants, late, expired, retried, unsettled int64
+			in, out, lateMs, expiredMs, retriedMs     int64
+		}
+		want := map[string]*acc{}
+		for _, a := range o.attempts {
+			if a.grantedMs == 0 {
+				continue
+			}
+			k := a.scope + "|" + a.tenant + "|" + a.route + "|" + a.class
+			w := want[k]
+			if w == nil {
+				w = &acc{}
+				want[k] = w
+			}
+			sIn, sOut := a.strandedIn(), a.strandedOut()
+			w.grants++
+			w.in += sIn
+			w.out += sOut
+			switch a.holdEnd {
+			case "late_grant":
+				w.late++
+				w.lateMs += sIn + sOut
+			case "hold_expired":
+				w.expired++
+				w.expiredMs += sIn + sOut
+			case "provider_rejected", "retried":
+				w.retried++
+				w.retriedMs += sIn + sOut
+			case "":
+				w.unsettled++
+			}
+		}
+		if len(rows) != len(want) {
+			t.Errorf("%d groups, want %d", len(rows), len(want))
+		}
+		for k, w := range want {
+			row := rows[k]
+			if row == nil {
+				t.Errorf("group %s missing", k)
+				continue
+			}
+			for _, c := range []struct {
+				col  string
+				want float64
+			}{{"grants", float64(w.grants)}, {"stranded_input_token_s", float64(w.in) / 1000}, {"stranded_output_token_s", float64(w.out) / 1000},
+				{"stranded_token_s", float64(w.in+w.out) / 1000}, {"late_grants", float64(w.late)}, {"late_grant_token_s", float64(w.lateMs) / 1000},
+				{"hold_expired", float64(w.expired)}, {"hold_expired_token_s", float64(w.expiredMs) / 1000},
+				{"retried", float64(w.retried)}, {"retried_token_s", float64(w.retriedMs) / 1000}, {"unsettled", float64(w.unsettled)}} {
+				near(k+" "+c.col, num(t, res, row, c.col), c.want)
+			}
+		}
+	})
+
 	t.Run("retry_amplification", func(t *testing.T) {
 		res := got["retry_amplification"]
 		rows := rowsBy(t, res, "provider", "tenant", "class")

@@ -76,6 +76,7 @@ func charts(rep *Report) []chart {
 	}
 	add("estimation_error", "Output estimation bias by route", "(estimate − actual) ÷ actual", by("route"), keys)
 	add("stranded_quota", "Stranded quota by bucket", "token·s", nil, keys)
+	add("stranded_by_owner", "Stranded quota by tenant, route and class", "token·s", nil, keys)
 	add("queue_wait", "Queue wait p95 by class", "ms", nil, keys)
 	add("retry_amplification", "Retry amplification (requests that reached a provider)", "attempts per request",
 		func(s *Section, row []any) bool { return row[col(s, "provider")] != "" }, keys)

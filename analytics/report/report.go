@@ -178,6 +178,7 @@ var specs = []spec{
 	{"estimation_error", "Estimation error ((estimate − actual) ÷ actual)", []string{"by", "key"}, "out_bias"},
 	{"route_calibration", "Route calibration evidence", []string{"route"}, "out_p95"},
 	{"stranded_quota", "Stranded quota (reserved above actual use)", []string{"scope", "bucket", "dimension"}, "stranded_token_s"},
+	{"stranded_by_owner", "Stranded quota by tenant, route and class (late grants and expired holds broken out)", []string{"scope", "tenant", "route", "class"}, "stranded_token_s"},
 	{"retry_amplification", "Retry amplification (upstream attempts ÷ logical requests)", []string{"provider", "tenant", "class"}, "amplification"},
 	{"acceptance", "Acceptance rate (dispatched ÷ received)", []string{"tenant", "class"}, "acceptance_rate"},
 	{"ratio_429", "Provider 429 ratio (429s ÷ upstream attempts)", []string{"by", "key"}, "ratio"},
