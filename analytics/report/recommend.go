@@ -15,6 +15,9 @@ const (
 	KindBucketCapacity       = "bucket_capacity"
 	KindClassDeadline        = "class_deadline"
 	KindStrandedQuota        = "stranded_quota"
+	// KindProviderStorm: provider 429s that do not persist across the
+	// range; advice that no capacity changes for them.
+	KindProviderStorm = "provider_storm"
 )
 
 // Recommendation is one proposed change with the figures that justify it.
@@ -162,12 +165,25 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 			continue
 		}
 		scope := str(s429, row, "scope")
+		days, hours, peak := get(s429, row, "days_with_429"), get(s429, row, "hours_with_429"), get(s429, row, "peak_hour_share")
+		spread := []Evidence{{"days with 429s", days}, {"hours with 429s", hours}, {"share of the busiest hour", round3(peak)}}
+		if !(days >= float64(b.PersistDaysMin)) || !(peak <= b.PeakHourShareMax) {
+			// Refusals bunched in a few hours are a storm on the
+			// provider's side (or one it announced): cutting the
+			// buckets for it would waste a week of capacity.
+			recs = append(recs, Recommendation{Kind: KindProviderStorm, Target: scope, Current: 1, Recommended: 1,
+				Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429, but on %.0f day(s), %.0f hour(s), %.0f%% in the busiest hour: a transient storm, not a calibration problem; capacity changes only for 429s on at least %d days with no hour over %.0f%% of them",
+					100*ratio, days, hours, 100*peak, b.PersistDaysMin, 100*b.PeakHourShareMax),
+				Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
+				Effect:   "none: the buckets stay as they are"})
+			continue
+		}
 		f := round3(1 - math.Min(b.CapacityChangeMax, 2*ratio))
 		p.Buckets = append(p.Buckets, BucketPatch{Scope: scope, Dimension: "requests", CapacityFactor: f})
 		recs = append(recs, Recommendation{Kind: KindBucketCapacity, Target: scope + " requests buckets", Current: 1, Recommended: f, InPatch: true,
 			Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429 although the ledger admitted them (a calibration problem): lower the request buckets, at most %.0f%% per report",
 				100*ratio, 100*b.CapacityChangeMax),
-			Evidence: []Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}},
+			Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
 			Effect: fmt.Sprintf("the ledger admits %.1f%% fewer requests per period into %s, so fewer reach the provider only to get a 429 (target: under %.1f%%)",
 				100*(1-f), scope, 100*b.Provider429Min)})
 	}

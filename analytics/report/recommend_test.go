@@ -49,3 +49,34 @@ func TestRecommendBoundsEveryFactor(t *testing.T) {
 		})
 	}
 }
+
+// TestRecommendNoCapacityCutForAStorm: 429s bunched in one hour (a storm)
+// give advice and no patch; the same ratio spread over the week lowers
+// the request buckets.
+func TestRecommendNoCapacityCutForAStorm(t *testing.T) {
+	empty := func(cols ...string) *analytics.Result { return &analytics.Result{Columns: cols} }
+	for _, tc := range []struct {
+		name              string
+		days, hours, peak float64
+		wantCut           bool
+	}{
+		{"one-hour storm", 1, 1, 1, false},
+		{"two days", 2, 5, 0.3, false},
+		{"bunched over the week", 5, 6, 0.8, false},
+		{"persistent", 7, 60, 0.05, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s429 := &analytics.Result{Columns: []string{"scope", "upstream_attempts", "provider_429", "ratio", "days_with_429", "hours_with_429", "peak_hour_share"},
+				Rows: [][]any{{"openai:x", int64(1000), int64(50), 0.05, tc.days, tc.hours, tc.peak}}}
+			cur := map[string]*analytics.Result{"route_calibration": empty("route"), "scope_429": s429,
+				"stranded_quota": empty("scope"), "deadline_misses": empty("class"), "queue_wait": empty("class")}
+			recs, p := recommend(cur, Bounds{}.withDefaults(), &Report{})
+			if cut := len(p.Buckets) > 0; cut != tc.wantCut {
+				t.Errorf("capacity cut %v, want %v: %+v", cut, tc.wantCut, recs)
+			}
+			if len(recs) != 1 || recs[0].Effect == "" {
+				t.Errorf("want one recommendation with its effect: %+v", recs)
+			}
+		})
+	}
+}

@@ -229,6 +229,12 @@ type Bounds struct {
 	// DeadlineMissMin is the miss ratio above which a class's max wait is
 	// raised (default 0.02); DeadlineRaiseMax bounds the raise (default 0.5).
 	DeadlineMissMin, DeadlineRaiseMax float64
+	// PersistDaysMin and PeakHourShareMax: a scope's request buckets are
+	// lowered only for 429s on at least PersistDaysMin days of the range
+	// (default 3) with no hour holding more than PeakHourShareMax of them
+	// (default 0.5); fewer, or bunched, is a storm and gets advice only.
+	PersistDaysMin   int64
+	PeakHourShareMax float64
 	// MinSamples is the reconciled attempts a route needs before its
 	// estimates are recommended (default 30).
 	MinSamples int64
@@ -243,6 +249,10 @@ func (b Bounds) withDefaults() Bounds {
 	def(&b.InputCorrectionMax, 0.10)
 	def(&b.CapacityChangeMax, 0.10)
 	def(&b.OutputChangeMax, 0.25)
+	def(&b.PeakHourShareMax, 0.5)
+	if b.PersistDaysMin <= 0 {
+		b.PersistDaysMin = 3
+	}
 	def(&b.Provider429Min, 0.005)
 	def(&b.DeadlineMissMin, 0.02)
 	def(&b.DeadlineRaiseMax, 0.5)
