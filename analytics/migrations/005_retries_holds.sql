@@ -6,7 +6,11 @@
 --   (ledger/feedback.go retry). request_estimates keeps, per request, the
 --   first reserved attempt's estimates, path, prompt family, context band
 --   and streaming flag; the attempts view gives them to every attempt
---   that has no ReserveRequested of its own.
+--   that has no ReserveRequested of its own. The join's right side is
+--   only the requests with a later attempt (the key columns of
+--   attempt_facts give them cheaply): built over every request it made
+--   the view twice as slow to merge (2M events: 0.9 s against 0.4 s;
+--   with the filter 0.2–0.3 s).
 -- * A hold ends at whatever the ledger settles it on: Reconciled,
 --   Released, the attempt's ProviderRejected (the ledger releases the
 --   grant), the next attempt's RetryRequested (it releases a grant still
@@ -344,5 +348,6 @@ ANY LEFT JOIN
         argMinMerge(e.s_context_band) AS r_context_band,
         argMinMerge(e.s_streaming) AS r_streaming
     FROM {db}.request_estimates AS e
+    WHERE request_id IN (SELECT request_id FROM {db}.attempt_facts WHERE attempt > 1)
     GROUP BY request_id
 ) AS r USING request_id;
