@@ -587,3 +587,20 @@ func TestRevokeGivesUpARetryingBatch(t *testing.T) {
 		t.Fatalf("commits %d inflight %v buf %d", len(fc.recs), s.inflight != nil, len(s.buf))
 	}
 }
+
+// TestNormalizeDereferencesNullable: clickhouse-go scans a Nullable column
+// (current servers type some scalar subqueries so) into pointers; a result
+// holds the value, or nil for NULL, never an address.
+func TestNormalizeDereferencesNullable(t *testing.T) {
+	f, u, s := 0.25, uint64(7), "x"
+	var nilF *float64
+	pf := &f
+	for _, tc := range []struct {
+		in   any
+		want any
+	}{{&f, 0.25}, {&u, int64(7)}, {&s, "x"}, {nilF, nil}, {&pf, 0.25}, {int32(3), int64(3)}} {
+		if got := normalize(tc.in); got != tc.want {
+			t.Errorf("normalize(%T) = %v (%T), want %v", tc.in, got, got, tc.want)
+		}
+	}
+}

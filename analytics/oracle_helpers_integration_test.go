@@ -22,10 +22,25 @@ type oAttempt struct {
 	limitPath, limitDim                      string
 	streaming                                bool
 	estIn, estOut, in, out, cached           int64
-	grantedMs, holdEndMs                     int64
-	reconciled, dispatched, rej429           bool
-	queued, denied                           bool
-	lastDecisionMs                           int64
+	// usedIn, usedOut: what the hold actually used — a Reconciled's
+	// usage, or a Released's partial usage.
+	usedIn, usedOut      int64
+	grantedMs, holdEndMs int64
+	// holdEnd is what ended the hold (reconciled, released, late_grant,
+	// provider_rejected, retried, hold_expired), the first that did.
+	holdEnd                        string
+	hasReserve                     bool // its own ReserveRequested (a gateway retry has none)
+	reconciled, dispatched, rej429 bool
+	queued, denied                 bool
+	lastDecisionMs                 int64
+}
+
+// endHold records an event that ended the attempt's hold at ms; the
+// earliest counts (the ledger settles a reservation once).
+func (a *oAttempt) endHold(ms int64, kind string) {
+	if a.holdEndMs == 0 || ms < a.holdEndMs {
+		a.holdEndMs, a.holdEnd = ms, kind
+	}
 }
 
 type oRequest struct {
@@ -37,19 +52,43 @@ type oracle struct {
 	attempts map[string]*oAttempt
 	requests map[string]*oRequest
 	caps     map[string]int64 // scope|bucket|dimension → capacity
+	// held: what the bucket holds at most, capacity × window ÷ period for
+	// token and ramp buckets, capacity otherwise (scope|bucket|dimension).
+	held map[string]float64
 	// streamDisagree counts attempts whose ReserveRequested and Reconciled
 	// disagree on streaming.
 	streamDisagree int
 }
 
 func newOracle(recs []synth.Record) *oracle {
-	o := &oracle{attempts: map[string]*oAttempt{}, requests: map[string]*oRequest{}, caps: map[string]int64{}}
+	o := &oracle{attempts: map[string]*oAttempt{}, requests: map[string]*oRequest{}, caps: map[string]int64{}, held: map[string]float64{}}
+	attemptOf := func(e *schemas.Event, attempt int32) *oAttempt {
+		k := fmt.Sprintf("%s#%d", e.RequestID, attempt)
+		a := o.attempts[k]
+		if a == nil {
+			a = &oAttempt{reqID: e.RequestID, attempt: attempt, scope: e.Scope, tenant: e.Tenant, route: e.Route, class: e.Class}
+			o.attempts[k] = a
+		}
+		return a
+	}
 	for _, r := range recs {
 		e := r.Event
 		if e.ConfigChanged != nil {
 			row := Row{}
 			for _, c := range CapacityRows(&row, e) {
-				o.caps[c.Scope+"|"+c.Bucket+"|"+c.Dimension] = c.Capacity
+				k := c.Scope + "|" + c.Bucket + "|" + c.Dimension
+				o.caps[k] = c.Capacity
+				o.held[k] = float64(c.Capacity)
+				if c.Refill == "" || c.Refill == "token" || c.Refill == "ramp" {
+					period, window := c.PeriodMs, c.WindowMs
+					if period <= 0 {
+						period = 60000
+					}
+					if window <= 0 {
+						window = min(1000, period)
+					}
+					o.held[k] = float64(c.Capacity) * float64(window) / float64(period)
+				}
 			}
 			continue
 		}
@@ -62,37 +101,45 @@ func newOracle(recs []synth.Record) *oracle {
 			o.requests[e.RequestID] = rq
 		}
 		rq.tenant, rq.class = e.Tenant, e.Class
-		k := fmt.Sprintf("%s#%d", e.RequestID, e.Attempt)
-		a := o.attempts[k]
-		attemptEvent := e.Type != schemas.TypeOutcome && e.Type != schemas.TypeRetryRequested
-		if a == nil && attemptEvent {
-			a = &oAttempt{reqID: e.RequestID, attempt: e.Attempt, scope: e.Scope, tenant: e.Tenant, route: e.Route, class: e.Class}
-			o.attempts[k] = a
+		var a *oAttempt
+		if e.Type != schemas.TypeOutcome && e.Type != schemas.TypeRetryRequested {
+			a = attemptOf(e, e.Attempt)
 		}
 		t := r.LogTimeMs
 		switch {
 		case e.ReserveRequested != nil:
 			p := e.ReserveRequested
+			a.hasReserve = true
 			a.estIn, a.estOut, a.streaming = p.InputTokens, p.OutputTokens, p.Streaming
 			a.family, a.band, a.path = p.PromptFamily, ContextBand(p.InputTokens), PathString(p.Path)
-			if rq.receivedMs == 0 {
+			if rq.receivedMs == 0 || t < rq.receivedMs {
 				rq.receivedMs = t
 			}
+		case e.RetryRequested != nil:
+			// The ledger settles the previous attempt's grant if nothing
+			// else did (ledger/feedback.go retry).
+			attemptOf(e, e.RetryRequested.PreviousAttempt).endHold(t, "retried")
 		case e.Decision != nil:
 			d := e.Decision
+			// A decision's time is the ledger clock that charged the
+			// bucket (Decision.log_time_ms), not when its record was
+			// appended to sluice.decisions.
+			if d.LogTimeMs > 0 {
+				t = d.LogTimeMs
+			}
 			switch d.Status {
 			case schemas.StatusGranted:
-				if a.grantedMs == 0 {
+				if a.grantedMs == 0 || t < a.grantedMs {
 					a.grantedMs = t
 				}
 			case schemas.StatusQueued:
 				a.queued = true
 			case schemas.StatusDenied:
 				a.denied = true
-			case schemas.StatusExpired:
-				if a.holdEndMs == 0 {
-					a.holdEndMs = t
-				}
+			case schemas.StatusExpired, schemas.StatusHoldExpired, schemas.StatusReleased, schemas.StatusReconciled:
+				// expired: a queue expiry holds nothing (no grant), or an
+				// older ledger's hold expiry.
+				a.endHold(t, "hold_expired")
 			}
 			if d.LimitPath != "" && t >= a.lastDecisionMs {
 				a.limitPath, a.limitDim, a.lastDecisionMs = d.LimitPath, string(d.LimitDimension), t
@@ -105,6 +152,7 @@ func newOracle(recs []synth.Record) *oracle {
 		case e.Reconciled != nil:
 			p := e.Reconciled
 			a.reconciled, a.in, a.out, a.cached = true, p.InputTokens, p.OutputTokens, p.CachedInputTokens
+			a.usedIn, a.usedOut = max(a.usedIn, p.InputTokens), max(a.usedOut, p.OutputTokens)
 			// An attempt streamed if its reserve or its reconcile says so
 			// (the views take the max of both; the recorded load has
 			// attempts where they disagree).
@@ -112,14 +160,18 @@ func newOracle(recs []synth.Record) *oracle {
 				o.streamDisagree++
 			}
 			a.streaming = a.streaming || p.Streaming
-			if a.holdEndMs == 0 {
-				a.holdEndMs = t
-			}
+			a.endHold(t, "reconciled")
 		case e.Released != nil:
-			if a.holdEndMs == 0 {
-				a.holdEndMs = t
+			p := e.Released
+			a.usedIn, a.usedOut = max(a.usedIn, p.InputTokens), max(a.usedOut, p.OutputTokens)
+			kind := "released"
+			if p.Reason == schemas.ReasonLateGrant {
+				kind = "late_grant"
 			}
+			a.endHold(t, kind)
 		case e.ProviderRejected != nil:
+			// The ledger releases the attempt's grant (providerRejected).
+			a.endHold(t, "provider_rejected")
 			if e.ProviderRejected.HTTPStatus == 429 {
 				a.rej429, a.limiter = true, string(e.ProviderRejected.Limiter)
 			}
@@ -127,8 +179,28 @@ func newOracle(recs []synth.Record) *oracle {
 			rq.status, rq.decision = string(e.Outcome.Status), string(e.Outcome.GatewayDecision)
 		}
 	}
+	// A gateway retry (RetryRequested, no ReserveRequested) keeps the
+	// path and estimates of the request's first reserved attempt
+	// (ledger/feedback.go retry: "same path and estimates").
+	first := map[string]*oAttempt{}
+	for _, a := range o.attempts {
+		if f := first[a.reqID]; a.hasReserve && (f == nil || a.attempt < f.attempt) {
+			first[a.reqID] = a
+		}
+	}
+	for _, a := range o.attempts {
+		if f := first[a.reqID]; !a.hasReserve && f != nil {
+			a.estIn, a.estOut, a.family, a.band, a.path = f.estIn, f.estOut, f.family, f.band, f.path
+			a.streaming = a.streaming || f.streaming
+		}
+	}
 	return o
 }
+
+// strandedIn, strandedOut: capacity held above what the hold used, in
+// token·ms (a release without usage strands the whole reservation).
+func (a *oAttempt) strandedIn() int64  { return max(a.estIn-a.usedIn, 0) * a.holdMs() }
+func (a *oAttempt) strandedOut() int64 { return max(a.estOut-a.usedOut, 0) * a.holdMs() }
 
 func (a *oAttempt) holdMs() int64 {
 	if a.grantedMs > 0 && a.holdEndMs >= a.grantedMs {
@@ -214,8 +286,7 @@ func (o *oracle) stranded() (map[string]int64, map[string]int64) {
 				continue
 			}
 			found = true
-			sIn := max(a.estIn-a.in, 0) * a.holdMs()
-			sOut := max(a.estOut-a.out, 0) * a.holdMs()
+			sIn, sOut := a.strandedIn(), a.strandedOut()
 			switch dim {
 			case "input_tokens":
 				tok[key] += sIn
@@ -241,10 +312,23 @@ type ampStats struct {
 	retriedTokens int64
 }
 
+// amplification groups the logical requests sent upstream at least once
+// by the provider they went to (the greatest name, if several), tenant
+// and class: each request counts once, whatever its attempts did.
 func (o *oracle) amplification() map[string]*ampStats {
+	provider := map[string]string{}
+	for _, a := range o.attempts {
+		if a.dispatched && a.provider > provider[a.reqID] {
+			provider[a.reqID] = a.provider
+		}
+	}
 	out := map[string]*ampStats{}
 	for _, a := range o.attempts {
-		k := a.provider + "|" + a.tenant + "|" + a.class
+		p, ok := provider[a.reqID]
+		if !ok {
+			continue
+		}
+		k := p + "|" + a.tenant + "|" + a.class
 		s := out[k]
 		if s == nil {
 			s = &ampStats{requests: map[string]bool{}}

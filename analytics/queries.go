@@ -186,6 +186,13 @@ func normalize(v any) any {
 	}
 	rv := reflect.ValueOf(v)
 	switch rv.Kind() {
+	case reflect.Pointer:
+		// A Nullable column (current servers type some scalar
+		// subqueries so) scans into pointers: the value, or nil for NULL.
+		if rv.IsNil() {
+			return nil
+		}
+		return normalize(rv.Elem().Interface())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		return rv.Int()
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:

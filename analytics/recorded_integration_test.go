@@ -6,8 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,16 +27,20 @@ import (
 	"github.com/sluice-dev/sluice/services/loadtest"
 )
 
-// recordLoad runs testdata/oracle-load.yaml against the embedded stack
-// (gateway, ledger, simulator on kfake) and returns every committed record
-// of every Sluice topic, with its log time: the recorded load.
-func recordLoad(t *testing.T) []synth.Record {
+var record = flag.Bool("record", false, "write the recorded loads to testdata/recorded-NAME.jsonl.gz (TestIntegrationOracleRecordedLoad)")
+
+// recordLoad runs a scenario (testdata/NAME.yaml) against the embedded
+// stack (gateway, ledger, simulator on kfake) and returns every committed
+// record of every Sluice topic, with its log time: the recorded load. A
+// tenant's cancel_fraction cancels every ⌈1/fraction⌉-th of its requests
+// after cancel_after (the client goes away).
+func recordLoad(t *testing.T, scenario string) []synth.Record {
 	t.Helper()
-	b, err := os.ReadFile("testdata/oracle-load.yaml")
+	b, err := os.ReadFile(filepath.Join("testdata", scenario))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := loadtest.ParseScenario(b, "oracle-load.yaml")
+	sc, err := loadtest.ParseScenario(b, scenario)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +76,16 @@ func recordLoad(t *testing.T) []synth.Record {
 			for i := 0; time.Duration(i)*interval < dur; i++ {
 				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 				wg.Add(1)
+				cancelled := tn.CancelFraction > 0 && i%int(math.Ceil(1/tn.CancelFraction)) == 0
 				go func() {
 					defer wg.Done()
-					req, _ := http.NewRequest(http.MethodPost, st.GatewayURL+"/v1/chat/completions", bytes.NewReader(body))
+					rctx := context.Background()
+					if cancelled {
+						var cancel context.CancelFunc
+						rctx, cancel = context.WithTimeout(rctx, tn.CancelAfter.D())
+						defer cancel()
+					}
+					req, _ := http.NewRequestWithContext(rctx, http.MethodPost, st.GatewayURL+"/v1/chat/completions", bytes.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+keys[tn.ID])
 					req.Header.Set("Content-Type", "application/json")
 					if resp, err := hc.Do(req); err == nil {
@@ -143,12 +157,49 @@ func recordLoad(t *testing.T) []synth.Record {
 	return recs
 }
 
-// TestIntegrationOracleRecordedLoad: the load tester's scenario against the
-// embedded stack, recorded, then through the real Kafka and sink into
+// recordedScenarios are the loads recorded from the embedded stack.
+var recordedScenarios = []string{"oracle-load.yaml", "oracle-storm.yaml"}
+
+// TestIntegrationOracleRecordedLoad: the load tester's scenarios against
+// the embedded stack, recorded, then through the real Kafka and sink into
 // ClickHouse 18.16; every query equals Go over the recorded events, and the
-// same rows give the same results on ClickHouse 26.x (chDB).
+// same rows give the same results on ClickHouse 26.x (chDB). With -record
+// the logs are written to testdata (recorded-NAME.jsonl.gz), which
+// TestIntegrationOracleRecordedLogs and the grammar test read.
 func TestIntegrationOracleRecordedLoad(t *testing.T) {
-	recs := recordLoad(t)
+	for _, sc := range recordedScenarios {
+		t.Run(strings.TrimSuffix(sc, ".yaml"), func(t *testing.T) {
+			recs := recordLoad(t, sc)
+			if *record {
+				if err := synth.WriteLog(filepath.Join("testdata", "recorded-"+strings.TrimSuffix(sc, ".yaml")+".jsonl.gz"), recs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			oracleOverRecorded(t, recs)
+		})
+	}
+}
+
+// TestIntegrationOracleRecordedLogs: the logs recorded in testdata (the
+// real gateway, ledger and simulator), every query on 18.16 and chDB
+// against the oracle.
+func TestIntegrationOracleRecordedLogs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/recorded-*.jsonl.gz")
+	if len(files) == 0 {
+		t.Fatal("no testdata/recorded-*.jsonl.gz (record them with -run RecordedLoad -record)")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			recs, err := synth.ReadLog(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oracleOverRecorded(t, recs)
+		})
+	}
+}
+
+func oracleOverRecorded(t *testing.T, recs []synth.Record) {
 	types := map[schemas.Type]int{}
 	minMs, maxMs := recs[0].LogTimeMs, recs[0].LogTimeMs
 	for _, r := range recs {

@@ -12,7 +12,7 @@ FROM
     FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND dispatched = 1 GROUP BY key
     UNION ALL
     SELECT 'limiter' AS by, provider_limiter AS key,
-        (SELECT sum(dispatched) FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND dispatched = 1) AS upstream_attempts,
+        ifNull((SELECT sum(dispatched) FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND dispatched = 1), 0) AS upstream_attempts,
         sum(rejected_429) AS provider_429
     FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) AND rejected_429 = 1 GROUP BY key
 )

@@ -76,6 +76,7 @@ func charts(rep *Report) []chart {
 	}
 	add("estimation_error", "Output estimation bias by route", "(estimate − actual) ÷ actual", by("route"), keys)
 	add("stranded_quota", "Stranded quota by bucket", "token·s", nil, keys)
+	add("stranded_by_owner", "Stranded quota by tenant, route and class", "token·s", nil, keys)
 	add("queue_wait", "Queue wait p95 by class", "ms", nil, keys)
 	add("retry_amplification", "Retry amplification (requests that reached a provider)", "attempts per request",
 		func(s *Section, row []any) bool { return row[col(s, "provider")] != "" }, keys)
@@ -164,6 +165,9 @@ td:first-child,th:first-child{text-align:left}.legend span{display:inline-block;
 		fmt.Fprintf(&b, `<li><b>%s</b> <code>%s</code>: %s → %s. %s<ul>`, html.EscapeString(r.Kind), html.EscapeString(r.Target), fmtNum(r.Current), fmtNum(r.Recommended), html.EscapeString(r.Reason))
 		for _, e := range r.Evidence {
 			fmt.Fprintf(&b, `<li>%s: %s</li>`, html.EscapeString(e.Name), fmtNum(e.Value))
+		}
+		if r.Effect != "" {
+			fmt.Fprintf(&b, `<li>expected effect: %s</li>`, html.EscapeString(r.Effect))
 		}
 		b.WriteString(`</ul></li>`)
 	}

@@ -15,6 +15,9 @@ const (
 	KindBucketCapacity       = "bucket_capacity"
 	KindClassDeadline        = "class_deadline"
 	KindStrandedQuota        = "stranded_quota"
+	// KindProviderStorm: provider 429s that do not persist across the
+	// range; advice that no capacity changes for them.
+	KindProviderStorm = "provider_storm"
 )
 
 // Recommendation is one proposed change with the figures that justify it.
@@ -25,6 +28,9 @@ type Recommendation struct {
 	Recommended float64    `json:"recommended"`
 	Reason      string     `json:"reason"`
 	Evidence    []Evidence `json:"evidence"`
+	// Effect is what applying it is expected to change, in the figures
+	// the evidence gives (so next week's report can check it).
+	Effect string `json:"effect,omitempty"`
 	// InPatch is false for advice the patch does not carry.
 	InPatch bool `json:"in_patch"`
 }
@@ -107,18 +113,32 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 		rp := RoutePatch{Route: route}
 		outP95, estOut := get(rc, row, "out_p95"), get(rc, row, "est_out_mean")
 		if outP95 > 0 && math.Abs(estOut-outP95) > 0.05*outP95 {
-			rp.P95OutputTokens = int64(math.Ceil(outP95))
+			// Bounded per report: the new cap is within [1/(1+max),
+			// 1+max] of the current mean reservation, so one week's
+			// traffic (a burst of short answers) cannot cut it by 60 %.
+			capped := math.Ceil(clamp(outP95, estOut/(1+b.OutputChangeMax), estOut*(1+b.OutputChangeMax)))
+			rp.P95OutputTokens = int64(capped)
+			bound := ""
+			if capped != math.Ceil(outP95) {
+				bound = fmt.Sprintf(" (bounded to ×[%.2f, %.2f] of the current reservation per report)", 1/(1+b.OutputChangeMax), 1+b.OutputChangeMax)
+			}
 			recs = append(recs, Recommendation{Kind: KindRouteOutputEstimate, Target: route, Current: math.Round(estOut),
 				Recommended: float64(rp.P95OutputTokens), InPatch: true,
-				Reason:   fmt.Sprintf("reserves %.0f output tokens on average; 95%% of its responses use at most %.0f", estOut, outP95),
-				Evidence: []Evidence{{"reconciled attempts", n}, {"p95 actual output tokens", outP95}, {"mean reserved output tokens", round3(estOut)}}})
+				Reason:   fmt.Sprintf("reserves %.0f output tokens on average; 95%% of its responses use at most %.0f%s", estOut, outP95, bound),
+				Evidence: []Evidence{{"reconciled attempts", n}, {"p95 actual output tokens", outP95}, {"mean reserved output tokens", round3(estOut)}},
+				Effect: fmt.Sprintf("each request reserves %+.0f output tokens (%+.1f%%); on this week's traffic about %s of the responses would use more than the cap",
+					capped-estOut, 100*(capped-estOut)/estOut, overCap(capped, outP95))})
 		}
 		ratio, under := get(rc, row, "in_ratio"), get(rc, row, "in_under_p95")
 		if ratio > 0 {
 			want := 1 / ratio
-			f := clamp(want, 1-b.InputCorrectionMax, 1+b.InputCorrectionMax)
+			lo, hi := 1-b.InputCorrectionMax, 1+b.InputCorrectionMax
+			f := clamp(want, lo, hi)
 			if under > 0 {
-				f = math.Max(f, under)
+				// Not under the p95 of actual ÷ estimate, and still
+				// within the report's bound whatever that p95 says
+				// (estimates of 0 made it 1000 once).
+				f = clamp(math.Max(f, under), lo, hi)
 			}
 			f = round3(f)
 			if math.Abs(f-1) >= 0.01 {
@@ -127,7 +147,8 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 					Reason: fmt.Sprintf("input estimates are %.1f%% of actual; correction bounded to ±%.0f%% per report and not under the p95 of actual ÷ estimate",
 						100*ratio, 100*b.InputCorrectionMax),
 					Evidence: []Evidence{{"reconciled attempts", n}, {"estimated ÷ actual input", round3(ratio)}, {"unbounded factor", round3(want)},
-						{"p95 actual ÷ estimated input", round3(under)}}})
+						{"p95 actual ÷ estimated input", round3(under)}},
+					Effect: fmt.Sprintf("input estimates go from %.1f%% to about %.1f%% of actual input", 100*ratio, 100*ratio*f)})
 			}
 		}
 		if rp.P95OutputTokens != 0 || rp.InputCorrection != 0 {
@@ -144,12 +165,27 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 			continue
 		}
 		scope := str(s429, row, "scope")
+		days, hours, peak := get(s429, row, "days_with_429"), get(s429, row, "hours_with_429"), get(s429, row, "peak_hour_share")
+		spread := []Evidence{{"days with 429s", days}, {"hours with 429s", hours}, {"share of the busiest hour", round3(peak)}}
+		if !(days >= float64(b.PersistDaysMin)) || !(peak <= b.PeakHourShareMax) {
+			// Refusals bunched in a few hours are a storm on the
+			// provider's side (or one it announced): cutting the
+			// buckets for it would waste a week of capacity.
+			recs = append(recs, Recommendation{Kind: KindProviderStorm, Target: scope, Current: 1, Recommended: 1,
+				Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429, but on %.0f day(s), %.0f hour(s), %.0f%% in the busiest hour: a transient storm, not a calibration problem; capacity changes only for 429s on at least %d days with no hour over %.0f%% of them",
+					100*ratio, days, hours, 100*peak, b.PersistDaysMin, 100*b.PeakHourShareMax),
+				Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
+				Effect:   "none: the buckets stay as they are"})
+			continue
+		}
 		f := round3(1 - math.Min(b.CapacityChangeMax, 2*ratio))
 		p.Buckets = append(p.Buckets, BucketPatch{Scope: scope, Dimension: "requests", CapacityFactor: f})
 		recs = append(recs, Recommendation{Kind: KindBucketCapacity, Target: scope + " requests buckets", Current: 1, Recommended: f, InPatch: true,
 			Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429 although the ledger admitted them (a calibration problem): lower the request buckets, at most %.0f%% per report",
 				100*ratio, 100*b.CapacityChangeMax),
-			Evidence: []Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}})
+			Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
+			Effect: fmt.Sprintf("the ledger admits %.1f%% fewer requests per period into %s, so fewer reach the provider only to get a 429 (target: under %.1f%%)",
+				100*(1-f), scope, 100*b.Provider429Min)})
 	}
 	// Stranded quota that turned demand away is advice, not a patch: the
 	// route estimates above are the fix; a larger bucket would let the
@@ -163,7 +199,8 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 		target := str(sq, row, "scope") + " " + str(sq, row, "bucket") + " " + str(sq, row, "dimension")
 		recs = append(recs, Recommendation{Kind: KindStrandedQuota, Target: target, Current: round3(pct), Recommended: round3(pct),
 			Reason:   fmt.Sprintf("%.1f%% of the bucket sat reserved and unused while it queued or denied %.0f attempts: correct the route estimates rather than the bucket size", pct, refused),
-			Evidence: []Evidence{{"stranded token·s", round3(get(sq, row, "stranded_token_s"))}, {"% of capacity", round3(pct)}, {"attempts queued or denied here", refused}}})
+			Evidence: []Evidence{{"stranded token·s", round3(get(sq, row, "stranded_token_s"))}, {"% of capacity", round3(pct)}, {"attempts queued or denied here", refused}},
+			Effect:   "none by itself (advice): the route estimates and the holds' owners (see stranded quota by tenant, route and class) are where the capacity comes back"})
 	}
 
 	// Classes: deadline misses above the threshold raise the class's max
@@ -185,7 +222,17 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 			Reason: fmt.Sprintf("%.1f%% of %s requests missed their deadline or expired queued: raise the class's max wait, at most +%.0f%% per report",
 				100*ratio, class, 100*b.DeadlineRaiseMax),
 			Evidence: []Evidence{{"requests", get(dm, row, "requests")}, {"misses", get(dm, row, "misses")}, {"miss ratio", round3(ratio)},
-				{"p99 queue wait ms (dispatched)", p99[class]}, {"deadline ms", get(dm, row, "deadline_ms_max")}}})
+				{"p99 queue wait ms (dispatched)", p99[class]}, {"deadline ms", get(dm, row, "deadline_ms_max")}},
+			Effect: fmt.Sprintf("%s requests may wait %.0f%% longer in the queue before they expire; fewer expire queued, at the price of a longer wait", class, 100*(f-1))})
 	}
 	return recs, p
+}
+
+// overCap says how many responses would exceed an output cap: 5 % at the
+// p95 itself, more when the bound kept the cap under it.
+func overCap(capped, p95 float64) string {
+	if capped >= p95 {
+		return "5 % or less"
+	}
+	return "more than 5 %"
 }

@@ -104,6 +104,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		for _, e := range r.Evidence {
 			fmt.Fprintf(&b, "   - %s: %s\n", e.Name, fmtNum(e.Value))
 		}
+		if r.Effect != "" {
+			fmt.Fprintf(&b, "   - expected effect: %s\n", r.Effect)
+		}
 	}
 	b.WriteString("\n## Config patch\n\nApply with `sluice config apply --config <gateway.yaml> PATCH` (shows the diff; `--yes` installs it).\n\n```json\n")
 	pj, err := json.MarshalIndent(rep.Patch, "", "  ")

@@ -178,6 +178,7 @@ var specs = []spec{
 	{"estimation_error", "Estimation error ((estimate − actual) ÷ actual)", []string{"by", "key"}, "out_bias"},
 	{"route_calibration", "Route calibration evidence", []string{"route"}, "out_p95"},
 	{"stranded_quota", "Stranded quota (reserved above actual use)", []string{"scope", "bucket", "dimension"}, "stranded_token_s"},
+	{"stranded_by_owner", "Stranded quota by tenant, route and class (late grants and expired holds broken out)", []string{"scope", "tenant", "route", "class"}, "stranded_token_s"},
 	{"retry_amplification", "Retry amplification (upstream attempts ÷ logical requests)", []string{"provider", "tenant", "class"}, "amplification"},
 	{"acceptance", "Acceptance rate (dispatched ÷ received)", []string{"tenant", "class"}, "acceptance_rate"},
 	{"ratio_429", "Provider 429 ratio (429s ÷ upstream attempts)", []string{"by", "key"}, "ratio"},
@@ -218,12 +219,22 @@ type Bounds struct {
 	// CapacityChangeMax is the largest bucket capacity change per report
 	// (default 0.10).
 	CapacityChangeMax float64
+	// OutputChangeMax bounds a route's output estimate per report to
+	// [1/(1+max), 1+max] × its current mean reservation (default 0.25:
+	// [0.8, 1.25]).
+	OutputChangeMax float64
 	// Provider429Min is the 429 ratio above which a scope's request
 	// buckets are lowered (default 0.005).
 	Provider429Min float64
 	// DeadlineMissMin is the miss ratio above which a class's max wait is
 	// raised (default 0.02); DeadlineRaiseMax bounds the raise (default 0.5).
 	DeadlineMissMin, DeadlineRaiseMax float64
+	// PersistDaysMin and PeakHourShareMax: a scope's request buckets are
+	// lowered only for 429s on at least PersistDaysMin days of the range
+	// (default 3) with no hour holding more than PeakHourShareMax of them
+	// (default 0.5); fewer, or bunched, is a storm and gets advice only.
+	PersistDaysMin   int64
+	PeakHourShareMax float64
 	// MinSamples is the reconciled attempts a route needs before its
 	// estimates are recommended (default 30).
 	MinSamples int64
@@ -237,6 +248,11 @@ func (b Bounds) withDefaults() Bounds {
 	}
 	def(&b.InputCorrectionMax, 0.10)
 	def(&b.CapacityChangeMax, 0.10)
+	def(&b.OutputChangeMax, 0.25)
+	def(&b.PeakHourShareMax, 0.5)
+	if b.PersistDaysMin <= 0 {
+		b.PersistDaysMin = 3
+	}
 	def(&b.Provider429Min, 0.005)
 	def(&b.DeadlineMissMin, 0.02)
 	def(&b.DeadlineRaiseMax, 0.5)

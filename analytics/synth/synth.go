@@ -1,9 +1,13 @@
 // Package synth generates a seeded, realistic Sluice event log — the event
-// sequences a gateway and a ledger write for each request (reserve, decision,
-// queue, dispatch, provider 429 and retry, reconcile or release, outcome),
-// plus the ConfigChanged of every scope — for analytics' oracle test, its
-// chDB comparison, the report's golden files and the benchmarks. The same
-// Options and Seed give the same records byte for byte.
+// sequences a gateway and a ledger write for each request (one reserve,
+// decision, queue, dispatch, provider 429 or 503 and a retry without a
+// new reserve, reconcile (partial for a cut answer), a release of a grant
+// never used, a late grant, a hold the ledger expired when its gateway
+// died, outcome), plus the ConfigChanged of every scope — for analytics'
+// oracle test, its chDB comparison, the report's golden files and the
+// benchmarks. The same Options and Seed give the same records byte for
+// byte. Its attempt shapes are those of the logs recorded from the real
+// gateway (testdata of package analytics; TestShapesMatchRecorded).
 //
 // One route ("chat-4x") reserves about 4× the output it uses, so the
 // calibration report has something to correct.
@@ -198,16 +202,16 @@ func (g *gen) request(i int, t int64) {
 	received := t
 	firstQueueMs := int64(-1)
 	maxAttempts := int32(3)
-	for attempt := int32(1); attempt <= maxAttempts; attempt++ {
-		e := env(schemas.TypeReserveRequested, attempt)
-		e.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: estIn, CachedInputTokens: cached,
-			OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
-			MaxAttempts: maxAttempts, PromptFamily: family}
-		g.emit(e, r.partition, t)
+	// One ReserveRequested per logical request: the gateway retries with
+	// a RetryRequested, and the ledger gives the retry the same path and
+	// estimates (admission/lifecycle upstreamError, ledger/feedback.go).
+	e := env(schemas.TypeReserveRequested, 1)
+	e.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: estIn, CachedInputTokens: cached,
+		OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
+		MaxAttempts: maxAttempts, PromptFamily: family}
+	g.emit(e, r.partition, t)
+	for attempt := int32(1); ; attempt++ {
 		t += 1 + g.rng.Int64N(3)
-
-		// The ledger: mostly granted at once; some queued then granted or
-		// expired; a few denied.
 		roll := g.rng.IntN(100)
 		dec := func(st schemas.Status, gd schemas.GatewayDecision) *schemas.Event {
 			d := env(schemas.TypeDecision, attempt)
@@ -215,37 +219,90 @@ func (g *gen) request(i int, t int64) {
 			d.Decision = &schemas.Decision{Status: st, GatewayDecision: gd, LogTimeMs: t, InputPartition: r.partition, HoldTTLMs: 60000}
 			return d
 		}
-		if roll < 6 { // denied
-			d := dec(schemas.StatusDenied, schemas.GDRejectedLocally)
-			d.Decision.Reason, d.Decision.LimitPath, d.Decision.LimitDimension = "over_limit", "org:org-1", schemas.DimOutputTokens
-			d.Decision.Needed, d.Decision.Available, d.Decision.RetryAfterMs = estOut, estOut/3, 800
-			d.Decision.RetryClass = "retryable_capacity"
-			g.emit(d, r.partition, t)
-			g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDRejectedLocally, firstQueueMs, 0, 0)
-			return
-		}
 		gd := schemas.GDAdmitted
-		if roll < 20 { // queued
-			d := dec(schemas.StatusQueued, schemas.GDQueued)
-			d.Decision.LimitPath, d.Decision.LimitDimension = "org:org-1/tenant:"+tn.id, schemas.DimTotalTokens
-			d.Decision.Needed, d.Decision.Available = estIn+estOut, (estIn+estOut)/2
-			g.emit(d, r.partition, t)
-			wait := 5 + g.rng.Int64N(deadline/2)
-			if roll < 9 { // expired in the queue
-				t += deadline / 2
-				x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
-				x.Decision.Reason = "queue_timeout"
-				g.emit(x, r.partition, t)
-				g.outcome(env, attempt, t, received, "timeout", 429, "queue_timeout", schemas.GDQueuedThenExpired, firstQueueMs, 0, 0)
+		if attempt > 1 {
+			// The ledger answers a retry: denied when the attempts or
+			// the scope's retry budget are spent, otherwise queued
+			// until its backoff passes, then granted.
+			if attempt > maxAttempts || roll < 25 {
+				d := dec(schemas.StatusDenied, schemas.GDRejectedPolicy)
+				d.Decision.Reason, d.Decision.RetryClass = schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy
+				if attempt > maxAttempts {
+					d.Decision.Reason = schemas.ReasonRetryAttemptsExhausted
+				}
+				g.emitDecision(d, r.partition, t)
+				g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDAdmittedThenProviderReject, firstQueueMs, 0, 0)
 				return
 			}
-			t += wait
+			q := dec(schemas.StatusQueued, schemas.GDQueued)
+			g.emitDecision(q, r.partition, t)
+			t += 1000 + g.rng.Int64N(500)
 			gd = schemas.GDQueuedThenAdmitted
+		} else {
+			// The ledger: mostly granted at once; some queued then
+			// granted, expired or cancelled by a client that went away;
+			// a few denied.
+			if roll < 6 { // denied
+				d := dec(schemas.StatusDenied, schemas.GDRejectedLocally)
+				d.Decision.Reason, d.Decision.LimitPath, d.Decision.LimitDimension = "over_limit", "org:org-1", schemas.DimOutputTokens
+				d.Decision.Needed, d.Decision.Available, d.Decision.RetryAfterMs = estOut, estOut/3, 800
+				d.Decision.RetryClass = "retryable_capacity"
+				g.emitDecision(d, r.partition, t)
+				g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDRejectedLocally, firstQueueMs, 0, 0)
+				return
+			}
+			if roll < 20 { // queued
+				d := dec(schemas.StatusQueued, schemas.GDQueued)
+				d.Decision.LimitPath, d.Decision.LimitDimension = "org:org-1/tenant:"+tn.id, schemas.DimTotalTokens
+				d.Decision.Needed, d.Decision.Available = estIn+estOut, (estIn+estOut)/2
+				g.emitDecision(d, r.partition, t)
+				wait := 5 + g.rng.Int64N(deadline/2)
+				switch {
+				case roll < 9: // expired in the queue
+					t += deadline / 2
+					x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
+					x.Decision.Reason = "queue_timeout"
+					g.emitDecision(x, r.partition, t)
+					g.outcome(env, attempt, t, received, "timeout", 429, "queue_timeout", schemas.GDQueuedThenExpired, firstQueueMs, 0, 0)
+					return
+				case roll < 10: // the client went away while queued
+					t += wait / 2
+					rel := env(schemas.TypeReleased, attempt)
+					rel.Released = &schemas.Released{Reason: schemas.ReasonClientDisconnect}
+					g.emit(rel, r.partition, t)
+					t++
+					g.emitDecision(dec(schemas.StatusCancelled, schemas.GDQueued), r.partition, t)
+					g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", schemas.GDQueued, firstQueueMs, 0, 0)
+					return
+				}
+				t += wait
+				gd = schemas.GDQueuedThenAdmitted
+			}
 		}
 		gr := dec(schemas.StatusGranted, gd)
 		gr.Decision.Borrowed = tn.class == "batch" && g.rng.IntN(5) == 0
 		gr.Decision.Shadow = shadowVerdict(r, tn, estIn, estOut, t)
-		g.emit(gr, r.partition, t)
+		switch g.rng.IntN(200) {
+		case 0: // a late grant: it reached the gateway seconds after the
+			// ledger charged the bucket; the gateway released it unused
+			lag := 3000 + g.rng.Int64N(2000)
+			g.emit(gr, r.partition, t+lag)
+			t += lag + 1
+			rel := env(schemas.TypeReleased, attempt)
+			rel.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
+			g.emit(rel, r.partition, t)
+			g.outcome(env, attempt, t, received, "timeout", 504, "late_grant", schemas.GDLateGrant, firstQueueMs, 0, 0)
+			return
+		case 1: // the gateway died holding the grant: the ledger expires
+			// the hold after its TTL; nobody writes an Outcome
+			g.emitDecision(gr, r.partition, t)
+			x := dec(schemas.StatusHoldExpired, gd)
+			x.Decision.Reason = schemas.ReasonHoldAbandoned
+			x.Decision.LogTimeMs = t + gr.Decision.HoldTTLMs
+			g.emitDecision(x, r.partition, t+gr.Decision.HoldTTLMs)
+			return
+		}
+		g.emitDecision(gr, r.partition, t)
 		t += 1 + g.rng.Int64N(4)
 		disp := env(schemas.TypeDispatched, attempt)
 		q := t - received
@@ -256,35 +313,45 @@ func (g *gen) request(i int, t int64) {
 		g.emit(disp, r.partition, t)
 		lat := 200 + g.rng.Int64N(2500)
 		t += lat
-		if g.rng.IntN(100) < 4 && attempt < maxAttempts { // provider 429, retried
+		if g.rng.IntN(100) < 5 { // provider 429 (or 503), retried by the gateway
 			pr := env(schemas.TypeProviderRejected, attempt)
 			pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 429, Kind: "rate_limited", Limiter: schemas.DimRequests, RetryAfterMs: 1000, Deployment: r.model + "-east"}
+			if g.rng.IntN(4) == 0 {
+				pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 503, Kind: "overloaded", Deployment: r.model + "-east"}
+			}
 			g.emit(pr, r.partition, t)
-			rel := env(schemas.TypeReleased, attempt)
-			rel.Released = &schemas.Released{Reason: "provider_rejected"}
-			g.emit(rel, r.partition, t)
 			rr := env(schemas.TypeRetryRequested, attempt+1)
-			rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: 1000}
+			rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: pr.ProviderRejected.RetryAfterMs}
 			g.emit(rr, r.partition, t)
-			t += 1000
 			continue
-		}
-		if g.rng.IntN(100) < 3 { // client went away mid-stream
-			rel := env(schemas.TypeReleased, attempt)
-			rel.Released = &schemas.Released{Reason: "client_disconnect", InputTokens: actIn, OutputTokens: actOut / 2}
-			g.emit(rel, r.partition, t)
-			g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", gd, firstQueueMs, actIn, actOut/2)
-			return
 		}
 		rc := env(schemas.TypeReconciled, attempt)
 		rc.Reconciled = &schemas.Reconciled{InputTokens: actIn, CachedInputTokens: cached, OutputTokens: actOut,
 			HTTPStatus: 200, FirstByteMs: lat / 4, TotalMs: lat, Streaming: streaming,
 			EstimatedInputTokens: estIn, EstimatedOutputTokens: estOut}
+		if g.rng.IntN(100) < 3 { // the client went away mid-answer: a partial reconcile
+			// (the gateway settles what the provider reported; it
+			// writes a Released only for a grant it never used)
+			rc.Reconciled.OutputTokens, rc.Reconciled.Partial, rc.Reconciled.HTTPStatus = actOut/2, true, 499
+			g.emit(rc, r.partition, t)
+			g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", gd, firstQueueMs, actIn, actOut/2)
+			return
+		}
 		g.emit(rc, r.partition, t)
 		g.outcome(env, attempt, t, received, "success", 200, "", gd, firstQueueMs, actIn, actOut)
 		return
 	}
-	g.outcome(env, maxAttempts, t, received, "failure", 429, "retries_exhausted", schemas.GDAdmittedThenProviderReject, firstQueueMs, 0, 0)
+}
+
+// emitDecision writes a Decision whose record reaches sluice.decisions a
+// little after the ledger charged the bucket (Decision.log_time_ms = ledgerMs),
+// as it does under load: usually a few ms, one in twenty up to 700 ms.
+func (g *gen) emitDecision(d *schemas.Event, partition int32, ledgerMs int64) {
+	lag := g.rng.Int64N(5)
+	if g.rng.IntN(20) == 0 {
+		lag = g.rng.Int64N(700)
+	}
+	g.emit(d, partition, ledgerMs+lag)
 }
 
 // shadowVerdict is the verdict of the shadow limits the generated config

@@ -23,7 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
-const configUsage = "usage: sluice config apply [--config FILE] [--actor WHO] [--reason WHY] [--yes] PATCH | sluice config history [--partition P] [--json]"
+const configUsage = "usage: sluice config apply [--config FILE] [--actor WHO] [--reason WHY] [--dry-run | --yes] PATCH | sluice config history [--partition P] [--json]"
 
 // runConfig implements `sluice config apply PATCH` and `sluice config
 // history`.
@@ -39,13 +39,17 @@ func runConfig(ctx context.Context, args []string) error {
 	reason := fs.String("reason", "", "why, recorded in the config history")
 	cfgPath := fs.String("config", "deploy/examples/sluice.yaml", "gateway configuration file (YAML) to patch; the gateways reload it")
 	yes := fs.Bool("yes", false, "install the patch: write the file and publish its ledger section as ConfigChanged (source calibration)")
+	dryRun := fs.Bool("dry-run", false, "apply the patch to the file in memory, validate it and print the diff; read no Kafka topic, change nothing")
 	brokers := brokersFlag(fs)
 	prefix := prefixFlag(fs)
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: sluice config apply [--config FILE] [--yes] PATCH")
+		return errors.New("usage: sluice config apply [--config FILE] [--dry-run | --yes] PATCH")
+	}
+	if *dryRun && *yes {
+		return errors.New("config apply: --dry-run and --yes contradict each other")
 	}
 	b, err := os.ReadFile(fs.Arg(0))
 	if err != nil {
@@ -60,6 +64,9 @@ func runConfig(ctx context.Context, args []string) error {
 		return err
 	}
 	fillCredentialEnv(doc)
+	if *dryRun {
+		return dryRunApply(os.Stdout, *cfgPath, doc, p)
+	}
 	ap := applyPlan{cfgPath: *cfgPath, brokers: bus.SplitBrokers(*brokers), names: bus.NamesWithPrefix(*prefix),
 		actor: *actor, reason: *reason}
 	// Once the admin API has made a change, its state's ledger document is
@@ -92,6 +99,24 @@ func runConfig(ctx context.Context, args []string) error {
 		return fmt.Errorf("ConfigChanged published but %s not written: %w", *cfgPath, err)
 	}
 	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *actor, *brokers, *cfgPath)
+	return nil
+}
+
+// dryRunApply is `config apply --dry-run`: the patch applied to the
+// gateway file in memory, the result validated, the diff printed. It
+// reads no topic (so it works where the admin topic is out of reach, in
+// CI or on a laptop): where the admin API has made a change, the limits
+// the cluster runs are its state's, which a real apply patches instead.
+func dryRunApply(w io.Writer, cfgPath string, doc []byte, p report.Patch) error {
+	next, changes, skipped, err := report.ApplyPatch(doc, p)
+	if err != nil {
+		return err
+	}
+	printChanges(w, cfgPath, changes, skipped)
+	if _, err := config.Load(bytes.NewReader(next)); err != nil {
+		return fmt.Errorf("dry run: the patched %s does not validate: %w", cfgPath, err)
+	}
+	fmt.Fprintf(w, "dry run: the patched %s validates; nothing changed and no topic read (an admin state, if the cluster has one, is what a real apply patches)\n", cfgPath)
 	return nil
 }
 
