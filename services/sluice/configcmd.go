@@ -216,6 +216,11 @@ type historyEntry struct {
 	Source  string `json:"source,omitempty"`
 	Actor   string `json:"actor,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Change is what an admin API change did, in one line ("key.revoke
+	// tenant=acme key=acme-app"): pausing, rotating or revoking a key
+	// leaves the ledger document as it was, so Diff alone would show
+	// nothing for it.
+	Change string `json:"change,omitempty"`
 	// Refused says why the ledger refused the document (it kept the one in
 	// force, so Diff is empty); later diffs are against the last installed
 	// document.
@@ -230,7 +235,7 @@ func configHistory(hist []ledgerd.ConfigEntry) []historyEntry {
 	var prev []byte
 	for _, h := range hist {
 		e := historyEntry{Version: h.Change.ConfigVersion, Offset: h.Offset, Time: time.UnixMilli(h.LogTimeMs).UTC().Format(time.RFC3339),
-			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason}
+			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason, Change: h.Change.Change}
 		if _, err := ledger.ParseConfig(h.Change.Ledger); err != nil {
 			e.Refused = err.Error() // it changed nothing: no diff
 		} else {
@@ -262,7 +267,10 @@ func printConfigHistory(w io.Writer, entries []historyEntry) {
 		if e.Refused != "" {
 			fmt.Fprintf(w, "  refused by the ledger (the previous config stayed): %s\n", oneLine(e.Refused))
 		}
-		if len(e.Diff) == 0 && e.Refused == "" {
+		if e.Change != "" {
+			fmt.Fprintf(w, "  admin: %s\n", e.Change)
+		}
+		if len(e.Diff) == 0 && e.Refused == "" && e.Change == "" {
 			fmt.Fprintln(w, "  (no change)")
 		}
 		for _, d := range e.Diff {
