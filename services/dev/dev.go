@@ -4,6 +4,7 @@
 package dev
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -61,6 +64,9 @@ type Stack struct {
 	Brokers    []string
 	SimURL     string
 	ViewURL    string // live quota view (dashboards/live), loopback only
+	// LedgerGroup is the consumer group of the stack's ledger: the group
+	// `sluice whatif` and `sluice replay` read committed offsets of.
+	LedgerGroup string
 
 	closers []func()
 }
@@ -151,7 +157,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// The node names the transactional id: two stacks on one broker (tests
 	// of several packages run at once) must not fence each other, so it
 	// follows the topics, as the group does.
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: o.Topics.Requests + ".ledger", Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log, Registerer: prometheus.NewRegistry()})
+	st.LedgerGroup = LedgerGroup(o.Topics)
+	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: st.LedgerGroup, Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +216,22 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.closers = append(st.closers, stopView)
 	st.ViewURL = viewURL
 	return st, nil
+}
+
+// DefaultLedgerGroup is the ledger's default consumer group (that of
+// ledgerd.Config and `sluice ledger`), and so the default --group of the
+// operator tools that read its committed offsets (whatif, replay).
+const DefaultLedgerGroup = "sluice-ledger"
+
+// LedgerGroup is the consumer group of a dev stack's ledger on names:
+// DefaultLedgerGroup on the default topics, so that the operator tools'
+// defaults find it; one per topic prefix otherwise, so that the stacks of
+// tests sharing a broker do not join one group.
+func LedgerGroup(names bus.Names) string {
+	if names.OrDefault() == bus.DefaultNames() {
+		return DefaultLedgerGroup
+	}
+	return names.Requests + ".ledger"
 }
 
 // DevConfig is the gateway configuration of the dev stack: the simulator
@@ -270,7 +293,7 @@ func ConfigFile(path string) (func(simURL string) (*config.Config, error), error
 		return nil, err
 	}
 	load := func(simURL string) (*config.Config, error) {
-		c, err := config.Load(strings.NewReader(strings.ReplaceAll(string(raw), SimURLPlaceholder, simURL)))
+		c, err := config.Load(bytes.NewReader(ResolveSimURL(raw, simURL)))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -280,6 +303,47 @@ func ConfigFile(path string) (func(simURL string) (*config.Config, error), error
 		return nil, err
 	}
 	return load, nil
+}
+
+// keyLike matches what may be a plaintext Sluice API key in a file.
+var keyLike = regexp.MustCompile(`sk-[A-Za-z0-9_-]{8,}`)
+
+// KnownKeys returns the plaintext API keys written in raw (a dev config
+// names its local-only keys in a comment, as
+// deploy/examples/dev-three-tenants.yaml does) that c accepts, in the
+// order they appear: what `sluice dev --config` can print as a key that
+// works, instead of a variable the shell does not have.
+func KnownKeys(raw []byte, c *config.Config) []string {
+	var out []string
+	for _, m := range keyLike.FindAll(raw, -1) {
+		k := string(m)
+		if id := c.Lookup(k); id != nil && !id.Disabled && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ConfigFileKeys is KnownKeys of the configuration file at path (loaded
+// as ConfigFile loads it).
+func ConfigFileKeys(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := config.Load(bytes.NewReader(ResolveSimURL(raw, "http://127.0.0.1:1")))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return KnownKeys(raw, c), nil
+}
+
+// ResolveSimURL replaces SimURLPlaceholder in a configuration document by
+// simURL, as `sluice dev --config` does; a document without it is
+// returned as is. Every tool that loads a dev config (config apply
+// validating a patched one) resolves it this way.
+func ResolveSimURL(raw []byte, simURL string) []byte {
+	return bytes.ReplaceAll(raw, []byte(SimURLPlaceholder), []byte(simURL))
 }
 
 // serve listens on addr and serves h until the returned stop is called.

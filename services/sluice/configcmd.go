@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/admin"
+	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -76,7 +77,7 @@ func runConfig(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(bytes.NewReader(next))
+	cfg, err := loadPatched(next)
 	if err != nil {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", *cfgPath, err)
 	}
@@ -141,7 +142,7 @@ func (ap applyPlan) viaAdmin(ctx context.Context, doc []byte, p report.Patch, st
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(bytes.NewReader(fileNext))
+	cfg, err := loadPatched(fileNext)
 	if err != nil {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", ap.cfgPath, err)
 	}
@@ -324,6 +325,14 @@ func writePatch(w io.Writer, p report.Patch) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(p)
+}
+
+// loadPatched validates a patched configuration file as the process that
+// runs it loads it: a dev config's SimURLPlaceholder is resolved (to a
+// stand-in URL: only the ledger section is published, and the file keeps
+// the placeholder), as `sluice dev --config` resolves it.
+func loadPatched(doc []byte) (*config.Config, error) {
+	return config.Load(bytes.NewReader(dev.ResolveSimURL(doc, "http://127.0.0.1:1")))
 }
 
 // fillCredentialEnv sets the provider credential variables the file names

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,17 @@ func TestConfigHistoryShowsAdminChanges(t *testing.T) {
 		if !strings.Contains(out.String(), "admin: "+want) {
 			t.Errorf("history output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestLoadPatchedResolvesTheDevPlaceholder: a patched dev config (its
+// provider URLs are ${SIM_URL}/…) validates as `sluice dev` loads it.
+func TestLoadPatchedResolvesTheDevPlaceholder(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/examples/dev-three-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadPatched(raw); err != nil {
+		t.Fatalf("dev config: %v", err)
 	}
 }
