@@ -127,6 +127,13 @@ func TestDevStackServesTheOperatorTools(t *testing.T) {
 	if got := runSluice(t, e, "explain", id); !strings.Contains(got, "request "+id) || !strings.Contains(got, "outcome: granted") {
 		t.Errorf("explain:\n%s", got)
 	}
+	if got := runSluice(t, e, "usage"); !strings.Contains(got, "tenant web, key web-app") || !strings.Contains(got, "120 requests/min") ||
+		!strings.Contains(got, "2 (burst)") {
+		t.Errorf("usage:\n%s", got)
+	}
+	if got := runSluice(t, e, "usage", "--json"); !strings.Contains(got, `"unit":"requests/min"`) || !strings.Contains(got, `"summary":"`) {
+		t.Errorf("usage --json:\n%s", got)
+	}
 	if got := runSluice(t, e, "config", "history"); !strings.Contains(got, "source sluice dev") {
 		t.Errorf("config history:\n%s", got)
 	}
