@@ -55,6 +55,12 @@ type Options struct {
 	// (default DevConfig with APIKey). Load tests use it to set tenants,
 	// keys and limits.
 	Config func(simURL string) (*config.Config, error)
+	// SnapshotEvery is the ledger's --snapshot-every (0: its default,
+	// 10,000 events). /v1/sluice/usage reads what is left from the
+	// snapshots, and a ledger snapshots only as events arrive, so the
+	// interactive `sluice dev` sets 1: a few requests are then observed at
+	// once rather than after thousands of events.
+	SnapshotEvery int
 }
 
 // Stack is a running dev stack.
@@ -158,7 +164,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// of several packages run at once) must not fence each other, so it
 	// follows the topics, as the group does.
 	st.LedgerGroup = LedgerGroup(o.Topics)
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: st.LedgerGroup, Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log, Registerer: prometheus.NewRegistry()})
+	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: st.LedgerGroup, Node: "ledger-dev-" + o.Topics.Requests,
+		SnapshotEvery: o.SnapshotEvery, Log: o.Log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, err
 	}

@@ -116,7 +116,7 @@ func runDev(ctx context.Context, args []string) error {
 		_, _ = rand.Read(b[:])
 		adminToken = "sluice-admin-" + hex.EncodeToString(b[:])
 	}
-	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose)}
+	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose), SnapshotEvery: 1}
 	if *cfgPath != "" {
 		load, err := dev.ConfigFile(*cfgPath)
 		if err != nil {

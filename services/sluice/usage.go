@@ -87,10 +87,12 @@ func printUsage(w io.Writer, u *gateway.Usage) {
 		fmt.Fprintln(w, "no limits of your own (only shared ones apply)")
 		return
 	}
+	unknown := false
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tLEVEL\tLIMIT\tUSED\tOF\tLEFT\tFULL AGAIN")
 	for _, l := range u.Limits {
 		used, left, full := "?", "?", "-"
+		unknown = unknown || l.Remaining == nil
 		if l.Remaining != nil {
 			left = fmt.Sprint(*l.Remaining)
 			if l.Used != nil {
@@ -107,5 +109,8 @@ func printUsage(w io.Writer, u *gateway.Usage) {
 		fmt.Fprintf(tw, "%s\t%s:%s\t%d %s\t%s\t%s\t%s\t%s\n", l.Scope, l.Level, l.ID, l.Capacity, l.Unit, used, of, left, full)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\"?\": the ledger has not reported that scope yet. Left is read from the ledger's newest snapshot (it may lag by one snapshot interval).")
+	if unknown {
+		fmt.Fprintln(w, "?: no ledger snapshot of that scope yet (a ledger writes one every --snapshot-every events or --snapshot-interval; sluice dev after every batch)")
+	}
+	fmt.Fprintln(w, "OF is what the bucket holds at once (a token bucket's burst: capacity × window / period); LEFT is read from the ledger's newest snapshot")
 }
