@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
 // cleanEnv is this process's environment without the variables `sluice
@@ -180,5 +185,74 @@ func TestDevStackServesTheOperatorTools(t *testing.T) {
 	}
 	if got := runSluice(t, e, "config", "history"); !strings.Contains(got, "actor newcomer") || !strings.Contains(got, `reason "calibrate"`) {
 		t.Errorf("config history after apply:\n%s", got)
+	}
+}
+
+// TestExplainShowsAFallbackOnTheDevStack: a batch request that overflows
+// its first scope's queue-wait limit falls back to a second scope in
+// another partition; `sluice explain` names both attempts and the
+// fallback.
+func TestExplainShowsAFallbackOnTheDevStack(t *testing.T) {
+	const key = "sk-sluice-fallback-test-key"
+	a, b := "scope-a", ""
+	for i := 0; b == ""; i++ {
+		if s := fmt.Sprintf("scope-b%d", i); ledgerd.PartitionOf(s, int(bus.DefaultTopics().RequestPartitions)) !=
+			ledgerd.PartitionOf(a, int(bus.DefaultTopics().RequestPartitions)) {
+			b = s
+		}
+	}
+	y := fmt.Sprintf(`node: gw-fallback
+providers:
+  - {name: pa, kind: openai, scope: %[1]s, base_url: "${SIM_URL}/openai/v1"}
+  - {name: pb, kind: openai, scope: %[2]s, base_url: "${SIM_URL}/openai/v1"}
+routes:
+  - model: gpt-4o-mini
+    candidates: [{provider: pa}, {provider: pb}]
+tenants:
+  - id: t
+    org: o
+    keys:
+      - {id: k, sha256: %[3]s, class: batch, fallback_allowed: true}
+ledger:
+  default_class: batch
+  classes:
+    - {name: batch, age_offset_ms: 0, max_wait_ms: 1, max_depth: 100, overload: fallback}
+  scopes:
+    - name: %[1]s
+      buckets:
+        - {level: tenant, id: t, dimension: requests, capacity: 60}
+    - name: %[2]s
+      buckets:
+        - {level: tenant, id: t, dimension: requests, capacity: 6000}
+`, a, b, config.HashKey(key))
+	cfg := filepath.Join(t.TempDir(), "fallback.yaml")
+	if err := os.WriteFile(cfg, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := startDev(t, "--config", cfg)
+	// The first request takes scope a's burst of one; the second cannot
+	// wait 1 ms for the next and falls back to scope b.
+	var id string
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, env["OPENAI_BASE_URL"]+"/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, body)
+		}
+		id = resp.Header.Get("X-Sluice-Request-Id")
+	}
+	got := runSluice(t, withEnv(env), "explain", id)
+	t.Logf("sluice explain %s:\n%s", id, got)
+	for _, want := range []string{"attempts:", "1. reserved in " + a, "denied", "2. fell back to " + b, "outcome: granted"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("explain lacks %q:\n%s", want, got)
+		}
 	}
 }
