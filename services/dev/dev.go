@@ -30,6 +30,7 @@ import (
 	"github.com/sluice-dev/sluice/dashboards/live"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
@@ -155,7 +156,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ledgerd.PublishConfig(ctx, st.Brokers, o.Topics, cfg.LedgerJSON(), "sluice dev"); err != nil {
+	if err := ledgerd.PublishConfigChange(ctx, st.Brokers, o.Topics, schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: "sluice dev",
+		Actor: "sluice dev", Reason: "start-up: the ledger section of the stack's configuration"}); err != nil {
 		return nil, err
 	}
 

@@ -139,7 +139,7 @@ func TestDevStackServesTheOperatorTools(t *testing.T) {
 	if got := runSluice(t, e, "usage", "--json"); !strings.Contains(got, `"unit":"requests/min"`) || !strings.Contains(got, `"summary":"`) {
 		t.Errorf("usage --json:\n%s", got)
 	}
-	if got := runSluice(t, e, "config", "history"); !strings.Contains(got, "source sluice dev") {
+	if got := runSluice(t, e, "config", "history"); !strings.Contains(got, "source sluice dev  actor sluice dev") {
 		t.Errorf("config history:\n%s", got)
 	}
 	// The ledger commits its offsets within its commit interval: replay
