@@ -260,7 +260,7 @@ func strAs[T ~string](d *fastDec, dst *T) bool {
 
 var reserveKeys = []string{"path", "input_tokens", "cached_input_tokens", "output_tokens", "spend_micros", "max_output_tokens",
 	"streaming", "priority", "max_wait_ms", "deadline_ms", "max_attempts", "fallback_allowed", "idempotency_key",
-	"emergency_admitted", "prompt_family"}
+	"emergency_admitted", "prompt_family", "degraded"}
 
 var pathLevelKeys = []string{"level", "id"}
 
@@ -297,6 +297,8 @@ func (d *fastDec) reserve(r *ReserveRequested) bool {
 			return d.bool(&r.EmergencyAdmitted)
 		case 14:
 			return d.str(&r.PromptFamily)
+		case 15:
+			return d.bool(&r.Degraded)
 		}
 		return false
 	})
