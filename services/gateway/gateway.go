@@ -42,6 +42,7 @@ type Server struct {
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
+	deg      degradedMode // degraded mode's budget (degraded.go)
 
 	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
 	// quota (usage.go).
@@ -245,6 +246,9 @@ type metrics struct {
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
+	// degraded counts the requests degraded mode admitted locally, or
+	// refused, by class and verdict (degraded.go).
+	degraded *prometheus.CounterVec
 	// tokens counts reconciled tokens by tenant, dimension and source
 	// (estimated, actual): token pressure per tenant and estimation drift
 	// for the alerting rules (dashboards/alerts).
@@ -268,7 +272,8 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens)
+	m.degraded = newDegradedMetric()
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.degraded)
 	m.byKey = newMetricCache(m)
 	return m
 }
