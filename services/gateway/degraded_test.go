@@ -236,9 +236,6 @@ func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
 	if v := metric(t, srv.URL, `sluice_gateway_degraded_total{class="interactive",verdict="over_share"}`); v != "3" {
 		t.Errorf("refusals over the share counted: %q, want 3", v)
 	}
-	if q := rc.Stats().RetryQueued; q < 2*9 {
-		t.Errorf("%d reports wait for the broker, want at least the 9 degraded reservations and their reconciles", q)
-	}
 	// Past max_ms of silence: no more local admissions.
 	time.Sleep(maxMs * time.Millisecond)
 	if st, b := do(); st != 503 || !strings.Contains(b, "ledger_unavailable") {
@@ -285,6 +282,60 @@ func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
 	if st, b := do(); st != 200 {
 		t.Errorf("after the ledger came back: %d %s", st, b)
 	}
+	// The reports waited in the retry queue, and each degraded
+	// reservation reached the log ahead of its Reconciled.
+	if s := rc.Stats(); s.Retried < 2*9 {
+		t.Errorf("stats %+v: want the 9 degraded reservations and their reconciles retried", s)
+	}
+	seen := map[string]int{} // request id → 1 reservation seen, 2 then its reconcile
+	for _, ev := range readRequests(t, brokers, names, degraded) {
+		switch {
+		case ev.ReserveRequested != nil && ev.ReserveRequested.Degraded:
+			if !ev.ReserveRequested.EmergencyAdmitted {
+				t.Errorf("degraded reservation %s without emergency_admitted", ev.RequestID)
+			}
+			seen[ev.RequestID] = 1
+		case ev.Reconciled != nil && degraded[ev.RequestID]:
+			if seen[ev.RequestID] != 1 {
+				t.Errorf("the Reconciled of %s reached the log before its degraded reservation", ev.RequestID)
+			}
+			seen[ev.RequestID] = 2
+		}
+	}
+	for id := range degraded {
+		if seen[id] != 2 {
+			t.Errorf("request %s: degraded reservation and Reconciled not both on the log in order", id)
+		}
+	}
+}
+
+// readRequests reads sluice.requests from the start until it holds a
+// degraded reservation and a Reconciled of every request in ids (or 30 s
+// pass).
+func readRequests(t *testing.T, brokers []string, names bus.Names, ids map[string]bool) []*schemas.Event {
+	t.Helper()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(names.Requests),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []*schemas.Event
+	n := 0
+	for ctx.Err() == nil && n < 2*len(ids) {
+		cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+			var ev schemas.Event
+			if schemas.Decode(r.Value, &ev) == nil {
+				got = append(got, &ev)
+				if ids[ev.RequestID] && ((ev.ReserveRequested != nil && ev.ReserveRequested.Degraded) || ev.Reconciled != nil) {
+					n++
+				}
+			}
+		})
+	}
+	return got
 }
 
 // readDecisions reads sluice.decisions from the start until done says so
