@@ -55,6 +55,13 @@ func TestDegradedAdmission(t *testing.T) {
 		{At: 9000, In: fired(TimerDeadline, 0), Want: []string{"report Released s1/1 ledger_timeout", "wait_ended s1",
 			"telemetry Outcome s1/1 failure ledger_unavailable", "count requests ledger_unavailable", "respond 503 ledger_unavailable ledger_unavailable"}},
 	})
+	// A produce abandoned at the request's deadline is not admitted: the
+	// dispatch could only fail.
+	runSteps(t, cfg, req, []step{
+		{At: 1000, In: start(), Want: []string{"timer deadline/0 @9000", "produce ReserveRequested s1/1", "timer answer/1 @3000"}},
+		{At: 9000, In: Input{Kind: ProduceFailed, Attempt: 1, DegradedOK: true, EmergencyOK: true}, Want: []string{"wait_ended s1",
+			"telemetry Outcome s1/1 failure ledger_unavailable", "count requests ledger_unavailable", "respond 503 ledger_unavailable ledger_unavailable"}},
+	})
 	// A produce that failed outright is admitted the same way.
 	runSteps(t, cfg, request("s1"), []step{
 		{At: 1000, In: start(), Want: []string{"produce ReserveRequested s1/1", "timer answer/1 @3000"}},

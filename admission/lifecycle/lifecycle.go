@@ -329,7 +329,7 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 		}
 	case ProduceFailed:
 		if l.phase == reserving && in.Attempt == l.attempt && !l.answered {
-			l.ledgerSilent(nowMs, l.local(in), false)
+			l.ledgerSilent(nowMs, l.local(nowMs, in), false)
 		}
 	case TimerFired:
 		l.timer(nowMs, in)
@@ -362,11 +362,11 @@ func (l *Lifecycle) timer(nowMs int64, in Input) {
 	switch in.Timer.Kind {
 	case TimerAnswer:
 		if l.phase == reserving && in.Timer.Attempt == l.attempt && !l.answered && !l.emergency {
-			if l.holdsThrough(nowMs, l.local(in)) {
+			if l.holdsThrough(nowMs, l.local(nowMs, in)) {
 				l.held = true
 				return
 			}
-			l.ledgerSilent(nowMs, l.local(in), true)
+			l.ledgerSilent(nowMs, l.local(nowMs, in), true)
 		}
 	case TimerDeadline:
 		if l.phase == reserving && l.held && !l.answered && !l.emergency {
@@ -739,11 +739,15 @@ const (
 	localEmergency                       // the emergency cap
 )
 
-// local is the local admission in allows: degraded mode first (it is
-// bounded by the capacity the ledger last reported), then the emergency
-// cap.
-func (l *Lifecycle) local(in Input) localAdmission {
-	switch {
+// local is the local admission in allows at nowMs: degraded mode first (it
+// is bounded by the capacity the ledger last reported), then the emergency
+// cap; none once the request's deadline has passed (a produce abandoned at
+// the deadline: the dispatch could only fail, and the share is kept for
+// requests that can use it).
+func (l *Lifecycle) local(nowMs int64, in Input) localAdmission {
+	switch at := l.deadlineAt(); {
+	case at > 0 && nowMs >= at:
+		return localNone
 	case l.cfg.Degraded && in.DegradedOK:
 		return localDegraded
 	case l.cfg.Emergency && in.EmergencyOK:

@@ -337,7 +337,7 @@ func (c *call) localAdmission(in lifecycle.Input, attempt int32) lifecycle.Input
 }
 
 func (c *call) emergencyOK(attempt int32) bool {
-	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
+	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.ctx.Err() == nil && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
 }
 
 // respond writes the lifecycle's answer: the error contract, or the

@@ -81,7 +81,7 @@ func (m *degradedMode) done(bs []lifecycle.DegradedBucket) {
 // so. The lifecycle counts an admission; a refusal is counted here.
 func (c *call) degradedOK(attempt int32) bool {
 	dc := &c.cfg.Degraded
-	if !dc.On() || c.degBuckets != nil || !c.lc.Awaiting(attempt) {
+	if !dc.On() || c.degBuckets != nil || !c.lc.Awaiting(attempt) || c.ctx.Err() != nil {
 		return false
 	}
 	if !dc.Admits(c.adm.Class) {
