@@ -37,7 +37,11 @@ func degradedYAML(base, top string) string {
 	lc := ledger.DefaultDevConfig()
 	lc.Scopes = lc.Scopes[:1]
 	lc.Scopes[0].Buckets = []ledger.BucketConfig{
-		{Level: ledger.LevelDeployment, ID: "sim-openai", Dimension: schemas.DimRequests, Capacity: 20, PeriodMs: 3_600_000, WindowMs: 3_600_000},
+		{Level: ledger.LevelDeployment, ID: "sim-openai", Dimension: schemas.DimRequests, Capacity: 20, PeriodMs: 3_600_000, WindowMs: 3_600_000,
+			// A reserve abandoned during the freeze reaches the log at the
+			// thaw, is granted and then released unsent: refunded, so the
+			// count left is the degraded admissions' alone.
+			RefundUnsent: true},
 	}
 	led, err := json.Marshal(lc)
 	if err != nil {
@@ -65,13 +69,23 @@ func plainOK(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, okCompletion)
 }
 
-// refuseProduce makes the cluster refuse every produce while on is true,
-// as a broker that rejects writes does: the gateway's reserves fail at
-// once and its reports wait in its retry queue.
-func refuseProduce(cluster *kfake.Cluster, on *atomic.Bool) {
+// Broker faults of the degraded-mode test.
+const (
+	brokerServes  int32 = iota
+	brokerRefuses       // every produce refused: reserves fail at once, reports wait in the retry queue
+	brokerFrozen        // every produce held unanswered (SIGSTOP): reserves abandoned at their bound, reports buffered by the producer
+)
+
+// faultProduce makes the cluster's produces follow mode; thaw ends a
+// freeze.
+func faultProduce(cluster *kfake.Cluster, mode *atomic.Int32, thaw <-chan struct{}) {
 	cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
-		if !on.Load() {
+		switch mode.Load() {
+		case brokerServes:
+			return nil, nil, false
+		case brokerFrozen:
+			cluster.SleepControl(func() { <-thaw })
 			return nil, nil, false
 		}
 		req := kreq.(*kmsg.ProduceRequest)
@@ -119,21 +133,33 @@ func metric(t *testing.T, url, sample string) string {
 }
 
 // TestDegradedModeWhileNoLedgerAnswers (issue 19, item 3): with the ledger
-// gone and the broker refusing writes, a gateway admits locally, within
+// gone and the broker refusing writes, or frozen, a gateway admits locally, within
 // its share of what the ledger's last snapshot left — 0.5 × 18 requests ÷
 // 1 live gateway = 9 of 12 at once, the other 3 answered 503 — and none
 // after degraded.max_ms. Its degraded ReserveRequested and Reconciled wait
-// in the retry queue, in order; when the broker and a ledger are back the
+// in the retry queue (or the producer's buffer), in order; when the broker and a ledger are back the
 // ledger grants each as degraded_admitted and charges it: the deployment
 // has 18 − 9 left.
 func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
+	for _, fault := range []struct {
+		name string
+		mode int32
+	}{{"refused", brokerRefuses}, {"frozen", brokerFrozen}} {
+		t.Run(fault.name, func(t *testing.T) { degradedRun(t, fault.mode) })
+	}
+}
+
+func degradedRun(t *testing.T, fault int32) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cluster.Close()
-	var refusing atomic.Bool
-	refuseProduce(cluster, &refusing)
+	var mode atomic.Int32
+	thaw := make(chan struct{})
+	var thawOnce sync.Once
+	defer thawOnce.Do(func() { close(thaw) })
+	faultProduce(cluster, &mode, thaw)
 	ctx := context.Background()
 	brokers := cluster.ListenAddrs()
 	names := bus.NamesWithPrefix(fmt.Sprintf("gwdegraded%d.", time.Now().UnixNano()))
@@ -206,7 +232,7 @@ func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
 
 	// The ledger goes, and the broker refuses writes.
 	stopFirst()
-	refusing.Store(true)
+	mode.Store(fault)
 	const burst = 12
 	codes := make([]int, burst)
 	var wg sync.WaitGroup
@@ -247,7 +273,8 @@ func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
 
 	// The broker takes writes again and a ledger is back: it reads the
 	// degraded admissions and charges them.
-	refusing.Store(false)
+	mode.Store(brokerServes)
+	thawOnce.Do(func() { close(thaw) })
 	memberSnapshotting(t, brokers, names, "ledger-b")
 	degraded := map[string]bool{}
 	for _, d := range readDecisions(t, brokers, names, func(ds []*schemas.Event) bool {
@@ -282,9 +309,9 @@ func TestDegradedModeWhileNoLedgerAnswers(t *testing.T) {
 	if st, b := do(); st != 200 {
 		t.Errorf("after the ledger came back: %d %s", st, b)
 	}
-	// The reports waited in the retry queue, and each degraded
-	// reservation reached the log ahead of its Reconciled.
-	if s := rc.Stats(); s.Retried < 2*9 {
+	// The reports waited (in the retry queue when refused), and each
+	// degraded reservation reached the log ahead of its Reconciled.
+	if s := rc.Stats(); fault == brokerRefuses && s.Retried < 2*9 {
 		t.Errorf("stats %+v: want the 9 degraded reservations and their reconciles retried", s)
 	}
 	seen := map[string]int{} // request id → 1 reservation seen, 2 then its reconcile
