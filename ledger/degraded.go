@@ -35,17 +35,23 @@ func (l *Ledger) emitDegraded(out []Output, ri int32) []Output {
 	return out
 }
 
-// LiveNodes is how many gateways this partition counts alive at atMs:
+// LiveNodes is how many gateways this partition counts alive at atMs —
 // those whose last heartbeat is within node_liveness_ms of it (or of the
-// ledger's own time, if later). A gateway in degraded mode divides its
-// share of the capacity by it (never less than one).
-func (l *Ledger) LiveNodes(atMs int64) int {
+// ledger's own time, if later) — with self counted alive too (a gateway
+// asks for itself, and must count even if it had not heartbeated here
+// yet). A gateway in degraded mode divides its share of the capacity by
+// it.
+func (l *Ledger) LiveNodes(atMs int64, self string) int {
 	now := max(atMs, l.st.Now)
-	n := 0
+	n, selfSeen := 0, self == ""
 	for _, ln := range l.st.Live {
 		if now-ln.LastMs < l.st.Config.NodeLivenessMs {
 			n++
+			selfSeen = selfSeen || ln.Node == self
 		}
+	}
+	if !selfSeen {
+		n++
 	}
 	return n
 }

@@ -89,7 +89,7 @@ func TestExplainDegradedAdmission(t *testing.T) {
 }
 
 // TestLiveNodes: the gateways a partition counts alive, for the degraded
-// share.
+// share; the asking gateway always counts itself.
 func TestLiveNodes(t *testing.T) {
 	l := runSteps(t, testConfig(rpm("tenant", "*", 600, 1000)), []step{
 		{At: 1000, Ev: heartbeat("gw1")},
@@ -97,10 +97,11 @@ func TestLiveNodes(t *testing.T) {
 	})
 	for _, tc := range []struct {
 		at   int64
+		self string
 		want int
-	}{{3000, 2}, {5999, 2}, {6000, 1}, {8000, 0}} {
-		if got := l.LiveNodes(tc.at); got != tc.want {
-			t.Errorf("LiveNodes(%d) = %d, want %d", tc.at, got, tc.want)
+	}{{3000, "", 2}, {3000, "gw1", 2}, {3000, "gw9", 3}, {5999, "", 2}, {6000, "", 1}, {6000, "gw1", 2}, {8000, "", 0}, {8000, "gw2", 1}} {
+		if got := l.LiveNodes(tc.at, tc.self); got != tc.want {
+			t.Errorf("LiveNodes(%d, %q) = %d, want %d", tc.at, tc.self, got, tc.want)
 		}
 	}
 }

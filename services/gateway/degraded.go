@@ -31,7 +31,9 @@ import (
 // (SnapshotLevels). Without it, a gateway counts itself alone, unless
 // degraded.gateways says more.
 type GatewayCounter interface {
-	LiveGateways(scope string, atMs int64) int
+	// LiveGateways counts the gateways alive in scope's partition at
+	// atMs, self among them whether or not it had heartbeated there.
+	LiveGateways(scope, self string, atMs int64) int
 }
 
 // degradedMode is the server's budget, shared by its requests.
@@ -93,8 +95,7 @@ func (c *call) degradedOK(attempt int32) bool {
 	bs, known := c.s.degradedBuckets(c.cfg, t, &c.lreq, now)
 	gateways := max(1, dc.Gateways)
 	if gc, ok := c.s.levels.(GatewayCounter); ok && known {
-		// This gateway counts too, should the snapshot predate it.
-		gateways = max(gateways, gc.LiveGateways(t.Scope, now), 1)
+		gateways = max(gateways, gc.LiveGateways(t.Scope, c.cfg.Node, now))
 	}
 	m := &c.s.deg
 	m.mu.Lock()
@@ -222,8 +223,10 @@ func degradedNeed(dim schemas.Dimension, req *lifecycle.Request, t *lifecycle.Ta
 }
 
 // LiveGateways implements GatewayCounter: the gateways the newest
-// snapshot of scope's partition counted alive at atMs.
-func (s *SnapshotLevels) LiveGateways(scope string, atMs int64) int {
+// snapshot of scope's partition counted alive at its own time (atMs is
+// not used to age them: during an outage no heartbeat reaches the log,
+// and every gateway would look dead), self included.
+func (s *SnapshotLevels) LiveGateways(scope, self string, atMs int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var best *ledger.Ledger
@@ -235,9 +238,9 @@ func (s *SnapshotLevels) LiveGateways(scope string, atMs int64) int {
 		}
 	}
 	if best == nil {
-		return 0
+		return 1
 	}
-	return best.LiveNodes(bestAt)
+	return best.LiveNodes(bestAt, self)
 }
 
 func newDegradedMetric() *prometheus.CounterVec {

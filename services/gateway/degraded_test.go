@@ -112,7 +112,7 @@ func deploymentLeft(lv *gateway.SnapshotLevels) (int64, int) {
 	if !known || len(obs) == 0 {
 		return -1, 0
 	}
-	return obs[0].Remaining, lv.LiveGateways("sim-openai", now)
+	return obs[0].Remaining, lv.LiveGateways("sim-openai", "", now)
 }
 
 // metric reads one sample of the gateway's /metrics ("" when absent).
