@@ -237,6 +237,9 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	for i := range mine {
 		markLimiting(step.Buckets, mine[i].LimitPath, mine[i].LimitDimension)
 	}
+	if own && ev != nil {
+		step.Note = degradedNote(ev, l.st.Now)
+	}
 	if feedback {
 		cp := *ev
 		step.Feedback = &cp
