@@ -98,6 +98,23 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			})
 		}
 	}
+	if pr.Kind == schemas.KindRateLimited || pr.Kind == schemas.KindOverloaded {
+		// A refusal the headers do not explain (none reported a limit on
+		// this response, or they reported room for it) lowers the learned
+		// capacity (learn.go).
+		if !known || r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0 {
+			ni := l.learnNode(si, pr.Deployment)
+			if pr.Deployment == "" && known {
+				for i := int(r.NPath) - 1; i >= 0; i-- {
+					if n := &l.st.Nodes[r.Path[i]]; n.Lvl == 6 && n.N > 0 {
+						ni = r.Path[i]
+						break
+					}
+				}
+			}
+			l.learnRefusal(ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited)
+		}
+	}
 	if known {
 		if r.State == stGranted {
 			l.rampReject(r)
@@ -170,6 +187,11 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 	if ev.RequestID != "" {
 		if ri, known := l.lookup(ev); known {
 			l.markRoom(&l.st.Res[ri], po.Observations)
+			for _, ob := range po.Observations {
+				if ob.Limit > 0 {
+					l.st.Res[ri].Flags |= fLimitSeen
+				}
+			}
 		}
 	}
 	// The enforced and the shadow buckets each take the deployment node if
@@ -200,6 +222,7 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		}
 	}
 	if enf >= 0 {
+		l.learnHeaders(enf, po.Observations)
 		n := &l.st.Nodes[enf]
 		l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)
 	}

@@ -96,6 +96,11 @@ const (
 	// waiter's queue expiry from its max wait to its deadline; a waiter
 	// queued behind it for capacity gets the same (visit).
 	fWaitedOut
+	// fLimitSeen: this attempt's response carried a rate-limit header
+	// reporting a limit (ProviderObserved with Limit > 0): a refusal on it
+	// is explained by the headers, not a reason for the AIMD decrease
+	// (learn.go), unless they also reported room for it (fRoom).
+	fLimitSeen
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
@@ -311,4 +316,7 @@ type state struct {
 	// Services holds each route's learned service time (service.go), in
 	// first-reconcile order.
 	Services []serviceStat `json:"services,omitempty"`
+	// Learned holds the buckets whose capacity was learned from the
+	// provider (learn.go), in first-learned order.
+	Learned []learnedCap `json:"learned,omitempty"`
 }
