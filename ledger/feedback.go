@@ -102,7 +102,9 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 		// A refusal the headers do not explain (none reported a limit on
 		// this response, or they reported room for it) lowers the learned
 		// capacity (learn.go).
-		if !known || r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0 {
+		// Only an attempt that was sent counts (a refusal of a queued
+		// one is a gateway's mistake, not the provider's capacity).
+		if !known || (r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0)) {
 			ni := l.learnNode(si, pr.Deployment)
 			if pr.Deployment == "" && known {
 				for i := int(r.NPath) - 1; i >= 0; i-- {

@@ -369,6 +369,9 @@ func (l *Ledger) rebaseLearned() {
 		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
 		e.Base, e.Conf = l.st.Buckets[bi].Spec, sp.capacity
 		e.Hdr = min(e.Hdr, e.Conf)
+		if e.Aimd > 0 {
+			e.Aimd = max(e.Aimd, max(1, e.Conf*l.st.Config.Learn.floor()/1000))
+		}
 		if e.Aimd >= e.bound() {
 			e.Aimd = 0
 		}
