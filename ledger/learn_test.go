@@ -331,3 +331,29 @@ func TestLearnBoundProperty(t *testing.T) {
 }
 
 func jsonMarshal(c Config) ([]byte, error) { return json.Marshal(c) }
+
+// TestExplainNamesALearnedLimit: the headers of a's response report 60 RPM
+// against 600 configured; the explanation of b (granted, on the same
+// bucket) shows the step that learned it and marks the bucket as learned,
+// with its configured bound.
+func TestExplainNamesALearnedLimit(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	x, _ := explainRun(t, cfg, "b",
+		reserve("a"), reserve("b", class("agent")), limitObs("a", 1, schemas.DimRequests, 60, 59), reserve("c", maxWait(0)))
+	var learnedStep, learnedBucket bool
+	for _, s := range x.Steps {
+		for _, c := range s.Learned {
+			if c.Source == schemas.LearnedHeaders && c.LearnedCapacity == 60 && c.ConfiguredCapacity == 600 && c.Level == "scope" {
+				learnedStep = true
+			}
+		}
+		for _, b := range s.Buckets {
+			if b.Learned && b.Capacity == 60 && b.Configured == 600 {
+				learnedBucket = true
+			}
+		}
+	}
+	if !learnedStep || !learnedBucket {
+		t.Fatalf("explanation does not name the learned limit (step %v, bucket %v): %+v", learnedStep, learnedBucket, x.Steps)
+	}
+}
