@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -56,8 +57,20 @@ type learnedCap struct {
 
 // bound is the capacity AIMD grows back to.
 func (e *learnedCap) bound() int64 {
-	if e.Hdr > 0 {
+	switch {
+	case e.Conf == 0: // headers only
+		return e.Hdr
+	case e.Hdr > 0:
 		return min(e.Conf, e.Hdr)
+	}
+	return e.Conf
+}
+
+// scale is what the AIMD floor and step are fractions of: the configured
+// capacity, or the reported limit of a headers-only bucket.
+func (e *learnedCap) scale() int64 {
+	if e.Conf == 0 {
+		return e.Hdr
 	}
 	return e.Conf
 }
@@ -122,7 +135,7 @@ func (l *Ledger) LearnedBuckets() []LearnedBucket {
 		e := &l.st.Learned[i]
 		n := &l.st.Nodes[e.Node]
 		out = append(out, LearnedBucket{Scope: l.st.Scopes[n.Scope].Name, Level: levelNames[n.Lvl], ID: n.ID,
-			Dimension: schemas.Dimensions[e.Dim], PeriodMs: l.cc.specs[e.Base].period, Configured: e.Conf,
+			Dimension: schemas.Dimensions[e.Dim], PeriodMs: l.cc.specs[l.cc.nBase+i].period, Configured: e.Conf,
 			Learned: e.Eff, Reported: e.Hdr})
 	}
 	return out
@@ -131,14 +144,96 @@ func (l *Ledger) LearnedBuckets() []LearnedBucket {
 // learnable reports whether a bucket's capacity may be learned: an
 // enforced token bucket of a per-period rate dimension.
 func learnable(sp *spec) bool {
-	if sp.shadow || sp.kind != kToken {
-		return false
-	}
-	switch sp.dim {
+	return !sp.shadow && sp.kind == kToken && learnableDim(int(sp.dim))
+}
+
+func learnableDim(d int) bool {
+	switch d {
 	case dRequests, dInput, dOutput, dTotal:
 		return true
 	}
 	return false
+}
+
+// headersPeriodMs and headersWindowMs shape a bucket the headers alone
+// set: the providers' per-minute limits, paced over the config's default
+// 1 s window.
+const (
+	headersPeriodMs = 60_000
+	headersWindowMs = 1_000
+)
+
+// headersSpec is the base spec of a bucket the headers alone set, at the
+// reported limit hdr per minute. It counts like a reconcile bucket (the
+// headers do not say how the provider counts); a request above the
+// reported limit is beyond what the provider takes (exceeds_capacity).
+func headersSpec(d uint8, hdr int64) spec {
+	return spec{kind: kToken, dim: d, capacity: hdr, period: headersPeriodMs, window: headersWindowMs,
+		burst: hdr * headersWindowMs, maxUnits: hdr, holdUnits: hdr * headersWindowMs / headersPeriodMs}
+}
+
+// headersOnly reports whether every enforced bucket of node ni was set by
+// the headers alone.
+func (l *Ledger) headersOnly(ni int32) bool {
+	n := &l.st.Nodes[ni]
+	for bi := n.First; bi < n.First+n.N; bi++ {
+		i := int(l.st.Buckets[bi].Spec) - l.cc.nBase
+		if i < 0 || i >= len(l.st.Learned) || l.st.Learned[i].Base >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// headersNode returns the node a headers-only bucket goes on: the
+// deployment's, else the scope root; created (without buckets) when it
+// does not exist yet, -1 at the node limit.
+func (l *Ledger) headersNode(si int32, deployment string) int32 {
+	lv, id := uint8(6), deployment
+	if deployment == "" || len(deployment) > maxStrLen {
+		lv, id = 0, l.st.Scopes[si].Name
+	}
+	if ni, ok := l.nodeIdx[nodeKey{si, lv, id}]; ok {
+		return ni
+	}
+	if len(l.st.Nodes) >= l.st.Config.NodesMax {
+		return noIdx
+	}
+	ni := int32(len(l.st.Nodes))
+	l.st.Nodes = append(l.st.Nodes, node{Scope: si, Lvl: lv, ID: id, First: int32(len(l.st.Buckets))})
+	l.nodeIdx[nodeKey{si, lv, id}] = ni
+	l.paths = nil // paths now pass the node
+	return ni
+}
+
+// addHeadersBucket adds to node ni a bucket of dimension d set by the
+// headers alone (learned bucket without a configured bound), full to what
+// they report remaining. It starts a new generation, so that no grant
+// made before it is settled against it.
+func (l *Ledger) addHeadersBucket(ni int32, d int, ob schemas.Observation) {
+	rep := max(1, min(ob.Limit, maxAmount))
+	n := &l.st.Nodes[ni]
+	pos := n.First + n.N
+	for j := range l.st.Nodes {
+		if int32(j) != ni && l.st.Nodes[j].First >= pos {
+			l.st.Nodes[j].First++
+		}
+	}
+	i := len(l.st.Learned)
+	l.st.Learned = append(l.st.Learned, learnedCap{Node: ni, Dim: uint8(d), Base: -1, Hdr: rep})
+	base := headersSpec(uint8(d), rep)
+	var sp spec
+	learnedSpec(&sp, &base, rep)
+	l.cc.specs = append(l.cc.specs, sp)
+	l.st.Gen++
+	b := l.newBucket(int32(l.cc.nBase+i), n.Scope)
+	if ob.Remaining >= 0 {
+		b.Level = min(b.Level, mulSat(min(ob.Remaining, maxAmount), headersPeriodMs))
+	}
+	l.st.Buckets = slices.Insert(l.st.Buckets, int(pos), b)
+	n.N++
+	l.paths = nil
+	l.applyLearned(i, pos, schemas.LearnedHeaders)
 }
 
 // learnNode is the node provider feedback about deployment applies to:
@@ -191,6 +286,15 @@ func (l *Ledger) entry(ni int32, d int, bi int32) int {
 	return len(l.st.Learned) - 1
 }
 
+// baseSpec is the spec entry e's copy derives from: its bucket's
+// configured one, or a headers-only bucket's at the reported limit.
+func (l *Ledger) baseSpec(e *learnedCap) spec {
+	if e.Base < 0 {
+		return headersSpec(e.Dim, e.Hdr)
+	}
+	return l.cc.specs[e.Base]
+}
+
 // learnedSpec sets spec copy sp (of base) to effective capacity eff.
 func learnedSpec(sp *spec, base *spec, eff int64) {
 	*sp = *base
@@ -213,7 +317,8 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	b := &l.st.Buckets[bi]
 	sp := &l.cc.specs[b.Spec]
 	l.refill(b, sp, l.st.Now) // the time so far at the old rate
-	learnedSpec(sp, &l.cc.specs[e.Base], eff)
+	base := l.baseSpec(e)
+	learnedSpec(sp, &base, eff)
 	b.Level = min(b.Level, sp.burst)
 	b.Base = min(b.Base, sp.gBurst)
 	n := &l.st.Nodes[e.Node]
@@ -229,19 +334,32 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 		Index: int32(len(l.learnedOut)), Learned: c})
 }
 
-// learnHeaders adopts the limits the provider's headers report for node ni.
-func (l *Ledger) learnHeaders(ni int32, obs []schemas.Observation) {
-	if l.st.Config.Learn.Off || ni < 0 {
+// learnHeaders adopts the limits the provider's headers report: on node
+// enf (the node ProviderObserved lowers) when it has a provider bucket of
+// the dimension, else on a bucket the headers alone set (headers only:
+// nothing configured for that dimension), on the deployment's node
+// (created if need be) or, without a deployment, the scope root.
+func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation) {
+	if l.st.Config.Learn.Off {
 		return
 	}
 	for _, ob := range obs {
 		d, ok := dimIndex(ob.Dimension)
-		if !ok || ob.Limit <= 0 {
+		if !ok || ob.Limit <= 0 || !learnableDim(d) {
 			continue
 		}
-		bi := l.learnBucket(ni, d)
+		ni, bi := enf, noIdx
+		if ni >= 0 {
+			bi = l.learnBucket(ni, d)
+		}
 		if bi < 0 {
-			continue
+			if ni = l.headersNode(si, deployment); ni < 0 {
+				continue
+			}
+			if bi = l.learnBucket(ni, d); bi < 0 {
+				l.addHeadersBucket(ni, d, ob)
+				continue
+			}
 		}
 		i := l.learnedIdx(ni, d)
 		conf := l.cc.specs[l.st.Buckets[bi].Spec].capacity
@@ -251,7 +369,10 @@ func (l *Ledger) learnHeaders(ni int32, obs []schemas.Observation) {
 		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
 		// Header limits are per minute (OpenAI, Anthropic).
 		rep := max(1, mulSat(min(ob.Limit, maxAmount), sp.period)/60_000)
-		hdr := min(rep, conf)
+		hdr := rep
+		if conf > 0 {
+			hdr = min(rep, conf)
+		}
 		if i < 0 && hdr == conf {
 			continue // at the configured bound: nothing learned
 		}
@@ -287,7 +408,7 @@ func (l *Ledger) learnRefusal(ni int32, d int, dimKnown bool) {
 		if e.DecMs > 0 && now-e.DecMs < lc.interval() {
 			continue // one decrease per interval: refusals of one overload count once
 		}
-		floor := max(1, e.Conf*lc.floor()/1000)
+		floor := max(1, e.scale()*lc.floor()/1000)
 		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
 		e.DecMs, e.IncMs = max(1, now), now
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
@@ -307,7 +428,7 @@ func (l *Ledger) learnSuccess(r *res) {
 		if e.Aimd == 0 || now-e.IncMs < lc.interval() || !r.onPath(e.Node) {
 			continue
 		}
-		e.Aimd += max(1, e.Conf*lc.increase()/1000)
+		e.Aimd += max(1, e.scale()*lc.increase()/1000)
 		if e.Aimd >= e.bound() {
 			e.Aimd = 0
 		}
@@ -333,12 +454,14 @@ func (l *Ledger) relearn() bool {
 	l.cc.specs = l.cc.specs[:l.cc.nBase]
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
-		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < 0 || int(e.Base) >= l.cc.nBase ||
-			int(e.Dim) >= numDims || !learnable(&l.cc.specs[e.Base]) || e.Eff < 1 {
+		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 ||
+			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
 		var sp spec
-		learnedSpec(&sp, &l.cc.specs[e.Base], e.Eff)
+		base := l.baseSpec(e)
+		learnedSpec(&sp, &base, e.Eff)
 		l.cc.specs = append(l.cc.specs, sp)
 		n := &l.st.Nodes[e.Node]
 		found := false
@@ -370,7 +493,7 @@ func (l *Ledger) rebaseLearned() {
 		e.Base, e.Conf = l.st.Buckets[bi].Spec, sp.capacity
 		e.Hdr = min(e.Hdr, e.Conf)
 		if e.Aimd > 0 {
-			e.Aimd = max(e.Aimd, max(1, e.Conf*l.st.Config.Learn.floor()/1000))
+			e.Aimd = max(e.Aimd, max(1, e.scale()*l.st.Config.Learn.floor()/1000))
 		}
 		if e.Aimd >= e.bound() {
 			e.Aimd = 0

@@ -190,6 +190,18 @@ func TestLearnHeadersBoundAIMD(t *testing.T) {
 	})
 }
 
+func TestLearnIgnoresServerErrors(t *testing.T) {
+	// A 500 is classified overloaded for the cooldown, but says nothing
+	// about capacity.
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	ev := overloaded("a", 1)
+	ev.ProviderRejected.HTTPStatus = 500
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		{At: 1, Ev: ev, Dim: schemas.DimRequests, Eff: 600},
+	})
+}
+
 func TestLearnOff(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	cfg.Learn.Off = true
@@ -216,14 +228,14 @@ func learnLog(seed uint64, n int) (Config, []*schemas.Event, []int64) {
 		var ev *schemas.Event
 		switch k := rng.IntN(10); {
 		case k < 4:
-			ev = reserve(fmt.Sprintf("r%d", i))
+			ev = reserve(fmt.Sprintf("r%d", i), path("tenant", "t1", "key", "k1", "deployment", "d1"))
 			granted = i
 		case k < 6:
-			dim := schemas.DimRequests
-			if rng.IntN(2) == 0 {
-				dim = schemas.DimTotalTokens
-			}
+			// requests and total_tokens are configured (scope root);
+			// input_tokens is not: the headers alone set it, on d1.
+			dim := []schemas.Dimension{schemas.DimRequests, schemas.DimTotalTokens, schemas.DimInputTokens}[rng.IntN(3)]
 			ev = limitObs(id, 1, dim, 1+rng.Int64N(200_000), rng.Int64N(1000))
+			ev.ProviderObserved.Deployment = "d1"
 		case k < 7:
 			ev = rejected(id, 1, schemas.KindRateLimited, rng.Int64N(500))
 		case k < 8:
@@ -270,10 +282,10 @@ func TestLearnBoundProperty(t *testing.T) {
 				}
 				for k := range l.st.Learned {
 					e := &l.st.Learned[k]
-					if e.Eff > e.Conf || e.Eff < 1 || e.Eff != l.cc.specs[l.cc.nBase+k].capacity {
+					if (e.Conf > 0 && e.Eff > e.Conf) || (e.Conf == 0 && e.Eff > e.Hdr) || e.Eff < 1 || e.Eff != l.cc.specs[l.cc.nBase+k].capacity {
 						t.Fatalf("seed %d record %d: learned %+v, enforced %d", seed, i, *e, l.cc.specs[l.cc.nBase+k].capacity)
 					}
-					if e.Hdr == 0 && e.Aimd > 0 && e.Eff < max(1, e.Conf/10) {
+					if e.Hdr == 0 && e.Aimd > 0 && e.Eff < max(1, e.scale()/10) {
 						t.Fatalf("seed %d record %d: below the floor: %+v", seed, i, *e)
 					}
 					bi := l.learnBucket(e.Node, int(e.Dim))
@@ -296,8 +308,8 @@ func TestLearnBoundProperty(t *testing.T) {
 		if a != b || !bytes.Equal(snapA, snapB) {
 			t.Fatalf("seed %d: the same log gave different outputs or snapshots", seed)
 		}
-		if !strings.Contains(a, `"CapacityLearned"`) {
-			t.Fatalf("seed %d: nothing learned", seed)
+		if !strings.Contains(a, `"CapacityLearned"`) || !strings.Contains(a, `"dimension":"input_tokens"`) {
+			t.Fatalf("seed %d: nothing learned, or no headers-only bucket", seed)
 		}
 		// Restore halfway.
 		half := len(evs) / 2
@@ -356,4 +368,75 @@ func TestExplainNamesALearnedLimit(t *testing.T) {
 	if !learnedStep || !learnedBucket {
 		t.Fatalf("explanation does not name the learned limit (step %v, bucket %v): %+v", learnedStep, learnedBucket, x.Steps)
 	}
+}
+
+func TestLearnHeadersOnly(t *testing.T) {
+	// Nothing configured for the deployment: the headers alone set its
+	// requests bucket (120 RPM: 2 at once), created full to what they
+	// report remaining, on d1's node, which every path naming d1 passes
+	// from then on. A grant made before it (a) is never settled against
+	// it. A later report raises it freely (no configured bound); a bare
+	// 429 lowers it (×0.7 of the reported 600) like any learned bucket.
+	cfg := testConfig(rpm("tenant", "*", 6000, 1000))
+	d1 := path("tenant", "t1", "key", "k1", "deployment", "d1")
+	obs := func(id string, limit, remaining int64) *schemas.Event {
+		ev := limitObs(id, 1, schemas.DimRequests, limit, remaining)
+		ev.ProviderObserved.Deployment = "d1"
+		return ev
+	}
+	l := runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a", d1), Want: []string{"a/1 granted admitted"}},
+		{At: 1, Ev: obs("a", 120, 119), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 0->120 headers" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+		{At: 2, Ev: reserve("b", d1), Want: []string{"b/1 granted admitted"}},
+		{At: 2, Ev: reserve("c", d1), Want: []string{"c/1 granted admitted"}},
+		{At: 3, Ev: reserve("d", d1), Want: []string{"d/1 denied wait_exceeds_max rejected_locally"}},
+		{At: 4, Ev: reconcile("a", 100, 50)},
+		{At: 5, Ev: obs("b", 600, 590), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 120->600 headers" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+		{At: 6, Ev: rejected("c", 1, schemas.KindRateLimited, 0), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 600->420 refusal" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+	})
+	lb := l.LearnedBuckets()
+	if len(lb) != 1 || lb[0].Level != "deployment" || lb[0].ID != "d1" || lb[0].Configured != 0 || lb[0].Learned != 420 || lb[0].Reported != 600 {
+		t.Fatalf("learned buckets %+v", lb)
+	}
+	// Restore keeps it; a config change that does not configure it forgets
+	// it (the next headers learn it again).
+	snap, err := l.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.LearnedBuckets(); len(got) != 1 || got[0] != lb[0] {
+		t.Fatalf("restored %+v", got)
+	}
+	c2 := testConfig(rpm("tenant", "*", 3000, 1000))
+	r.Apply(10, 100, configEv(t, c2), nil)
+	if got := r.LearnedBuckets(); len(got) != 0 {
+		t.Fatalf("after a config change %+v", got)
+	}
+	if err := r.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func renderAll(l *Ledger) string {
+	var got []string
+	for j := range l.LearnedOutputs() {
+		got = append(got, renderLearned(&l.LearnedOutputs()[j]))
+	}
+	return strings.Join(got, "\n")
 }
