@@ -105,9 +105,10 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 		// A refusal the headers do not explain (none reported a limit on
 		// this response, or they reported room for it) lowers the learned
 		// capacity (learn.go).
-		// Only an attempt that was sent counts (a refusal of a queued
-		// one is a gateway's mistake, not the provider's capacity).
-		if !known || (r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0)) {
+		// Only an attempt of ours that was sent counts, once (a refusal
+		// of a queued or unknown one is a gateway's mistake or a copy,
+		// not the provider's capacity).
+		if known && r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0) {
 			ni := l.learnNode(si, pr.Deployment)
 			if pr.Deployment == "" && known {
 				for i := int(r.NPath) - 1; i >= 0; i-- {
@@ -117,7 +118,7 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 					}
 				}
 			}
-			l.learnRefusal(ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited)
+			l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited)
 		}
 	}
 	if known {

@@ -55,6 +55,33 @@ type learnedCap struct {
 	IncMs int64 `json:"im,omitempty"` // log time of the last AIMD change
 }
 
+// refusalRatio is a scope's provider refusal ratio over a trailing window
+// (Google SRE's client-side adaptive throttling): attempts refused (Rej)
+// and accepted (Acc) by the provider in the current and the previous
+// interval (Win = the current one's index). It is kept per scope (the
+// provider account) from the first 2xx on, so that a bucket's first
+// refusal is judged against the accepts before it.
+type refusalRatio struct {
+	Win int64    `json:"w,omitempty"`
+	Rej [2]int64 `json:"r,omitzero"`
+	Acc [2]int64 `json:"a,omitzero"`
+}
+
+// roll moves the trailing window to log time now.
+func (q *refusalRatio) roll(now, interval int64) {
+	w := now / interval
+	switch {
+	case w == q.Win:
+		return
+	case w == q.Win+1:
+		q.Rej[1], q.Acc[1] = q.Rej[0], q.Acc[0]
+	default:
+		q.Rej[1], q.Acc[1] = 0, 0
+	}
+	q.Rej[0], q.Acc[0] = 0, 0
+	q.Win = w
+}
+
 // bound is the capacity AIMD grows back to.
 func (e *learnedCap) bound() int64 {
 	switch {
@@ -389,12 +416,18 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 // learnRefusal applies the multiplicative decrease after a refusal the
 // headers do not explain, to dimension d of node ni (every learnable
 // dimension when !dimKnown).
-func (l *Ledger) learnRefusal(ni int32, d int, dimKnown bool) {
-	if l.st.Config.Learn.Off || ni < 0 {
+func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
+	if l.st.Config.Learn.Off {
 		return
 	}
 	lc := l.st.Config.Learn
 	now := l.st.Now
+	q := &l.st.Scopes[si].Ratio
+	q.roll(now, lc.interval())
+	q.Rej[0]++
+	if ni < 0 {
+		return
+	}
 	for dd := range numDims {
 		if dimKnown && dd != d {
 			continue
@@ -408,6 +441,13 @@ func (l *Ledger) learnRefusal(ni int32, d int, dimKnown bool) {
 		if e.DecMs > 0 && now-e.DecMs < lc.interval() {
 			continue // one decrease per interval: refusals of one overload count once
 		}
+		// Google SRE's rule: act when requests > K × accepts over the
+		// trailing window. A provider that refuses a fixed share of
+		// whatever it is sent (at most 1 − 1/K) is not short of capacity:
+		// lowering the rate would not lower the share.
+		if (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
+			continue
+		}
 		floor := max(1, e.scale()*lc.floor()/1000)
 		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
 		e.DecMs, e.IncMs = max(1, now), now
@@ -418,11 +458,17 @@ func (l *Ledger) learnRefusal(ni int32, d int, dimKnown bool) {
 // learnSuccess applies the additive increase after an attempt through r's
 // path reconciled with a 2xx.
 func (l *Ledger) learnSuccess(r *res) {
-	if len(l.st.Learned) == 0 || l.st.Config.Learn.Off {
+	if l.st.Config.Learn.Off {
 		return
 	}
 	lc := l.st.Config.Learn
 	now := l.st.Now
+	q := &l.st.Scopes[r.Scope].Ratio
+	q.roll(now, lc.interval())
+	q.Acc[0]++
+	if len(l.st.Learned) == 0 || q.Rej[0]+q.Rej[1] > 0 {
+		return // additive increase only without a refusal in the window
+	}
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Aimd == 0 || now-e.IncMs < lc.interval() || !r.onPath(e.Node) {

@@ -190,6 +190,43 @@ func TestLearnHeadersBoundAIMD(t *testing.T) {
 	})
 }
 
+func TestLearnRatioGate(t *testing.T) {
+	// Google SRE's rule with the default K = 3: a refusal lowers the
+	// capacity only while requests > 3 × accepts over the trailing two
+	// intervals. A provider refusing every second attempt (20 accepts,
+	// then alternating) is not short of capacity: nothing is lowered.
+	// Once more than 2/3 of the attempts are refused, it is.
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	at := int64(0)
+	for i := range 20 {
+		id := fmt.Sprintf("ok%d", i)
+		add(at, reserve(id), 6000)
+		add(at, reconcile(id, 100, 50), 6000)
+		at += 50
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		add(at, reserve(id), 6000)
+		if i%2 == 0 {
+			add(at+1, rejected(id, 1, schemas.KindRateLimited, 0), 6000)
+		} else {
+			add(at+1, reconcile(id, 100, 50), 6000)
+		}
+		at += 50
+	}
+	// 3 s later (the window holds nothing before): a refusal with no
+	// accept in the window acts.
+	at += 3000
+	add(at, reserve("x"), 6000)
+	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	runLearn(t, cfg, steps)
+}
+
 func TestLearnIgnoresServerErrors(t *testing.T) {
 	// A 500 is classified overloaded for the cooldown, but says nothing
 	// about capacity.
@@ -378,6 +415,7 @@ func TestLearnHeadersOnly(t *testing.T) {
 	// it. A later report raises it freely (no configured bound); a bare
 	// 429 lowers it (×0.7 of the reported 600) like any learned bucket.
 	cfg := testConfig(rpm("tenant", "*", 6000, 1000))
+	cfg.Learn.RatioKPermille = 1000 // any refusal acts (TestLearnRatioGate has the default)
 	d1 := path("tenant", "t1", "key", "k1", "deployment", "d1")
 	obs := func(id string, limit, remaining int64) *schemas.Event {
 		ev := limitObs(id, 1, schemas.DimRequests, limit, remaining)

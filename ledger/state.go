@@ -256,8 +256,11 @@ type scopeState struct {
 	// Rescued counts grants made, since an aged waiter of a lower class was
 	// last granted, to higher-class waiters that went ahead of it because
 	// their expiry was earlier (deadline rescue; at most Config.RescueMax).
-	Rescued     int32       `json:"rescued,omitempty"`
-	Flows       []flowEntry `json:"flows,omitempty"` // snapshot only
+	Rescued int32 `json:"rescued,omitempty"`
+	// Ratio is the provider's refusal ratio over a trailing window
+	// (learn.go).
+	Ratio       refusalRatio `json:"ratio,omitzero"`
+	Flows       []flowEntry  `json:"flows,omitempty"` // snapshot only
 	flows       map[flowKey]int64
 	flowsPruned int
 }
