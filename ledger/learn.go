@@ -425,7 +425,11 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 	q := &l.st.Scopes[si].Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
-	if ni < 0 {
+	// Google SRE's rule: act when requests > K × accepts over the
+	// trailing window. A provider that refuses a fixed share of whatever
+	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
+	// rate would not lower the share.
+	if ni < 0 || (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
 		return
 	}
 	for dd := range numDims {
@@ -436,18 +440,11 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 		if bi < 0 {
 			continue
 		}
-		i := l.entry(ni, dd, bi)
-		e := &l.st.Learned[i]
-		if e.DecMs > 0 && now-e.DecMs < lc.interval() {
+		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
 			continue // one decrease per interval: refusals of one overload count once
 		}
-		// Google SRE's rule: act when requests > K × accepts over the
-		// trailing window. A provider that refuses a fixed share of
-		// whatever it is sent (at most 1 − 1/K) is not short of capacity:
-		// lowering the rate would not lower the share.
-		if (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
-			continue
-		}
+		i := l.entry(ni, dd, bi)
+		e := &l.st.Learned[i]
 		floor := max(1, e.scale()*lc.floor()/1000)
 		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
 		e.DecMs, e.IncMs = max(1, now), now
