@@ -50,6 +50,9 @@ func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
 		e.Snapshot = &schemas.Snapshot{Partition: 1, InputOffset: 10, LogTimeMs: producedAtMs, State: []byte{1, 2, 3}}
 	case schemas.TypeHeartbeat:
 		e.Heartbeat = &schemas.Heartbeat{}
+	case schemas.TypeCapacityLearned:
+		e.CapacityLearned = &schemas.CapacityLearned{Level: "deployment", ID: "gpt", Dimension: schemas.DimRequests, PeriodMs: 60000,
+			ConfiguredCapacity: 600, PreviousCapacity: 600, LearnedCapacity: 420, Source: schemas.LearnedRefusal}
 	}
 	return e
 }

@@ -72,6 +72,9 @@ type compiled struct {
 	anyShadow     bool
 	classIdx      map[string]int32
 	defClass      int32
+	// nBase is the number of configured specs; specs[nBase+i] is the
+	// learned copy of Learned[i] (learn.go).
+	nBase int
 }
 
 func compile(c *Config) *compiled {
@@ -133,6 +136,7 @@ func compile(c *Config) *compiled {
 		cc.scopeByName[s.Name] = len(cc.scopes)
 		cc.scopes = append(cc.scopes, sc)
 	}
+	cc.nBase = len(cc.specs)
 	return cc
 }
 

@@ -131,6 +131,10 @@ type Config struct {
 
 	Retry    RetryConfig    `json:"retry"`
 	Cooldown CooldownConfig `json:"cooldown"`
+	// Learn tunes the capacity learned from the provider (learn.go).
+	// Zero fields take their defaults when used, so configs and snapshots
+	// without it stay as they were.
+	Learn LearnConfig `json:"learn,omitzero"`
 
 	// Limits on state size ("put a limit on everything").
 	NodesMax        int `json:"nodes_max"`
@@ -717,4 +721,48 @@ func DefaultDevConfig() Config {
 	}
 	c.fillDefaults()
 	return c
+}
+
+// LearnConfig tunes the capacity the ledger learns from its provider
+// (learn.go, README "Capacity learned from the provider"). Every field's
+// zero value means its default.
+type LearnConfig struct {
+	// Off disables learning: configured capacities are enforced as
+	// written (the headers still lower levels, ProviderObserved).
+	Off bool `json:"off,omitempty"`
+	// DecreasePermille is the multiplicative decrease a refusal without
+	// rate-limit headers applies (default 700: ×0.7).
+	DecreasePermille int64 `json:"decrease_permille,omitempty"`
+	// IncreasePermille is the additive increase, in permille of the
+	// configured capacity, per IntervalMs of log time with successes and
+	// no refusal (default 100: back from the floor in ≤ 9 intervals).
+	IncreasePermille int64 `json:"increase_permille,omitempty"`
+	// IntervalMs spaces the changes: at most one decrease and one
+	// increase per interval (default 1000).
+	IntervalMs int64 `json:"interval_ms,omitempty"`
+	// FloorPermille is the lowest learned capacity, in permille of the
+	// configured one (default 100; never below 1 unit per period).
+	FloorPermille int64 `json:"floor_permille,omitempty"`
+	// RatioKPermille is Google SRE's K (client-side adaptive throttling),
+	// in permille: a refusal lowers the capacity only while requests >
+	// K × accepts over the trailing two intervals (default 3000: more
+	// than 2/3 of the attempts refused; 1000: any refusal). SRE's K = 2
+	// lowered the rate in the counter storm (a provider refusing every
+	// second attempt whatever it is sent, where a lower rate only loses
+	// work: served 184 of 260 instead of 241 in TestModelStorm).
+	RatioKPermille int64 `json:"ratio_k_permille,omitempty"`
+}
+
+func (c LearnConfig) decrease() int64 { return defOr(c.DecreasePermille, 700, 1, 999) }
+func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 100, 1, 1000) }
+func (c LearnConfig) interval() int64 { return defOr(c.IntervalMs, 1000, 1, dayMs) }
+func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 100, 1, 1000) }
+func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }
+
+// defOr returns v clamped to [lo, hi], or def when v is 0.
+func defOr(v, def, lo, hi int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return min(max(v, lo), hi)
 }

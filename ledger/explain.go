@@ -21,12 +21,17 @@ type BucketView struct {
 	Node      string            `json:"node"`
 	Dimension schemas.Dimension `json:"dimension"`
 	Refill    string            `json:"refill"`
-	// Capacity is the configured capacity per PeriodMs; Max the most the
+	// Capacity is the enforced capacity per PeriodMs (the configured one,
+	// or the one learned from the provider when Learned); Max the most the
 	// bucket holds at once (the enforcement window's burst for token
 	// buckets).
 	Capacity int64 `json:"capacity"`
-	PeriodMs int64 `json:"period_ms,omitempty"`
-	Max      int64 `json:"max"`
+	// Learned marks a capacity learned from the provider (learn.go);
+	// Configured is then the configured bound.
+	Learned    bool  `json:"learned,omitempty"`
+	Configured int64 `json:"configured_capacity,omitempty"`
+	PeriodMs   int64 `json:"period_ms,omitempty"`
+	Max        int64 `json:"max"`
 	// Before and After are the units available just before and just after
 	// the record (may be negative: debt).
 	Before int64 `json:"before"`
@@ -86,6 +91,9 @@ type ExplainStep struct {
 	Queue     *QueueView         `json:"queue,omitempty"`
 	// Feedback is the provider feedback input (operator view only).
 	Feedback *schemas.Event `json:"feedback,omitempty"`
+	// Learned lists the capacity changes this record caused on the
+	// request's path (learn.go): the learned limit, named as such.
+	Learned []schemas.CapacityLearned `json:"learned,omitempty"`
 	// OtherTenant is set when the feedback came from another tenant's
 	// request (the tenant view keeps only this flag).
 	OtherTenant bool                `json:"other_tenant,omitempty"`
@@ -224,10 +232,23 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	} else {
 		e.lastPos = -1
 	}
-	if !own && len(mine) == 0 && !(feedback && moved(buckets)) && !queueMoved {
+	// Capacity learned on the request's path.
+	var learned []schemas.CapacityLearned
+	if live && len(l.LearnedOutputs()) > 0 {
+		for _, lo := range l.LearnedOutputs() {
+			name := lo.Learned.Level + ":" + lo.Learned.ID
+			for _, b := range buckets {
+				if b.Node == name && b.Dimension == lo.Learned.Dimension {
+					learned = append(learned, lo.Learned)
+					break
+				}
+			}
+		}
+	}
+	if !own && len(mine) == 0 && !(feedback && moved(buckets)) && !queueMoved && len(learned) == 0 {
 		return out
 	}
-	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Partition: e.x.Partition, Decisions: mine, Buckets: buckets, Queue: queue}
+	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Partition: e.x.Partition, Decisions: mine, Buckets: buckets, Queue: queue, Learned: learned}
 	if ev != nil {
 		step.Input, step.Scope = ev.Type, ev.Scope
 		if own && ev.Attempt > 0 {
@@ -312,10 +333,14 @@ func (l *Ledger) viewsOf(r *res, now int64, before bool) []BucketView {
 }
 
 func (l *Ledger) view(node string, b *bucket, sp *spec, now int64) BucketView {
-	return BucketView{
+	v := BucketView{
 		Node: node, Dimension: dimension(sp.dim), Refill: kindName(sp.kind), Capacity: sp.capacity,
 		PeriodMs: sp.period, Max: sp.holdUnits, After: l.peekAvailable(b, sp, now), Held: b.Held, Shadow: sp.shadow,
 	}
+	if i := int(b.Spec) - l.cc.nBase; i >= 0 && i < len(l.st.Learned) {
+		v.Learned, v.Configured = true, l.st.Learned[i].Conf
+	}
+	return v
 }
 
 // peekPath returns the Before views of the path a ReserveRequested names,

@@ -98,6 +98,29 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			})
 		}
 	}
+	// An overload counts when it says so (503, Anthropic's 529); another
+	// 5xx is a failure, not a capacity.
+	overload := pr.Kind == schemas.KindOverloaded && (pr.HTTPStatus == 0 || pr.HTTPStatus == 503 || pr.HTTPStatus == 529)
+	if pr.Kind == schemas.KindRateLimited || overload {
+		// A refusal the headers do not explain (none reported a limit on
+		// this response, or they reported room for it) lowers the learned
+		// capacity (learn.go).
+		// Only an attempt of ours that was sent counts, once (a refusal
+		// of a queued or unknown one is a gateway's mistake or a copy,
+		// not the provider's capacity).
+		if known && r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0) {
+			ni := l.learnNode(si, pr.Deployment)
+			if pr.Deployment == "" && known {
+				for i := int(r.NPath) - 1; i >= 0; i-- {
+					if n := &l.st.Nodes[r.Path[i]]; n.Lvl == 6 && n.N > 0 {
+						ni = r.Path[i]
+						break
+					}
+				}
+			}
+			l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited)
+		}
+	}
 	if known {
 		if r.State == stGranted {
 			l.rampReject(r)
@@ -170,6 +193,11 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 	if ev.RequestID != "" {
 		if ri, known := l.lookup(ev); known {
 			l.markRoom(&l.st.Res[ri], po.Observations)
+			for _, ob := range po.Observations {
+				if ob.Limit > 0 {
+					l.st.Res[ri].Flags |= fLimitSeen
+				}
+			}
 		}
 	}
 	// The enforced and the shadow buckets each take the deployment node if
@@ -181,7 +209,10 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		if ni, found := l.nodeIdx[nodeKey{si, 6, po.Deployment}]; found {
 			// (A node left without buckets by a config change keeps the
 			// observation, as before shadow buckets existed.)
-			if n := &l.st.Nodes[ni]; n.N > 0 || n.SN == 0 {
+			// A node whose only enforced buckets were learned from
+			// headers alone (learn.go) does not turn the lowering of the
+			// configured ones away from the root either.
+			if n := &l.st.Nodes[ni]; (n.N > 0 && !l.headersOnly(ni)) || (n.N == 0 && n.SN == 0) {
 				enf = ni
 			}
 			if l.st.Nodes[ni].SN > 0 {
@@ -199,9 +230,17 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 			}
 		}
 	}
+	l.learnHeaders(si, enf, po.Deployment, po.Observations)
 	if enf >= 0 {
 		n := &l.st.Nodes[enf]
 		l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)
+	}
+	if po.Deployment != "" {
+		// The deployment's buckets learned from headers alone.
+		if ni, found := l.nodeIdx[nodeKey{si, 6, po.Deployment}]; found && ni != enf && l.st.Nodes[ni].N > 0 {
+			n := &l.st.Nodes[ni]
+			l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)
+		}
 	}
 	if sh >= 0 {
 		n := &l.st.Nodes[sh]

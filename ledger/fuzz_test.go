@@ -53,6 +53,13 @@ func FuzzApply(f *testing.F) {
 				ev = retryEv(id, int32(int8(c))%4, []schemas.RetryClass{schemas.RetryCapacity, schemas.RetryOverload, schemas.RetryPolicy, ""}[int(b)%4], int64(int8(c))*10)
 			case 6:
 				ev = observed(schemas.Dimensions[int(c)%len(schemas.Dimensions)], int64(int8(b)))
+				if c%2 == 0 { // a reported limit: learned capacity (learn.go), sometimes headers only
+					ev.ProviderObserved.Observations[0].Limit = int64(b) * int64(c) * 7
+					ev.RequestID, ev.Attempt = id, int32(c%3)
+					if c%4 == 0 {
+						ev.ProviderObserved.Deployment = []string{"d1", "d2"}[int(b)%2]
+					}
+				}
 			case 7:
 				ev = configEv(t, simConfig(int(c)%2))
 			case 8:

@@ -35,6 +35,8 @@ type Ledger struct {
 	// Per-Apply context.
 	offset int64
 	start  int
+	// learnedOut holds the CapacityLearned records of the last Apply.
+	learnedOut []LearnedOutput
 }
 
 const (
@@ -98,6 +100,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 	}
 	l.offset = offset
 	l.start = len(out)
+	l.learnedOut = l.learnedOut[:0]
 
 	l.liveStall(prevMs)
 	out = l.expireHolds(out)

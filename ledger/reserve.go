@@ -1078,6 +1078,9 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 			l.recordLatency(r, rc.TotalMs)
 		}
 		l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
+		if rc.HTTPStatus >= 200 && rc.HTTPStatus < 300 {
+			l.learnSuccess(r)
+		}
 		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
 	case stQueued:

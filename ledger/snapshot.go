@@ -66,6 +66,7 @@ func (l *Ledger) install(cfg Config) {
 			n.SFirst = 0 // keeps snapshots without shadow buckets as they were
 		}
 	}
+	l.rebaseLearned()
 	// Classes may have been renamed, added or removed.
 	for si := range l.st.Scopes {
 		sc := &l.st.Scopes[si]
@@ -206,6 +207,7 @@ func (l *Ledger) Freeze() *Frozen {
 	st.Done = slices.Clone(l.st.Done)
 	st.Live = slices.Clone(l.st.Live)
 	st.Services = slices.Clone(l.st.Services)
+	st.Learned = slices.Clone(l.st.Learned)
 	st.Scopes = slices.Clone(l.st.Scopes)
 	nowUs := l.st.Now * 1000
 	for i := range st.Scopes {
@@ -258,6 +260,9 @@ func Restore(b []byte) (*Ledger, error) {
 		return nil, fmt.Errorf("ledger snapshot: config: %w", err)
 	}
 	l.cc = compile(&l.st.Config)
+	if !l.relearn() {
+		return nil, errors.New("ledger snapshot: learned capacity out of range")
+	}
 	if err := l.verify(); err != nil {
 		return nil, fmt.Errorf("ledger snapshot: %w", err)
 	}

@@ -96,6 +96,11 @@ const (
 	// waiter's queue expiry from its max wait to its deadline; a waiter
 	// queued behind it for capacity gets the same (visit).
 	fWaitedOut
+	// fLimitSeen: this attempt's response carried a rate-limit header
+	// reporting a limit (ProviderObserved with Limit > 0): a refusal on it
+	// is explained by the headers, not a reason for the AIMD decrease
+	// (learn.go), unless they also reported room for it (fRoom).
+	fLimitSeen
 )
 
 // maxPath is the most nodes a path can have: the scope root plus one per
@@ -251,8 +256,11 @@ type scopeState struct {
 	// Rescued counts grants made, since an aged waiter of a lower class was
 	// last granted, to higher-class waiters that went ahead of it because
 	// their expiry was earlier (deadline rescue; at most Config.RescueMax).
-	Rescued     int32       `json:"rescued,omitempty"`
-	Flows       []flowEntry `json:"flows,omitempty"` // snapshot only
+	Rescued int32 `json:"rescued,omitempty"`
+	// Ratio is the provider's refusal ratio over a trailing window
+	// (learn.go).
+	Ratio       refusalRatio `json:"ratio,omitzero"`
+	Flows       []flowEntry  `json:"flows,omitempty"` // snapshot only
 	flows       map[flowKey]int64
 	flowsPruned int
 }
@@ -311,4 +319,7 @@ type state struct {
 	// Services holds each route's learned service time (service.go), in
 	// first-reconcile order.
 	Services []serviceStat `json:"services,omitempty"`
+	// Learned holds the buckets whose capacity was learned from the
+	// provider (learn.go), in first-learned order.
+	Learned []learnedCap `json:"learned,omitempty"`
 }

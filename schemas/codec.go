@@ -98,6 +98,7 @@ func (e *Event) payload() (n int, match bool) {
 	check(e.Tick != nil, TypeTick)
 	check(e.Snapshot != nil, TypeSnapshot)
 	check(e.Heartbeat != nil, TypeHeartbeat)
+	check(e.CapacityLearned != nil, TypeCapacityLearned)
 	return n, match
 }
 

@@ -72,6 +72,11 @@ func goldenEvents() []Event {
 	e = env(TypeHeartbeat)
 	e.Heartbeat = &Heartbeat{}
 	out = append(out, e)
+	e = env(TypeCapacityLearned)
+	e.CapacityLearned = &CapacityLearned{Level: "deployment", ID: "gpt4o-east", Dimension: DimTotalTokens, PeriodMs: 60000,
+		ConfiguredCapacity: 120000, PreviousCapacity: 120000, LearnedCapacity: 30000, Source: LearnedHeaders, ReportedLimit: 30000,
+		InputPartition: 3, InputOffset: 1001, LogTimeMs: 1764460801000}
+	out = append(out, e)
 	return out
 }
 
@@ -232,7 +237,7 @@ func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
 		want.Type, want.ID, want.ProducedAtMs = d.Type, d.ID, d.ProducedAtMs
 		want.ReserveRequested, want.Decision, want.Dispatched, want.Reconciled = nil, nil, nil, nil
 		want.ProviderRejected, want.ProviderObserved, want.RetryRequested, want.Released = nil, nil, nil, d.Released
-		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot, want.Heartbeat = nil, nil, nil, nil, nil
+		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot, want.Heartbeat, want.CapacityLearned = nil, nil, nil, nil, nil, nil
 		if !reflect.DeepEqual(*d, want) {
 			t.Errorf("derived from %s:\n got  %+v\n want %+v", src.Type, *d, want)
 		}

@@ -30,6 +30,9 @@ const (
 	TypeTick             Type = "Tick"
 	TypeSnapshot         Type = "Snapshot"
 	TypeHeartbeat        Type = "Heartbeat"
+	// TypeCapacityLearned is written by the ledger service, next to its
+	// decisions, when a bucket's learned capacity changes (CapacityLearned).
+	TypeCapacityLearned Type = "CapacityLearned"
 )
 
 // Types lists every event type of this schema version, in a stable order.
@@ -37,7 +40,7 @@ var Types = []Type{
 	TypeReserveRequested, TypeDecision, TypeDispatched, TypeReconciled,
 	TypeProviderRejected, TypeProviderObserved, TypeRetryRequested,
 	TypeReleased, TypeOutcome, TypeConfigChanged, TypeTick, TypeSnapshot,
-	TypeHeartbeat,
+	TypeHeartbeat, TypeCapacityLearned,
 }
 
 // Event is the envelope shared by all event types plus exactly one payload,
@@ -73,6 +76,7 @@ type Event struct {
 	Tick             *Tick             `json:"tick,omitempty"`
 	Snapshot         *Snapshot         `json:"snapshot,omitempty"`
 	Heartbeat        *Heartbeat        `json:"heartbeat,omitempty"`
+	CapacityLearned  *CapacityLearned  `json:"capacity_learned,omitempty"`
 }
 
 // Dimension names a quota dimension (DESIGN.md §3).
@@ -312,6 +316,45 @@ type Observation struct {
 type ProviderObserved struct {
 	Deployment   string        `json:"deployment,omitempty"`
 	Observations []Observation `json:"observations"`
+}
+
+// Sources of a learned capacity (CapacityLearned.Source).
+const (
+	// LearnedHeaders: the provider's rate-limit headers reported the limit.
+	LearnedHeaders = "headers"
+	// LearnedRefusal: a refusal without rate-limit headers lowered it
+	// (multiplicative decrease).
+	LearnedRefusal = "refusal"
+	// LearnedSuccess: sustained success raised it (additive increase).
+	LearnedSuccess = "success"
+)
+
+// CapacityLearned records a change of the capacity one provider bucket
+// enforces, learned from the provider (ledger/README.md, "Capacity learned
+// from the provider"). The ledger derives it deterministically from the
+// ProviderObserved, ProviderRejected and Reconciled records of its
+// partition, so replay derives the same record byte for byte; it is written
+// to sluice.decisions in the transaction of the input that caused it, for
+// explain, dashboards and audit. Consumers that route decisions ignore it.
+type CapacityLearned struct {
+	Level     string    `json:"level"` // "deployment", or "scope" for the scope root
+	ID        string    `json:"id"`    // the deployment id (or scope name)
+	Dimension Dimension `json:"dimension"`
+	PeriodMs  int64     `json:"period_ms"`
+	// ConfiguredCapacity is the configured capacity per period, the bound
+	// the learned one never exceeds; 0: none configured (headers only).
+	ConfiguredCapacity int64 `json:"configured_capacity,omitempty"`
+	// PreviousCapacity and LearnedCapacity are the enforced capacity per
+	// period before and after; learned = configured means the bucket is
+	// back at its configured bound.
+	PreviousCapacity int64  `json:"previous_capacity"`
+	LearnedCapacity  int64  `json:"learned_capacity"`
+	Source           string `json:"source"` // headers, refusal, success
+	// ReportedLimit is the limit the headers reported, per period (headers).
+	ReportedLimit  int64 `json:"reported_limit,omitempty"`
+	InputPartition int32 `json:"input_partition"`
+	InputOffset    int64 `json:"input_offset"`
+	LogTimeMs      int64 `json:"log_time_ms"`
 }
 
 // RetryRequested asks the ledger whether, and when, a failed attempt may be

@@ -181,6 +181,8 @@ type Projection struct {
 	waits    map[string]flight // queued, not yet granted, denied, expired or cancelled
 	tombs    map[string]int64
 	observed map[obsKey]observed
+	// learned holds the newest CapacityLearned per provider bucket.
+	learned  map[learnedKey]LearnedRow
 	recent   ring
 	byTenant map[string]*ring
 
@@ -209,6 +211,7 @@ func NewProjection(window time.Duration, now func() time.Time) *Projection {
 		waits:    map[string]flight{},
 		tombs:    map[string]int64{},
 		observed: map[obsKey]observed{},
+		learned:  map[learnedKey]LearnedRow{},
 		byTenant: map[string]*ring{},
 	}
 }
@@ -320,6 +323,12 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 		}
 		p.add(ev, sec, c, 1)
 		p.settle(ev, nowMs)
+	case schemas.TypeCapacityLearned:
+		if c := ev.CapacityLearned; c != nil {
+			p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
+				Dimension: string(c.Dimension), PeriodMs: c.PeriodMs, Configured: c.ConfiguredCapacity, Learned: c.LearnedCapacity,
+				Reported: c.ReportedLimit, Source: c.Source, LogTimeMs: c.LogTimeMs}
+		}
 	case schemas.TypeProviderObserved:
 		if o := ev.ProviderObserved; o != nil {
 			for _, ob := range o.Observations {
@@ -604,6 +613,27 @@ type ObservedRow struct {
 	ObservedAtMs int64  `json:"observed_at_ms"`
 }
 
+// learnedKey names one provider bucket.
+type learnedKey struct {
+	scope, level, id string
+	dim              schemas.Dimension
+}
+
+// LearnedRow is a provider bucket's capacity as the ledger last learned
+// it (schemas.CapacityLearned): configured against learned.
+type LearnedRow struct {
+	Scope      string `json:"scope"`
+	Level      string `json:"level"`
+	ID         string `json:"id"`
+	Dimension  string `json:"dimension"`
+	PeriodMs   int64  `json:"period_ms"`
+	Configured int64  `json:"configured_capacity"`
+	Learned    int64  `json:"learned_capacity"`
+	Reported   int64  `json:"reported_limit,omitempty"`
+	Source     string `json:"source"`
+	LogTimeMs  int64  `json:"log_time_ms"`
+}
+
 // DecisionRow is one ledger decision with its explanation.
 type DecisionRow struct {
 	AtMs            int64  `json:"at_ms"` // when the view saw it
@@ -698,6 +728,9 @@ type Snapshot struct {
 	Tenants          []TenantRow   `json:"tenants"`
 	Series           []SeriesRow   `json:"series"`
 	ProviderObserved []ObservedRow `json:"provider_observed"`
+	// ProviderCapacity lists the capacities learned from the provider
+	// (operator view only: scope-wide).
+	ProviderCapacity []LearnedRow  `json:"provider_capacity"`
 	RecentDecisions  []DecisionRow `json:"recent_decisions"`
 	Timeline         Timeline      `json:"timeline"`
 	Stream           *StreamStats  `json:"stream,omitempty"`
@@ -720,7 +753,7 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	snap := Snapshot{
 		GeneratedAtMs: now.UnixMilli(), WindowS: p.window, View: "operator",
 		Tenants: []TenantRow{}, Series: []SeriesRow{},
-		ProviderObserved: []ObservedRow{}, RecentDecisions: []DecisionRow{},
+		ProviderObserved: []ObservedRow{}, ProviderCapacity: []LearnedRow{}, RecentDecisions: []DecisionRow{},
 	}
 	if filter {
 		snap.View, snap.Tenant = "tenant", tenant
@@ -809,6 +842,22 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		}
 		if a.Deployment != b.Deployment {
 			return a.Deployment < b.Deployment
+		}
+		return a.Dimension < b.Dimension
+	})
+	for _, r := range p.learned {
+		snap.ProviderCapacity = append(snap.ProviderCapacity, r)
+	}
+	sort.Slice(snap.ProviderCapacity, func(i, j int) bool {
+		a, b := snap.ProviderCapacity[i], snap.ProviderCapacity[j]
+		if a.Scope != b.Scope {
+			return a.Scope < b.Scope
+		}
+		if a.Level != b.Level {
+			return a.Level < b.Level
+		}
+		if a.ID != b.ID {
+			return a.ID < b.ID
 		}
 		return a.Dimension < b.Dimension
 	})

@@ -2,6 +2,7 @@ package live
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -299,5 +300,24 @@ func TestProjectionShadowVerdict(t *testing.T) {
 		if len(s.RecentDecisions) != 1 || s.RecentDecisions[0].Shadow == nil || *s.RecentDecisions[0].Shadow != *sv {
 			t.Fatalf("%s view: recent decisions %+v", s.View, s.RecentDecisions)
 		}
+	}
+}
+
+// TestProjectionLearnedCapacity: the newest CapacityLearned per provider
+// bucket shows configured against learned, in the operator view only.
+func TestProjectionLearnedCapacity(t *testing.T) {
+	p := NewProjection(0, newClock().Now)
+	learned := func(prev, now int64, src string) *schemas.Event {
+		return &schemas.Event{V: 1, Type: schemas.TypeCapacityLearned, ID: fmt.Sprintf("c-0-%d-0", now), Scope: "sim-openai",
+			CapacityLearned: &schemas.CapacityLearned{Level: "deployment", ID: "sim-openai", Dimension: schemas.DimRequests, PeriodMs: 60_000,
+				ConfiguredCapacity: 600, PreviousCapacity: prev, LearnedCapacity: now, Source: src}}
+	}
+	p.Apply(learned(600, 420, schemas.LearnedRefusal), learned(420, 480, schemas.LearnedSuccess))
+	s := p.Snapshot()
+	if len(s.ProviderCapacity) != 1 || s.ProviderCapacity[0].Learned != 480 || s.ProviderCapacity[0].Configured != 600 || s.ProviderCapacity[0].Source != schemas.LearnedSuccess {
+		t.Fatalf("provider capacity %+v", s.ProviderCapacity)
+	}
+	if ts := p.TenantSnapshot("acme"); len(ts.ProviderCapacity) != 0 {
+		t.Fatalf("tenant view shows scope-wide capacity: %+v", ts.ProviderCapacity)
 	}
 }

@@ -33,6 +33,10 @@ func simStack(*testing.T) *stack { return shared }
 func TestErrorContract(t *testing.T) {
 	st := startStack(t, nil)
 	chat := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`
+	// small: the limited key's rows are about its one request an hour, not
+	// about the deployment's token bucket, which the simulator's headers
+	// set (learned capacity) and a 4,096-token default output would wait on.
+	small := `{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`
 	tests := []struct {
 		name      string
 		method    string
@@ -87,8 +91,8 @@ func TestErrorContract(t *testing.T) {
 		{name: "model outside the allowlist, messages", path: "/v1/messages", key: keyBatch, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", anthropic: true},
 		{name: "retrieve a model outside the allowlist", method: http.MethodGet, path: "/v1/models/gemini-2.0-flash", key: keyBatch, status: 403, code: "model_not_allowed"},
 		{name: "expired key", path: "/v1/chat/completions", key: keyExpired, body: chat, status: 401, code: "invalid_api_key"},
-		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 0}, // uses the key's only request
-		{name: "local 429", path: "/v1/chat/completions", key: keyLimited, body: chat, status: 429, code: "", decision: "rejected_locally|queued_then_expired"},
+		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: small, status: 0}, // uses the key's only request
+		{name: "local 429", path: "/v1/chat/completions", key: keyLimited, body: small, status: 429, code: "", decision: "rejected_locally|queued_then_expired"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

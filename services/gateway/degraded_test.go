@@ -115,16 +115,14 @@ func deploymentLeft(lv *gateway.SnapshotLevels) (int64, int) {
 	return obs[0].Remaining, lv.LiveGateways("sim-openai", "", now)
 }
 
-// metric reads one sample of the gateway's /metrics ("" when absent).
-func metric(t *testing.T, url, sample string) string {
+// metric reads one sample of the gateway's metrics ("" when absent), from
+// the handler its metrics listener serves (the API listener serves
+// /metrics only to the operator token).
+func metric(t *testing.T, h http.Handler, sample string) string {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, sample+" "); ok {
 			return v
 		}
@@ -194,7 +192,8 @@ func degradedRun(t *testing.T, fault int32) {
 		t.Fatal(err)
 	}
 	defer levels.Close()
-	srv := httptest.NewServer(gateway.New(cfg, rc, slog.New(slog.NewTextHandler(io.Discard, nil)), gateway.WithLevels(levels)))
+	gw := gateway.New(cfg, rc, slog.New(slog.NewTextHandler(io.Discard, nil)), gateway.WithLevels(levels))
+	srv := httptest.NewServer(gw)
 	defer srv.Close()
 	do := func() (int, string) {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`))
@@ -256,10 +255,10 @@ func degradedRun(t *testing.T, fault int32) {
 	if ok != 9 || unavailable != 3 {
 		t.Errorf("while no ledger answered: %d served, %d 503 of %d (codes %v), want 9 and 3", ok, unavailable, burst, codes)
 	}
-	if v := metric(t, srv.URL, `sluice_gateway_degraded_total{class="interactive",verdict="admitted"}`); v != "9" {
+	if v := metric(t, gw.MetricsHandler(), `sluice_gateway_degraded_total{class="interactive",verdict="admitted"}`); v != "9" {
 		t.Errorf("degraded admissions counted: %q, want 9", v)
 	}
-	if v := metric(t, srv.URL, `sluice_gateway_degraded_total{class="interactive",verdict="over_share"}`); v != "3" {
+	if v := metric(t, gw.MetricsHandler(), `sluice_gateway_degraded_total{class="interactive",verdict="over_share"}`); v != "3" {
 		t.Errorf("refusals over the share counted: %q, want 3", v)
 	}
 	// Past max_ms of silence: no more local admissions.
@@ -267,7 +266,7 @@ func degradedRun(t *testing.T, fault int32) {
 	if st, b := do(); st != 503 || !strings.Contains(b, "ledger_unavailable") {
 		t.Errorf("after max_ms: %d %s, want 503 ledger_unavailable", st, b)
 	}
-	if v := metric(t, srv.URL, `sluice_gateway_degraded_total{class="interactive",verdict="expired"}`); v != "1" {
+	if v := metric(t, gw.MetricsHandler(), `sluice_gateway_degraded_total{class="interactive",verdict="expired"}`); v != "1" {
 		t.Errorf("refusals past max_ms counted: %q, want 1", v)
 	}
 

@@ -132,3 +132,28 @@ func (s *SnapshotLevels) Levels(scope, level, id string, atMs int64) ([]ledger.B
 	lv, _ := best.Levels(scope, level, id, atMs)
 	return lv, bestAt, true
 }
+
+// Learned implements LearnedSource: the capacities the newest snapshot
+// holding scope learned from the provider (ledger/learn.go).
+func (s *SnapshotLevels) Learned(scope string) ([]ledger.LearnedBucket, int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var best *ledger.Ledger
+	var bestAt int64
+	for _, p := range s.parts {
+		p.restore(s.log)
+		if p.l != nil && p.l.HasScope(scope) && (best == nil || p.lAtMs > bestAt) {
+			best, bestAt = p.l, p.lAtMs
+		}
+	}
+	if best == nil {
+		return nil, 0, false
+	}
+	var out []ledger.LearnedBucket
+	for _, lb := range best.LearnedBuckets() {
+		if lb.Scope == scope {
+			out = append(out, lb)
+		}
+	}
+	return out, bestAt, true
+}

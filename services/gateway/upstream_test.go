@@ -70,10 +70,14 @@ func (f *fakeUpstream) script(model string, h http.HandlerFunc) {
 
 const okCompletion = `{"id":"chatcmpl-x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`
 
+// okHandler answers a completion with OpenAI's rate-limit headers. The
+// ledger learns the reported limit (ledger/learn.go: nothing is configured
+// for the fake's deployment, so the headers alone set its requests
+// bucket); 100,000 RPM keeps it out of the way of the tests' retries.
 func okHandler(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("x-ratelimit-remaining-requests", "99")
-	w.Header().Set("x-ratelimit-limit-requests", "100")
+	w.Header().Set("x-ratelimit-remaining-requests", "99999")
+	w.Header().Set("x-ratelimit-limit-requests", "100000")
 	_, _ = io.WriteString(w, okCompletion)
 }
 

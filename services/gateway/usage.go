@@ -49,6 +49,37 @@ type Usage struct {
 	DailyHeadroom []Headroom `json:"daily_headroom"`
 	// Staleness explains how old Remaining may be.
 	Staleness string `json:"staleness"`
+	// ProviderCapacity is the provider's own quota (the scope and
+	// deployment levels' rate buckets, shared by every tenant): the
+	// configured capacity against the one the ledger learned from the
+	// provider (ledger/README.md, "Capacity learned from the provider").
+	ProviderCapacity []ProviderCapacity `json:"provider_capacity"`
+}
+
+// ProviderCapacity is one provider bucket, configured against learned.
+type ProviderCapacity struct {
+	Scope      string            `json:"scope"`
+	Level      string            `json:"level"`
+	ID         string            `json:"id"`
+	Dimension  schemas.Dimension `json:"dimension"`
+	PeriodMs   int64             `json:"period_ms"`
+	Configured int64             `json:"configured_capacity"`
+	// Learned is the capacity the ledger enforces; equal to Configured
+	// when nothing was learned (Source "configured") or learning has
+	// brought it back to the bound.
+	Learned int64 `json:"learned_capacity"`
+	// Reported is the limit the provider's headers reported, per period.
+	Reported int64 `json:"reported_limit,omitempty"`
+	// Source: configured (no ledger snapshot learned anything for it) or
+	// learned (a snapshot holds a learned capacity).
+	Source       string `json:"source"`
+	ObservedAtMs int64  `json:"observed_at_ms,omitempty"`
+}
+
+// LearnedSource is what a LevelSource also offers when it can tell the
+// capacities the ledger learned (SnapshotLevels does).
+type LearnedSource interface {
+	Learned(scope string) (learned []ledger.LearnedBucket, observedAtMs int64, scopeKnown bool)
 }
 
 // UsageLimit is one bucket of the caller's path.
@@ -136,7 +167,8 @@ func bearerKey(r *http.Request) string {
 
 func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) Usage {
 	u := Usage{Object: "sluice.usage", Tenant: id.Tenant, KeyID: id.KeyID, Team: id.Team, Class: id.Class,
-		Paused: id.Paused || id.TenantPaused, NowMs: nowMs, Limits: []UsageLimit{}, DailyHeadroom: []Headroom{}, Staleness: UsageStaleness}
+		Paused: id.Paused || id.TenantPaused, NowMs: nowMs, Limits: []UsageLimit{}, DailyHeadroom: []Headroom{}, Staleness: UsageStaleness,
+		ProviderCapacity: []ProviderCapacity{}}
 	doc := ledgerDoc(cfg)
 	if doc == nil {
 		return u
@@ -153,6 +185,7 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) Usa
 		if sc == nil {
 			continue
 		}
+		u.ProviderCapacity = append(u.ProviderCapacity, s.providerCapacity(sc, scope)...)
 		for _, lv := range [...][2]string{{ledger.LevelTenant, id.Tenant}, {ledger.LevelTeam, id.Team}, {ledger.LevelKey, id.KeyID}} {
 			if lv[1] == "" {
 				continue
@@ -312,4 +345,50 @@ func usageSummary(ul UsageLimit) string {
 		return "limit " + of + "; use not yet observed"
 	}
 	return fmt.Sprintf("used %d of %s, %d left", *ul.Used, of, *ul.Remaining)
+}
+
+// providerCapacity lists the scope's provider buckets (scope and
+// deployment levels, rate dimensions), configured against learned.
+func (s *Server) providerCapacity(sc *ledger.ScopeConfig, scope string) []ProviderCapacity {
+	var learned []ledger.LearnedBucket
+	var at int64
+	if src, ok := s.levels.(LearnedSource); ok && s.levels != nil {
+		learned, at, _ = src.Learned(scope)
+	}
+	var out []ProviderCapacity
+	for _, b := range sc.Buckets {
+		if (b.Level != ledger.LevelScope && b.Level != ledger.LevelDeployment) || (b.ID == "*" && b.Level == ledger.LevelDeployment) || b.Shadow {
+			continue
+		}
+		switch b.Dimension {
+		case schemas.DimRequests, schemas.DimInputTokens, schemas.DimOutputTokens, schemas.DimTotalTokens:
+		default:
+			continue
+		}
+		switch b.Refill {
+		case ledger.RefillFixed, ledger.RefillRolling, ledger.RefillConcurrency, ledger.RefillRamp:
+			continue
+		}
+		id := b.ID
+		if b.Level == ledger.LevelScope {
+			id = scope
+		}
+		pc := ProviderCapacity{Scope: scope, Level: b.Level, ID: id, Dimension: b.Dimension, PeriodMs: b.PeriodMs,
+			Configured: b.Capacity, Learned: b.Capacity, Source: "configured"}
+		for i, lb := range learned {
+			if lb.Level == b.Level && lb.ID == id && lb.Dimension == b.Dimension {
+				pc.Learned, pc.Reported, pc.Source, pc.ObservedAtMs = lb.Learned, lb.Reported, "learned", at
+				learned[i].Level = "" // shown
+			}
+		}
+		out = append(out, pc)
+	}
+	// Buckets stamped from a "*" template (one per deployment id).
+	for _, lb := range learned {
+		if lb.Level != "" {
+			out = append(out, ProviderCapacity{Scope: scope, Level: lb.Level, ID: lb.ID, Dimension: lb.Dimension, PeriodMs: lb.PeriodMs,
+				Configured: lb.Configured, Learned: lb.Learned, Reported: lb.Reported, Source: "learned", ObservedAtMs: at})
+		}
+	}
+	return out
 }

@@ -165,3 +165,68 @@ func TestUsageSaysUnitsAndOf(t *testing.T) {
 		}
 	}
 }
+
+func (s ledgerLevels) Learned(scope string) ([]ledger.LearnedBucket, int64, bool) {
+	if !s.l.HasScope(scope) {
+		return nil, 0, false
+	}
+	var out []ledger.LearnedBucket
+	for _, lb := range s.l.LearnedBuckets() {
+		if lb.Scope == scope {
+			out = append(out, lb)
+		}
+	}
+	return out, s.l.NowMs(), true
+}
+
+// TestUsageShowsLearnedProviderCapacity: the provider's headers report 120
+// RPM against 600 configured on deployment d1; usage shows both, and d2's
+// configured capacity as nothing learned.
+func TestUsageShowsLearnedProviderCapacity(t *testing.T) {
+	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u"),
+		"        - {level: key, id: \"*\", dimension: concurrency, capacity: 4}\n",
+		"        - {level: key, id: \"*\", dimension: concurrency, capacity: 4}\n"+
+			"        - {level: deployment, id: d1, dimension: requests, capacity: 600}\n"+
+			"        - {level: deployment, id: d2, dimension: requests, capacity: 300}\n").Replace(usageYAML)
+	cfg := mustLoad(t, y)
+	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc.Scopes[0].RequiredLevels = []string{}
+	l := ledger.New(0, lc)
+	now := time.Now().UnixMilli()
+	ev := &schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: "r", RequestID: "r", Attempt: 1, Node: "gw", Scope: "s", Tenant: "t", KeyID: "k",
+		Class: "interactive", ReserveRequested: &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "tenant", ID: "t"}, {Level: "key", ID: "k"}, {Level: "deployment", ID: "d1"}}, InputTokens: 1}}
+	out := l.Apply(now, 0, ev, nil)
+	if len(out) != 1 || out[0].Decision.Status != schemas.StatusGranted {
+		t.Fatalf("reserve: %+v", out)
+	}
+	obs := &schemas.Event{V: 1, Type: schemas.TypeProviderObserved, ID: "o", RequestID: "r", Attempt: 1, Scope: "s",
+		ProviderObserved: &schemas.ProviderObserved{Deployment: "d1", Observations: []schemas.Observation{{Dimension: schemas.DimRequests, Limit: 120, Remaining: 100}}}}
+	l.Apply(now, 1, obs, nil)
+	if len(l.LearnedOutputs()) != 1 {
+		t.Fatalf("learned %+v", l.LearnedOutputs())
+	}
+	s := New(cfg, nil, nil, WithLevels(ledgerLevels{l}))
+	req := httptest.NewRequest("GET", "/v1/sluice/usage", nil)
+	req.Header.Set("Authorization", "Bearer sk-t")
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	var u Usage
+	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil {
+		t.Fatal(err)
+	}
+	want := []ProviderCapacity{
+		{Scope: "s", Level: "deployment", ID: "d1", Dimension: schemas.DimRequests, PeriodMs: 60_000, Configured: 600, Learned: 120, Reported: 120, Source: "learned", ObservedAtMs: now},
+		{Scope: "s", Level: "deployment", ID: "d2", Dimension: schemas.DimRequests, PeriodMs: 60_000, Configured: 300, Learned: 300, Source: "configured"},
+	}
+	if len(u.ProviderCapacity) != len(want) {
+		t.Fatalf("provider capacity %+v", u.ProviderCapacity)
+	}
+	for i := range want {
+		if u.ProviderCapacity[i] != want[i] {
+			t.Errorf("provider capacity %d: %+v, want %+v", i, u.ProviderCapacity[i], want[i])
+		}
+	}
+}

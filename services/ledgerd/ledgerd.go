@@ -591,6 +591,19 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				}
 				ps.pending = append(ps.pending, o)
 			}
+			// Capacity learned from this input (ledger/learn.go) goes out
+			// in the same transaction, after its decisions, so that replay
+			// re-derives and checks it like a decision.
+			for i := range ps.l.LearnedOutputs() {
+				lo := &ps.l.LearnedOutputs()[i]
+				b, err := schemas.Encode(lo.Event())
+				if err != nil {
+					applyErr = fmt.Errorf("encode learned capacity of partition %d offset %d: %w", fp.Partition, r.Offset, err)
+					return
+				}
+				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions,
+					partition: bus.DecisionPartition("", s.decisionParts), key: []byte(lo.Scope), value: b})
+			}
 		}
 		if n := ps.l.Stats().UngrantedUsage; n > ps.ungranted {
 			s.m.ungrantedUsage.Add(float64(n - ps.ungranted))

@@ -239,6 +239,13 @@ func verifyPartition(ctx context.Context, o ReplayOptions, p int32, pr Partition
 			}
 			replayed = append(replayed, string(b))
 		}
+		for i := range l.LearnedOutputs() {
+			b, err := schemas.Encode(l.LearnedOutputs()[i].Event())
+			if err != nil {
+				return err
+			}
+			replayed = append(replayed, string(b))
+		}
 		pr.Inputs++
 		if o.Progress != nil && time.Since(last) > 200*time.Millisecond {
 			fmt.Fprintf(o.Progress, "\rreplay partition %d: %d inputs, %d decisions", p, pr.Inputs, len(replayed))
@@ -297,7 +304,24 @@ type recordedDecision struct {
 func (w *window) add(r *kgo.Record) error {
 	w.next = r.Offset + 1
 	var d schemas.Event
-	if schemas.Decode(r.Value, &d) != nil || d.Decision == nil {
+	derr := schemas.Decode(r.Value, &d)
+	if derr == nil && d.CapacityLearned != nil {
+		// A learned capacity (ledger/learn.go): ordered after the
+		// decisions of its input, as the ledger writes it.
+		c := d.CapacityLearned
+		if c.InputPartition != w.part {
+			return nil
+		}
+		switch off := c.InputOffset; {
+		case off >= w.end:
+			w.closed = true
+			return errPastEnd
+		case off >= w.lo:
+			w.recorded = append(w.recorded, recordedDecision{offset: off, index: learnedIndexBase + decisionIndex(d.ID), raw: string(r.Value)})
+		}
+		return nil
+	}
+	if derr != nil || d.Decision == nil {
 		if r.Partition == w.part {
 			w.recorded = append(w.recorded, recordedDecision{offset: -1, raw: string(r.Value)})
 		}
@@ -315,6 +339,10 @@ func (w *window) add(r *kgo.Record) error {
 	}
 	return nil
 }
+
+// learnedIndexBase orders a CapacityLearned record after every decision of
+// its input.
+const learnedIndexBase = 1 << 32
 
 // decisionIndex is the index part of a decision id "d-<p>-<offset>-<index>"
 // (ledger.Output.ID); -1 if id has no such part.

@@ -161,8 +161,15 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 			if b.Shadow {
 				sh = " (shadow)"
 			}
+			if b.Learned {
+				sh += fmt.Sprintf(" (learned from the provider; configured %d)", b.Configured)
+			}
 			fmt.Fprintf(w, "  %s %-28s %-14s %-11s cap %d/%s max %d: %d → %d, needs %d, held %d%s\n", mark, b.Node, b.Dimension, b.Refill,
 				b.Capacity, periodText(b.PeriodMs), b.Max, b.Before, b.After, b.Needed, b.Held, sh)
+		}
+		for _, c := range s.Learned {
+			fmt.Fprintf(w, "  learned limit: %s:%s %s %d → %d/%s (%s; configured %d)\n", c.Level, c.ID, c.Dimension,
+				c.PreviousCapacity, c.LearnedCapacity, periodText(c.PeriodMs), learnedWhy(c), c.ConfiguredCapacity)
 		}
 		if q := s.Queue; q != nil {
 			fmt.Fprintf(w, "  queue: position %d of %d; %d ahead (%d of other tenants)\n", q.Position+1, q.Depth, q.AheadTotal, q.OtherTenantsAhead)
@@ -178,4 +185,17 @@ func periodText(ms int64) string {
 		return "in flight"
 	}
 	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// learnedWhy says what taught the ledger a learned limit.
+func learnedWhy(c schemas.CapacityLearned) string {
+	switch c.Source {
+	case schemas.LearnedHeaders:
+		return fmt.Sprintf("the provider's rate-limit headers report %d", c.ReportedLimit)
+	case schemas.LearnedRefusal:
+		return "lowered after a provider refusal without rate-limit headers"
+	case schemas.LearnedSuccess:
+		return "raised after sustained success"
+	}
+	return c.Source
 }

@@ -1,0 +1,558 @@
+package ledger
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// Capacity learned from the provider (issue 20 item 3; README "Capacity
+// learned from the provider").
+//
+// A provider bucket (a token bucket of a rate dimension on the deployment
+// node, or on the scope root when the deployment level has none) enforces
+// its effective capacity min(configured, reported, aimd):
+//
+//   - reported: the limit the provider's rate-limit headers report
+//     (ProviderObserved, Observation.Limit, per minute), scaled to the
+//     bucket's period and capped at the configured capacity. A lower one
+//     is adopted at once; a higher one raises it back, to the configured
+//     bound at most.
+//   - aimd: after a refusal that the headers do not explain (a 429 or an
+//     overload with no limit header on its response, or one whose headers
+//     reported room for it), the capacity is multiplied by
+//     DecreasePermille/1000, at most once per IntervalMs, never below
+//     FloorPermille of the configured capacity nor 1 unit; each IntervalMs
+//     of log time in which an attempt through the bucket reconciles with a
+//     2xx and none is refused adds IncreasePermille of the configured
+//     capacity, until it reaches its bound (min(configured, reported)),
+//     when the aimd term ends.
+//
+// Everything is a function of the partition's records, so replay derives
+// the same capacities; each change produces a schemas.CapacityLearned
+// (LearnedOutputs), which the ledger service writes with the decisions of
+// the input that caused it, and the state is in the snapshot (Learned).
+//
+// Mechanism: a learned bucket points at its own copy of its configured
+// spec (compiled.specs[nBase+i] for Learned[i]) whose capacity, burst and
+// hold are the effective ones; every other rule (refill, fits, debt,
+// explain) then reads the learned capacity without a branch of its own.
+// maxUnits stays the configured one, so a learned capacity never makes a
+// request inadmissible: one above the learned window waits for a full
+// bucket and leaves it in debt (README, "Requests larger than the window").
+
+// learnedCap is one learned bucket: (node, dimension) with its terms.
+type learnedCap struct {
+	Node  int32 `json:"n"`
+	Dim   uint8 `json:"d"`
+	Base  int32 `json:"b"`            // the bucket's configured spec
+	Conf  int64 `json:"cf"`           // configured capacity per period
+	Hdr   int64 `json:"h,omitempty"`  // reported by headers, per period, ≤ Conf; 0 none
+	Aimd  int64 `json:"a,omitempty"`  // AIMD capacity per period, < its bound; 0 none
+	Eff   int64 `json:"e"`            // enforced: min(Conf, Hdr, Aimd)
+	DecMs int64 `json:"dm,omitempty"` // log time of the last decrease
+	IncMs int64 `json:"im,omitempty"` // log time of the last AIMD change
+}
+
+// refusalRatio is a scope's provider refusal ratio over a trailing window
+// (Google SRE's client-side adaptive throttling): attempts refused (Rej)
+// and accepted (Acc) by the provider in the current and the previous
+// interval (Win = the current one's index). It is kept per scope (the
+// provider account) from the first 2xx on, so that a bucket's first
+// refusal is judged against the accepts before it.
+type refusalRatio struct {
+	Win int64    `json:"w,omitempty"`
+	Rej [2]int64 `json:"r,omitzero"`
+	Acc [2]int64 `json:"a,omitzero"`
+}
+
+// roll moves the trailing window to log time now.
+func (q *refusalRatio) roll(now, interval int64) {
+	w := now / interval
+	switch {
+	case w == q.Win:
+		return
+	case w == q.Win+1:
+		q.Rej[1], q.Acc[1] = q.Rej[0], q.Acc[0]
+	default:
+		q.Rej[1], q.Acc[1] = 0, 0
+	}
+	q.Rej[0], q.Acc[0] = 0, 0
+	q.Win = w
+}
+
+// bound is the capacity AIMD grows back to.
+func (e *learnedCap) bound() int64 {
+	switch {
+	case e.Conf == 0: // headers only
+		return e.Hdr
+	case e.Hdr > 0:
+		return min(e.Conf, e.Hdr)
+	}
+	return e.Conf
+}
+
+// scale is what the AIMD floor and step are fractions of: the configured
+// capacity, or the reported limit of a headers-only bucket.
+func (e *learnedCap) scale() int64 {
+	if e.Conf == 0 {
+		return e.Hdr
+	}
+	return e.Conf
+}
+
+func (e *learnedCap) effective() int64 {
+	v := e.bound()
+	if e.Aimd > 0 {
+		v = min(v, e.Aimd)
+	}
+	return max(1, v)
+}
+
+// LearnedOutput is one CapacityLearned record produced by the last Apply.
+type LearnedOutput struct {
+	Scope   string
+	Index   int32 // position among the learned records of its input
+	Learned schemas.CapacityLearned
+}
+
+// ID returns the record's deterministic event id
+// "c-<partition>-<input offset>-<index>".
+func (o *LearnedOutput) ID() string {
+	b := make([]byte, 0, 40)
+	b = append(b, "c-"...)
+	b = strconv.AppendInt(b, int64(o.Learned.InputPartition), 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, o.Learned.InputOffset, 10)
+	b = append(b, '-')
+	b = strconv.AppendInt(b, int64(o.Index), 10)
+	return string(b)
+}
+
+// Event converts o to a wire event (ProducedAtMs is the log time, so a
+// replay encodes it byte for byte).
+func (o *LearnedOutput) Event() *schemas.Event {
+	c := o.Learned
+	return &schemas.Event{V: schemas.Version, Type: schemas.TypeCapacityLearned, ID: o.ID(),
+		ProducedAtMs: c.LogTimeMs, Scope: o.Scope, CapacityLearned: &c}
+}
+
+// LearnedOutputs returns the CapacityLearned records of the last Apply, in
+// order (valid until the next Apply).
+func (l *Ledger) LearnedOutputs() []LearnedOutput { return l.learnedOut }
+
+// LearnedBucket is a learned bucket's state, for the usage views.
+type LearnedBucket struct {
+	Scope      string            `json:"scope"`
+	Level      string            `json:"level"`
+	ID         string            `json:"id"`
+	Dimension  schemas.Dimension `json:"dimension"`
+	PeriodMs   int64             `json:"period_ms"`
+	Configured int64             `json:"configured_capacity"`
+	Learned    int64             `json:"learned_capacity"`
+	Reported   int64             `json:"reported_limit,omitempty"`
+}
+
+// LearnedBuckets lists every learned bucket, in the order they were first
+// learned.
+func (l *Ledger) LearnedBuckets() []LearnedBucket {
+	out := make([]LearnedBucket, 0, len(l.st.Learned))
+	for i := range l.st.Learned {
+		e := &l.st.Learned[i]
+		n := &l.st.Nodes[e.Node]
+		out = append(out, LearnedBucket{Scope: l.st.Scopes[n.Scope].Name, Level: levelNames[n.Lvl], ID: n.ID,
+			Dimension: schemas.Dimensions[e.Dim], PeriodMs: l.cc.specs[l.cc.nBase+i].period, Configured: e.Conf,
+			Learned: e.Eff, Reported: e.Hdr})
+	}
+	return out
+}
+
+// learnable reports whether a bucket's capacity may be learned: an
+// enforced token bucket of a per-period rate dimension.
+func learnable(sp *spec) bool {
+	return !sp.shadow && sp.kind == kToken && learnableDim(int(sp.dim))
+}
+
+func learnableDim(d int) bool {
+	switch d {
+	case dRequests, dInput, dOutput, dTotal:
+		return true
+	}
+	return false
+}
+
+// headersPeriodMs and headersWindowMs shape a bucket the headers alone
+// set: the providers' per-minute limits, paced over the config's default
+// 1 s window.
+const (
+	headersPeriodMs = 60_000
+	headersWindowMs = 1_000
+)
+
+// headersSpec is the base spec of a bucket the headers alone set, at the
+// reported limit hdr per minute. It counts like a reconcile bucket (the
+// headers do not say how the provider counts); a request above the
+// reported limit is beyond what the provider takes (exceeds_capacity).
+func headersSpec(d uint8, hdr int64) spec {
+	return spec{kind: kToken, dim: d, capacity: hdr, period: headersPeriodMs, window: headersWindowMs,
+		burst: hdr * headersWindowMs, maxUnits: hdr, holdUnits: hdr * headersWindowMs / headersPeriodMs}
+}
+
+// headersOnly reports whether every enforced bucket of node ni was set by
+// the headers alone.
+func (l *Ledger) headersOnly(ni int32) bool {
+	n := &l.st.Nodes[ni]
+	for bi := n.First; bi < n.First+n.N; bi++ {
+		i := int(l.st.Buckets[bi].Spec) - l.cc.nBase
+		if i < 0 || i >= len(l.st.Learned) || l.st.Learned[i].Base >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// headersNode returns the node a headers-only bucket goes on: the
+// deployment's, else the scope root; created (without buckets) when it
+// does not exist yet, -1 at the node limit.
+func (l *Ledger) headersNode(si int32, deployment string) int32 {
+	lv, id := uint8(6), deployment
+	if deployment == "" || len(deployment) > maxStrLen {
+		lv, id = 0, l.st.Scopes[si].Name
+	}
+	if ni, ok := l.nodeIdx[nodeKey{si, lv, id}]; ok {
+		return ni
+	}
+	if len(l.st.Nodes) >= l.st.Config.NodesMax {
+		return noIdx
+	}
+	ni := int32(len(l.st.Nodes))
+	l.st.Nodes = append(l.st.Nodes, node{Scope: si, Lvl: lv, ID: id, First: int32(len(l.st.Buckets))})
+	l.nodeIdx[nodeKey{si, lv, id}] = ni
+	l.paths = nil // paths now pass the node
+	return ni
+}
+
+// addHeadersBucket adds to node ni a bucket of dimension d set by the
+// headers alone (learned bucket without a configured bound), full to what
+// they report remaining. It starts a new generation, so that no grant
+// made before it is settled against it.
+func (l *Ledger) addHeadersBucket(ni int32, d int, ob schemas.Observation) {
+	rep := max(1, min(ob.Limit, maxAmount))
+	n := &l.st.Nodes[ni]
+	pos := n.First + n.N
+	for j := range l.st.Nodes {
+		if int32(j) != ni && l.st.Nodes[j].First >= pos {
+			l.st.Nodes[j].First++
+		}
+	}
+	i := len(l.st.Learned)
+	l.st.Learned = append(l.st.Learned, learnedCap{Node: ni, Dim: uint8(d), Base: -1, Hdr: rep})
+	base := headersSpec(uint8(d), rep)
+	var sp spec
+	learnedSpec(&sp, &base, rep)
+	l.cc.specs = append(l.cc.specs, sp)
+	l.st.Gen++
+	b := l.newBucket(int32(l.cc.nBase+i), n.Scope)
+	if ob.Remaining >= 0 {
+		b.Level = min(b.Level, mulSat(min(ob.Remaining, maxAmount), headersPeriodMs))
+	}
+	l.st.Buckets = slices.Insert(l.st.Buckets, int(pos), b)
+	n.N++
+	l.paths = nil
+	l.applyLearned(i, pos, schemas.LearnedHeaders)
+}
+
+// learnNode is the node provider feedback about deployment applies to:
+// the deployment's node if it has enforced buckets, else the scope root.
+func (l *Ledger) learnNode(si int32, deployment string) int32 {
+	if deployment != "" {
+		if ni, ok := l.nodeIdx[nodeKey{si, 6, deployment}]; ok && l.st.Nodes[ni].N > 0 {
+			return ni
+		}
+	}
+	if ni, ok := l.nodeIdx[nodeKey{si, 0, l.st.Scopes[si].Name}]; ok {
+		return ni
+	}
+	return noIdx
+}
+
+// learnedIdx finds the entry of (node, dim), or -1.
+func (l *Ledger) learnedIdx(ni int32, d int) int {
+	for i := range l.st.Learned {
+		if e := &l.st.Learned[i]; e.Node == ni && int(e.Dim) == d {
+			return i
+		}
+	}
+	return -1
+}
+
+// learnBucket returns the learnable enforced bucket of dimension d on node
+// ni, or -1.
+func (l *Ledger) learnBucket(ni int32, d int) int32 {
+	n := &l.st.Nodes[ni]
+	for bi := n.First; bi < n.First+n.N; bi++ {
+		if sp := &l.cc.specs[l.st.Buckets[bi].Spec]; int(sp.dim) == d && learnable(sp) {
+			return bi
+		}
+	}
+	return noIdx
+}
+
+// entry returns the entry of (ni, d), creating it (with its spec copy) for
+// bucket bi when missing.
+func (l *Ledger) entry(ni int32, d int, bi int32) int {
+	if i := l.learnedIdx(ni, d); i >= 0 {
+		return i
+	}
+	b := &l.st.Buckets[bi]
+	sp := l.cc.specs[b.Spec]
+	l.st.Learned = append(l.st.Learned, learnedCap{Node: ni, Dim: uint8(d), Base: b.Spec, Conf: sp.capacity, Eff: sp.capacity})
+	l.cc.specs = append(l.cc.specs, sp)
+	b.Spec = int32(len(l.cc.specs) - 1)
+	return len(l.st.Learned) - 1
+}
+
+// baseSpec is the spec entry e's copy derives from: its bucket's
+// configured one, or a headers-only bucket's at the reported limit.
+func (l *Ledger) baseSpec(e *learnedCap) spec {
+	if e.Base < 0 {
+		return headersSpec(e.Dim, e.Hdr)
+	}
+	return l.cc.specs[e.Base]
+}
+
+// learnedSpec sets spec copy sp (of base) to effective capacity eff.
+func learnedSpec(sp *spec, base *spec, eff int64) {
+	*sp = *base
+	sp.capacity = eff
+	sp.burst = eff * sp.window
+	sp.holdUnits = sp.burst / sp.period
+	if sp.guaranteed > eff {
+		sp.guaranteed, sp.gBurst = eff, eff*sp.window
+	}
+}
+
+// apply brings entry i's bucket to its (re)computed effective capacity,
+// recording the change as source.
+func (l *Ledger) applyLearned(i int, bi int32, source string) {
+	e := &l.st.Learned[i]
+	eff := e.effective()
+	if eff == e.Eff {
+		return
+	}
+	b := &l.st.Buckets[bi]
+	sp := &l.cc.specs[b.Spec]
+	l.refill(b, sp, l.st.Now) // the time so far at the old rate
+	base := l.baseSpec(e)
+	learnedSpec(sp, &base, eff)
+	b.Level = min(b.Level, sp.burst)
+	b.Base = min(b.Base, sp.gBurst)
+	n := &l.st.Nodes[e.Node]
+	l.st.Scopes[n.Scope].Dirty = true
+	c := schemas.CapacityLearned{Level: levelNames[n.Lvl], ID: n.ID, Dimension: schemas.Dimensions[e.Dim],
+		PeriodMs: sp.period, ConfiguredCapacity: e.Conf, PreviousCapacity: e.Eff, LearnedCapacity: eff, Source: source,
+		InputPartition: l.st.Partition, InputOffset: l.offset, LogTimeMs: l.st.Now}
+	if source == schemas.LearnedHeaders {
+		c.ReportedLimit = e.Hdr
+	}
+	e.Eff = eff
+	l.learnedOut = append(l.learnedOut, LearnedOutput{Scope: l.st.Scopes[n.Scope].Name,
+		Index: int32(len(l.learnedOut)), Learned: c})
+}
+
+// learnHeaders adopts the limits the provider's headers report: on node
+// enf (the node ProviderObserved lowers) when it has a provider bucket of
+// the dimension, else on a bucket the headers alone set (headers only:
+// nothing configured for that dimension), on the deployment's node
+// (created if need be) or, without a deployment, the scope root.
+func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation) {
+	if l.st.Config.Learn.Off {
+		return
+	}
+	for _, ob := range obs {
+		d, ok := dimIndex(ob.Dimension)
+		if !ok || ob.Limit <= 0 || !learnableDim(d) {
+			continue
+		}
+		ni, bi := enf, noIdx
+		if ni >= 0 {
+			bi = l.learnBucket(ni, d)
+		}
+		if bi < 0 {
+			if ni = l.headersNode(si, deployment); ni < 0 {
+				continue
+			}
+			if bi = l.learnBucket(ni, d); bi < 0 {
+				l.addHeadersBucket(ni, d, ob)
+				continue
+			}
+		}
+		i := l.learnedIdx(ni, d)
+		conf := l.cc.specs[l.st.Buckets[bi].Spec].capacity
+		if i >= 0 {
+			conf = l.st.Learned[i].Conf
+		}
+		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+		// Header limits are per minute (OpenAI, Anthropic).
+		rep := max(1, mulSat(min(ob.Limit, maxAmount), sp.period)/60_000)
+		hdr := rep
+		if conf > 0 {
+			hdr = min(rep, conf)
+		}
+		if i < 0 && hdr == conf {
+			continue // at the configured bound: nothing learned
+		}
+		i = l.entry(ni, d, bi)
+		e := &l.st.Learned[i]
+		e.Hdr = hdr
+		if e.Aimd >= e.bound() {
+			e.Aimd = 0
+		}
+		l.applyLearned(i, bi, schemas.LearnedHeaders)
+	}
+}
+
+// learnRefusal applies the multiplicative decrease after a refusal the
+// headers do not explain, to dimension d of node ni (every learnable
+// dimension when !dimKnown).
+func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
+	if l.st.Config.Learn.Off {
+		return
+	}
+	lc := l.st.Config.Learn
+	now := l.st.Now
+	q := &l.st.Scopes[si].Ratio
+	q.roll(now, lc.interval())
+	q.Rej[0]++
+	// Google SRE's rule: act when requests > K × accepts over the
+	// trailing window. A provider that refuses a fixed share of whatever
+	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
+	// rate would not lower the share.
+	if ni < 0 || (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
+		return
+	}
+	for dd := range numDims {
+		if dimKnown && dd != d {
+			continue
+		}
+		bi := l.learnBucket(ni, dd)
+		if bi < 0 {
+			continue
+		}
+		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
+			continue // one decrease per interval: refusals of one overload count once
+		}
+		i := l.entry(ni, dd, bi)
+		e := &l.st.Learned[i]
+		floor := max(1, e.scale()*lc.floor()/1000)
+		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
+		e.DecMs, e.IncMs = max(1, now), now
+		l.applyLearned(i, bi, schemas.LearnedRefusal)
+	}
+}
+
+// learnSuccess applies the additive increase after an attempt through r's
+// path reconciled with a 2xx.
+func (l *Ledger) learnSuccess(r *res) {
+	if l.st.Config.Learn.Off {
+		return
+	}
+	lc := l.st.Config.Learn
+	now := l.st.Now
+	q := &l.st.Scopes[r.Scope].Ratio
+	q.roll(now, lc.interval())
+	q.Acc[0]++
+	if len(l.st.Learned) == 0 || q.Rej[0]+q.Rej[1] > 0 {
+		return // additive increase only without a refusal in the window
+	}
+	for i := range l.st.Learned {
+		e := &l.st.Learned[i]
+		if e.Aimd == 0 || now-e.IncMs < lc.interval() || !r.onPath(e.Node) {
+			continue
+		}
+		e.Aimd += max(1, e.scale()*lc.increase()/1000)
+		if e.Aimd >= e.bound() {
+			e.Aimd = 0
+		}
+		e.IncMs = now
+		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
+			l.applyLearned(i, bi, schemas.LearnedSuccess)
+		}
+	}
+}
+
+func (r *res) onPath(ni int32) bool {
+	for i := 0; i < int(r.NPath); i++ {
+		if r.Path[i] == ni {
+			return true
+		}
+	}
+	return false
+}
+
+// relearn rebuilds the spec copies of the learned buckets after compile
+// (New, Restore, install) and points their buckets at them.
+func (l *Ledger) relearn() bool {
+	l.cc.specs = l.cc.specs[:l.cc.nBase]
+	for i := range l.st.Learned {
+		e := &l.st.Learned[i]
+		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 ||
+			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
+			return false
+		}
+		var sp spec
+		base := l.baseSpec(e)
+		learnedSpec(&sp, &base, e.Eff)
+		l.cc.specs = append(l.cc.specs, sp)
+		n := &l.st.Nodes[e.Node]
+		found := false
+		for bi := n.First; bi < n.First+n.N && int(bi) < len(l.st.Buckets); bi++ {
+			b := &l.st.Buckets[bi]
+			if b.Spec == e.Base || b.Spec == int32(l.cc.nBase+i) {
+				b.Spec, found = int32(l.cc.nBase+i), true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// rebaseLearned follows a config change: each learned bucket takes its
+// new configured spec and capacity (its terms capped by it); one whose
+// bucket the new config removed is forgotten. A config change is itself
+// the event, so this records nothing.
+func (l *Ledger) rebaseLearned() {
+	kept := l.st.Learned[:0]
+	for _, e := range l.st.Learned {
+		bi := l.learnBucket(e.Node, int(e.Dim))
+		if bi < 0 {
+			continue
+		}
+		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+		e.Base, e.Conf = l.st.Buckets[bi].Spec, sp.capacity
+		e.Hdr = min(e.Hdr, e.Conf)
+		if e.Aimd > 0 {
+			e.Aimd = max(e.Aimd, max(1, e.scale()*l.st.Config.Learn.floor()/1000))
+		}
+		if e.Aimd >= e.bound() {
+			e.Aimd = 0
+		}
+		e.Eff = e.effective()
+		kept = append(kept, e)
+	}
+	l.st.Learned = kept
+	l.relearn()
+	for i := range l.st.Learned {
+		e := &l.st.Learned[i]
+		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
+			b := &l.st.Buckets[bi]
+			sp := &l.cc.specs[b.Spec]
+			b.Level = min(b.Level, sp.burst)
+			b.Base = min(b.Base, sp.gBurst)
+		}
+	}
+}

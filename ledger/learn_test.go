@@ -1,0 +1,548 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// limitObs is a ProviderObserved of attempt (id, att) whose headers report
+// limit (per minute) and remaining for dim.
+func limitObs(id string, att int32, dim schemas.Dimension, limit, remaining int64) *schemas.Event {
+	ev := envelope(schemas.TypeProviderObserved, id, att)
+	ev.ID = fmt.Sprintf("obs-%s-%d-%s-%d-%d", id, att, dim, limit, remaining)
+	ev.ProviderObserved = &schemas.ProviderObserved{Observations: []schemas.Observation{{Dimension: dim, Limit: limit, Remaining: remaining}}}
+	return ev
+}
+
+func overloaded(id string, att int32) *schemas.Event {
+	ev := envelope(schemas.TypeProviderRejected, id, att)
+	ev.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 529, Kind: schemas.KindOverloaded}
+	return ev
+}
+
+// learnStep is one row of a learned-capacity step table: at At, apply Ev;
+// the CapacityLearned records it produces, rendered
+// "<dimension> <previous>-><learned> <source>", must equal Want, and the
+// bucket of Dim on the scope root then enforces Eff per period.
+type learnStep struct {
+	At   int64
+	Ev   *schemas.Event
+	Want []string
+	Dim  schemas.Dimension
+	Eff  int64
+}
+
+func renderLearned(o *LearnedOutput) string {
+	c := &o.Learned
+	return fmt.Sprintf("%s %d->%d %s", c.Dimension, c.PreviousCapacity, c.LearnedCapacity, c.Source)
+}
+
+// enforced is the capacity per period the scope root's bucket of dim
+// enforces now.
+func enforced(l *Ledger, dim schemas.Dimension) int64 {
+	d, _ := dimIndex(dim)
+	n := &l.st.Nodes[l.nodeIdx[nodeKey{0, 0, "s"}]]
+	for bi := n.First; bi < n.First+n.N; bi++ {
+		if sp := &l.cc.specs[l.st.Buckets[bi].Spec]; int(sp.dim) == d {
+			return sp.capacity
+		}
+	}
+	return -1
+}
+
+func runLearn(t *testing.T, cfg Config, steps []learnStep) *Ledger {
+	t.Helper()
+	l := New(0, cfg)
+	var out []Output
+	for i, s := range steps {
+		out = l.Apply(s.At, int64(i), s.Ev, out[:0])
+		for j := range out {
+			t.Logf("step %d t=%d: %s", i, s.At, render(&out[j]))
+		}
+		var got []string
+		for j := range l.LearnedOutputs() {
+			got = append(got, renderLearned(&l.LearnedOutputs()[j]))
+		}
+		if strings.Join(got, "\n") != strings.Join(s.Want, "\n") {
+			t.Fatalf("step %d (t=%d %s %s):\n got  %q\n want %q", i, s.At, s.Ev.Type, s.Ev.RequestID, got, s.Want)
+		}
+		if s.Dim != "" {
+			if got := enforced(l, s.Dim); got != s.Eff {
+				t.Fatalf("step %d (t=%d): %s enforces %d per period, want %d", i, s.At, s.Dim, got, s.Eff)
+			}
+		}
+		if err := l.checkInvariants(); err != nil {
+			t.Fatalf("step %d: invariant: %v", i, err)
+		}
+	}
+	return l
+}
+
+func TestLearnHeaders(t *testing.T) {
+	// 600 RPM configured; the provider's headers say 120. Adopted at once,
+	// and the window shrinks with it (2 at once instead of 10); a report
+	// above the configured capacity goes back up to it, never beyond; a
+	// report equal to the configured capacity learns nothing.
+	cfg := testConfig(rpm("scope", "*", 600, 1000), tpmWindow(100_000, 1000))
+	l := runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 600, 599), Dim: schemas.DimRequests, Eff: 600},
+		{At: 2, Ev: limitObs("a", 1, schemas.DimRequests, 120, 119), Want: []string{"requests 600->120 headers"}, Dim: schemas.DimRequests, Eff: 120},
+		{At: 3, Ev: limitObs("a", 1, schemas.DimRequests, 120, 118), Dim: schemas.DimRequests, Eff: 120},
+		{At: 4, Ev: limitObs("a", 1, schemas.DimTotalTokens, 30_000, 29_000), Want: []string{"total_tokens 100000->30000 headers"}, Dim: schemas.DimTotalTokens, Eff: 30_000},
+		{At: 5, Ev: limitObs("a", 1, schemas.DimRequests, 6000, 5990), Want: []string{"requests 120->600 headers"}, Dim: schemas.DimRequests, Eff: 600},
+		{At: 6, Ev: limitObs("a", 1, schemas.DimRequests, 300, 290), Want: []string{"requests 600->300 headers"}, Dim: schemas.DimRequests, Eff: 300},
+	})
+	// The window follows: 300 RPM with a 1 s window holds 5.
+	b := &l.st.Buckets[l.learnBucket(l.nodeIdx[nodeKey{0, 0, "s"}], dRequests)]
+	if got := l.available(b, &l.cc.specs[b.Spec]); got > 5 {
+		t.Fatalf("bucket holds %d after learning 300 RPM, want ≤ 5", got)
+	}
+	// Decisions follow: after a headers limit of 60 RPM (1 at once, one per
+	// second), the second request in the same instant waits past the
+	// interactive class's 300 ms and is refused.
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
+		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 60, 59)},
+		// a left 9 of 10; the learned window holds 1: b takes it, c would
+		// wait a second.
+		{At: 2, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}},
+		{At: 3, Ev: reserve("c"), Want: []string{"c/1 denied wait_exceeds_max rejected_locally"}},
+		{At: 1003, Ev: reserve("d"), Want: []string{"d/1 granted admitted"}},
+	})
+}
+
+func TestLearnAIMD(t *testing.T) {
+	// A bare 429 (no rate-limit header on its response) or an Anthropic
+	// 529: ×0.7, at most once per second, never below 10 % of the
+	// configured 600; each second with a 2xx and no refusal adds 60, up to
+	// the configured bound. (Cooldowns of 1 ms keep the requests flowing:
+	// this table is about the capacity.)
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Cooldown.RateLimitedMs, cfg.Cooldown.OverloadedMs = 1, 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	add(0, reserve("a"), 600)
+	add(0, reserve("b"), 600)
+	add(10, rejected("a", 1, schemas.KindRateLimited, 0), 420, "requests 600->420 refusal")
+	add(20, rejected("b", 1, schemas.KindRateLimited, 0), 420) // same overload: counted once
+	// Decrease down to the floor, one interval apart.
+	effs := []int64{294, 205, 143, 100, 70, 60, 60}
+	prev := int64(420)
+	for i, eff := range effs {
+		at := int64(2010 + 2000*i)
+		id := fmt.Sprintf("r%d", i)
+		add(at, reserve(id), prev)
+		var want []string
+		if eff != prev {
+			want = []string{fmt.Sprintf("requests %d->%d refusal", prev, eff)}
+		}
+		if i%2 == 1 {
+			add(at+1, overloaded(id, 1), eff, want...)
+		} else {
+			add(at+1, rejected(id, 1, schemas.KindRateLimited, 0), eff, want...)
+		}
+		prev = eff
+	}
+	// Then each interval with a success adds 60, until the bound.
+	at := int64(2010 + 2000*len(effs))
+	for i := 1; prev < 600; i++ {
+		id := fmt.Sprintf("s%d", i)
+		at += 2000
+		add(at, reserve(id), prev)
+		eff := min(600, prev+60)
+		add(at+1, reconcile(id, 100, 50), eff, fmt.Sprintf("requests %d->%d success", prev, eff))
+		prev = eff
+	}
+	at += 2000
+	add(at, reserve("z"), 600)
+	add(at+1, reconcile("z", 100, 50), 600) // at the bound: nothing more
+	runLearn(t, cfg, steps)
+}
+
+func TestLearnHeadersBoundAIMD(t *testing.T) {
+	// Headers said 300; a refusal they do not explain (they reported room
+	// for it) lowers below that, and success grows back to the reported
+	// 300, not the configured 600. A 429 whose headers show the limit
+	// exhausted is explained: no decrease.
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 300, 0), Want: []string{"requests 600->300 headers"}, Dim: schemas.DimRequests, Eff: 300},
+		{At: 2, Ev: rejected("a", 1, schemas.KindRateLimited, 0), Dim: schemas.DimRequests, Eff: 300},
+		{At: 3000, Ev: reserve("b"), Dim: schemas.DimRequests, Eff: 300},
+		{At: 3001, Ev: limitObs("b", 1, schemas.DimRequests, 300, 200), Dim: schemas.DimRequests, Eff: 300},
+		{At: 3002, Ev: rejected("b", 1, schemas.KindRateLimited, 0), Want: []string{"requests 300->210 refusal"}, Dim: schemas.DimRequests, Eff: 210},
+		{At: 5100, Ev: reserve("c"), Dim: schemas.DimRequests, Eff: 210},
+		{At: 5101, Ev: reconcile("c", 100, 50), Want: []string{"requests 210->270 success"}, Dim: schemas.DimRequests, Eff: 270},
+		{At: 6200, Ev: reserve("d"), Dim: schemas.DimRequests, Eff: 270},
+		{At: 6201, Ev: reconcile("d", 100, 50), Want: []string{"requests 270->300 success"}, Dim: schemas.DimRequests, Eff: 300},
+		{At: 7300, Ev: reserve("e"), Dim: schemas.DimRequests, Eff: 300},
+		{At: 7301, Ev: reconcile("e", 100, 50), Dim: schemas.DimRequests, Eff: 300},
+	})
+}
+
+func TestLearnRatioGate(t *testing.T) {
+	// Google SRE's rule with the default K = 3: a refusal lowers the
+	// capacity only while requests > 3 × accepts over the trailing two
+	// intervals. A provider refusing every second attempt (20 accepts,
+	// then alternating) is not short of capacity: nothing is lowered.
+	// Once more than 2/3 of the attempts are refused, it is.
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	at := int64(0)
+	for i := range 20 {
+		id := fmt.Sprintf("ok%d", i)
+		add(at, reserve(id), 6000)
+		add(at, reconcile(id, 100, 50), 6000)
+		at += 50
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		add(at, reserve(id), 6000)
+		if i%2 == 0 {
+			add(at+1, rejected(id, 1, schemas.KindRateLimited, 0), 6000)
+		} else {
+			add(at+1, reconcile(id, 100, 50), 6000)
+		}
+		at += 50
+	}
+	// 3 s later (the window holds nothing before): a refusal with no
+	// accept in the window acts.
+	at += 3000
+	add(at, reserve("x"), 6000)
+	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	runLearn(t, cfg, steps)
+}
+
+func TestLearnIgnoresServerErrors(t *testing.T) {
+	// A 500 is classified overloaded for the cooldown, but says nothing
+	// about capacity.
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	ev := overloaded("a", 1)
+	ev.ProviderRejected.HTTPStatus = 500
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		{At: 1, Ev: ev, Dim: schemas.DimRequests, Eff: 600},
+	})
+}
+
+func TestLearnOff(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Learn.Off = true
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 120, 100), Dim: schemas.DimRequests, Eff: 600},
+		{At: 2, Ev: rejected("a", 1, schemas.KindRateLimited, 0), Dim: schemas.DimRequests, Eff: 600},
+	})
+}
+
+// learnLog is a seeded log of reserves, header reports (limits from far
+// below to far above the configured capacity), bare refusals, overloads,
+// reconciles and config changes.
+func learnLog(seed uint64, n int) (Config, []*schemas.Event, []int64) {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	cfg := testConfig(rpm("scope", "*", 600, 1000), tpmWindow(60_000, 1000))
+	var evs []*schemas.Event
+	var times []int64
+	now := int64(0)
+	granted := 0
+	for i := range n {
+		now += rng.Int64N(400)
+		id := fmt.Sprintf("r%d", granted)
+		var ev *schemas.Event
+		switch k := rng.IntN(10); {
+		case k < 4:
+			ev = reserve(fmt.Sprintf("r%d", i), path("tenant", "t1", "key", "k1", "deployment", "d1"))
+			granted = i
+		case k < 6:
+			// requests and total_tokens are configured (scope root);
+			// input_tokens is not: the headers alone set it, on d1.
+			dim := []schemas.Dimension{schemas.DimRequests, schemas.DimTotalTokens, schemas.DimInputTokens}[rng.IntN(3)]
+			ev = limitObs(id, 1, dim, 1+rng.Int64N(200_000), rng.Int64N(1000))
+			ev.ProviderObserved.Deployment = "d1"
+		case k < 7:
+			ev = rejected(id, 1, schemas.KindRateLimited, rng.Int64N(500))
+		case k < 8:
+			ev = overloaded(id, 1)
+		case k < 9:
+			ev = reconcile(id, 100, 50)
+		default:
+			c := testConfig(rpm("scope", "*", 100+rng.Int64N(1000), 1000), tpmWindow(10_000+rng.Int64N(100_000), 1000))
+			b, _ := jsonMarshal(c)
+			ev = &schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: fmt.Sprintf("cfg%d", i),
+				ConfigChanged: &schemas.ConfigChanged{ConfigVersion: "v", Ledger: b}}
+		}
+		evs = append(evs, ev)
+		times = append(times, now)
+	}
+	return cfg, evs, times
+}
+
+// TestLearnBoundProperty: over seeded logs, no learned capacity ever
+// exceeds its configured bound or goes below 1, no learned bucket holds
+// more than its learned window, every record's learned capacity is the one
+// enforced, and the ledger is deterministic: the same log twice gives the
+// same records and snapshot, and a snapshot + restore halfway continues
+// identically.
+func TestLearnBoundProperty(t *testing.T) {
+	for seed := uint64(1); seed <= 40; seed++ {
+		cfg, evs, times := learnLog(seed, 600)
+		run := func(l *Ledger, from int) (string, []byte) {
+			var sb strings.Builder
+			var out []Output
+			for i := from; i < len(evs); i++ {
+				out = l.Apply(times[i], int64(i), evs[i], out[:0])
+				for j := range out {
+					sb.WriteString(render(&out[j]) + "\n")
+				}
+				for j := range l.LearnedOutputs() {
+					o := &l.LearnedOutputs()[j]
+					b, err := schemas.Encode(o.Event())
+					if err != nil {
+						t.Fatal(err)
+					}
+					sb.Write(b)
+					sb.WriteByte('\n')
+				}
+				for k := range l.st.Learned {
+					e := &l.st.Learned[k]
+					if (e.Conf > 0 && e.Eff > e.Conf) || (e.Conf == 0 && e.Eff > e.Hdr) || e.Eff < 1 || e.Eff != l.cc.specs[l.cc.nBase+k].capacity {
+						t.Fatalf("seed %d record %d: learned %+v, enforced %d", seed, i, *e, l.cc.specs[l.cc.nBase+k].capacity)
+					}
+					if e.Hdr == 0 && e.Aimd > 0 && e.Eff < max(1, e.scale()/10) {
+						t.Fatalf("seed %d record %d: below the floor: %+v", seed, i, *e)
+					}
+					bi := l.learnBucket(e.Node, int(e.Dim))
+					if b := &l.st.Buckets[bi]; b.Level > l.cc.specs[b.Spec].burst {
+						t.Fatalf("seed %d record %d: level %d above the learned burst %d", seed, i, b.Level, l.cc.specs[b.Spec].burst)
+					}
+				}
+				if err := l.checkInvariants(); err != nil {
+					t.Fatalf("seed %d record %d: %v", seed, i, err)
+				}
+			}
+			snap, err := l.MarshalSnapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sb.String(), snap
+		}
+		a, snapA := run(New(0, cfg), 0)
+		b, snapB := run(New(0, cfg), 0)
+		if a != b || !bytes.Equal(snapA, snapB) {
+			t.Fatalf("seed %d: the same log gave different outputs or snapshots", seed)
+		}
+		if !strings.Contains(a, `"CapacityLearned"`) || !strings.Contains(a, `"dimension":"input_tokens"`) {
+			t.Fatalf("seed %d: nothing learned, or no headers-only bucket", seed)
+		}
+		// Restore halfway.
+		half := len(evs) / 2
+		l := New(0, cfg)
+		var out []Output
+		var sb strings.Builder
+		for i := 0; i < half; i++ {
+			out = l.Apply(times[i], int64(i), evs[i], out[:0])
+			for j := range out {
+				sb.WriteString(render(&out[j]) + "\n")
+			}
+			for j := range l.LearnedOutputs() {
+				bb, _ := schemas.Encode(l.LearnedOutputs()[j].Event())
+				sb.Write(bb)
+				sb.WriteByte('\n')
+			}
+		}
+		s, err := l.MarshalSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Restore(s)
+		if err != nil {
+			t.Fatalf("seed %d: restore: %v", seed, err)
+		}
+		rest, snapR := run(r, half)
+		if sb.String()+rest != a || !bytes.Equal(snapR, snapA) {
+			t.Fatalf("seed %d: restored ledger diverged", seed)
+		}
+	}
+}
+
+func jsonMarshal(c Config) ([]byte, error) { return json.Marshal(c) }
+
+// TestExplainNamesALearnedLimit: the headers of a's response report 60 RPM
+// against 600 configured; the explanation of b (granted, on the same
+// bucket) shows the step that learned it and marks the bucket as learned,
+// with its configured bound.
+func TestExplainNamesALearnedLimit(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	x, _ := explainRun(t, cfg, "b",
+		reserve("a"), reserve("b", class("agent")), limitObs("a", 1, schemas.DimRequests, 60, 59), reserve("c", maxWait(0)))
+	var learnedStep, learnedBucket bool
+	for _, s := range x.Steps {
+		for _, c := range s.Learned {
+			if c.Source == schemas.LearnedHeaders && c.LearnedCapacity == 60 && c.ConfiguredCapacity == 600 && c.Level == "scope" {
+				learnedStep = true
+			}
+		}
+		for _, b := range s.Buckets {
+			if b.Learned && b.Capacity == 60 && b.Configured == 600 {
+				learnedBucket = true
+			}
+		}
+	}
+	if !learnedStep || !learnedBucket {
+		t.Fatalf("explanation does not name the learned limit (step %v, bucket %v): %+v", learnedStep, learnedBucket, x.Steps)
+	}
+}
+
+func TestLearnHeadersOnly(t *testing.T) {
+	// Nothing configured for the deployment: the headers alone set its
+	// requests bucket (120 RPM: 2 at once), created full to what they
+	// report remaining, on d1's node, which every path naming d1 passes
+	// from then on. A grant made before it (a) is never settled against
+	// it. A later report raises it freely (no configured bound); a bare
+	// 429 lowers it (×0.7 of the reported 600) like any learned bucket.
+	cfg := testConfig(rpm("tenant", "*", 6000, 1000))
+	cfg.Learn.RatioKPermille = 1000 // any refusal acts (TestLearnRatioGate has the default)
+	d1 := path("tenant", "t1", "key", "k1", "deployment", "d1")
+	obs := func(id string, limit, remaining int64) *schemas.Event {
+		ev := limitObs(id, 1, schemas.DimRequests, limit, remaining)
+		ev.ProviderObserved.Deployment = "d1"
+		return ev
+	}
+	l := runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a", d1), Want: []string{"a/1 granted admitted"}},
+		{At: 1, Ev: obs("a", 120, 119), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 0->120 headers" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+		{At: 2, Ev: reserve("b", d1), Want: []string{"b/1 granted admitted"}},
+		{At: 2, Ev: reserve("c", d1), Want: []string{"c/1 granted admitted"}},
+		{At: 3, Ev: reserve("d", d1), Want: []string{"d/1 denied wait_exceeds_max rejected_locally"}},
+		{At: 4, Ev: reconcile("a", 100, 50)},
+		{At: 5, Ev: obs("b", 600, 590), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 120->600 headers" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+		{At: 6, Ev: rejected("c", 1, schemas.KindRateLimited, 0), Check: func(t *testing.T, l *Ledger, _ []Output) {
+			if got := renderAll(l); got != "requests 600->420 refusal" {
+				t.Fatalf("learned %q", got)
+			}
+		}},
+	})
+	lb := l.LearnedBuckets()
+	if len(lb) != 1 || lb[0].Level != "deployment" || lb[0].ID != "d1" || lb[0].Configured != 0 || lb[0].Learned != 420 || lb[0].Reported != 600 {
+		t.Fatalf("learned buckets %+v", lb)
+	}
+	// Restore keeps it; a config change that does not configure it forgets
+	// it (the next headers learn it again).
+	snap, err := l.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.LearnedBuckets(); len(got) != 1 || got[0] != lb[0] {
+		t.Fatalf("restored %+v", got)
+	}
+	c2 := testConfig(rpm("tenant", "*", 3000, 1000))
+	r.Apply(10, 100, configEv(t, c2), nil)
+	if got := r.LearnedBuckets(); len(got) != 0 {
+		t.Fatalf("after a config change %+v", got)
+	}
+	if err := r.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func renderAll(l *Ledger) string {
+	var got []string
+	for j := range l.LearnedOutputs() {
+		got = append(got, renderLearned(&l.LearnedOutputs()[j]))
+	}
+	return strings.Join(got, "\n")
+}
+
+// TestLearnProviderModel measures, in log time, what learning changes
+// against a provider whose real limit (600 RPM, 10 at once) is a tenth
+// of the configured one (6,000 RPM): 20 requests per second for 60 s,
+// each grant sent at once, the provider answering with its headers
+// (limit, remaining) or with a bare 429 and no headers. It prints the
+// figures (provider 429s, served) with learning off and on, and checks
+// only that learning never sends more refusals and, with headers, cuts
+// them to at most a tenth.
+func TestLearnProviderModel(t *testing.T) {
+	run := func(headers, learn bool) (refused, served int) {
+		cfg := testConfig(rpm("scope", "*", 6000, 1000))
+		cfg.Learn.Off = !learn
+		l := New(0, cfg)
+		const rate, burst = int64(600), int64(10) // the provider's bucket, per minute
+		level, last := burst*60_000, int64(0)     // scaled by the period
+		off := int64(0)
+		var out []Output
+		apply := func(at int64, ev *schemas.Event) []Output {
+			out = l.Apply(at, off, ev, out[:0])
+			off++
+			return append([]Output(nil), out...)
+		}
+		var pending []Output
+		send := func(at int64, o Output) {
+			level = min(burst*60_000, level+(at-last)*rate)
+			last = at
+			id := o.RequestID
+			if level >= 60_000 {
+				level -= 60_000
+				if headers {
+					pending = append(pending, apply(at, limitObs(id, o.Attempt, schemas.DimRequests, rate, level/60_000))...)
+				}
+				pending = append(pending, apply(at, reconcileAtt(id, o.Attempt, 100, 50))...)
+				served++
+				return
+			}
+			refused++
+			if headers {
+				pending = append(pending, apply(at, limitObs(id, o.Attempt, schemas.DimRequests, rate, 0))...)
+			}
+			pending = append(pending, apply(at, rejected(id, o.Attempt, schemas.KindRateLimited, 0))...)
+		}
+		for at := int64(0); at < 60_000; at += 10 {
+			if at%50 == 0 {
+				pending = append(pending, apply(at, reserve(fmt.Sprintf("r%d", at), class("agent")))...)
+			} else {
+				pending = append(pending, apply(at, tick())...)
+			}
+			for len(pending) > 0 {
+				o := pending[0]
+				pending = pending[1:]
+				if o.Decision.Status == schemas.StatusGranted {
+					send(at, o)
+				}
+			}
+		}
+		return refused, served
+	}
+	for _, headers := range []bool{true, false} {
+		r0, s0 := run(headers, false)
+		r1, s1 := run(headers, true)
+		t.Logf("headers %v: learning off: %d provider 429s, %d served; on: %d provider 429s, %d served", headers, r0, s0, r1, s1)
+		if r1 > r0 || (headers && r1*10 > r0) {
+			t.Errorf("headers %v: learning sent %d refusals, %d without", headers, r1, r0)
+		}
+	}
+}
