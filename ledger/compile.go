@@ -72,6 +72,7 @@ type compiled struct {
 	anyShadow     bool
 	classIdx      map[string]int32
 	defClass      int32
+	ent           *entitlements // nil: the document has none (entitle.go)
 }
 
 func compile(c *Config) *compiled {
@@ -80,6 +81,7 @@ func compile(c *Config) *compiled {
 		cc.classIdx[cl.Name] = int32(i)
 	}
 	cc.defClass = cc.classIdx[c.DefaultClass]
+	cc.ent = compileEntitlements(c, cc.classIdx)
 	for si := range c.Scopes {
 		s := &c.Scopes[si]
 		sc := scopeCfg{name: s.Name, weights: map[string]int64{}, defW: s.DefaultTenantWeight}
