@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -189,4 +190,40 @@ func TestEntitlementsAllocs(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%v allocations per refused reserve", n)
 	}
+}
+
+// BenchmarkReserveReconcile6x4Entitled is BenchmarkReserveReconcile6x4
+// with every tenant, team and key of the workload entitled (all classes,
+// priority ≤ 100, route gpt-4o): what the check costs on the hot path.
+func BenchmarkReserveReconcile6x4Entitled(b *testing.B) {
+	w := NewBenchWorkload()
+	cfg := BenchConfig()
+	all := []string{"interactive", "agent", "batch"}
+	for t := range 64 {
+		ts := strconv.Itoa(t)
+		cfg.Entitlements = append(cfg.Entitlements,
+			EntitlementConfig{Tenant: "t" + ts, AllowedClasses: all, MaxPriority: prio(100)},
+			EntitlementConfig{Tenant: "t" + ts, Team: "team" + ts, MaxPriority: prio(100)})
+	}
+	for k := range 256 {
+		cfg.Entitlements = append(cfg.Entitlements, EntitlementConfig{Tenant: "t" + strconv.Itoa(k%64), Key: "k" + strconv.Itoa(k), AllowedProfiles: []string{"gpt-4o"}})
+	}
+	w.out = w.l.Apply(w.nowMs, w.offset, configEv(b, cfg), w.out[:0])
+	w.offset++
+	if e := w.l.ConfigError(); e != "" {
+		b.Fatal(e)
+	}
+	w.Run(2 * benchPool)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var decisions, granted int64
+	for b.Loop() {
+		d, g := w.Step()
+		decisions += int64(d)
+		granted += int64(g)
+	}
+	if granted == 0 {
+		b.Fatal("nothing granted: the entitlements refuse the workload")
+	}
+	b.ReportMetric(float64(decisions)/b.Elapsed().Seconds(), "decisions/s")
 }
