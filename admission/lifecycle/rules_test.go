@@ -260,7 +260,6 @@ func TestClientGoneAndDeadlineWhileWaiting(t *testing.T) {
 	})
 }
 
-
 func TestNoAnswerFromTheProviderReleasesTheGrant(t *testing.T) {
 	for _, tc := range []struct {
 		why  schemas.Reason
