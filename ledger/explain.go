@@ -73,8 +73,13 @@ type ExplainStep struct {
 	// Own is true when the record is the request's own event; otherwise
 	// it is feedback or another request's event that moved its buckets or
 	// decided it (a grant from the queue).
-	Own       bool               `json:"own"`
-	Attempt   int32              `json:"attempt,omitempty"`
+	Own     bool  `json:"own"`
+	Attempt int32 `json:"attempt,omitempty"`
+	// Scope and Partition say where the record is: a fallback attempt is
+	// a reservation in another scope, often in another partition, and an
+	// explanation holds the steps of every partition the request reached.
+	Scope     string             `json:"scope,omitempty"`
+	Partition int32              `json:"partition"`
 	Note      string             `json:"note,omitempty"`
 	Decisions []schemas.Decision `json:"decisions,omitempty"`
 	Buckets   []BucketView       `json:"buckets,omitempty"`
@@ -109,6 +114,24 @@ type Explanation struct {
 	// before a grant.
 	LimitPath      string            `json:"limit_path,omitempty"`
 	LimitDimension schemas.Dimension `json:"limit_dimension,omitempty"`
+	// Hops lists the request's attempts in order: each reservation (the
+	// first, a fallback to another scope) or retry, where it was made,
+	// and how the ledger decided it.
+	Hops []ExplainHop `json:"hops,omitempty"`
+}
+
+// ExplainHop is one attempt of a request.
+type ExplainHop struct {
+	Attempt   int32        `json:"attempt"`
+	Input     schemas.Type `json:"input"` // ReserveRequested or RetryRequested
+	Scope     string       `json:"scope"`
+	Partition int32        `json:"partition"`
+	LogTimeMs int64        `json:"log_time_ms"`
+	// Fallback marks a reservation in another scope than the attempt
+	// before it (set when the hops of all partitions are merged).
+	Fallback bool `json:"fallback,omitempty"`
+	// Outcome is the attempt's last decision ("" while undecided).
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Explainer follows one request id through the records applied to a
@@ -157,16 +180,22 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	}
 	start := len(out)
 	out = l.Apply(logTimeMs, offset, ev, out)
+	if own && (ev.Type == schemas.TypeReserveRequested || ev.Type == schemas.TypeRetryRequested) {
+		e.x.Hops = append(e.x.Hops, ExplainHop{Attempt: ev.Attempt, Input: ev.Type, Scope: ev.Scope, Partition: e.x.Partition, LogTimeMs: l.st.Now})
+	}
 	var mine []schemas.Decision
 	for i := start; i < len(out); i++ {
 		if o := &out[i]; o.RequestID == e.x.RequestID {
 			mine = append(mine, o.Decision)
+			for h := len(e.x.Hops) - 1; h >= 0; h-- {
+				if e.x.Hops[h].Attempt == o.Attempt {
+					e.x.Hops[h].Outcome = outcomeText(o.Decision)
+					break
+				}
+			}
 			e.attempt = max(e.attempt, o.Attempt)
 			e.x.Scope, e.x.Tenant, e.x.KeyID, e.x.Class = o.Scope, o.Tenant, o.KeyID, o.Class
-			e.x.Outcome = string(o.Decision.Status)
-			if o.Decision.Reason != "" {
-				e.x.Outcome += " (" + string(o.Decision.Reason) + ")"
-			}
+			e.x.Outcome = outcomeText(o.Decision)
 			if o.Decision.LimitPath != "" {
 				e.x.LimitPath, e.x.LimitDimension = o.Decision.LimitPath, o.Decision.LimitDimension
 			}
@@ -174,6 +203,9 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	}
 	if own && ev.Type == schemas.TypeRetryRequested && ev.RetryRequested != nil {
 		e.attempt = max(e.attempt, ev.RetryRequested.PreviousAttempt+1)
+	}
+	if own && ev.Type == schemas.TypeReserveRequested {
+		e.attempt = max(e.attempt, ev.Attempt) // a fallback: a new reservation
 	}
 	var after []BucketView
 	if ri, ok := l.resFind(e.x.RequestID, e.attempt); ok {
@@ -195,12 +227,18 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	if !own && len(mine) == 0 && !(feedback && moved(buckets)) && !queueMoved {
 		return out
 	}
-	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Decisions: mine, Buckets: buckets, Queue: queue}
+	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Partition: e.x.Partition, Decisions: mine, Buckets: buckets, Queue: queue}
 	if ev != nil {
-		step.Input = ev.Type
+		step.Input, step.Scope = ev.Type, ev.Scope
+		if own && ev.Attempt > 0 {
+			step.Attempt = ev.Attempt
+		}
 	}
 	for i := range mine {
 		markLimiting(step.Buckets, mine[i].LimitPath, mine[i].LimitDimension)
+	}
+	if own && ev != nil {
+		step.Note = degradedNote(ev, l.st.Now)
 	}
 	if feedback {
 		cp := *ev
@@ -213,6 +251,14 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	}
 	e.x.Steps = append(e.x.Steps, step)
 	return out
+}
+
+// outcomeText is a decision's status and reason: "denied (rate_limited)".
+func outcomeText(d schemas.Decision) string {
+	if d.Reason != "" {
+		return string(d.Status) + " (" + string(d.Reason) + ")"
+	}
+	return string(d.Status)
 }
 
 // ForTenant returns the explanation as its own tenant may see it: other

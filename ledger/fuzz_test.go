@@ -32,6 +32,7 @@ func FuzzApply(f *testing.F) {
 				ev = reserve(id, tokens(int64(c)*40-200, int64(b)*20), class([]string{"interactive", "agent", "batch", "x", ""}[int(c)%5]))
 				ev.Attempt = int32(c % 3)
 				ev.ReserveRequested.EmergencyAdmitted = c%17 == 0
+				ev.ReserveRequested.Degraded = c%34 == 0 // degraded admissions are emergency ones
 				ev.ReserveRequested.Streaming = c%3 == 0
 				ev.ReserveRequested.MaxWaitMs = int64(int8(b)) * 100
 				ev.ReserveRequested.Priority = int32(int8(a)) % 101

@@ -437,6 +437,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		// The gateway already let it through: account for it, even into debt.
 		r.Flags |= fEmergency
 		l.grant(ri, false)
+		if rr.Degraded {
+			return l.emitDegraded(out, ri) // degraded.go
+		}
 		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
 	}
 	if r.Deadline > 0 && r.grantBy() < now {
@@ -1039,6 +1042,8 @@ func (l *Ledger) expireHolds(out []Output) []Output {
 
 func admittedGD(r *res) schemas.GatewayDecision {
 	switch {
+	case r.Flags&fDegraded != 0:
+		return schemas.GDDegradedAdmitted
 	case r.Flags&fEmergency != 0:
 		return schemas.GDEmergencyAdmitted
 	case r.Flags&fWasQueued != 0:

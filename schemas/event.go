@@ -135,6 +135,12 @@ type ReserveRequested struct {
 	// EmergencyAdmitted marks a request the gateway admitted under its local
 	// emergency cap because the ledger did not answer in time.
 	EmergencyAdmitted bool `json:"emergency_admitted,omitempty"`
+	// Degraded marks an emergency admission made in the gateway's degraded
+	// mode: within its share of the last known capacity while no ledger
+	// answered (docs/gateway.md, "Degraded mode"). It always comes with
+	// EmergencyAdmitted, so a ledger that predates the field charges it the
+	// same way; a newer one names it in its decision (GDDegradedAdmitted).
+	Degraded bool `json:"degraded,omitempty"`
 	// PromptFamily groups requests that share a system prompt and tool
 	// definitions: the caller's X-Sluice-Prompt-Family, or a stable hash the
 	// gateway computes. Analytics breaks estimation error down by it.
@@ -183,7 +189,10 @@ const (
 	GDAdmittedThenProviderReject GatewayDecision = "admitted_then_provider_rejected"
 	GDLedgerUnavailable          GatewayDecision = "ledger_unavailable"
 	GDEmergencyAdmitted          GatewayDecision = "emergency_admitted"
-	GDRejectedPolicy             GatewayDecision = "rejected_policy"
+	// GDDegradedAdmitted: admitted by the gateway itself in degraded mode
+	// (ReserveRequested.Degraded), charged by the ledger when it was back.
+	GDDegradedAdmitted GatewayDecision = "degraded_admitted"
+	GDRejectedPolicy   GatewayDecision = "rejected_policy"
 	// GDLateGrant: the ledger granted, but the grant reached the gateway
 	// too long after the ledger's log time to be dispatched (a stall); the
 	// gateway released it and could not reserve again within the deadline.

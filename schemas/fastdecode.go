@@ -260,7 +260,7 @@ func strAs[T ~string](d *fastDec, dst *T) bool {
 
 var reserveKeys = []string{"path", "input_tokens", "cached_input_tokens", "output_tokens", "spend_micros", "max_output_tokens",
 	"streaming", "priority", "max_wait_ms", "deadline_ms", "max_attempts", "fallback_allowed", "idempotency_key",
-	"emergency_admitted", "prompt_family", "client_retry_count"}
+	"emergency_admitted", "prompt_family", "client_retry_count", "degraded"}
 
 var pathLevelKeys = []string{"level", "id"}
 
@@ -299,6 +299,8 @@ func (d *fastDec) reserve(r *ReserveRequested) bool {
 			return d.str(&r.PromptFamily)
 		case 15:
 			return d.int32(&r.ClientRetryCount)
+		case 16:
+			return d.bool(&r.Degraded)
 		}
 		return false
 	})

@@ -177,6 +177,7 @@ func (w *fastEnc) reserveRequested(r *ReserveRequested) {
 	w.boolOmit("fallback_allowed", r.FallbackAllowed)
 	w.strOmit("idempotency_key", r.IdempotencyKey)
 	w.boolOmit("emergency_admitted", r.EmergencyAdmitted)
+	w.boolOmit("degraded", r.Degraded)
 	w.strOmit("prompt_family", r.PromptFamily)
 	w.intOmit("client_retry_count", int64(r.ClientRetryCount))
 	w.b = append(w.b, '}')

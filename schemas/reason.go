@@ -122,6 +122,10 @@ const (
 	// ReasonEmergencyCap is the reason of a grant the gateway made itself,
 	// under its emergency cap, because the ledger did not answer.
 	ReasonEmergencyCap Reason = "emergency_cap"
+	// ReasonDegradedMode is the reason of a grant the gateway made itself
+	// in degraded mode, within its share of the last known capacity,
+	// because no ledger answered (ReserveRequested.Degraded).
+	ReasonDegradedMode Reason = "degraded_mode"
 )
 
 // Reasons of a Released event: why a gateway gave a reservation back.

@@ -55,6 +55,7 @@ var reasonWords = map[Reason]string{
 	ReasonNodeLost:               "its gateway stopped answering, so the ledger ended it",
 	ReasonReleasedWhileQueued:    "withdrawn by the caller while it waited",
 	ReasonEmergencyCap:           "admitted by the gateway under its emergency cap (the ledger did not answer)",
+	ReasonDegradedMode:           "admitted by the gateway in degraded mode, within its share of the last known capacity (no ledger answered); charged when the ledger was back",
 
 	ReasonClientDisconnect: "the client went away",
 	ReasonDeadline:         "its deadline passed",
@@ -81,6 +82,7 @@ var gatewayDecisionWords = map[GatewayDecision]string{
 	GDAdmittedThenProviderReject: "admitted, then refused by the provider",
 	GDLedgerUnavailable:          "refused: the ledger did not answer",
 	GDEmergencyAdmitted:          "admitted under the gateway's emergency cap",
+	GDDegradedAdmitted:           "admitted by the gateway in degraded mode (no ledger answered), charged as debt later",
 	GDRejectedPolicy:             "refused by policy (paused, disabled or not allowed)",
 	GDLateGrant:                  "granted too late to send within the deadline",
 }

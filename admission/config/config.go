@@ -46,6 +46,10 @@ type Config struct {
 	// EmergencyCapPerSec admits this many requests per second locally when
 	// the ledger is unavailable (default 0: fail closed).
 	EmergencyCapPerSec int `yaml:"emergency_cap_per_sec"`
+	// Degraded is the degraded mode: local admission within a share of the
+	// last known capacity while no ledger answers (degraded.go). On by
+	// default.
+	Degraded Degraded `yaml:"degraded"`
 	// UpstreamTimeoutMs bounds one upstream attempt, headers and body
 	// (default 600000: long generations stream for minutes).
 	UpstreamTimeoutMs int64 `yaml:"upstream_timeout_ms"`
@@ -617,6 +621,7 @@ func (c *Config) finish(getenv func(string) string) error {
 			}
 		}
 	}
+	c.Degraded.finish(c.classes, add)
 	if len(probs) > 0 {
 		return &ValidationError{Problems: probs}
 	}

@@ -60,6 +60,9 @@ func fired(k TimerKind, att int32) Input {
 func silent(att int32, emergencyOK bool) Input {
 	return Input{Kind: TimerFired, Timer: Timer{Kind: TimerAnswer, Attempt: att}, EmergencyOK: emergencyOK}
 }
+func silentDegraded(att int32) Input {
+	return Input{Kind: TimerFired, Timer: Timer{Kind: TimerAnswer, Attempt: att}, DegradedOK: true, EmergencyOK: true}
+}
 func clientGone() Input { return Input{Kind: ClientGone} }
 
 // render is the compact form step tables compare against.
@@ -86,7 +89,7 @@ func render(e *Effect) string {
 		name := map[TimerKind]string{TimerAnswer: "answer", TimerDeadline: "deadline"}[e.Timer.Kind]
 		return fmt.Sprintf("timer %s/%d @%d", name, e.Timer.Attempt, e.AtMs)
 	case Count:
-		name := map[Metric]string{MetricRequests: "requests", MetricLateGrant: "late_grant"}[e.Metric]
+		name := map[Metric]string{MetricRequests: "requests", MetricLateGrant: "late_grant", MetricDegraded: "degraded"}[e.Metric]
 		return "count " + name + " " + e.Label
 	}
 	return fmt.Sprintf("effect %d", e.Kind)
@@ -95,6 +98,11 @@ func render(e *Effect) string {
 func renderEvent(ev *schemas.Event) string {
 	s := fmt.Sprintf("%s %s/%d", ev.Type, ev.Scope, ev.Attempt)
 	switch {
+	case ev.ReserveRequested != nil && ev.ReserveRequested.Degraded:
+		s += " degraded"
+		if !ev.ReserveRequested.EmergencyAdmitted {
+			s += " (not emergency_admitted)"
+		}
 	case ev.ReserveRequested != nil && ev.ReserveRequested.EmergencyAdmitted:
 		s += " emergency"
 	case ev.RetryRequested != nil:

@@ -31,6 +31,11 @@ type Config struct {
 	// the ledger does not answer; the shell tells with Input.EmergencyOK
 	// whether the cap has room for this request now.
 	Emergency bool
+	// Degraded: the gateway admits locally in degraded mode, within its
+	// share of the last known capacity (degraded.go), when the ledger
+	// does not answer; the shell tells with Input.DegradedOK whether the
+	// share covers this request now. It is tried before the emergency cap.
+	Degraded bool
 }
 
 // Request is what the gateway knows about a request when its life starts.
@@ -131,6 +136,9 @@ type Input struct {
 	// EmergencyOK, with a TimerFired of the answer timer or a
 	// ProduceFailed: the gateway's emergency cap admits one request now.
 	EmergencyOK bool
+	// DegradedOK, likewise: the gateway's degraded-mode share covers this
+	// request now (Degraded.Admit said so).
+	DegradedOK bool
 }
 
 // Upstream is what a Dispatch brought back.
@@ -207,6 +215,7 @@ type Metric uint8
 const (
 	MetricRequests  Metric = iota + 1 // requests by outcome or error code
 	MetricLateGrant                   // late grants by action (reserved_again, refused)
+	MetricDegraded                    // degraded-mode admissions (admitted)
 )
 
 // Effect is one thing the shell must do, in order.
@@ -257,6 +266,7 @@ type Lifecycle struct {
 	queueMs    int64                     // enqueue → first upstream attempt
 	grant      schemas.Decision          // the dispatched attempt's grant
 	emergency  bool                      // the current attempt was admitted locally
+	degraded   bool                      // … in degraded mode
 	streamed   bool                      // a stream reached the client: no retry, ever
 
 	out []Effect
@@ -285,6 +295,13 @@ func (l *Lifecycle) Attempts() int32 { return l.attempt }
 func (l *Lifecycle) Awaiting(attempt int32) bool {
 	return l.phase == reserving && attempt == l.attempt && !l.answered && !l.emergency
 }
+
+// Target is the index in Request.Targets of the current attempt's target.
+func (l *Lifecycle) Target() int { return l.order[l.ti] }
+
+// DegradedAdmitted reports whether the current attempt was admitted
+// locally in degraded mode.
+func (l *Lifecycle) DegradedAdmitted() bool { return l.degraded }
 
 // QueueMs is the wait from the request's start to its first dispatch.
 func (l *Lifecycle) QueueMs() int64 { return l.queueMs }
@@ -315,7 +332,7 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 		}
 	case ProduceFailed:
 		if l.phase == reserving && in.Attempt == l.attempt && !l.answered {
-			l.ledgerSilent(nowMs, in.EmergencyOK, false)
+			l.ledgerSilent(nowMs, l.local(nowMs, in), false)
 		}
 	case TimerFired:
 		l.timer(nowMs, in)
@@ -348,17 +365,17 @@ func (l *Lifecycle) timer(nowMs int64, in Input) {
 	switch in.Timer.Kind {
 	case TimerAnswer:
 		if l.phase == reserving && in.Timer.Attempt == l.attempt && !l.answered && !l.emergency {
-			if l.holdsThrough(nowMs, in.EmergencyOK) {
+			if l.holdsThrough(nowMs, l.local(nowMs, in)) {
 				l.held = true
 				return
 			}
-			l.ledgerSilent(nowMs, in.EmergencyOK, true)
+			l.ledgerSilent(nowMs, l.local(nowMs, in), true)
 		}
 	case TimerDeadline:
 		if l.phase == reserving && l.held && !l.answered && !l.emergency {
 			// Held through the ledger's silence to the end: the ledger
 			// is what failed, not the capacity.
-			l.ledgerSilent(nowMs, false, true)
+			l.ledgerSilent(nowMs, localNone, true)
 			return
 		}
 		if l.phase == reserving {
@@ -378,8 +395,8 @@ func (l *Lifecycle) timer(nowMs int64, in Input) {
 // transaction comes again with the same ids (the client's Dedup drops the
 // copy). Waiting needs no new event; failing at the first answer bound
 // answered 503 to every request that a 2–10 s takeover would have served.
-func (l *Lifecycle) holdsThrough(nowMs int64, emergencyOK bool) bool {
-	if l.cfg.Emergency && emergencyOK {
+func (l *Lifecycle) holdsThrough(nowMs int64, la localAdmission) bool {
+	if la != localNone {
 		return false
 	}
 	at := l.deadlineAt()
@@ -393,7 +410,7 @@ func (l *Lifecycle) reserve(nowMs int64) {
 }
 
 func (l *Lifecycle) wait(nowMs int64, ev *schemas.Event) {
-	l.phase, l.waitOn, l.answered, l.emergency, l.held = reserving, ev, false, false, false
+	l.phase, l.waitOn, l.answered, l.emergency, l.degraded, l.held = reserving, ev, false, false, false, false
 	l.emit(Effect{Kind: Produce, Event: ev, Attempt: l.attempt})
 	l.setTimer(Timer{Kind: TimerAnswer, Attempt: l.attempt}, nowMs+l.cfg.AnswerTimeoutMs)
 }
@@ -410,22 +427,29 @@ func (l *Lifecycle) stopWaiting(nowMs int64, reason schemas.Reason) {
 // cap, or fail closed. The emergency reservation is a new attempt carrying
 // the current attempt's whole reservation, flagged, so the ledger charges
 // it whether the silent wait was a reservation or a retry.
-func (l *Lifecycle) ledgerSilent(nowMs int64, emergencyOK, timedOut bool) {
+func (l *Lifecycle) ledgerSilent(nowMs int64, la localAdmission, timedOut bool) {
 	if timedOut {
 		l.stopWaiting(nowMs, schemas.ReasonLedgerTimeout)
 	} else {
 		l.emit(Effect{Kind: WaitEnded, Scope: l.waitOn.Scope})
 	}
-	if !l.cfg.Emergency || !emergencyOK {
+	if la == localNone {
 		l.fail(nowMs, ledgerUnavailable(), schemas.GDLedgerUnavailable)
 		return
 	}
 	l.attempt++
 	ev := l.reserveEvent(nowMs)
 	ev.ReserveRequested.EmergencyAdmitted = true
-	l.rec, l.waitOn, l.emergency = ev, ev, true
-	l.emit(Effect{Kind: Report, Event: ev})
 	d := schemas.Decision{Status: schemas.StatusGranted, Reason: schemas.ReasonEmergencyCap, GatewayDecision: schemas.GDEmergencyAdmitted}
+	if la == localDegraded {
+		// Still an emergency admission to the ledger (one that predates
+		// the flag charges it the same way), named for what it is.
+		ev.ReserveRequested.Degraded = true
+		d.Reason, d.GatewayDecision = schemas.ReasonDegradedMode, schemas.GDDegradedAdmitted
+		l.emit(Effect{Kind: Count, Metric: MetricDegraded, Label: "admitted"})
+	}
+	l.rec, l.waitOn, l.emergency, l.degraded = ev, ev, true, la == localDegraded
+	l.emit(Effect{Kind: Report, Event: ev})
 	l.emit(Effect{Kind: WaitEnded, Scope: ev.Scope, Decision: d})
 	l.dispatch(nowMs, d)
 }
@@ -707,4 +731,31 @@ func failureReason(r schemas.Reason) schemas.Reason {
 		return r
 	}
 	return schemas.ReasonError
+}
+
+// localAdmission is how a request the ledger left unanswered may be
+// admitted by the gateway itself.
+type localAdmission uint8
+
+const (
+	localNone      localAdmission = iota // fail closed
+	localDegraded                        // degraded mode: within the share
+	localEmergency                       // the emergency cap
+)
+
+// local is the local admission in allows at nowMs: degraded mode first (it
+// is bounded by the capacity the ledger last reported), then the emergency
+// cap; none once the request's deadline has passed (a produce abandoned at
+// the deadline: the dispatch could only fail, and the share is kept for
+// requests that can use it).
+func (l *Lifecycle) local(nowMs int64, in Input) localAdmission {
+	switch at := l.deadlineAt(); {
+	case at > 0 && nowMs >= at:
+		return localNone
+	case l.cfg.Degraded && in.DegradedOK:
+		return localDegraded
+	case l.cfg.Emergency && in.EmergencyOK:
+		return localEmergency
+	}
+	return localNone
 }

@@ -269,3 +269,73 @@ func TestRetryQueueBoundsAndExpires(t *testing.T) {
 		}
 	}
 }
+
+// TestReportsOfARequestKeepTheirOrder: a report sent while an earlier one
+// of the same request waits in the retry queue goes in behind it, not
+// straight to the broker, so the log has them in the order they were made
+// — a degraded admission's Reconciled never precedes the ReserveRequested
+// that creates its reservation. Another request's report is not held.
+func TestReportsOfARequestKeepTheirOrder(t *testing.T) {
+	cluster, rc := faultCluster(t, "gw-order")
+	var refuse atomic.Int32
+	refuse.Store(1)
+	cluster.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if refuse.Add(-1) < 0 {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	adm := faultReserve("r-order", "gw-order")
+	adm.ReserveRequested.EmergencyAdmitted, adm.ReserveRequested.Degraded = true, true
+	first := make(chan error, 1)
+	rc.Send(adm, func(err error) { first <- err })
+	for deadline := time.Now().Add(10 * time.Second); rc.Stats().RetryQueued == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused reservation never reached the retry queue")
+		}
+	}
+	// The broker takes produces again; the reconcile must still wait.
+	rec := adm.Derive(schemas.TypeReconciled, time.Now().UnixMilli())
+	rec.Reconciled = &schemas.Reconciled{InputTokens: 1, OutputTokens: 1, HTTPStatus: 200}
+	second := make(chan error, 1)
+	rc.Send(rec, func(err error) { second <- err })
+	if q := rc.Stats().RetryQueued; q != 2 {
+		t.Errorf("%d reports queued after the reconcile, want 2 (it waits behind the reservation)", q)
+	}
+	other := make(chan error, 1)
+	rc.Send(faultReserve("r-other", "gw-order"), func(err error) { other <- err })
+	if q := rc.Stats().RetryQueued; q > 2 {
+		t.Errorf("another request's report was held behind this one's (%d queued)", q)
+	}
+	for _, ch := range []chan error{first, second, other} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatalf("not delivered: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a report was neither delivered nor given up")
+		}
+	}
+	got := requestsOf(t, cluster, "r-order", 2)
+	if len(got) != 2 || got[0].Type != schemas.TypeReserveRequested || got[1].Type != schemas.TypeReconciled {
+		var types []schemas.Type
+		for _, ev := range got {
+			types = append(types, ev.Type)
+		}
+		t.Fatalf("log order %v, want ReserveRequested then Reconciled", types)
+	}
+}

@@ -328,8 +328,18 @@ func (c *Client) Send(ev *schemas.Event, done func(error)) {
 		// grant is released again (consume).
 		c.abandon(ev.RequestID, ev.Attempt, time.Now().UnixMilli())
 	}
-	c.sendReport(&report{ev: ev, value: b, untilMs: ev.ProducedAtMs + c.cfg.RetryFor.Milliseconds(), done: done})
+	r := &report{ev: ev, value: b, untilMs: ev.ProducedAtMs + c.cfg.RetryFor.Milliseconds(), done: done}
+	if retried(ev.Type) && c.retry.holds(ev.RequestID) {
+		// Behind the request's earlier report, in order (retry.go).
+		c.requeue(r, errBehindEarlier)
+		return
+	}
+	c.sendReport(r)
 }
+
+// errBehindEarlier is why a report went into the retry queue unsent: an
+// earlier report of its request waits there.
+var errBehindEarlier = errors.New("queued behind an earlier report of its request")
 
 // SendTelemetry is Send for analytics-only events (Dispatched, Outcome),
 // to sluice.telemetry through a producer of its own that lingers up to

@@ -29,7 +29,14 @@ import (
 // A retried report can reach the ledger after events of its scope sent
 // later. The ledger's rules for a late Released or Reconciled are those of
 // any duplicate: applied once to the reservation it names, nothing if that
-// reservation has ended.
+// reservation has ended. A request's own reports keep their order, though:
+// one sent while an earlier report of the same request waits in the queue
+// goes into the queue behind it (Send), so that, say, the Reconciled of a
+// degraded admission never reaches the ledger before the ReserveRequested
+// that creates its reservation (it would name a reservation the ledger
+// does not know, and its usage would go uncharged). The queue is emptied
+// and produced again in order at each retry, so only a report sent during
+// the microseconds of that hand-over can pass an earlier one.
 
 // retryInterval is how often queued reports are produced again.
 const retryInterval = 500 * time.Millisecond
@@ -68,6 +75,10 @@ type retryQueue struct {
 	mu    sync.Mutex
 	items []*report
 	max   int
+	// byReq counts the queued reports of each request id; n is
+	// len(items), read without the lock by holds' fast path.
+	byReq map[string]int
+	n     atomic.Int64
 }
 
 // push queues r; it reports false when the queue is full.
@@ -78,7 +89,23 @@ func (q *retryQueue) push(r *report) bool {
 		return false
 	}
 	q.items = append(q.items, r)
+	if q.byReq == nil {
+		q.byReq = map[string]int{}
+	}
+	q.byReq[r.ev.RequestID]++
+	q.n.Store(int64(len(q.items)))
 	return true
+}
+
+// holds reports whether a report of request id is queued. It costs one
+// atomic load while the queue is empty, as it is but during an outage.
+func (q *retryQueue) holds(id string) bool {
+	if q.n.Load() == 0 {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byReq[id] > 0
 }
 
 // take empties the queue: the reports to produce again at nowMs, and those
@@ -87,6 +114,8 @@ func (q *retryQueue) take(nowMs int64) (due, expired []*report) {
 	q.mu.Lock()
 	items := q.items
 	q.items = nil
+	clear(q.byReq)
+	q.n.Store(0)
 	q.mu.Unlock()
 	for _, r := range items {
 		if nowMs >= r.untilMs {

@@ -4,6 +4,7 @@
 package dev
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +16,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/dashboards/live"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
@@ -53,6 +57,12 @@ type Options struct {
 	// (default DevConfig with APIKey). Load tests use it to set tenants,
 	// keys and limits.
 	Config func(simURL string) (*config.Config, error)
+	// SnapshotEvery is the ledger's --snapshot-every (0: its default,
+	// 10,000 events). /v1/sluice/usage reads what is left from the
+	// snapshots, and a ledger snapshots only as events arrive, so the
+	// interactive `sluice dev` sets 1: a few requests are then observed at
+	// once rather than after thousands of events.
+	SnapshotEvery int
 }
 
 // Stack is a running dev stack.
@@ -66,6 +76,9 @@ type Stack struct {
 	// listener of its own (the API listener serves /metrics only to the
 	// operator token).
 	MetricsURL string
+	// LedgerGroup is the consumer group of the stack's ledger: the group
+	// `sluice whatif` and `sluice replay` read committed offsets of.
+	LedgerGroup string
 
 	closers []func()
 
@@ -189,7 +202,8 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ledgerd.PublishConfig(ctx, st.Brokers, o.Topics, cfg.LedgerJSON(), "sluice dev"); err != nil {
+	if err := ledgerd.PublishConfigChange(ctx, st.Brokers, o.Topics, schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: "sluice dev",
+		Actor: "sluice dev", Reason: "start-up: the ledger section of the stack's configuration"}); err != nil {
 		return nil, err
 	}
 
@@ -197,8 +211,10 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	// The node names the transactional id: two stacks on one broker (tests
 	// of several packages run at once) must not fence each other, so it
 	// follows the topics, as the group does.
-	group := o.Topics.Requests + ".ledger"
-	st.ledgerCfg = ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: group, Node: "ledger-dev-" + o.Topics.Requests, Log: o.Log}
+	st.LedgerGroup = LedgerGroup(o.Topics)
+	group := st.LedgerGroup
+	st.ledgerCfg = ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: group, Node: "ledger-dev-" + o.Topics.Requests,
+		SnapshotEvery: o.SnapshotEvery, Log: o.Log}
 	if err := st.StartLedger(ctx); err != nil {
 		return nil, err
 	}
@@ -257,6 +273,22 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	st.closers = append(st.closers, stopView)
 	st.ViewURL = viewURL
 	return st, nil
+}
+
+// DefaultLedgerGroup is the ledger's default consumer group (that of
+// ledgerd.Config and `sluice ledger`), and so the default --group of the
+// operator tools that read its committed offsets (whatif, replay).
+const DefaultLedgerGroup = "sluice-ledger"
+
+// LedgerGroup is the consumer group of a dev stack's ledger on names:
+// DefaultLedgerGroup on the default topics, so that the operator tools'
+// defaults find it; one per topic prefix otherwise, so that the stacks of
+// tests sharing a broker do not join one group.
+func LedgerGroup(names bus.Names) string {
+	if names.OrDefault() == bus.DefaultNames() {
+		return DefaultLedgerGroup
+	}
+	return names.Requests + ".ledger"
 }
 
 // DevConfig is the gateway configuration of the dev stack: the simulator
@@ -318,7 +350,7 @@ func ConfigFile(path string) (func(simURL string) (*config.Config, error), error
 		return nil, err
 	}
 	load := func(simURL string) (*config.Config, error) {
-		c, err := config.Load(strings.NewReader(strings.ReplaceAll(string(raw), SimURLPlaceholder, simURL)))
+		c, err := config.Load(bytes.NewReader(ResolveSimURL(raw, simURL)))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -328,6 +360,47 @@ func ConfigFile(path string) (func(simURL string) (*config.Config, error), error
 		return nil, err
 	}
 	return load, nil
+}
+
+// keyLike matches what may be a plaintext Sluice API key in a file.
+var keyLike = regexp.MustCompile(`sk-[A-Za-z0-9_-]{8,}`)
+
+// KnownKeys returns the plaintext API keys written in raw (a dev config
+// names its local-only keys in a comment, as
+// deploy/examples/dev-three-tenants.yaml does) that c accepts, in the
+// order they appear: what `sluice dev --config` can print as a key that
+// works, instead of a variable the shell does not have.
+func KnownKeys(raw []byte, c *config.Config) []string {
+	var out []string
+	for _, m := range keyLike.FindAll(raw, -1) {
+		k := string(m)
+		if id := c.Lookup(k); id != nil && !id.Disabled && !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ConfigFileKeys is KnownKeys of the configuration file at path (loaded
+// as ConfigFile loads it).
+func ConfigFileKeys(path string) ([]string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := config.Load(bytes.NewReader(ResolveSimURL(raw, "http://127.0.0.1:1")))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return KnownKeys(raw, c), nil
+}
+
+// ResolveSimURL replaces SimURLPlaceholder in a configuration document by
+// simURL, as `sluice dev --config` does; a document without it is
+// returned as is. Every tool that loads a dev config (config apply
+// validating a patched one) resolves it this way.
+func ResolveSimURL(raw []byte, simURL string) []byte {
+	return bytes.ReplaceAll(raw, []byte(SimURLPlaceholder), []byte(simURL))
 }
 
 // serve listens on addr and serves h until the returned stop is called.

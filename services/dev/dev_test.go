@@ -6,9 +6,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/bus"
 )
 
 // TestConfigFileThreeTenants starts the dev stack (embedded kfake) on
@@ -91,5 +94,33 @@ func TestConfigFileRefusesABadFileBeforeStarting(t *testing.T) {
 	}
 	if _, err := ConfigFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Fatal("a missing file loaded")
+	}
+}
+
+// TestOperatorDefaultsAndKnownKeys: the dev stack's ledger group on the
+// default topics is the ledger's default group (what whatif and replay
+// assume), and the keys the example config names in its comments are
+// found (and only those it accepts), so `sluice dev --config` can print a
+// key that works.
+func TestOperatorDefaultsAndKnownKeys(t *testing.T) {
+	if g := LedgerGroup(bus.Names{}); g != DefaultLedgerGroup {
+		t.Errorf("default-topic group %q, want %q", g, DefaultLedgerGroup)
+	}
+	if g := LedgerGroup(bus.NamesWithPrefix("t.")); g == DefaultLedgerGroup {
+		t.Errorf("prefixed topics share the default group %q", g)
+	}
+	keys, err := ConfigFileKeys("../../deploy/examples/dev-three-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"sk-sluice-dev-web", "sk-sluice-dev-agent", "sk-sluice-dev-batch"}; !slices.Equal(keys, want) {
+		t.Errorf("known keys %v, want %v", keys, want)
+	}
+	c, err := DevConfig("http://127.0.0.1:1", "sk-sluice-demo-1234567890")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := KnownKeys([]byte("sk-sluice-demo-1234567890 sk-sluice-not-a-key-0000"), c); !slices.Equal(got, []string{"sk-sluice-demo-1234567890"}) {
+		t.Errorf("KnownKeys = %v", got)
 	}
 }

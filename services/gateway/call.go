@@ -62,6 +62,11 @@ type call struct {
 	// (sluice_gateway_ledger_answer_seconds); zero when none waits.
 	askedAttempt int32
 	askedAt      time.Time
+	askedScope   string // where the ledger's answer ends a degraded episode
+
+	// degBuckets is what a degraded admission took of the budget, given
+	// back when the request ends (degraded.go).
+	degBuckets []lifecycle.DegradedBucket
 
 	// The upstream attempt in flight: its cancel, and the answer held for
 	// the lifecycle's Respond (non-streaming) or Relay (streaming).
@@ -221,6 +226,11 @@ func (c *call) run() {
 	decisions, stop := c.s.rc.Watch(c.reqID)
 	defer stop()
 	defer func() {
+		if c.degBuckets != nil {
+			c.s.deg.done(c.degBuckets)
+		}
+	}()
+	defer func() {
 		if c.upCancel != nil {
 			c.upCancel()
 		}
@@ -241,6 +251,7 @@ func (c *call) run() {
 		wake.Reset(c.timers.next(time.Now().UnixMilli()))
 		select {
 		case d := <-decisions:
+			c.s.deg.answered(c.askedScope)
 			if !c.askedAt.IsZero() && d.Attempt == c.askedAttempt {
 				c.s.m.answer.Observe(time.Since(c.askedAt).Seconds())
 				c.askedAt = time.Time{}
@@ -268,11 +279,11 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 		e := &effects[i]
 		switch e.Kind {
 		case lifecycle.Produce:
-			c.askedAttempt, c.askedAt = e.Attempt, time.Now()
+			c.askedAttempt, c.askedAt, c.askedScope = e.Attempt, time.Now(), e.Event.Scope
 			err := c.request(e.Event)
 			if err != nil {
 				c.s.log.Warn("ledger unavailable", "request_id", c.reqID, "err", err)
-				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt, EmergencyOK: c.emergencyOK(e.Attempt)})
+				pending = append(pending, c.localAdmission(lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt}, e.Attempt))
 			}
 		case lifecycle.Report:
 			if rec := e.Event.Reconciled; rec != nil {
@@ -299,6 +310,8 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 				c.s.m.countTenant(c.id.Tenant, e.Label)
 			case lifecycle.MetricLateGrant:
 				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
+			case lifecycle.MetricDegraded:
+				c.s.m.degraded.WithLabelValues(c.adm.Class, e.Label).Inc()
 			}
 		}
 	}
@@ -323,17 +336,28 @@ func (c *call) request(ev *schemas.Event) error {
 }
 
 // timerInput is the input of timer t: the answer bound says whether the
-// emergency cap has room, taken only when the lifecycle still waits.
+// request may be admitted locally, taken only when the lifecycle still
+// waits.
 func (c *call) timerInput(t lifecycle.Timer) lifecycle.Input {
 	in := lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}
 	if t.Kind == lifecycle.TimerAnswer {
-		in.EmergencyOK = c.emergencyOK(t.Attempt)
+		in = c.localAdmission(in, t.Attempt)
+	}
+	return in
+}
+
+// localAdmission says in in whether attempt, which the ledger left
+// unanswered, may be admitted locally: degraded mode's share first, then
+// the emergency cap (whose slot is taken only if the share said no).
+func (c *call) localAdmission(in lifecycle.Input, attempt int32) lifecycle.Input {
+	if in.DegradedOK = c.degradedOK(attempt); !in.DegradedOK {
+		in.EmergencyOK = c.emergencyOK(attempt)
 	}
 	return in
 }
 
 func (c *call) emergencyOK(attempt int32) bool {
-	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
+	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.ctx.Err() == nil && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
 }
 
 // respond writes the lifecycle's answer: the error contract, or the
@@ -364,7 +388,7 @@ func (c *call) respond(e *apierr.Error) {
 // lifecycleConfig is the part of the gateway config a lifecycle obeys.
 func (c *call) lifecycleConfig() lifecycle.Config {
 	return lifecycle.Config{AnswerTimeoutMs: c.cfg.LedgerTimeoutMs, LateGrantBoundMs: c.cfg.LateGrantBoundMs(c.adm.Class),
-		Emergency: c.cfg.EmergencyCapPerSec > 0}
+		Emergency: c.cfg.EmergencyCapPerSec > 0, Degraded: c.cfg.Degraded.On()}
 }
 
 // lifecycleRequest is what the lifecycle needs to know of the request.

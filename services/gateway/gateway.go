@@ -39,6 +39,7 @@ type Server struct {
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
+	deg      degradedMode // degraded mode's budget (degraded.go)
 
 	// The admin API (admin.go) and where /v1/sluice/usage reads remaining
 	// quota (usage.go).
@@ -257,6 +258,9 @@ type metrics struct {
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
+	// degraded counts the requests degraded mode admitted locally, or
+	// refused, by class and verdict (degraded.go).
+	degraded *prometheus.CounterVec
 	// tokens counts reconciled tokens by tenant, dimension and source
 	// (estimated, actual): token pressure per tenant and estimation drift
 	// for the alerting rules (dashboards/alerts).
@@ -288,12 +292,13 @@ func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 	}
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tokens_total",
 		Help: "Tokens of reconciled requests by tenant, dimension (input, output) and source (estimated: the reservation's estimate; actual: the provider's usage)."}, []string{"tenant", "dimension", "source"})
+	m.degraded = newDegradedMetric()
 	m.tenantRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_tenant_requests_total",
 		Help: "API requests of identified callers by tenant and outcome (success, or the refusal's error code)."}, []string{"tenant", "outcome"})
 	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_spend_micro_usd_total",
 		Help: "Spend of reconciled requests by tenant, in micro-USD (the route candidate's prices × the provider's usage)."}, []string{"tenant"})
 	m.tenantLabels = tenantLabels
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.tenantRequests, m.spend)
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.tenantRequests, m.spend, m.degraded)
 	m.byKey = newMetricCache(m)
 	return m
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -59,8 +60,22 @@ type UsageLimit struct {
 	Refill    string            `json:"refill"`
 	Capacity  int64             `json:"capacity"`
 	PeriodMs  int64             `json:"period_ms,omitempty"`
+	// Unit says what Capacity counts, per what: "requests/min",
+	// "total tokens/min", "requests/day", "micro-USD/day" (spend is in
+	// millionths of a dollar), "requests in flight".
+	Unit string `json:"unit"`
+	// Max is the most the bucket holds at once, in the dimension's unit:
+	// Capacity, except for a token (or ramp) bucket, which refills
+	// continuously and holds one enforcement window's worth
+	// (Capacity×window_ms/period_ms, e.g. 2 of 120 requests/min over 1 s).
+	Max int64 `json:"max"`
 	// Remaining is absent when no ledger observation covers the scope.
 	Remaining *int64 `json:"remaining,omitempty"`
+	// Used is Max − Remaining: what is taken and not yet refilled (absent
+	// with Remaining).
+	Used *int64 `json:"used,omitempty"`
+	// Summary says it in words: "used 1 of 1000 requests/day, 999 left".
+	Summary string `json:"summary"`
 	// ResetsAtMs is when the bucket is full again if nothing more is
 	// charged (unix ms); absent when full or unknown.
 	ResetsAtMs int64 `json:"resets_at_ms,omitempty"`
@@ -79,6 +94,7 @@ type Headroom struct {
 	Level      string            `json:"level"`
 	Dimension  schemas.Dimension `json:"dimension"`
 	Capacity   int64             `json:"capacity"`
+	Unit       string            `json:"unit"`
 	Remaining  *int64            `json:"remaining,omitempty"`
 	Percent    *float64          `json:"percent_left,omitempty"`
 	ResetsAtMs int64             `json:"resets_at_ms,omitempty"`
@@ -153,20 +169,23 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) Usa
 			}
 			for _, b := range buckets {
 				ul := UsageLimit{Scope: scope, Level: lv[0], ID: lv[1], Dimension: b.Dimension, Refill: b.Refill,
-					Capacity: b.Capacity, PeriodMs: b.PeriodMs, Source: "unobserved"}
+					Capacity: b.Capacity, PeriodMs: b.PeriodMs, Unit: UsageUnit(b.Dimension, b.Refill, b.PeriodMs), Max: bucketMax(b), Source: "unobserved"}
 				if known {
 					ul.ObservedAtMs, ul.Source = at, "untouched"
-					rem := b.Capacity
+					rem := ul.Max // full: what it could grant at once
 					for _, o := range obs {
 						if o.Dimension == b.Dimension {
 							rem, ul.ResetsAtMs, ul.Source = o.Remaining, o.FullAtMs, "ledger_snapshot"
 						}
 					}
 					ul.Remaining = &rem
+					used := ul.Max - rem
+					ul.Used = &used
 				}
+				ul.Summary = usageSummary(ul)
 				u.Limits = append(u.Limits, ul)
 				if b.Dimension == schemas.DimRequestsPerDay || b.Dimension == schemas.DimSpend || b.PeriodMs >= dayMs {
-					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: b.Capacity, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
+					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: b.Capacity, Unit: ul.Unit, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
 					if ul.Remaining != nil && b.Capacity > 0 {
 						p := float64(max(*ul.Remaining, 0)) * 100 / float64(b.Capacity)
 						h.Percent = &p
@@ -230,4 +249,67 @@ func bucketsOf(sc *ledger.ScopeConfig, level, id string) []ledger.BucketConfig {
 		}
 	}
 	return out
+}
+
+// UsageUnit names what a bucket's capacity counts, per what period.
+func UsageUnit(d schemas.Dimension, refill string, periodMs int64) string {
+	var what string
+	switch d {
+	case schemas.DimRequests, schemas.DimRequestsPerDay, schemas.DimRamp:
+		what = "requests"
+	case schemas.DimInputTokens:
+		what = "input tokens"
+	case schemas.DimOutputTokens:
+		what = "output tokens"
+	case schemas.DimTotalTokens:
+		what = "total tokens"
+	case schemas.DimSpend:
+		what = "micro-USD"
+	case schemas.DimConcurrency:
+		return "requests in flight"
+	default:
+		what = string(d)
+	}
+	if refill == ledger.RefillConcurrency || periodMs <= 0 {
+		return what + " in flight"
+	}
+	return what + "/" + periodName(periodMs)
+}
+
+// periodName is "min", "h", "day", or a duration ("90s") for others.
+func periodName(ms int64) string {
+	switch ms {
+	case 1_000:
+		return "s"
+	case 60_000:
+		return "min"
+	case 3_600_000:
+		return "h"
+	case dayMs:
+		return "day"
+	case 7 * dayMs:
+		return "week"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// bucketMax is the most b holds at once: a token or ramp bucket holds one
+// enforcement window of its rate.
+func bucketMax(b ledger.BucketConfig) int64 {
+	if (b.Refill == ledger.RefillToken || b.Refill == ledger.RefillRamp) && b.PeriodMs > 0 && b.WindowMs > 0 && b.WindowMs < b.PeriodMs {
+		return max(1, b.Capacity*b.WindowMs/b.PeriodMs)
+	}
+	return b.Capacity
+}
+
+// usageSummary is UsageLimit.Summary.
+func usageSummary(ul UsageLimit) string {
+	of := fmt.Sprintf("%d %s", ul.Capacity, ul.Unit)
+	if ul.Max != ul.Capacity {
+		of = fmt.Sprintf("%d (the burst of %d %s)", ul.Max, ul.Capacity, ul.Unit)
+	}
+	if ul.Remaining == nil {
+		return "limit " + of + "; use not yet observed"
+	}
+	return fmt.Sprintf("used %d of %s, %d left", *ul.Used, of, *ul.Remaining)
 }

@@ -127,3 +127,41 @@ func TestUsageShowsOnlyTheCallersBuckets(t *testing.T) {
 		t.Errorf("without observations: %s", rec.Body.String())
 	}
 }
+
+// TestUsageSaysUnitsAndOf: every limit names its unit (requests/min,
+// requests/day, requests in flight, micro-USD) and says "used X of Y";
+// a token bucket's Y is what it holds at once, its burst.
+func TestUsageSaysUnitsAndOf(t *testing.T) {
+	cases := []struct {
+		b        ledger.BucketConfig
+		rem      int64
+		unit     string
+		max      int64
+		summary  string
+		observed bool
+	}{
+		{ledger.BucketConfig{Dimension: schemas.DimRequestsPerDay, Capacity: 1000}, 999, "requests/day", 1000, "used 1 of 1000 requests/day, 999 left", true},
+		{ledger.BucketConfig{Dimension: schemas.DimRequests, Capacity: 120}, 1, "requests/min", 2, "used 1 of 2 (the burst of 120 requests/min), 1 left", true},
+		{ledger.BucketConfig{Dimension: schemas.DimTotalTokens, Capacity: 120000}, 0, "total tokens/min", 2000, "limit 2000 (the burst of 120000 total tokens/min); use not yet observed", false},
+		{ledger.BucketConfig{Dimension: schemas.DimConcurrency, Capacity: 4}, 3, "requests in flight", 4, "used 1 of 4 requests in flight, 3 left", true},
+		{ledger.BucketConfig{Dimension: schemas.DimSpend, Capacity: 5_000_000}, 4_000_000, "micro-USD/day", 5_000_000, "used 1000000 of 5000000 micro-USD/day, 4000000 left", true},
+	}
+	for _, c := range cases {
+		c.b.Level, c.b.ID = ledger.LevelTenant, "t"
+		doc := ledger.Config{Scopes: []ledger.ScopeConfig{{Name: "s", Buckets: []ledger.BucketConfig{c.b}}}}
+		raw, _ := json.Marshal(doc)
+		lc, err := ledger.ParseConfig(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := lc.Scopes[0].Buckets[0]
+		ul := UsageLimit{Dimension: b.Dimension, Capacity: b.Capacity, Unit: UsageUnit(b.Dimension, b.Refill, b.PeriodMs), Max: bucketMax(b)}
+		if c.observed {
+			used := ul.Max - c.rem
+			ul.Remaining, ul.Used = &c.rem, &used
+		}
+		if ul.Unit != c.unit || ul.Max != c.max || usageSummary(ul) != c.summary {
+			t.Errorf("%s: unit %q max %d summary %q; want %q %d %q", b.Dimension, ul.Unit, ul.Max, usageSummary(ul), c.unit, c.max, c.summary)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package ledgerd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,11 @@ func Explain(ctx context.Context, o ExplainOptions) (*ledger.Explanation, error)
 	if err != nil {
 		return nil, err
 	}
+	// A fallback attempt is a reservation in another scope, so often in
+	// another partition: every candidate partition holding an input of
+	// the request is explained, and the timelines merged. The partitions
+	// after the first are searched from the request's first step.
+	var xs []*ledger.Explanation
 	for _, p := range parts {
 		first, err := findFirstInput(ctx, adm, o, p)
 		if err != nil {
@@ -64,9 +70,61 @@ func Explain(ctx context.Context, o ExplainOptions) (*ledger.Explanation, error)
 		if first < 0 {
 			continue
 		}
-		return explainPartition(ctx, o, p, first)
+		x, err := explainPartition(ctx, o, p, first)
+		if err != nil {
+			return nil, err
+		}
+		if len(xs) == 0 && len(x.Steps) > 0 {
+			o.FromMs = max(o.FromMs, x.Steps[0].LogTimeMs-fallbackSlackMs)
+		}
+		xs = append(xs, x)
+	}
+	if len(xs) > 0 {
+		return mergeExplanations(xs), nil
 	}
 	return nil, fmt.Errorf("%w: no input of %q in partitions %v of %s", ErrRequestNotFound, o.RequestID, parts, o.Topics.Requests)
+}
+
+// fallbackSlackMs is how long before the request's first step the other
+// partitions are searched: log times of partitions differ by the brokers'
+// clocks.
+const fallbackSlackMs = 10_000
+
+// mergeExplanations joins the timelines of a request's partitions, in log
+// time order: the header (scope, tenant, partition) is the first
+// attempt's, the outcome the last decided attempt's, and the hops are
+// every attempt's, a reservation in a new scope marked as a fallback.
+func mergeExplanations(xs []*ledger.Explanation) *ledger.Explanation {
+	if len(xs) == 1 {
+		markFallbacks(xs[0].Hops)
+		return xs[0]
+	}
+	m := *xs[0]
+	m.Steps, m.Hops = nil, nil
+	last := int32(-1) // the latest decided attempt
+	for _, x := range xs {
+		m.Steps = append(m.Steps, x.Steps...)
+		m.Hops = append(m.Hops, x.Hops...)
+		for _, h := range x.Hops {
+			if h.Outcome != "" && h.Attempt > last {
+				last, m.Outcome, m.LimitPath, m.LimitDimension = h.Attempt, x.Outcome, x.LimitPath, x.LimitDimension
+			}
+		}
+	}
+	slices.SortStableFunc(m.Steps, func(a, b ledger.ExplainStep) int {
+		return cmp.Or(cmp.Compare(a.LogTimeMs, b.LogTimeMs), cmp.Compare(a.Attempt, b.Attempt))
+	})
+	slices.SortStableFunc(m.Hops, func(a, b ledger.ExplainHop) int {
+		return cmp.Or(cmp.Compare(a.Attempt, b.Attempt), cmp.Compare(a.LogTimeMs, b.LogTimeMs))
+	})
+	markFallbacks(m.Hops)
+	return &m
+}
+
+func markFallbacks(hops []ledger.ExplainHop) {
+	for i := 1; i < len(hops); i++ {
+		hops[i].Fallback = hops[i].Input == schemas.TypeReserveRequested && hops[i].Scope != hops[i-1].Scope
+	}
 }
 
 // PartitionOf returns the partition of sluice.requests that a record keyed

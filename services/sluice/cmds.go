@@ -87,6 +87,12 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return bus.Configure(kafkaSec)
 }
 
+// ledgerGroupFlag registers --group: the ledger's consumer group, from
+// SLUICE_LEDGER_GROUP (which `sluice dev` prints) or the ledger's default.
+func ledgerGroupFlag(fs *flag.FlagSet, usage string) *string {
+	return fs.String("group", envOr("SLUICE_LEDGER_GROUP", dev.DefaultLedgerGroup), usage+" (env SLUICE_LEDGER_GROUP)")
+}
+
 func prefixFlag(fs *flag.FlagSet) *string {
 	return fs.String("topic-prefix", envOr("SLUICE_TOPIC_PREFIX", ""), "prefix of every Sluice topic name, to share a cluster (env SLUICE_TOPIC_PREFIX)")
 }
@@ -110,7 +116,7 @@ func runDev(ctx context.Context, args []string) error {
 		_, _ = rand.Read(b[:])
 		adminToken = "sluice-admin-" + hex.EncodeToString(b[:])
 	}
-	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose)}
+	o := dev.Options{Addr: *addr, APIKey: *key, AdminToken: adminToken, Log: logger(*verbose), SnapshotEvery: 1}
 	if *cfgPath != "" {
 		load, err := dev.ConfigFile(*cfgPath)
 		if err != nil {
@@ -118,27 +124,59 @@ func runDev(ctx context.Context, args []string) error {
 		}
 		o.Config = load
 	}
+	var keys []string
+	if *cfgPath != "" {
+		if keys, err = dev.ConfigFileKeys(*cfgPath); err != nil {
+			return err
+		}
+	}
 	st, err := dev.Start(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	fmt.Printf("# Sluice dev stack: embedded Kafka at %s, provider simulator at %s\n", st.Brokers[0], st.SimURL)
-	fmt.Printf("# Point an OpenAI SDK here (eval these lines in a shell); Ctrl-C stops.\n")
-	fmt.Printf("OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
 	if *cfgPath == "" {
-		fmt.Printf("OPENAI_API_KEY=%s\n", st.APIKey)
-	} else {
-		fmt.Printf("# API keys: those whose hashes %s lists\n", *cfgPath)
+		keys = []string{st.APIKey}
 	}
-	fmt.Printf("SLUICE_ADMIN_URL=%s/admin/v1\nSLUICE_ADMIN_TOKEN=%s\n", st.GatewayURL, adminToken)
-	fmt.Printf("# admin API (docs/admin-api.md): curl -s $SLUICE_ADMIN_URL/tenants -H \"Authorization: Bearer $SLUICE_ADMIN_TOKEN\"\n")
-	fmt.Printf("# your own limits and what is left: curl -s ${OPENAI_BASE_URL%%/v1}/v1/sluice/usage -H \"Authorization: Bearer <api key>\"\n")
-	fmt.Printf("# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
-	fmt.Printf("# Prometheus metrics: %s (loopback; /readyz on the gateway says when it can get decisions)\n", st.MetricsURL)
-	fmt.Printf("# try: curl -s $OPENAI_BASE_URL/chat/completions -H \"Authorization: Bearer $OPENAI_API_KEY\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}'\n")
+	// One write: a script that waits for any of these lines has them all.
+	if _, err := io.WriteString(os.Stdout, devBanner(st, *cfgPath, keys, adminToken)); err != nil {
+		return err
+	}
 	<-ctx.Done()
 	return nil
+}
+
+// devBanner is what `sluice dev` prints: NAME=value lines that
+// `set -a; . FILE; set +a` exports (the README's quick start), so that the
+// SDKs, curl and every operator command (explain, whatif, replay, config
+// history and apply) reach this stack with their defaults, and commented
+// commands that work as pasted, with the literal URL and key.
+func devBanner(st *dev.Stack, cfgPath string, keys []string, adminToken string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Sluice dev stack: embedded Kafka at %s, provider simulator at %s; Ctrl-C stops.\n", st.Brokers[0], st.SimURL)
+	fmt.Fprintf(&b, "# Export these lines into a shell (saved to FILE: set -a; . FILE; set +a).\n")
+	fmt.Fprintf(&b, "OPENAI_BASE_URL=%s/v1\n", st.GatewayURL)
+	key := "$OPENAI_API_KEY"
+	switch {
+	case len(keys) > 0:
+		key = keys[0]
+		fmt.Fprintf(&b, "OPENAI_API_KEY=%s\n", key)
+		if len(keys) > 1 {
+			fmt.Fprintf(&b, "# other keys of %s: %s\n", cfgPath, strings.Join(keys[1:], " "))
+		}
+	default:
+		fmt.Fprintf(&b, "# API keys: those whose hashes %s lists (none is written in the file: set OPENAI_API_KEY to one)\n", cfgPath)
+	}
+	fmt.Fprintf(&b, "SLUICE_ADMIN_URL=%s/admin/v1\nSLUICE_ADMIN_TOKEN=%s\n", st.GatewayURL, adminToken)
+	fmt.Fprintf(&b, "SLUICE_KAFKA_BROKERS=%s\n", strings.Join(st.Brokers, ","))
+	fmt.Fprintf(&b, "SLUICE_LEDGER_GROUP=%s\n", st.LedgerGroup)
+	fmt.Fprintf(&b, "# operator commands read SLUICE_KAFKA_BROKERS and SLUICE_LEDGER_GROUP: sluice explain REQUEST_ID (the X-Sluice-Request-Id header), sluice config history, sluice replay --verify, sluice whatif\n")
+	fmt.Fprintf(&b, "# admin API (docs/admin-api.md): curl -s %s/admin/v1/tenants -H \"Authorization: Bearer %s\"\n", st.GatewayURL, adminToken)
+	fmt.Fprintf(&b, "# your own limits and what is left: sluice usage (reads OPENAI_BASE_URL, OPENAI_API_KEY), or curl -s %s/v1/sluice/usage -H \"Authorization: Bearer %s\"\n", st.GatewayURL, key)
+	fmt.Fprintf(&b, "# live quota view: %s (open; append #key=<api key> for a tenant-only view)\n", st.ViewURL)
+	fmt.Fprintf(&b, "# Prometheus metrics: %s (loopback; /readyz on the gateway says when it can get decisions)\n", st.MetricsURL)
+	fmt.Fprintf(&b, "# try: curl -s %s/v1/chat/completions -H \"Authorization: Bearer %s\" -H 'Content-Type: application/json' -d '{\"model\":\"gpt-4o-mini\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":16}'\n", st.GatewayURL, key)
+	return b.String()
 }
 
 func runGateway(ctx context.Context, args []string) error {
@@ -243,7 +281,7 @@ func runLedger(ctx context.Context, args []string) error {
 	host, _ := os.Hostname()
 	node := fs.String("node", fmt.Sprintf("%s-%d", host, os.Getpid()), "unique node id (part of the transactional id)")
 	prefix := prefixFlag(fs)
-	group := fs.String("group", "sluice-ledger", "consumer group")
+	group := ledgerGroupFlag(fs, "consumer group")
 	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
 	commitEvery := fs.Duration("commit-interval", ledgerd.DefaultCommitInterval, "end the open transaction after this long; decisions are produced, and acted on, before it commits (each commit delays the decisions of a few ms)")

@@ -20,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/admin"
+	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -83,7 +84,7 @@ func runConfig(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(bytes.NewReader(next))
+	cfg, err := loadPatched(next)
 	if err != nil {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", *cfgPath, err)
 	}
@@ -166,7 +167,7 @@ func (ap applyPlan) viaAdmin(ctx context.Context, doc []byte, p report.Patch, st
 	if err != nil {
 		return err
 	}
-	cfg, err := config.Load(bytes.NewReader(fileNext))
+	cfg, err := loadPatched(fileNext)
 	if err != nil {
 		return fmt.Errorf("patched %s does not validate, nothing changed: %w", ap.cfgPath, err)
 	}
@@ -241,6 +242,11 @@ type historyEntry struct {
 	Source  string `json:"source,omitempty"`
 	Actor   string `json:"actor,omitempty"`
 	Reason  string `json:"reason,omitempty"`
+	// Change is what an admin API change did, in one line ("key.revoke
+	// tenant=acme key=acme-app"): pausing, rotating or revoking a key
+	// leaves the ledger document as it was, so Diff alone would show
+	// nothing for it.
+	Change string `json:"change,omitempty"`
 	// Refused says why the ledger refused the document (it kept the one in
 	// force, so Diff is empty); later diffs are against the last installed
 	// document.
@@ -255,7 +261,7 @@ func configHistory(hist []ledgerd.ConfigEntry) []historyEntry {
 	var prev []byte
 	for _, h := range hist {
 		e := historyEntry{Version: h.Change.ConfigVersion, Offset: h.Offset, Time: time.UnixMilli(h.LogTimeMs).UTC().Format(time.RFC3339),
-			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason}
+			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason, Change: h.Change.Change}
 		if _, err := ledger.ParseConfig(h.Change.Ledger); err != nil {
 			e.Refused = err.Error() // it changed nothing: no diff
 		} else {
@@ -287,7 +293,10 @@ func printConfigHistory(w io.Writer, entries []historyEntry) {
 		if e.Refused != "" {
 			fmt.Fprintf(w, "  refused by the ledger (the previous config stayed): %s\n", oneLine(e.Refused))
 		}
-		if len(e.Diff) == 0 && e.Refused == "" {
+		if e.Change != "" {
+			fmt.Fprintf(w, "  admin: %s\n", e.Change)
+		}
+		if len(e.Diff) == 0 && e.Refused == "" && e.Change == "" {
 			fmt.Fprintln(w, "  (no change)")
 		}
 		for _, d := range e.Diff {
@@ -341,6 +350,14 @@ func writePatch(w io.Writer, p report.Patch) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(p)
+}
+
+// loadPatched validates a patched configuration file as the process that
+// runs it loads it: a dev config's SimURLPlaceholder is resolved (to a
+// stand-in URL: only the ledger section is published, and the file keeps
+// the placeholder), as `sluice dev --config` resolves it.
+func loadPatched(doc []byte) (*config.Config, error) {
+	return config.Load(bytes.NewReader(dev.ResolveSimURL(doc, "http://127.0.0.1:1")))
 }
 
 // fillCredentialEnv sets the provider credential variables the file names

@@ -99,6 +99,23 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 		fmt.Fprintf(w, "; %s %s %s", how, x.LimitPath, x.LimitDimension)
 	}
 	fmt.Fprintln(w)
+	if len(x.Hops) > 1 {
+		fmt.Fprintln(w, "attempts:")
+		for _, h := range x.Hops {
+			how := "reserved in"
+			switch {
+			case h.Fallback:
+				how = "fell back to"
+			case h.Input == schemas.TypeRetryRequested:
+				how = "retried in"
+			}
+			fmt.Fprintf(w, "  %d. %s %s (partition %d): %s\n", h.Attempt, how, h.Scope, h.Partition, orDash(h.Outcome))
+		}
+	}
+	multi := false
+	for _, s := range x.Steps {
+		multi = multi || s.Partition != x.Partition
+	}
 	for _, s := range x.Steps {
 		who := "its own"
 		if !s.Own {
@@ -107,7 +124,14 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 				who = "another tenant's request"
 			}
 		}
-		fmt.Fprintf(w, "\n%s  offset %d  %s (%s, attempt %d)\n", time.UnixMilli(s.LogTimeMs).UTC().Format("15:04:05.000"), s.Offset, s.Input, who, s.Attempt)
+		where := ""
+		if multi {
+			where = fmt.Sprintf("partition %d ", s.Partition)
+		}
+		if s.Own && s.Scope != "" && s.Scope != x.Scope {
+			who += ", scope " + s.Scope
+		}
+		fmt.Fprintf(w, "\n%s  %soffset %d  %s (%s, attempt %d)\n", time.UnixMilli(s.LogTimeMs).UTC().Format("15:04:05.000"), where, s.Offset, s.Input, who, s.Attempt)
 		if s.Note != "" {
 			fmt.Fprintf(w, "  %s\n", s.Note)
 		}

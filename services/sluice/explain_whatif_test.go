@@ -74,3 +74,24 @@ func TestPrintExplanation(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintExplanationShowsFallbackHops: a request that fell back to
+// another scope lists both attempts, the fallback named, and its steps
+// say their partition and scope.
+func TestPrintExplanationShowsFallbackHops(t *testing.T) {
+	x := &ledger.Explanation{RequestID: "r", Scope: "sim-openai", Tenant: "t", KeyID: "k", Class: "batch", Partition: 1, Outcome: "granted",
+		Hops: []ledger.ExplainHop{
+			{Attempt: 1, Input: schemas.TypeReserveRequested, Scope: "sim-openai", Partition: 1, Outcome: "denied (queue_full)"},
+			{Attempt: 2, Input: schemas.TypeReserveRequested, Scope: "sim-azure", Partition: 3, Fallback: true, Outcome: "granted"}},
+		Steps: []ledger.ExplainStep{
+			{Offset: 5, Input: schemas.TypeReserveRequested, Own: true, Attempt: 1, Scope: "sim-openai", Partition: 1},
+			{Offset: 9, Input: schemas.TypeReserveRequested, Own: true, Attempt: 2, Scope: "sim-azure", Partition: 3}}}
+	var out bytes.Buffer
+	printExplanation(&out, x)
+	for _, want := range []string{"1. reserved in sim-openai (partition 1): denied (queue_full)", "2. fell back to sim-azure (partition 3): granted",
+		"partition 3 offset 9  ReserveRequested (its own, scope sim-azure, attempt 2)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explanation lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -27,7 +27,7 @@ func runReplay(ctx context.Context, args []string) error {
 	fromSnap := fs.Bool("from-snapshot", false, "start from each partition's newest snapshot instead of the log start")
 	to := fs.Int64("to-offset", 0, "stop before this input offset (default: the current end)")
 	override := fs.String("ledger-config", "", "what-if: replace every ConfigChanged ledger document by this JSON file")
-	group := fs.String("group", "sluice-ledger", "the ledger's consumer group: only inputs it has committed are verified")
+	group := ledgerGroupFlag(fs, "the ledger's consumer group: only inputs it has committed are verified")
 	asJSON := fs.Bool("json", false, "print the report (verified ranges, divergences) as JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -30,7 +30,7 @@ func runWhatIf(ctx context.Context, args []string) error {
 	from := fs.String("from", "", "window start: RFC 3339, unix ms, or a duration before now (24h); default: the log start")
 	to := fs.String("to", "", "window end (exclusive), same forms; default: now")
 	parts := fs.String("partitions", "", "comma-separated partitions (default: all)")
-	group := fs.String("group", "sluice-ledger", "the ledger's consumer group: only inputs it has committed are replayed")
+	group := ledgerGroupFlag(fs, "the ledger's consumer group: only inputs it has committed are replayed")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	quiet := fs.Bool("q", false, "no progress bar on stderr")
 	if err := parseFlags(fs, args); err != nil {
