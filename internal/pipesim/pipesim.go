@@ -218,7 +218,8 @@ func (s *sim) setup() {
 	// them, and every retry, is checked and must pass; only the forged
 	// ones (Options.ForgeEvery) must be refused.
 	zero := int32(0)
-	cfg.Entitlements = []ledger.EntitlementConfig{{Tenant: "t2", AllowedClasses: []string{"interactive", "agent", "batch"}, MaxPriority: &zero}}
+	cfg.Entitlements = []ledger.EntitlementConfig{{Tenant: "t2", AllowedClasses: []string{"interactive", "agent", "batch"}, MaxPriority: &zero},
+		{Tenant: "t2", Key: "k1", AllowedProfiles: []string{"p"}}} // every target's profile, fallbacks too
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		panic(err)
