@@ -75,6 +75,7 @@ type compiled struct {
 	// nBase is the number of configured specs; specs[nBase+i] is the
 	// learned copy of Learned[i] (learn.go).
 	nBase int
+	ent   *entitlements // nil: the document has none (entitle.go)
 }
 
 func compile(c *Config) *compiled {
@@ -83,6 +84,7 @@ func compile(c *Config) *compiled {
 		cc.classIdx[cl.Name] = int32(i)
 	}
 	cc.defClass = cc.classIdx[c.DefaultClass]
+	cc.ent = compileEntitlements(c, cc.classIdx)
 	for si := range c.Scopes {
 		s := &c.Scopes[si]
 		sc := scopeCfg{name: s.Name, weights: map[string]int64{}, defW: s.DefaultTenantWeight}

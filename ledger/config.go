@@ -139,6 +139,10 @@ type Config struct {
 	// Limits on state size ("put a limit on everything").
 	NodesMax        int `json:"nodes_max"`
 	ReservationsMax int `json:"reservations_max"`
+
+	// Entitlements bound what requests of a tenant, team or key may ask
+	// for (entitle.go); absent: nothing is bounded.
+	Entitlements []EntitlementConfig `json:"entitlements,omitempty"`
 }
 
 // ScopeConfig configures one provider scope.
@@ -550,6 +554,7 @@ func (c Config) Validate() error {
 			validateBucket(fmt.Sprintf("%s.buckets[%d]", sloc, bi), s.Name, b, bSeen, bad)
 		}
 	}
+	validateEntitlements(&c, classSeen, bad)
 	return errors.Join(errs...)
 }
 

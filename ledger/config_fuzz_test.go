@@ -21,6 +21,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(`{"scopes":[{"name":"*","required_levels":["tenant","deployment"],"buckets":[{"level":"deployment","id":"d","dimension":"requests","capacity":5}]}]}`))
 	f.Add([]byte(`{"scopes":[{"name":"s","required_levels":[],"buckets":[]}]}`))
 	f.Add([]byte(`{"scopes":[{"name":"s","required_levels":null}]}`))
+	f.Add([]byte(`{"scopes":[{"name":"s"}],"entitlements":[{"tenant":"t","allowed_classes":["batch"],"max_priority":0},{"tenant":"t","key":"k","holder":"partner:p","allowed_profiles":["gpt"]},{"tenant":"t","team":"x","key":"k"}]}`))
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		c, err := ParseConfig(doc)
 		if err != nil {
@@ -54,6 +55,8 @@ func FuzzDiffConfigs(f *testing.F) {
 		[]byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":300,"shadow":true}]}]}`))
 	f.Add([]byte(`[1,{"a":[]}]`), []byte(`"x"`))
 	f.Add([]byte(``), []byte(`{"scopes":[]}`))
+	f.Add([]byte(`{"scopes":[{"name":"s"}],"entitlements":[{"tenant":"t","max_priority":0}]}`),
+		[]byte(`{"scopes":[{"name":"s"}],"entitlements":[{"tenant":"t","team":"w","max_priority":-5},{"tenant":"t","max_priority":1}]}`))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		if d := DiffConfigs(a, a); len(d) != 0 {
 			t.Fatalf("a document differs from itself: %v", d)

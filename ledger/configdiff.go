@@ -151,6 +151,19 @@ func elemKey(e any, i int) string {
 		}
 		return k
 	}
+	if t, ok := m["tenant"].(string); ok {
+		// An entitlement (EntitlementConfig.diffKey).
+		k := t
+		for _, f := range []string{"team", "key"} {
+			if id, ok := m[f].(string); ok && id != "" {
+				k += "/" + f + ":" + id
+			}
+		}
+		if h, ok := m["holder"].(string); ok && h != "" {
+			k += "/" + h
+		}
+		return k
+	}
 	for _, f := range []string{"name", "id"} {
 		if s, ok := m[f].(string); ok {
 			return s

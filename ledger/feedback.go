@@ -352,13 +352,22 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	if l.st.Res[pi].State == stQueued {
 		out = l.cancel(pi, out)
 	}
+	if es := l.cc.ent; es != nil {
+		// The retry reuses the first attempt's path, class, priority and
+		// route; the entitlements may have changed since (entitle.go).
+		p := &l.st.Res[pi]
+		who := l.retryWho(p)
+		if why, holder := es.fault(&who, p.ClassIdx, p.Priority, p.Route); why != "" {
+			return l.refuseNotEntitled(ev, out, why, holder)
+		}
+	}
 	ri := l.allocRes()
 	p := &l.st.Res[pi]
 	r := &l.st.Res[ri]
 	l.st.Seq++
 	now := l.st.Now
 	*r = res{
-		RequestID: p.RequestID, Attempt: att, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Route: p.Route,
+		RequestID: p.RequestID, Attempt: att, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Team: p.Team, Route: p.Route,
 		Class: p.Class, Scope: p.Scope, ClassIdx: p.ClassIdx, State: stQueued, Flags: p.Flags & (fStreaming | fFallback | fOwnWait),
 		NPath: p.NPath, Path: p.Path, Need: p.Need, Cached: p.Cached, MaxOut: p.MaxOut, FP: fp, Seq: l.st.Seq, Priority: p.Priority,
 		EnqMs: now, FirstMs: p.FirstMs, Deadline: p.Deadline, MaxAtt: p.MaxAtt, Gen: l.st.Gen,

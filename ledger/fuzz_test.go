@@ -35,6 +35,7 @@ func FuzzApply(f *testing.F) {
 				ev.ReserveRequested.Degraded = c%34 == 0 // degraded admissions are emergency ones
 				ev.ReserveRequested.Streaming = c%3 == 0
 				ev.ReserveRequested.MaxWaitMs = int64(int8(b)) * 100
+				ev.ReserveRequested.Priority = int32(int8(a)) % 101
 				if c%7 != 0 { // the rest: path_missing_level (simConfig requires the deployment)
 					ev.ReserveRequested.Path = append(ev.ReserveRequested.Path, schemas.PathLevel{Level: "deployment", ID: "d1"})
 				}
@@ -61,7 +62,12 @@ func FuzzApply(f *testing.F) {
 					}
 				}
 			case 7:
-				ev = configEv(t, simConfig(int(c)%2))
+				cfg := simConfig(int(c) % 2)
+				if c%4 == 1 { // entitlements (entitle.go) on t1 and its key k1
+					cfg.Entitlements = []EntitlementConfig{{Tenant: "t1", AllowedClasses: []string{"agent", "batch"}, MaxPriority: prio(0)},
+						{Tenant: "t1", Key: "k1", AllowedProfiles: []string{"gpt"}}}
+				}
+				ev = configEv(t, cfg)
 			case 8:
 				if rawOK {
 					ev = &rawEv

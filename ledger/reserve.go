@@ -345,6 +345,14 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		}
 		ci = c
 	}
+	if l.cc.ent != nil {
+		// Not part of the path cache: the class, priority and route vary
+		// on one path.
+		who := whoOf(ev, rr.Path)
+		if why, holder := l.cc.ent.fault(&who, ci, rr.Priority, ev.Route); why != "" {
+			return l.refuseNotEntitled(ev, out, why, holder)
+		}
+	}
 	if l.liveRes() >= l.st.Config.ReservationsMax {
 		return l.refuseEv(ev, out, schemas.ReasonLedgerFull, schemas.RetryOverload)
 	}
@@ -383,7 +391,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	l.st.Seq++
 	now := l.st.Now
 	*r = res{
-		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID,
+		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
 		Route: ev.Route, Class: l.st.Config.Classes[ci].Name, Scope: si, ClassIdx: ci,
 		State: stQueued, NPath: uint8(np), Path: path, Cached: rr.CachedInputTokens, FP: fp,
 		Seq: l.st.Seq, Priority: max(-maxPriority, min(maxPriority, rr.Priority)),

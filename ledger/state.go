@@ -175,6 +175,7 @@ type res struct {
 	Node      string         `json:"nd,omitempty"`
 	Tenant    string         `json:"tn,omitempty"`
 	KeyID     string         `json:"k,omitempty"`
+	Team      string         `json:"tm,omitempty"` // the path's team id, for a retry's entitlement check
 	Route     string         `json:"rt,omitempty"`
 	Class     string         `json:"c,omitempty"`
 	Scope     int32          `json:"sc,omitempty"`

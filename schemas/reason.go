@@ -68,6 +68,19 @@ const (
 	// longer deadline may). Also the reason of a queued request that
 	// expired once its remaining deadline fell below that time.
 	ReasonDeadlineBelowService Reason = "deadline_below_service_time"
+	// ReasonClassNotEntitled, ReasonPriorityNotEntitled and
+	// ReasonModelNotAllowed: the request asked for a traffic class, a
+	// priority or a route outside an entitlement of its tenant, team or key
+	// (ledger Config.Entitlements, the gateway's allowed_classes,
+	// max_priority and allowed_models). The gateway refuses such a request
+	// itself; the ledger refuses one that did not come through a gateway
+	// (a forged event), so a header cannot promote a request either way.
+	// Nothing was reserved; never retryable (retry class request_error).
+	// Decision.LimitPath names the entitlement's holder ("tenant:batchco",
+	// "key:batch-key", "partner:p1"). The codes are the gateway's 403 codes.
+	ReasonClassNotEntitled    Reason = "class_not_entitled"
+	ReasonPriorityNotEntitled Reason = "priority_not_entitled"
+	ReasonModelNotAllowed     Reason = "model_not_allowed"
 )
 
 // Reasons of a ReserveRequested the ledger refused as malformed: one code

@@ -34,6 +34,9 @@ var reasonWords = map[Reason]string{
 	ReasonPathMissingLevel:       "the request does not name a level its scope requires",
 	ReasonPathUnknownID:          "the request names an id its scope's limits do not know at a required level",
 	ReasonDeadlineBelowService:   "its deadline leaves less time than its route takes to answer",
+	ReasonClassNotEntitled:       "the traffic class is outside its tenant's, team's or key's entitlement",
+	ReasonPriorityNotEntitled:    "the priority is above its tenant's, team's or key's entitlement",
+	ReasonModelNotAllowed:        "the model is outside its tenant's, team's or key's allowed models",
 
 	ReasonInvalidRequest:      "the gateway sent an invalid reservation",
 	ReasonRequestIDTooLong:    "the request id is too long",

@@ -78,9 +78,11 @@ const (
 	// the request asked for a traffic class, a priority or a model outside
 	// what its key, team or tenant is entitled to (403; the message names
 	// the entitlement and who holds it).
-	CodeClassNotEntitled    = "class_not_entitled"
-	CodePriorityNotEntitled = "priority_not_entitled"
-	CodeModelNotAllowed     = "model_not_allowed"
+	// The ledger's refusals of the same rule carry the same codes as
+	// reasons (schemas.ReasonClassNotEntitled, …).
+	CodeClassNotEntitled    = string(schemas.ReasonClassNotEntitled)
+	CodePriorityNotEntitled = string(schemas.ReasonPriorityNotEntitled)
+	CodeModelNotAllowed     = string(schemas.ReasonModelNotAllowed)
 )
 
 // RetryAfterPatienceMs is the longest Retry-After an SDK is left to sleep

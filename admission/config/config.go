@@ -616,6 +616,9 @@ func (c *Config) finish(getenv func(string) string) error {
 				}
 			}
 			c.checkEntitledNames(add)
+			if len(probs) == 0 {
+				c.publishEntitlements(&lc, add)
+			}
 		}
 	}
 	c.Degraded.finish(c.classes, add)

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/schemas"
@@ -44,6 +45,12 @@ func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 		// limit of the ledger covers; sending it would be ungoverned.
 		e = apierr.New(403, apierr.CodePathUnknownID,
 			"this request's route names "+d.LimitPath+", which scope "+ev.Scope+" has no limits for (ledger config); ask an operator to fix the route or the ledger config")
+	case d.Reason == schemas.ReasonClassNotEntitled, d.Reason == schemas.ReasonPriorityNotEntitled, d.Reason == schemas.ReasonModelNotAllowed:
+		// The gateway refuses these itself (services/gateway/entitle.go);
+		// the ledger's refusal means the entitlement changed between the
+		// gateway's check and the ledger's, or the event did not come
+		// through this gateway's check. The same 403 and code either way.
+		e = apierr.New(403, string(d.Reason), entitlementMessage(d, ev)+"; ask your Sluice administrator to change the entitlement")
 	case d.Reason == schemas.ReasonDeadlineBelowService:
 		// Never sent upstream: its client would hang up before the answer.
 		e = apierr.New(429, apierr.CodeDeadlineBelowService, fmt.Sprintf(
@@ -211,4 +218,18 @@ func fillSluice(e *apierr.Error, ev *schemas.Event) {
 	if rr := ev.ReserveRequested; rr != nil {
 		e.Sluice.EstimatedInput, e.Sluice.EstimatedOutput = rr.InputTokens, rr.OutputTokens
 	}
+}
+
+// entitlementMessage says which entitlement the ledger found broken, as
+// the gateway's refusal says it (Decision.LimitPath names the holder,
+// "tenant:batchco").
+func entitlementMessage(d schemas.Decision, ev *schemas.Event) string {
+	holder := strings.Replace(d.LimitPath, ":", " ", 1)
+	switch d.Reason {
+	case schemas.ReasonClassNotEntitled:
+		return fmt.Sprintf("class %q is not among the classes %s may use (ledger entitlements)", ev.Class, holder)
+	case schemas.ReasonPriorityNotEntitled:
+		return fmt.Sprintf("the request's priority is above the max_priority of %s (ledger entitlements)", holder)
+	}
+	return fmt.Sprintf("route %q is not among the models %s may call (ledger entitlements)", ev.Route, holder)
 }

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
@@ -63,10 +64,21 @@ func TestDecisionErrorStatus(t *testing.T) {
 		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathMissingLevel, LimitPath: "deployment", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathMissingLevel},
 		{"deadline below service time", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService, Needed: 900, Available: 400, RetryClass: schemas.RetryDeadline}, 429, apierr.CodeDeadlineBelowService},
 		{"path unknown id", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathUnknownID, LimitPath: "deployment:evil", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathUnknownID},
+		// The ledger's entitlement refusals are the gateway's 403s.
+		{"class not entitled", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonClassNotEntitled, LimitPath: "tenant:batchco", RetryClass: schemas.RetryRequestError}, 403, apierr.CodeClassNotEntitled},
+		{"priority not entitled", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPriorityNotEntitled, LimitPath: "team:etl", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePriorityNotEntitled},
+		{"model not allowed", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonModelNotAllowed, LimitPath: "key:batch-key", RetryClass: schemas.RetryRequestError}, 403, apierr.CodeModelNotAllowed},
 	} {
 		e := decisionError(tc.d, ev)
 		if e.Status != tc.status || e.Code != tc.code {
 			t.Errorf("%s: got %d %s, want %d %s", tc.name, e.Status, e.Code, tc.status, tc.code)
 		}
+		if tc.status == 403 && (!e.Final() || SDKRetriesError(e) || e.Sluice.LimitPath != tc.d.LimitPath) {
+			t.Errorf("%s: final %v, SDKs retry %v, limit_path %q: a 403 no retry can fix", tc.name, e.Final(), SDKRetriesError(e), e.Sluice.LimitPath)
+		}
+	}
+	e := decisionError(schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonClassNotEntitled, LimitPath: "tenant:batchco"}, ev)
+	if want := `class "interactive" is not among the classes tenant batchco may use`; !strings.Contains(e.Message, want) {
+		t.Errorf("message %q, want it to name the holder (%s)", e.Message, want)
 	}
 }

@@ -46,6 +46,10 @@ import (
 type Options struct {
 	Requests int // client requests (default 300)
 	Gateways int // gateway nodes (default 3)
+	// ForgeEvery > 0 forges every ForgeEvery-th request of tenant t2: it
+	// asks for priority 100, above t2's entitlement, as an event no
+	// gateway checked would; the ledger must refuse it (Stats.Forged).
+	ForgeEvery int
 }
 
 // Result is what a run saw; Problems is empty when the auditor found
@@ -71,6 +75,10 @@ type Stats struct {
 	// Shadowed the grants a gateway's Dedup dropped behind another
 	// version's decision at the same position.
 	Zombies, VersionChanges, Aborted, Copies, Ungranted, Shadowed int
+	// Forged counts requests of tenant t2 that asked for a priority
+	// beyond its entitlement (Options.ForgeEvery); ForgedRefused those the
+	// ledger refused priority_not_entitled.
+	Forged, ForgedRefused int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -205,6 +213,13 @@ func (s *sim) setup() {
 			{Level: ledger.LevelTenant, ID: "*", Dimension: schemas.DimTotalTokens, Capacity: 600_000, PeriodMs: 60_000, WindowMs: 10_000},
 		}})
 	}
+	// Tenant t2 may use every class at priority ≤ 0 (ledger entitle.go):
+	// its requests keep to that, as a gateway's would, so every one of
+	// them, and every retry, is checked and must pass; only the forged
+	// ones (Options.ForgeEvery) must be refused.
+	zero := int32(0)
+	cfg.Entitlements = []ledger.EntitlementConfig{{Tenant: "t2", AllowedClasses: []string{"interactive", "agent", "batch"}, MaxPriority: &zero},
+		{Tenant: "t2", Key: "k1", AllowedProfiles: []string{"p"}}} // every target's profile, fallbacks too
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		panic(err)
@@ -652,6 +667,10 @@ type request struct {
 	gone     bool
 	cutAtMs  int64 // the client disconnects mid-stream then (0: never)
 	actual   lifecycle.Usage
+	// forged: a request of t2 for class interactive at priority 100, past
+	// its entitlement; the ledger must refuse it, so it is never
+	// dispatched.
+	forged bool
 }
 
 func (s *sim) arrive(id string) {
@@ -661,6 +680,14 @@ func (s *sim) arrive(id string) {
 	req := lifecycle.Request{ID: id, Node: node, Tenant: tenant, KeyID: key, StartMs: s.now,
 		Class:    []string{"interactive", "agent", "batch"}[s.rng.IntN(3)],
 		Estimate: lifecycle.Usage{InputTokens: int64(100 + s.rng.IntN(2000)), OutputTokens: int64(50 + s.rng.IntN(1000))}}
+	forged := false
+	if tenant == "t2" && s.opts.ForgeEvery > 0 {
+		// No extra draw of the seed's random stream: the request's place
+		// in order decides.
+		if forged = len(s.order)%s.opts.ForgeEvery == 0; forged {
+			req.Priority = 100
+		}
+	}
 	req.Streaming = s.chance(300)
 	if s.chance(300) {
 		req.DeadlineMs = int64(2000 + s.rng.IntN(20_000))
@@ -675,9 +702,12 @@ func (s *sim) arrive(id string) {
 		}
 	}
 	req.FallbackAllowed = len(req.Targets) > 1
-	r := &request{id: id, node: node, req: req,
+	r := &request{id: id, node: node, req: req, forged: forged,
 		lc: lifecycle.New(lifecycle.Config{AnswerTimeoutMs: answerTimeoutMs, LateGrantBoundMs: lateGrantBoundMs}, req)}
 	r.actual = lifecycle.Usage{InputTokens: req.Estimate.InputTokens, OutputTokens: int64(s.rng.IntN(int(req.Estimate.OutputTokens) + 1))}
+	if forged {
+		s.res.Stats.Forged++
+	}
 	s.reqs[id] = r
 	s.order = append(s.order, r)
 	switch {
@@ -785,6 +815,9 @@ func (s *sim) step(r *request, in lifecycle.Input) {
 				s.res.Stats.Success++
 			}
 		case lifecycle.Dispatch:
+			if r.forged {
+				s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
+			}
 			s.dispatch(r, e.Target, e.Attempt)
 		case lifecycle.Relay:
 			r.answers++
@@ -793,6 +826,16 @@ func (s *sim) step(r *request, in lifecycle.Input) {
 			s.relay(r, e.Attempt)
 		case lifecycle.Respond:
 			r.answers++
+			code := ""
+			if e.Error != nil {
+				code = e.Error.Code
+			}
+			switch {
+			case r.forged && code == string(schemas.ReasonPriorityNotEntitled):
+				s.res.Stats.ForgedRefused++
+			case !r.forged && (code == string(schemas.ReasonClassNotEntitled) || code == string(schemas.ReasonPriorityNotEntitled)):
+				s.problem("%s: refused %s, though within its entitlement", r.id, code)
+			}
 		case lifecycle.SetTimer:
 			t := e.Timer
 			s.at(e.AtMs, func() { s.step(r, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}) })

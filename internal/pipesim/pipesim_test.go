@@ -40,6 +40,27 @@ func TestPipeline(t *testing.T) {
 	t.Logf("%d seeds, %d failed; totals %+v", len(seeds), failed, total)
 }
 
+// TestForgedRequestsRefused: requests past tenant t2's entitlement
+// (priority 100, as an event that no gateway checked) are refused by the
+// ledger through crashes, lost and duplicated decisions and retries: none
+// is dispatched (the run's auditor), none within the entitlement is
+// refused, and all but those whose client left first get 403
+// priority_not_entitled.
+func TestForgedRequestsRefused(t *testing.T) {
+	var total Stats
+	for seed := uint64(1); seed <= 20; seed++ {
+		res := Run(seed, Options{ForgeEvery: 3})
+		add(&total, res.Stats)
+		if len(res.Problems) > 0 {
+			t.Errorf("seed %d: %d problems\n  %s", seed, len(res.Problems), join(res.Problems))
+		}
+	}
+	t.Logf("totals %+v", total)
+	if total.Forged == 0 || total.ForgedRefused*10 < total.Forged*9 {
+		t.Errorf("%d of %d forged requests refused priority_not_entitled", total.ForgedRefused, total.Forged)
+	}
+}
+
 // TestSameSeedSameRun: one seed reproduces a run exactly.
 func TestSameSeedSameRun(t *testing.T) {
 	for _, seed := range []uint64{7, 8} {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/admin-openapi.json")
@@ -501,6 +502,11 @@ func TestEntitlementsThroughTheAdminAPI(t *testing.T) {
 	if fmt.Sprint(names) != "[tenant acme team search key acme-app]" || id.ExpiresAtMs != 1893456000000 {
 		t.Errorf("installed identity: entitlements %v, expires %d", names, id.ExpiresAtMs)
 	}
+	// The ledger document the change publishes carries them too, so the
+	// ledger refuses a forged event beyond them (ledger entitle.go).
+	if got := ledgerEntitlements(t, f.store.State()); got != "[acme: [batch interactive] 20 [] acme/team:search: [] - [m] acme/key:acme-app: [] 5 [] acme/key:acme-batch: [batch] - []]" {
+		t.Errorf("published ledger entitlements %s", got)
+	}
 
 	for _, tc := range []struct {
 		name, path string
@@ -536,6 +542,9 @@ func TestPartnerGrantsOnlyWhatItHolds(t *testing.T) {
 	if id == nil || len(id.Entitlements) != 1 || id.Entitlements[0].Name() != "partner p1" {
 		t.Fatalf("the partner's entitlement does not bound its key: %+v", id)
 	}
+	if got := ledgerEntitlements(t, f.store.State()); !strings.Contains(got, "p1.shop/partner:p1: [batch] 0 []") {
+		t.Errorf("published ledger entitlements %s: the partner's should bound p1.shop", got)
+	}
 	for _, tc := range []struct {
 		name, method, path string
 		body               map[string]any
@@ -553,4 +562,33 @@ func TestPartnerGrantsOnlyWhatItHolds(t *testing.T) {
 	if code, out := f.change(p1, "PUT", "/admin/v1/partners/p1/entitlements", map[string]any{}); code != 403 || errCode(out) != "operator_required" {
 		t.Errorf("partner widening itself: %d %v", code, out)
 	}
+}
+
+// ledgerEntitlements renders the entitlements of st's ledger document,
+// one "holder: classes max_priority profiles" each.
+func ledgerEntitlements(t *testing.T, st State) string {
+	t.Helper()
+	doc, err := ledger.ParseConfig(st.Ledger)
+	if err != nil {
+		t.Fatalf("the published ledger document does not parse: %v", err)
+	}
+	var out []string
+	for _, e := range doc.Entitlements {
+		k := e.Tenant
+		switch {
+		case e.Team != "":
+			k += "/team:" + e.Team
+		case e.Key != "":
+			k += "/key:" + e.Key
+		}
+		if e.Holder != "" {
+			k += "/" + e.Holder
+		}
+		p := "-"
+		if e.MaxPriority != nil {
+			p = fmt.Sprint(*e.MaxPriority)
+		}
+		out = append(out, fmt.Sprintf("%s: %v %s %v", k, e.AllowedClasses, p, e.AllowedProfiles))
+	}
+	return fmt.Sprint(out)
 }

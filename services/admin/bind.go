@@ -49,13 +49,17 @@ func (b *Binding) SetReseed(f func(State)) {
 }
 
 // Check is the store's CheckFunc: the state must overlay this gateway's
-// file into a valid configuration.
-func (b *Binding) Check(st State) error {
+// file into a valid configuration, whose ledger document (with the
+// state's entitlements) is the one the change publishes.
+func (b *Binding) Check(st State) ([]byte, error) {
 	b.mu.Lock()
 	base := b.base
 	b.mu.Unlock()
-	_, err := base.WithAdmission(st.ConfigTenants(), st.Ledger)
-	return err
+	c, err := base.WithAdmission(st.ConfigTenants(), st.Ledger)
+	if err != nil {
+		return nil, err
+	}
+	return c.LedgerJSON(), nil
 }
 
 // Apply installs st (the store's OnApply). A state this gateway's file

@@ -25,8 +25,12 @@ type Store interface {
 }
 
 // CheckFunc validates a state against the rest of the running
-// configuration (the gateway's providers, routes and classes); nil accepts.
-type CheckFunc func(State) error
+// configuration (the gateway's providers, routes and classes) and returns
+// the ledger document that configuration publishes (config.Config's
+// LedgerJSON: the state's ledger document with the entitlements of its
+// tenants, teams, keys and partners, so that the ledger enforces an admin
+// change to them too); nil accepts and keeps the state's document.
+type CheckFunc func(State) (ledgerJSON []byte, err error)
 
 // Prepare is the one code path from a request to the next state, shared by
 // every Store: version check, the pure change, canonical ledger document,
@@ -50,8 +54,12 @@ func Prepare(cur State, base int64, a Actor, op Op, check CheckFunc) (State, *ap
 		return cur, e
 	}
 	if check != nil {
-		if err := check(next); err != nil {
+		doc, err := check(next)
+		if err != nil {
 			return cur, invalidConfig(err)
+		}
+		if doc != nil {
+			next.Ledger = append(json.RawMessage(nil), doc...)
 		}
 	}
 	if n := len(next.Ledger); n > LedgerBytesMax {

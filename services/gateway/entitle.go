@@ -15,9 +15,10 @@ import (
 // Entitlements (config.Entitlement): X-Sluice-Class and X-Sluice-Priority
 // choose within what the key, its team and its tenant are entitled to; a
 // request beyond it is refused, not clamped, so the caller learns that it
-// asked for more than it may have. The ledger must check the same rule
-// for a request event that did not come through a gateway (it is not
-// there yet: docs/gateway.md, Entitlements).
+// asked for more than it may have. The ledger checks the same rule
+// (ledger/entitle.go; the ledger document carries the entitlements,
+// config.Config.LedgerJSON), so a request event that did not come through
+// a gateway cannot promote itself either.
 
 // entitled checks the request's class and priority against id's
 // entitlements: nil, or the 403 naming the entitlement it broke.
