@@ -214,14 +214,14 @@ func (c *Client) probeRound(ctx context.Context, adm *kadm.Client, pc ProbeConfi
 	e, ok := ends.Lookup(c.cfg.Topics.Decisions, own)
 	c.decisionsOK.Store(err == nil && ok && e.Err == nil)
 
-	if offs, err := adm.FetchOffsets(ctx, pc.Group); err == nil {
+	if offs, ferr := adm.FetchOffsets(ctx, pc.Group); ferr == nil {
 		offs.Each(func(o kadm.OffsetResponse) {
 			if o.Topic == c.cfg.Topics.Requests && o.Err == nil && o.At >= 0 {
 				c.trips.committed(o.Partition, o.At)
 			}
 		})
-	} else {
-		err = fmt.Errorf("fetch offsets of group %s: %w", pc.Group, err)
+	} else if err == nil {
+		err = fmt.Errorf("fetch offsets of group %s: %w", pc.Group, ferr)
 	}
 	if gs, gerr := adm.DescribeGroups(ctx, pc.Group); gerr == nil {
 		if g, ok := gs[pc.Group]; ok && g.Err == nil && g.State == "Stable" {
