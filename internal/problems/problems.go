@@ -103,6 +103,20 @@ func (l *List) Failed(path string) bool {
 	}
 }
 
+// Has reports whether a problem was found at or under path (or path was
+// marked failed): a check that reads what path holds is then skipped.
+func (l *List) Has(path string) bool {
+	if l.Failed(path) {
+		return true
+	}
+	for _, p := range l.Problems {
+		if p.Path == path || strings.HasPrefix(p.Path, path) && len(p.Path) > len(path) && (p.Path[len(path)] == '.' || p.Path[len(path)] == '[') {
+			return true
+		}
+	}
+	return false
+}
+
 // Merge adds the problems of another list with prefix joined before each
 // path (the ledger document's problems become ledger.…), dropping those
 // under paths this list has marked failed.
