@@ -625,7 +625,11 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 		refillKnown = true
 	}
 	if !known {
-		bad(loc+".dimension", "unknown dimension %q", b.Dimension)
+		names := make([]string, len(schemas.Dimensions))
+		for i, d := range schemas.Dimensions {
+			names[i] = string(d)
+		}
+		bad(loc+".dimension", "unknown dimension %q%s", b.Dimension, problems.DidYouMean(string(b.Dimension), names))
 	}
 	// A shadow bucket may shadow an enforced one of the same dimension (a
 	// tighter limit on trial): the key includes the flag.
@@ -712,7 +716,8 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 			bad(loc+".guaranteed", "only token buckets have a guaranteed baseline")
 		}
 	default:
-		bad(loc+".refill", "unknown refill kind %q", b.Refill)
+		bad(loc+".refill", "unknown refill kind %q%s", b.Refill,
+			problems.DidYouMean(b.Refill, []string{RefillToken, RefillFixed, RefillRolling, RefillConcurrency, RefillRamp}))
 	}
 	if !known || !refillKnown {
 		return // pairing a dimension with a refill needs both

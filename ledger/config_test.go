@@ -58,3 +58,26 @@ func TestParseConfigListsEveryProblem(t *testing.T) {
 		t.Errorf("unknown field not reported: %v", err)
 	}
 }
+
+// TestParseConfigDecodeProblems: a document that does not decode reports
+// every problem of decoding at its line:column and path, in plain words
+// (not encoding/json's first error in Go's terms), with validation's
+// problems of what did decode, and none that is a consequence of another:
+// the misspelt capacity is not also "capacity 0", the capacity in words
+// not also "guaranteed above capacity".
+func TestParseConfigDecodeProblems(t *testing.T) {
+	b, err := os.ReadFile("testdata/bad_decode.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseConfig(b)
+	want := `ledger config: 5 problems
+6:65: scopes[0].buckets[0].capacty: unknown field "capacty" (did you mean capacity?)
+7:74: scopes[0].buckets[1].capacity: want a whole number, got "lots"
+8:32: scopes[0].buckets[2].id: want a string, got 7 (quote it: "7")
+8:76: scopes[0].buckets[2].capacity: -5 out of [1, 2^61]
+12:96: classes[0].colour: unknown field "colour" (known: name, age_offset_ms, max_wait_ms, max_depth, overload, deadline_ms, max_deadline_ms)`
+	if err == nil || err.Error() != want {
+		t.Errorf("error:\n%v\nwant:\n%s", err, want)
+	}
+}

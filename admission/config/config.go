@@ -464,7 +464,7 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 				cd.Profile = r.Profile
 			}
 			if c.providers[cd.Provider] == nil {
-				add(cat+".provider", "unknown provider %q", cd.Provider)
+				add(cat+".provider", "unknown provider %q%s", cd.Provider, problems.DidYouMean(cd.Provider, slices.Sorted(maps.Keys(c.providers))))
 			}
 			if cd.ContextTokens < 0 || cd.InputCostPerMTok < 0 || cd.OutputCostPerMTok < 0 {
 				add(cat, "context_tokens and costs must not be negative")
@@ -578,7 +578,7 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 	// References to classes are checked only against a class list that is
 	// itself sound: a key naming a class that failed to decode is a
 	// consequence, not a problem of the key.
-	if !p.Has("ledger.classes") && !p.Has("ledger.default_class") {
+	if classNamesSound(p, len(lc.Classes)) {
 		c.checkClassRefs(add, lc.DefaultClass, keyClasses)
 	}
 	c.checkLedgerRefs(add, &lc)
@@ -617,6 +617,22 @@ func (c *Config) checkClassRefs(add func(string, string, ...any), defaultClass s
 		}
 	}
 	c.checkEntitledNames(add)
+}
+
+// classNamesSound reports whether the ledger's class names can be
+// trusted to check references against: none failed to decode, is empty or
+// duplicate, and the default class is one of them. A class with a bad
+// max_wait_ms still names itself.
+func classNamesSound(p *problems.List, n int) bool {
+	if p.Failed("ledger.classes") || p.Has("ledger.default_class") {
+		return false
+	}
+	for i := range n {
+		if p.Has(problems.Index("ledger.classes", i) + ".name") {
+			return false
+		}
+	}
+	return true
 }
 
 // keyClass is a key and its path, kept until the ledger's classes are

@@ -3,6 +3,7 @@ package config_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,8 +165,27 @@ func FuzzLoad(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("ledger: [1, {a: b}]\nroutes: {x: 1}"))
+	bad, _ := filepath.Glob("testdata/bad/*.yaml")
+	for _, name := range bad {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := config.Load(strings.NewReader(string(b)))
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			// A refusal names at least one problem, counts them right
+			// and places each (the document always has a position).
+			if len(ve.Problems) == 0 || !strings.HasPrefix(err.Error(), fmt.Sprintf("config: %d problem", len(ve.Problems))) {
+				t.Fatalf("refusal without its problems: %q", err)
+			}
+			for _, p := range ve.Problems {
+				if p.Pos.Line == 0 {
+					t.Fatalf("problem without a position: %q", ve.Line(p))
+				}
+			}
+		}
 		if err != nil {
 			return
 		}

@@ -18,6 +18,7 @@ package problems
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -268,6 +269,7 @@ func Suggest(name string, known []string) string {
 // DidYouMean is " (did you mean X?)" for the closest known name, else
 // " (known: a, b, c)" for a short list, else "".
 func DidYouMean(name string, known []string) string {
+	known = slices.DeleteFunc(slices.Clone(known), func(k string) bool { return k == "" })
 	if s := Suggest(name, known); s != "" {
 		return " (did you mean " + s + "?)"
 	}

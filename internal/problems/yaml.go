@@ -28,7 +28,7 @@ const (
 func (l *List) Parse(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		pos, msg := yamlErrorPos(err)
+		pos, msg := yamlErrorPos(err, data)
 		l.AddAt("", pos, "%s", msg)
 		return nil
 	}
@@ -41,14 +41,18 @@ func (l *List) Parse(data []byte) *yaml.Node {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 // yamlErrorPos takes the line out of a yaml.v3 syntax error, so that it is
-// printed as a position and not inside the message.
-func yamlErrorPos(err error) (Pos, string) {
+// printed as a position and not inside the message. An error without a
+// line (an unexpected end of the document) is placed at the end.
+func yamlErrorPos(err error, data []byte) (Pos, string) {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		n, _ := strconv.Atoi(m[1])
 		return Pos{Line: n, Col: 1}, "syntax error: " + msg[len(m[0]):]
 	}
-	return Pos{}, "syntax error: " + strings.TrimPrefix(msg, "yaml: ")
+	last := strings.TrimRight(string(data), "\n")
+	line := strings.Count(last, "\n") + 1
+	col := len(last) - strings.LastIndexByte(last, '\n')
+	return Pos{Line: line, Col: col}, "syntax error: " + strings.TrimPrefix(msg, "yaml: ")
 }
 
 // Locate records the position of every value under node, at its path
