@@ -70,6 +70,7 @@ type Config struct {
 	Ledger yaml.Node `yaml:"ledger"`
 
 	raw        []byte // the file as read, for WithAdmission
+	ledger     ledger.Config
 	ledgerJSON []byte
 	classes    map[string]bool
 	deadlines  map[string]ClassDeadline // class → its deadline default and cap
@@ -311,6 +312,7 @@ func load(data []byte, file string) (*Config, error) {
 		return nil, p.Err() // a syntax error: nothing further is meaningful
 	}
 	c.finish(os.Getenv, p)
+	c.checkLedgerRefs(p.Add)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
@@ -581,7 +583,7 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 	if classNamesSound(p, len(lc.Classes)) {
 		c.checkClassRefs(add, lc.DefaultClass, keyClasses)
 	}
-	c.checkLedgerRefs(add, &lc)
+	c.ledger = lc
 }
 
 // checkClassRefs checks what names a class of the ledger document: the
@@ -643,11 +645,15 @@ type keyClass struct {
 }
 
 // checkLedgerRefs checks that every bucket and fair-share weight of the
-// ledger document names an id this config has: a bucket for tenant
-// "agentz" limits no request, and tenant "agents" would run without the
-// limit meant for it. "*" (every id) and the scope level are not
-// references.
-func (c *Config) checkLedgerRefs(add func(string, string, ...any), lc *ledger.Config) {
+// ledger document names an id this file has: a bucket for tenant "agentz"
+// limits no request, and tenant "agents" would run without the limit meant
+// for it. "*" (every id) and the scope level are not references.
+//
+// Only a file is checked: the admin API (services/admin) creates a
+// partner's org bucket before its first sub-tenant and teams before their
+// keys, and checks its own references as it makes each change.
+func (c *Config) checkLedgerRefs(add func(string, string, ...any)) {
+	lc := &c.ledger
 	known := map[string]map[string]bool{}
 	put := func(level, id string) {
 		if id == "" {
