@@ -254,10 +254,17 @@ func Parent(path string) string {
 }
 
 // Suggest returns the known name closest to name, for "did you mean …?",
-// or "" when none is close (an edit distance of at most a third of the
-// name, and at least 1 for short names).
+// or "" when none is close: a known name with a suffix added (rate_rps for
+// rate), else the nearest within an edit distance of a third of the name
+// (at least 1).
 func Suggest(name string, known []string) string {
 	best, bestD := "", max(1, len(name)/3)+1
+	for _, k := range known {
+		// A known name with a suffix added (rate_rps for rate) is meant.
+		if len(k) >= 3 && strings.HasPrefix(strings.ToLower(name), strings.ToLower(k)+"_") {
+			return k
+		}
+	}
 	for _, k := range known {
 		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD && k != name {
 			best, bestD = k, d

@@ -2,6 +2,7 @@ package problems
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -339,6 +340,9 @@ func (l *List) checkScalar(node *yaml.Node, path string, t reflect.Type, tag Tag
 	}
 	v := reflect.New(t)
 	if err := node.Decode(v.Interface()); err != nil {
+		if custom { // the type's own decoder says what it wants
+			return l.misfit(node, path, "%s", plainDecodeError(err))
+		}
 		st := node.ShortTag()
 		if isInt(t) && (st == "!!int" || st == "!!float") {
 			if f, ferr := strconv.ParseFloat(strings.ReplaceAll(node.Value, "_", ""), 64); ferr == nil && f == float64(int64(f)) {
@@ -348,6 +352,22 @@ func (l *List) checkScalar(node *yaml.Node, path string, t reflect.Type, tag Tag
 		return l.misfit(node, path, "want %s, got %s", want, describe(node))
 	}
 	return node
+}
+
+var lineN = regexp.MustCompile(`^line \d+: `)
+
+// plainDecodeError is a custom decoder's error without yaml.v3's wrapping
+// ("yaml: unmarshal errors:", "line N:"): the problem prints its position.
+func plainDecodeError(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = lineN.ReplaceAllString(m, "")
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return lineN.ReplaceAllString(strings.TrimPrefix(err.Error(), "yaml: "), "")
 }
 
 // misfit reports a value that does not fit and returns the null that
