@@ -48,12 +48,12 @@ func yamlErrorPos(err error, data []byte) (Pos, string) {
 	msg := err.Error()
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
 		n, _ := strconv.Atoi(m[1])
-		return Pos{Line: n, Col: 1}, "syntax error: " + msg[len(m[0]):]
+		return Pos{Line: n, Col: 1}, "cannot parse YAML: " + msg[len(m[0]):]
 	}
 	last := strings.TrimRight(string(data), "\n")
 	line := strings.Count(last, "\n") + 1
 	col := len(last) - strings.LastIndexByte(last, '\n')
-	return Pos{Line: line, Col: col}, "syntax error: " + strings.TrimPrefix(msg, "yaml: ")
+	return Pos{Line: line, Col: col}, "cannot parse YAML: " + strings.TrimPrefix(msg, "yaml: ")
 }
 
 // Locate records the position of every value under node, at its path
