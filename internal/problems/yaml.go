@@ -205,6 +205,9 @@ func (l *List) Check(node *yaml.Node, path string, t reflect.Type, tag Tag) *yam
 		out.Content = make([]*yaml.Node, 0, len(node.Content))
 		for i := 0; i+1 < len(node.Content); i += 2 {
 			k, v := node.Content[i], node.Content[i+1]
+			if l.checkScalar(k, Join(path, k.Value), t.Key(), tag) != k {
+				continue // a key that is not a key (reported)
+			}
 			out.Content = append(out.Content, k, l.Check(v, Join(path, k.Value), t.Elem(), tag))
 		}
 		return &out
@@ -287,7 +290,9 @@ func (l *List) checkStruct(node *yaml.Node, path string, t reflect.Type, tag Tag
 		k, v := node.Content[i], node.Content[i+1]
 		kp := Join(path, k.Value)
 		if k.Tag == "!!merge" {
-			out.Content = append(out.Content, k, v)
+			if m := l.checkMerge(v, path, t, tag); m != nil {
+				out.Content = append(out.Content, k, m)
+			}
 			continue
 		}
 		f, ok := lookup(k.Value)
@@ -311,6 +316,35 @@ func (l *List) checkStruct(node *yaml.Node, path string, t reflect.Type, tag Tag
 		out.Content = append(out.Content, k, l.Check(v, kp, f.typ, tag))
 	}
 	return &out
+}
+
+// checkMerge checks the value of a merge key (<<: *defaults): a mapping,
+// or a list of mappings, of the struct's own fields. It returns nil, after
+// reporting it, for anything else.
+func (l *List) checkMerge(v *yaml.Node, path string, t reflect.Type, tag Tag) *yaml.Node {
+	for v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	switch v.Kind {
+	case yaml.MappingNode:
+		return l.checkStruct(v, path, t, tag)
+	case yaml.SequenceNode:
+		out := *v
+		out.Content = nil
+		for _, c := range v.Content {
+			for c.Kind == yaml.AliasNode && c.Alias != nil {
+				c = c.Alias
+			}
+			if c.Kind != yaml.MappingNode {
+				l.AddAt(path, Pos{c.Line, c.Column}, "<< merges mappings, got %s", describe(c))
+				return nil
+			}
+			out.Content = append(out.Content, l.checkStruct(c, path, t, tag))
+		}
+		return &out
+	}
+	l.AddAt(path, Pos{v.Line, v.Column}, "<< merges mappings, got %s", describe(v))
+	return nil
 }
 
 // checkScalar checks a value for a scalar field by decoding it, as the
