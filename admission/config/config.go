@@ -644,8 +644,8 @@ type keyClass struct {
 	k  *Key
 }
 
-// checkLedgerRefs checks that every bucket and fair-share weight of the
-// ledger document names an id this file has: a bucket for tenant "agentz"
+// checkLedgerRefs checks that every scope, bucket and fair-share weight of
+// the ledger document names a provider scope or an id this file has: a bucket for tenant "agentz"
 // limits no request, and tenant "agents" would run without the limit meant
 // for it. "*" (every id) and the scope level are not references.
 //
@@ -693,8 +693,16 @@ func (c *Config) checkLedgerRefs(add func(string, string, ...any)) {
 		add(at, "%q is not a %s of this config, so the limit would apply to no request%s",
 			id, what[level], problems.DidYouMean(id, slices.Sorted(maps.Keys(known[level]))))
 	}
+	scopes := map[string]bool{}
+	for _, pr := range c.Providers {
+		scopes[pr.Scope] = true
+	}
 	for si, s := range lc.Scopes {
 		sat := fmt.Sprintf("ledger.scopes[%d]", si)
+		if s.Name != "" && s.Name != "*" && !scopes[s.Name] {
+			add(sat+".name", "%q is not the scope of any provider, so its limits would apply to no request%s",
+				s.Name, problems.DidYouMean(s.Name, slices.Sorted(maps.Keys(scopes))))
+		}
 		for ti, t := range s.Tenants {
 			check(fmt.Sprintf("%s.tenants[%d].id", sat, ti), ledger.LevelTenant, t.ID)
 		}
