@@ -312,7 +312,7 @@ func load(data []byte, file string) (*Config, error) {
 		return nil, p.Err() // a syntax error: nothing further is meaningful
 	}
 	c.finish(os.Getenv, p)
-	c.checkLedgerRefs(p.Add)
+	c.checkLedgerRefs(p)
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
@@ -416,6 +416,11 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 	if id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20 {
 		add("idempotency.body_bytes_max", "%d out of [1, 67108864]", id.BodyBytesMax)
 	}
+	// A route naming a provider whose own name is broken is a consequence.
+	providersSound := !p.Failed("providers")
+	for i := range c.Providers {
+		providersSound = providersSound && !p.Has(problems.Index("providers", i)+".name")
+	}
 	c.routes = map[string]*Route{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
@@ -465,7 +470,7 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 			if cd.Profile == "" {
 				cd.Profile = r.Profile
 			}
-			if c.providers[cd.Provider] == nil {
+			if c.providers[cd.Provider] == nil && providersSound {
 				add(cat+".provider", "unknown provider %q%s", cd.Provider, problems.DidYouMean(cd.Provider, slices.Sorted(maps.Keys(c.providers))))
 			}
 			if cd.ContextTokens < 0 || cd.InputCostPerMTok < 0 || cd.OutputCostPerMTok < 0 {
@@ -652,10 +657,48 @@ type keyClass struct {
 // Only a file is checked: the admin API (services/admin) creates a
 // partner's org bucket before its first sub-tenant and teams before their
 // keys, and checks its own references as it makes each change.
-func (c *Config) checkLedgerRefs(add func(string, string, ...any)) {
-	lc := &c.ledger
-	known := map[string]map[string]bool{}
-	put := func(level, id string) {
+func (c *Config) checkLedgerRefs(p *problems.List) {
+	known, unsound := c.refNames(p)
+	what := map[string]string{ledger.LevelOrg: "org of a tenant", ledger.LevelTenant: "tenant", ledger.LevelTeam: "team",
+		ledger.LevelKey: "key", ledger.LevelProfile: "route profile", ledger.LevelDeployment: "provider (deployment)"}
+	check := func(at, level, id string) {
+		if id == "*" || id == "" || what[level] == "" && level != levelScopeName || unsound[level] || known[level][id] {
+			return
+		}
+		hint := problems.DidYouMean(id, slices.Sorted(maps.Keys(known[level])))
+		if level == levelScopeName {
+			p.Add(at, "%q is not the scope of any provider, so its limits would apply to no request%s", id, hint)
+			return
+		}
+		p.Add(at, "%q is not a %s of this config, so the limit would apply to no request%s", id, what[level], hint)
+	}
+	for si, s := range c.ledger.Scopes {
+		sat := problems.Index("ledger.scopes", si)
+		check(sat+".name", levelScopeName, s.Name)
+		for ti, t := range s.Tenants {
+			check(fmt.Sprintf("%s.tenants[%d].id", sat, ti), ledger.LevelTenant, t.ID)
+		}
+		for bi, b := range s.Buckets {
+			check(fmt.Sprintf("%s.buckets[%d].id", sat, bi), b.Level, b.ID)
+		}
+	}
+}
+
+// levelScopeName stands for the provider scopes among the levels whose
+// names the ledger document refers to.
+const levelScopeName = "scope name"
+
+// refNames collects, per level, the ids this file defines (org, tenant,
+// team, key, route profile, deployment = provider name, and the providers'
+// scopes). A level whose defining names have a problem of their own is
+// unsound: a reference to it is not checked, since a failed tenant id is
+// one problem, not one more for every bucket of that tenant.
+func (c *Config) refNames(p *problems.List) (known map[string]map[string]bool, unsound map[string]bool) {
+	known, unsound = map[string]map[string]bool{}, map[string]bool{}
+	put := func(level, id, at string) {
+		if p.Has(at) {
+			unsound[level] = true
+		}
 		if id == "" {
 			return
 		}
@@ -664,52 +707,45 @@ func (c *Config) checkLedgerRefs(add func(string, string, ...any)) {
 		}
 		known[level][id] = true
 	}
-	for _, t := range c.Tenants {
-		put(ledger.LevelOrg, t.Org)
-		put(ledger.LevelTenant, t.ID)
-		for _, tm := range t.Teams {
-			put(ledger.LevelTeam, tm.ID)
+	for i, t := range c.Tenants {
+		at := problems.Index("tenants", i)
+		put(ledger.LevelOrg, t.Org, at+".org")
+		put(ledger.LevelTenant, t.ID, at+".id")
+		for j, tm := range t.Teams {
+			put(ledger.LevelTeam, tm.ID, fmt.Sprintf("%s.teams[%d].id", at, j))
 		}
-		for _, k := range t.Keys {
-			put(ledger.LevelTeam, k.Team)
-			put(ledger.LevelKey, k.ID)
-		}
-	}
-	for _, r := range c.Routes {
-		put(ledger.LevelProfile, r.Profile)
-		for _, cd := range r.Candidates {
-			put(ledger.LevelProfile, cd.Profile)
+		for j, k := range t.Keys {
+			put(ledger.LevelTeam, k.Team, fmt.Sprintf("%s.keys[%d].team", at, j))
+			put(ledger.LevelKey, k.ID, fmt.Sprintf("%s.keys[%d].id", at, j))
 		}
 	}
-	for _, pr := range c.Providers {
-		put(ledger.LevelDeployment, pr.Name)
-	}
-	what := map[string]string{ledger.LevelOrg: "org of a tenant", ledger.LevelTenant: "tenant", ledger.LevelTeam: "team",
-		ledger.LevelKey: "key", ledger.LevelProfile: "route profile", ledger.LevelDeployment: "provider (deployment)"}
-	check := func(at, level, id string) {
-		if id == "*" || id == "" || what[level] == "" || known[level][id] {
-			return
-		}
-		add(at, "%q is not a %s of this config, so the limit would apply to no request%s",
-			id, what[level], problems.DidYouMean(id, slices.Sorted(maps.Keys(known[level]))))
-	}
-	scopes := map[string]bool{}
-	for _, pr := range c.Providers {
-		scopes[pr.Scope] = true
-	}
-	for si, s := range lc.Scopes {
-		sat := fmt.Sprintf("ledger.scopes[%d]", si)
-		if s.Name != "" && s.Name != "*" && !scopes[s.Name] {
-			add(sat+".name", "%q is not the scope of any provider, so its limits would apply to no request%s",
-				s.Name, problems.DidYouMean(s.Name, slices.Sorted(maps.Keys(scopes))))
-		}
-		for ti, t := range s.Tenants {
-			check(fmt.Sprintf("%s.tenants[%d].id", sat, ti), ledger.LevelTenant, t.ID)
-		}
-		for bi, b := range s.Buckets {
-			check(fmt.Sprintf("%s.buckets[%d].id", sat, bi), b.Level, b.ID)
+	for i, r := range c.Routes {
+		at := problems.Index("routes", i)
+		put(ledger.LevelProfile, r.Profile, at+".profile")
+		for j, cd := range r.Candidates {
+			put(ledger.LevelProfile, cd.Profile, fmt.Sprintf("%s.candidates[%d].profile", at, j))
 		}
 	}
+	for i, pr := range c.Providers {
+		at := problems.Index("providers", i)
+		put(ledger.LevelDeployment, pr.Name, at+".name")
+		put(levelScopeName, pr.Scope, at+".scope")
+	}
+	for _, l := range []string{"tenants", "routes", "providers"} {
+		if p.Failed(l) {
+			for _, lv := range ledgerLevelsOf[l] {
+				unsound[lv] = true
+			}
+		}
+	}
+	return known, unsound
+}
+
+// ledgerLevelsOf names the levels each list of the file defines.
+var ledgerLevelsOf = map[string][]string{
+	"tenants":   {ledger.LevelOrg, ledger.LevelTenant, ledger.LevelTeam, ledger.LevelKey},
+	"routes":    {ledger.LevelProfile},
+	"providers": {ledger.LevelDeployment, levelScopeName},
 }
 
 // Bounds reports whether the entitlement bounds anything.
