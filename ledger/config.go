@@ -502,7 +502,7 @@ func (c Config) validate(p *problems.List) {
 		}
 	}
 	if c.DefaultClass != "" && !classSeen[c.DefaultClass] {
-		bad("default_class", "%q is not a class", c.DefaultClass)
+		bad("default_class", "%q is not a class%s", c.DefaultClass, problems.DidYouMean(c.DefaultClass, classNames(c.Classes)))
 	}
 	pos := func(loc string, v, maxV int64) {
 		if v <= 0 || v > maxV {
@@ -582,6 +582,14 @@ func (c Config) validate(p *problems.List) {
 	}
 }
 
+func classNames(cls []ClassConfig) []string {
+	out := make([]string, len(cls))
+	for i, cl := range cls {
+		out[i] = cl.Name
+	}
+	return out
+}
+
 // validateRequiredLevels checks a scope's required_levels: known levels
 // other than the implicit scope level, each once.
 func validateRequiredLevels(loc string, levels []string, bad func(loc, format string, a ...any)) {
@@ -605,7 +613,7 @@ const maxScaled = int64(1) << 61
 
 func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad func(loc, format string, a ...any)) {
 	if _, ok := levelCode(b.Level); !ok {
-		bad(loc+".level", "unknown level %q (want one of %s)", b.Level, strings.Join(levelNames[:], ", "))
+		bad(loc+".level", "unknown level %q (want one of %s)%s", b.Level, strings.Join(levelNames[:], ", "), problems.Hint(b.Level, levelNames[:]))
 	}
 	if b.ID == "" {
 		bad(loc+".id", "empty (use \"*\" for every id of the level)")

@@ -361,7 +361,7 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 		}
 		c.providers[p.Name] = p
 		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
-			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible", p.Kind)
+			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible%s", p.Kind, problems.Hint(string(p.Kind), kindNames()))
 		}
 		if p.Scope == "" {
 			add(at+".scope", "required (the provider quota scope, e.g. openai:org-x/proj-y)")
@@ -640,6 +640,14 @@ func classNamesSound(p *problems.List, n int) bool {
 		}
 	}
 	return true
+}
+
+func kindNames() []string {
+	out := make([]string, len(schemas.ProviderKinds))
+	for i, k := range schemas.ProviderKinds {
+		out[i] = string(k)
+	}
+	return out
 }
 
 // keyClass is a key and its path, kept until the ledger's classes are

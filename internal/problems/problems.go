@@ -273,6 +273,15 @@ func Suggest(name string, known []string) string {
 	return best
 }
 
+// Hint is " (did you mean X?)" for the closest known name, else "": for
+// a message that lists the known names itself.
+func Hint(name string, known []string) string {
+	if s := Suggest(name, known); s != "" {
+		return " (did you mean " + s + "?)"
+	}
+	return ""
+}
+
 // DidYouMean is " (did you mean X?)" for the closest known name, else
 // " (known: a, b, c)" for a short list, else "".
 func DidYouMean(name string, known []string) string {
