@@ -47,6 +47,9 @@ func (c *Config) WithAdmission(tenants []Tenant, ledgerJSON []byte) (*Config, er
 		n.Ledger = *doc.Content[0]
 	}
 	n.finish(os.Getenv, p)
+	for i := range p.Problems {
+		p.Problems[i].Pos = problems.Pos{} // lines of the file or of a JSON text: neither is where these came from
+	}
 	if err := p.Err(); err != nil {
 		return nil, err
 	}

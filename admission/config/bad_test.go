@@ -48,3 +48,23 @@ func TestBadConfigsGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestOverlayProblemsHaveNoFilePositions: problems of the admin state's
+// tenants and ledger document (WithAdmission) carry their paths but no
+// line: the file's lines are not where they came from.
+func TestOverlayProblemsHaveNoFilePositions(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/examples/dev-three-tenants.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(strings.NewReader(strings.ReplaceAll(string(b), "${SIM_URL}", "http://127.0.0.1:1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"scopes":[{"name":"sim-openai","buckets":[{"level":"tenant","id":"web","dimension":"requests","capacity":-5,"guaranteed":2}]}]}`
+	_, err = c.WithAdmission(c.Tenants, []byte(doc))
+	want := "config with the admin state: 1 problem\nledger.scopes[0].buckets[0].capacity: -5 out of [1, 2^61]"
+	if err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
