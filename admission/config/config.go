@@ -328,7 +328,15 @@ type ValidationError = problems.List
 // problem to p. A value that failed to decode is marked failed in p, and
 // what follows from it is not reported again.
 func (c *Config) finish(getenv func(string) string, p *problems.List) {
-	add := p.Add
+	c.finishSettings(getenv, p.Add)
+	c.finishProviders(getenv, p.Add)
+	c.finishRoutes(p)
+	keyClasses := c.finishTenants(p.Add)
+	c.finishLedger(p, keyClasses)
+}
+
+// finishSettings fills and checks the gateway's own settings.
+func (c *Config) finishSettings(getenv func(string) string, add func(string, string, ...any)) {
 	// SLUICE_GATEWAY_NODE overrides the file's node: the replicas of one
 	// Deployment share one config file but each needs its own id (its pod
 	// name), and a reload must keep it.
@@ -349,38 +357,6 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 	}
 	if c.LedgerTimeoutMs < 0 {
 		add("ledger_timeout_ms", "must be positive")
-	}
-	c.providers = map[string]*Provider{}
-	for i := range c.Providers {
-		p := &c.Providers[i]
-		at := fmt.Sprintf("providers[%d]", i)
-		if p.Name == "" {
-			add(at+".name", "required")
-		} else if c.providers[p.Name] != nil {
-			add(at+".name", "duplicate provider %q", p.Name)
-		}
-		c.providers[p.Name] = p
-		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
-			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible%s", p.Kind, problems.Hint(string(p.Kind), kindNames()))
-		}
-		if p.Scope == "" {
-			add(at+".scope", "required (the provider quota scope, e.g. openai:org-x/proj-y)")
-		}
-		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
-			add(at+".base_url", "%q must start with http:// or https://", p.BaseURL)
-		}
-		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
-			p.APIVersion = "2023-06-01"
-		}
-		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
-			add(at, "azure providers need api_version and deployment")
-		}
-		if p.APIKeyEnv != "" {
-			p.apiKey = getenv(p.APIKeyEnv)
-			if p.apiKey == "" {
-				add(at+".api_key_env", "environment variable %s is empty or unset", p.APIKeyEnv)
-			}
-		}
 	}
 	if c.UpstreamTimeoutMs == 0 {
 		c.UpstreamTimeoutMs = 600_000
@@ -416,6 +392,48 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 	if id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20 {
 		add("idempotency.body_bytes_max", "%d out of [1, 67108864]", id.BodyBytesMax)
 	}
+}
+
+// finishProviders checks the providers and reads their credentials.
+func (c *Config) finishProviders(getenv func(string) string, add func(string, string, ...any)) {
+	c.providers = map[string]*Provider{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		at := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			add(at+".name", "required")
+		} else if c.providers[p.Name] != nil {
+			add(at+".name", "duplicate provider %q", p.Name)
+		}
+		c.providers[p.Name] = p
+		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
+			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible%s", p.Kind, problems.Hint(string(p.Kind), kindNames()))
+		}
+		if p.Scope == "" {
+			add(at+".scope", "required (the provider quota scope, e.g. openai:org-x/proj-y)")
+		}
+		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
+			add(at+".base_url", "%q must start with http:// or https://", p.BaseURL)
+		}
+		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
+			p.APIVersion = "2023-06-01"
+		}
+		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
+			add(at, "azure providers need api_version and deployment")
+		}
+		if p.APIKeyEnv != "" {
+			p.apiKey = getenv(p.APIKeyEnv)
+			if p.apiKey == "" {
+				add(at+".api_key_env", "environment variable %s is empty or unset", p.APIKeyEnv)
+			}
+		}
+	}
+}
+
+// finishRoutes resolves every route to its candidates and checks them
+// against the providers and the route's contract.
+func (c *Config) finishRoutes(p *problems.List) {
+	add := p.Add
 	// A route naming a provider whose own name is broken is a consequence.
 	providersSound := !p.Failed("providers")
 	for i := range c.Providers {
@@ -484,6 +502,11 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 			r.Provider, r.UpstreamModel = r.Candidates[0].Provider, r.Candidates[0].UpstreamModel
 		}
 	}
+}
+
+// finishTenants checks the tenants, teams and keys and builds the key
+// index; the keys' classes wait for the ledger document (finishLedger).
+func (c *Config) finishTenants(add func(string, string, ...any)) []keyClass {
 	c.keys = map[string]*Identity{}
 	var keyClasses []keyClass
 	tenants := map[string]bool{}
@@ -512,53 +535,67 @@ func (c *Config) finish(getenv func(string) string, p *problems.List) {
 		for j := range t.Keys {
 			k := &t.Keys[j]
 			kat := fmt.Sprintf("%s.keys[%d]", at, j)
-			if k.ID == "" {
-				add(kat+".id", "required")
-			}
-			k.SHA256 = strings.ToLower(k.SHA256)
-			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
-				add(kat+".sha256", "must be 64 hex characters (the SHA-256 of the key; `sluice keys hash` prints it)")
-			} else if c.keys[k.SHA256] != nil {
-				add(kat+".sha256", "the same key is configured twice")
-			}
-			if k.Priority < -100 || k.Priority > 100 {
-				add(kat+".priority", "%d out of [-100, 100]", k.Priority)
-			}
-			if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
-				add(kat+".deadline_ms", "%d out of [0, %d]", k.DeadlineMs, DeadlineMsMax)
-			}
-			if k.MaxDeadlineMs < 0 || k.MaxDeadlineMs > DeadlineMsMax {
-				add(kat+".max_deadline_ms", "%d out of [0, %d]", k.MaxDeadlineMs, DeadlineMsMax)
-			} else if k.MaxDeadlineMs > 0 && k.DeadlineMs > k.MaxDeadlineMs {
-				add(kat+".deadline_ms", "%d is longer than the key's max_deadline_ms %d", k.DeadlineMs, k.MaxDeadlineMs)
-			}
-			fb := k.FallbackAllowed == nil || *k.FallbackAllowed
-			checkEntitlement(add, kat, &k.Entitlement)
-			var expMs int64
-			if k.ExpiresAt != "" {
-				if at, err := time.Parse(time.RFC3339, k.ExpiresAt); err != nil {
-					add(kat+".expires_at", "%q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", k.ExpiresAt)
-				} else {
-					expMs = at.UnixMilli()
-				}
-			}
-			var ents []Holder
-			for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
-				if h.Bounds() {
-					ents = append(ents, h)
-				}
-			}
-			for _, h := range ents {
-				if h.MaxPriority != nil && k.Priority > *h.MaxPriority {
-					add(kat+".priority", "%d is above max_priority %d of %s", k.Priority, *h.MaxPriority, h.Name())
-				}
-			}
-			c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
-				Priority: k.Priority, DeadlineMs: k.DeadlineMs, MaxDeadlineMs: k.MaxDeadlineMs, FallbackAllowed: fb,
-				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
+			c.finishKey(add, t, teams, k, kat)
 			keyClasses = append(keyClasses, keyClass{kat, k})
 		}
 	}
+	return keyClasses
+}
+
+// finishKey checks one key of tenant t and indexes its identity.
+func (c *Config) finishKey(add func(string, string, ...any), t *Tenant, teams map[string]*Team, k *Key, kat string) {
+	if k.ID == "" {
+		add(kat+".id", "required")
+	}
+	k.SHA256 = strings.ToLower(k.SHA256)
+	if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
+		add(kat+".sha256", "must be 64 hex characters (the SHA-256 of the key; `sluice keys hash` prints it)")
+	} else if c.keys[k.SHA256] != nil {
+		add(kat+".sha256", "the same key is configured twice")
+	}
+	if k.Priority < -100 || k.Priority > 100 {
+		add(kat+".priority", "%d out of [-100, 100]", k.Priority)
+	}
+	if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
+		add(kat+".deadline_ms", "%d out of [0, %d]", k.DeadlineMs, DeadlineMsMax)
+	}
+	if k.MaxDeadlineMs < 0 || k.MaxDeadlineMs > DeadlineMsMax {
+		add(kat+".max_deadline_ms", "%d out of [0, %d]", k.MaxDeadlineMs, DeadlineMsMax)
+	} else if k.MaxDeadlineMs > 0 && k.DeadlineMs > k.MaxDeadlineMs {
+		add(kat+".deadline_ms", "%d is longer than the key's max_deadline_ms %d", k.DeadlineMs, k.MaxDeadlineMs)
+	}
+	fb := k.FallbackAllowed == nil || *k.FallbackAllowed
+	checkEntitlement(add, kat, &k.Entitlement)
+	var expMs int64
+	if k.ExpiresAt != "" {
+		if at, err := time.Parse(time.RFC3339, k.ExpiresAt); err != nil {
+			add(kat+".expires_at", "%q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", k.ExpiresAt)
+		} else {
+			expMs = at.UnixMilli()
+		}
+	}
+	var ents []Holder
+	for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
+		if h.Bounds() {
+			ents = append(ents, h)
+		}
+	}
+	for _, h := range ents {
+		if h.MaxPriority != nil && k.Priority > *h.MaxPriority && k.Priority <= 100 && *h.MaxPriority >= -100 { // else reported above
+			add(kat+".priority", "%d is above max_priority %d of %s", k.Priority, *h.MaxPriority, h.Name())
+		}
+	}
+	c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
+		Priority: k.Priority, DeadlineMs: k.DeadlineMs, MaxDeadlineMs: k.MaxDeadlineMs, FallbackAllowed: fb,
+		Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
+
+}
+
+// finishLedger decodes and validates the ledger document in place (its
+// problems at their lines in this file), then checks what names its
+// classes.
+func (c *Config) finishLedger(p *problems.List, keyClasses []keyClass) {
+	add := p.Add
 	if c.Ledger.Kind == 0 {
 		add("ledger", "required (the quota document; see deploy/examples/sluice.yaml)")
 		return
