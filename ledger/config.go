@@ -346,8 +346,14 @@ func ParseConfig(b []byte) (Config, error) {
 		p.Merge("", c.Finish())
 		return Config{}, p.Err()
 	}
-	if err := c.Finish().Err(); err != nil {
-		return Config{}, err
+	if p := c.Finish(); p.Len() > 0 {
+		// Place the problems at their line:column of the text (only on
+		// this error path: a document that is valid is never re-read).
+		var scratch problems.List
+		if root := scratch.Parse(b); root != nil {
+			p.Locate(root, "")
+		}
+		return Config{}, p.Err()
 	}
 	return c, nil
 }

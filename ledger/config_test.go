@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/json"
+	"flag"
 	"os"
 	"strings"
 	"testing"
@@ -59,25 +60,41 @@ func TestParseConfigListsEveryProblem(t *testing.T) {
 	}
 }
 
-// TestParseConfigDecodeProblems: a document that does not decode reports
-// every problem of decoding at its line:column and path, in plain words
-// (not encoding/json's first error in Go's terms), with validation's
-// problems of what did decode, and none that is a consequence of another:
-// the misspelt capacity is not also "capacity 0", the capacity in words
-// not also "guaranteed above capacity".
-func TestParseConfigDecodeProblems(t *testing.T) {
-	b, err := os.ReadFile("testdata/bad_decode.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ParseConfig(b)
-	want := `ledger config: 5 problems
-6:65: scopes[0].buckets[0].capacty: unknown field "capacty" (did you mean capacity?)
-7:74: scopes[0].buckets[1].capacity: want a whole number, got "lots"
-8:32: scopes[0].buckets[2].id: want a string, got 7 (quote it: "7")
-8:76: scopes[0].buckets[2].capacity: -5 out of [1, 2^61]
-12:96: classes[0].colour: unknown field "colour" (known: name, age_offset_ms, max_wait_ms, max_depth, overload, deadline_ms, max_deadline_ms)`
-	if err == nil || err.Error() != want {
-		t.Errorf("error:\n%v\nwant:\n%s", err, want)
+// TestParseConfigProblemsGolden: each bad document's whole error, as
+// golden (testdata/NAME.golden; -update-config rewrites them): every
+// problem at its line:column and path, decode problems in plain words (not
+// encoding/json's first error in Go's terms), in file order, and none that
+// is a consequence of another (bad_decode.json: the misspelt capacity is
+// not also "capacity 0", the capacity in words not also "guaranteed above
+// capacity"; bad_config.json: capacity -1 is not also guaranteed and
+// borrow_reserve out of range).
+func TestParseConfigProblemsGolden(t *testing.T) {
+	for _, name := range []string{"bad_config", "bad_decode"} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile("testdata/" + name + ".json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ParseConfig(b)
+			if err == nil {
+				t.Fatal("bad config accepted")
+			}
+			got := err.Error() + "\n"
+			golden := "testdata/" + name + ".golden"
+			if *updateConfig {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("error:\n%s\nwant (%s):\n%s", got, golden, want)
+			}
+		})
 	}
 }
+
+var updateConfig = flag.Bool("update-config", false, "rewrite testdata/*.golden of TestParseConfigProblemsGolden")
