@@ -266,7 +266,7 @@ func Suggest(name string, known []string) string {
 		}
 	}
 	for _, k := range known {
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD && k != name {
+		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD && d < len(name) && k != name {
 			best, bestD = k, d
 		}
 	}

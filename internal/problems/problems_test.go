@@ -48,6 +48,10 @@ func TestCheck(t *testing.T) {
 			`2:8: ratio: want a number, got "x"`,
 			`3:5: on: want true or false, got "maybe"`,
 			`4:8: small: 300 does not fit: want a whole number from -128 to 127`}},
+		{"whole numbers written as floats, floats as integers", "small: 2.0\nratio: 3\n", nil},
+		{"a fraction for a whole number", "count: 1.5\n", []string{`1:8: count: want a whole number, got 1.5`}},
+		{"a whole number too large", "count: 5000000000000000000000\n", []string{
+			`1:8: count: 5000000000000000000000 does not fit: want a whole number from -9223372036854775808 to 9223372036854775807`}},
 		{"wrong shapes", "items: {id: x}\nby_name: [1]\nname: [a]\n", []string{
 			`1:8: items: want a list, got a mapping`,
 			`2:10: by_name: want a mapping, got a list`,

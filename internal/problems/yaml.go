@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"strconv"
@@ -372,6 +373,13 @@ func (l *List) checkScalar(node *yaml.Node, path string, t reflect.Type, tag Tag
 	if tag == TagJSON && custom {
 		return node // decoded by its own UnmarshalJSON; its error names itself
 	}
+	if isInt(t) && node.ShortTag() == "!!float" && !custom {
+		// yaml.v3 would cut 1.5 to 1 without a word.
+		f, err := strconv.ParseFloat(strings.ReplaceAll(node.Value, "_", ""), 64)
+		if err != nil || f != math.Trunc(f) {
+			return l.misfit(node, path, "want %s, got %s", want, describe(node))
+		}
+	}
 	v := reflect.New(t)
 	if err := node.Decode(v.Interface()); err != nil {
 		if custom { // the type's own decoder says what it wants
@@ -379,8 +387,8 @@ func (l *List) checkScalar(node *yaml.Node, path string, t reflect.Type, tag Tag
 		}
 		st := node.ShortTag()
 		if isInt(t) && (st == "!!int" || st == "!!float") {
-			if f, ferr := strconv.ParseFloat(strings.ReplaceAll(node.Value, "_", ""), 64); ferr == nil && f == float64(int64(f)) {
-				return l.misfit(node, path, "%s does not fit: want %s", node.Value, want)
+			if f, ferr := strconv.ParseFloat(strings.ReplaceAll(node.Value, "_", ""), 64); ferr == nil && f == math.Trunc(f) {
+				return l.misfit(node, path, "%s does not fit: want %s", node.Value, intRange(t))
 			}
 		}
 		return l.misfit(node, path, "want %s, got %s", want, describe(node))
@@ -440,6 +448,16 @@ func wantWords(t reflect.Type) string {
 		return "a string"
 	}
 	return "a " + t.Kind().String()
+}
+
+// intRange is "a whole number from MIN to MAX" for an integer type.
+func intRange(t reflect.Type) string {
+	bits := t.Bits()
+	switch t.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return fmt.Sprintf("a whole number from 0 to %d", uint64(math.MaxUint64)>>(64-bits))
+	}
+	return fmt.Sprintf("a whole number from %d to %d", int64(-1)<<(bits-1), uint64(1)<<(bits-1)-1)
 }
 
 // describe names what a node holds, for "got …".
