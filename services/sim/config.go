@@ -311,13 +311,18 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("sim config: %w", err)
 	}
-	return ParseConfig(b)
+	return parseConfig(b, path)
 }
 
 // ParseConfig parses YAML (or JSON) config text over DefaultConfig. The
 // error (a *problems.List) lists every problem at its line:column and path.
-func ParseConfig(b []byte) (Config, error) {
-	p := &problems.List{Subject: "sim config"}
+func ParseConfig(b []byte) (Config, error) { return parseConfig(b, "") }
+
+func parseConfig(b []byte, file string) (Config, error) {
+	p := &problems.List{Subject: "sim config", File: file}
+	if file != "" {
+		p.Subject = "sim config " + file
+	}
 	root := p.Parse(b)
 	if root == nil {
 		return Config{}, p.Err()
@@ -385,7 +390,7 @@ func (c *Config) validate(p *problems.List, prefix string) {
 		case OpenAI, Azure, Anthropic, Gemini:
 		default:
 			p.Add(where, "unknown provider %q (want openai, azure, anthropic or gemini)%s", name,
-				problems.DidYouMean(name, []string{OpenAI, Azure, Anthropic, Gemini}))
+				problems.Hint(name, []string{OpenAI, Azure, Anthropic, Gemini}))
 			continue
 		}
 		pc.Limits.validate(p, where)
@@ -413,8 +418,13 @@ func (c *Config) validate(p *problems.List, prefix string) {
 }
 
 func (l Limits) validate(p *problems.List, where string) {
-	if l.RPM < 0 || l.TPM < 0 || l.ITPM < 0 || l.OTPM < 0 || l.RPD < 0 {
-		p.Add(where, "limits must be >= 0 (0 = not enforced)")
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"itpm", l.ITPM}, {"otpm", l.OTPM}, {"rpd", l.RPD}} {
+		if f.v < 0 {
+			p.Add(where+"."+f.name, "%d: limits must be >= 0 (0 = not enforced)", f.v)
+		}
 	}
 	if l.Window < 0 || l.Window.D() > time.Minute {
 		p.Add(where+".window", "must be between 0 and 60s, got %s", l.Window.D())
