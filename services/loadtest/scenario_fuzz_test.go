@@ -32,3 +32,18 @@ func FuzzParseScenario(f *testing.F) {
 		}
 	})
 }
+
+// TestShippedScenariosLoad: every scenario in deploy/scenarios parses and
+// validates (the parser moved to internal/problems; a shipped file must
+// not start failing).
+func TestShippedScenariosLoad(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/scenarios/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	for _, f := range files {
+		if _, err := LoadScenario(f, ""); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
