@@ -1,11 +1,12 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/sluice-dev/sluice/internal/problems"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -329,19 +330,51 @@ const (
 )
 
 // ParseConfig decodes a Config document, fills defaults and validates it.
-// The error lists every problem with its location.
+// The error (a *problems.List) lists every problem with its path and, for
+// a problem of decoding, its line and column in b.
 func ParseConfig(b []byte) (Config, error) {
 	var c Config
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("ledger config: %w", err)
+		// encoding/json stops at the first problem and names it in Go's
+		// terms (BucketConfig.scopes.buckets.capacity, no index). Read the
+		// document again as nodes (JSON is YAML) to name every problem at
+		// its place, and decode what fits so that validation reports the
+		// rest.
+		p := &problems.List{Subject: "ledger config"}
+		c = Config{}
+		if root := p.Parse(b); root != nil {
+			p.Locate(root, "")
+			p.DecodeJSONNode(root, "", &c)
+		}
+		if p.Len() == 0 {
+			p.Add("", "%s", strings.TrimPrefix(err.Error(), "json: "))
+		}
+		p.Merge("", c.Finish())
+		return Config{}, p.Err()
 	}
-	c.fillDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, err
+	if p := c.Finish(); p.Len() > 0 {
+		// Place the problems at their line:column of the text (only on
+		// this error path: a document that is valid is never re-read).
+		var scratch problems.List
+		if root := scratch.Parse(b); root != nil {
+			p.Locate(root, "")
+		}
+		return Config{}, p.Err()
 	}
 	return c, nil
+}
+
+// Finish fills defaults and validates, returning every problem (an empty
+// list when there is none) with its path in the document. A caller that
+// decoded the document itself (the gateway, from its YAML) merges them
+// into its own list, where the paths find their lines.
+func (c *Config) Finish() *problems.List {
+	c.fillDefaults()
+	p := &problems.List{Subject: "ledger config"}
+	c.validate(p)
+	return p
 }
 
 func defaultRefill(d schemas.Dimension) string {
@@ -440,13 +473,20 @@ func defaultClasses() []ClassConfig {
 	}
 }
 
-// Validate reports every problem of c with its location. It assumes
-// defaults are filled (ParseConfig does that).
+// Validate reports every problem of c with its location (a
+// *problems.List, nil when there is none). It assumes defaults are filled
+// (ParseConfig does that).
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(loc, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", loc, fmt.Sprintf(format, a...)))
-	}
+	p := &problems.List{Subject: "ledger config"}
+	c.validate(p)
+	return p.Err()
+}
+
+// validate adds every problem of c to p. A check that relates two fields
+// runs only when both are valid on their own: one bad value is one
+// problem, not one more for every rule that mentions it.
+func (c Config) validate(p *problems.List) {
+	bad := func(loc, format string, a ...any) { p.Add(loc, format, a...) }
 	if len(c.Classes) == 0 {
 		bad("classes", "at least one class is required")
 	}
@@ -476,7 +516,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.DefaultClass != "" && !classSeen[c.DefaultClass] {
-		bad("default_class", "%q is not a class", c.DefaultClass)
+		bad("default_class", "%q is not a class%s", c.DefaultClass, problems.DidYouMean(c.DefaultClass, classNames(c.Classes)))
 	}
 	pos := func(loc string, v, maxV int64) {
 		if v <= 0 || v > maxV {
@@ -486,7 +526,7 @@ func (c Config) Validate() error {
 	pos("hold_ttl_ms", c.HoldTTLMs, dayMs)
 	pos("stream_hold_ttl_ms", c.StreamHoldTTLMs, dayMs)
 	pos("dedup_ttl_ms", c.DedupTTLMs, dayMs)
-	if c.DedupTTLMs < c.HoldTTLMs {
+	if c.DedupTTLMs < c.HoldTTLMs && c.HoldTTLMs > 0 && c.HoldTTLMs <= dayMs && c.DedupTTLMs > 0 {
 		bad("dedup_ttl_ms", "%d is shorter than hold_ttl_ms %d: a late redelivery could be granted twice", c.DedupTTLMs, c.HoldTTLMs)
 	}
 	pos("priority_step_ms", c.PriorityStepMs, minuteMs)
@@ -508,7 +548,7 @@ func (c Config) Validate() error {
 	}
 	pos("retry.base_ms", c.Retry.BaseMs, dayMs)
 	pos("retry.max_ms", c.Retry.MaxMs, dayMs)
-	if c.Retry.MaxMs < c.Retry.BaseMs {
+	if c.Retry.MaxMs < c.Retry.BaseMs && c.Retry.MaxMs > 0 && c.Retry.BaseMs > 0 && c.Retry.BaseMs <= dayMs {
 		bad("retry.max_ms", "%d below retry.base_ms %d", c.Retry.MaxMs, c.Retry.BaseMs)
 	}
 	if c.Retry.RatioPermille < 0 || c.Retry.RatioPermille > 1000 {
@@ -521,7 +561,7 @@ func (c Config) Validate() error {
 	pos("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, dayMs)
 	pos("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, maxPeriodMs)
 	pos("cooldown.storm_hold_attempts", c.Cooldown.StormHoldAttempts, 100)
-	if c.Cooldown.QuotaResetOffsetMs < 0 || c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
+	if quotaOK := c.Cooldown.QuotaPeriodMs > 0 && c.Cooldown.QuotaPeriodMs <= maxPeriodMs; c.Cooldown.QuotaResetOffsetMs < 0 || quotaOK && c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
 		bad("cooldown.quota_reset_offset_ms", "%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)
 	}
 
@@ -555,7 +595,14 @@ func (c Config) Validate() error {
 		}
 	}
 	validateEntitlements(&c, classSeen, bad)
-	return errors.Join(errs...)
+}
+
+func classNames(cls []ClassConfig) []string {
+	out := make([]string, len(cls))
+	for i, cl := range cls {
+		out[i] = cl.Name
+	}
+	return out
 }
 
 // validateRequiredLevels checks a scope's required_levels: known levels
@@ -581,7 +628,7 @@ const maxScaled = int64(1) << 61
 
 func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad func(loc, format string, a ...any)) {
 	if _, ok := levelCode(b.Level); !ok {
-		bad(loc+".level", "unknown level %q (want one of %s)", b.Level, strings.Join(levelNames[:], ", "))
+		bad(loc+".level", "unknown level %q (want one of %s)%s", b.Level, strings.Join(levelNames[:], ", "), problems.Hint(b.Level, levelNames[:]))
 	}
 	if b.ID == "" {
 		bad(loc+".id", "empty (use \"*\" for every id of the level)")
@@ -595,8 +642,17 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 			known = true
 		}
 	}
+	refillKnown := false
+	switch b.Refill {
+	case RefillToken, RefillRamp, RefillFixed, RefillRolling, RefillConcurrency:
+		refillKnown = true
+	}
 	if !known {
-		bad(loc+".dimension", "unknown dimension %q", b.Dimension)
+		names := make([]string, len(schemas.Dimensions))
+		for i, d := range schemas.Dimensions {
+			names[i] = string(d)
+		}
+		bad(loc+".dimension", "unknown dimension %q%s", b.Dimension, problems.DidYouMean(string(b.Dimension), names))
 	}
 	// A shadow bucket may shadow an enforced one of the same dimension (a
 	// tighter limit on trial): the key includes the flag.
@@ -609,13 +665,16 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 		bad(loc, "duplicate %sbucket %s:%s %s", kind, b.Level, b.ID, b.Dimension)
 	}
 	seen[k] = true
-	if b.Capacity <= 0 || b.Capacity > maxScaled {
+	// What is bounded by the capacity is checked against it only when the
+	// capacity itself is valid (capacity: -5 is one problem, not three).
+	capOK := b.Capacity > 0 && b.Capacity <= maxScaled
+	if !capOK {
 		bad(loc+".capacity", "%d out of [1, 2^61]", b.Capacity)
 	}
-	if b.Guaranteed < 0 || b.Guaranteed > b.Capacity {
+	if b.Guaranteed < 0 || capOK && b.Guaranteed > b.Capacity {
 		bad(loc+".guaranteed", "%d out of [0, capacity %d]", b.Guaranteed, b.Capacity)
 	}
-	if b.BorrowReserve < 0 || b.BorrowReserve > b.Capacity {
+	if b.BorrowReserve < 0 || capOK && b.BorrowReserve > b.Capacity {
 		bad(loc+".borrow_reserve", "%d out of [0, capacity %d]", b.BorrowReserve, b.Capacity)
 	}
 	if b.Shadow && (b.Refill == RefillRamp || b.Guaranteed > 0 || b.BorrowReserve > 0) {
@@ -624,29 +683,33 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	if b.Ramp != nil && b.Refill != RefillRamp {
 		bad(loc+".ramp", "set on a %q bucket", b.Refill)
 	}
-	validateAccounting(loc, b, bad)
+	if known {
+		validateAccounting(loc, b, bad)
+	}
 	switch b.Refill {
 	case RefillToken, RefillRamp:
-		if b.PeriodMs <= 0 || b.PeriodMs > dayMs {
+		periodOK := b.PeriodMs > 0 && b.PeriodMs <= dayMs
+		if !periodOK {
 			bad(loc+".period_ms", "%d out of [1, %d]", b.PeriodMs, int64(dayMs))
 		}
-		if b.WindowMs <= 0 || b.WindowMs > b.PeriodMs {
+		windowOK := b.WindowMs > 0 && (!periodOK || b.WindowMs <= b.PeriodMs)
+		if !windowOK {
 			bad(loc+".window_ms", "%d out of [1, period_ms %d]", b.WindowMs, b.PeriodMs)
 		}
-		if b.PeriodMs > 0 && b.Capacity > maxScaled/b.PeriodMs {
+		if periodOK && capOK && b.Capacity > maxScaled/b.PeriodMs {
 			bad(loc+".capacity", "%d × period_ms %d overflows; use a shorter period", b.Capacity, b.PeriodMs)
 		}
-		if b.PeriodMs > 0 && b.WindowMs > 0 && b.Capacity > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+		if periodOK && windowOK && capOK && b.Capacity*b.WindowMs < b.PeriodMs {
 			bad(loc+".window_ms", "burst capacity×window/period = %d×%d/%d is below one unit", b.Capacity, b.WindowMs, b.PeriodMs)
 		}
 		if b.Refill == RefillRamp {
 			if b.Ramp == nil {
 				bad(loc+".ramp", "required for a ramp bucket")
 			} else {
-				if b.Ramp.StartPerPeriod <= 0 || b.Ramp.StartPerPeriod > b.Capacity {
+				if b.Ramp.StartPerPeriod <= 0 || capOK && b.Ramp.StartPerPeriod > b.Capacity {
 					bad(loc+".ramp.start_per_period", "%d out of [1, capacity %d]", b.Ramp.StartPerPeriod, b.Capacity)
 				}
-				if b.Ramp.StepPerPeriod < 0 || b.Ramp.StepPerPeriod > b.Capacity {
+				if b.Ramp.StepPerPeriod < 0 || capOK && b.Ramp.StepPerPeriod > b.Capacity {
 					bad(loc+".ramp.step_per_period", "%d out of [0, capacity %d]", b.Ramp.StepPerPeriod, b.Capacity)
 				}
 				if b.Ramp.PauseRejectPermille < 0 || b.Ramp.PauseRejectPermille > 1000 {
@@ -658,10 +721,11 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 			}
 		}
 	case RefillFixed, RefillRolling:
-		if b.PeriodMs <= 0 || b.PeriodMs > maxPeriodMs {
+		periodOK := b.PeriodMs > 0 && b.PeriodMs <= maxPeriodMs
+		if !periodOK {
 			bad(loc+".period_ms", "%d out of [1, %d]", b.PeriodMs, int64(maxPeriodMs))
 		}
-		if b.ResetOffsetMs < 0 || (b.PeriodMs > 0 && b.ResetOffsetMs >= b.PeriodMs) {
+		if b.ResetOffsetMs < 0 || (periodOK && b.ResetOffsetMs >= b.PeriodMs) {
 			bad(loc+".reset_offset_ms", "%d out of [0, period_ms)", b.ResetOffsetMs)
 		}
 		if b.Refill == RefillRolling && (b.Slots < 1 || b.Slots > 1440) {
@@ -675,7 +739,11 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 			bad(loc+".guaranteed", "only token buckets have a guaranteed baseline")
 		}
 	default:
-		bad(loc+".refill", "unknown refill kind %q", b.Refill)
+		bad(loc+".refill", "unknown refill kind %q%s", b.Refill,
+			problems.DidYouMean(b.Refill, []string{RefillToken, RefillFixed, RefillRolling, RefillConcurrency, RefillRamp}))
+	}
+	if !known || !refillKnown {
+		return // pairing a dimension with a refill needs both
 	}
 	if b.Dimension == schemas.DimConcurrency && b.Refill != RefillConcurrency {
 		bad(loc+".refill", "dimension concurrency needs refill %q", RefillConcurrency)

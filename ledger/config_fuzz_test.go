@@ -11,7 +11,7 @@ import (
 // config that validates, compiles, and survives a JSON round trip (the
 // form it takes in snapshots) unchanged.
 func FuzzParseConfig(f *testing.F) {
-	for _, name := range []string{"testdata/example_config.json", "testdata/bad_config.json"} {
+	for _, name := range []string{"testdata/example_config.json", "testdata/bad_config.json", "testdata/bad_decode.json"} {
 		b, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)

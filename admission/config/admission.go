@@ -1,13 +1,14 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
+	"reflect"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/internal/problems"
 )
 
 // WithAdmission returns the configuration of c's file with its tenants and
@@ -19,11 +20,16 @@ func (c *Config) WithAdmission(tenants []Tenant, ledgerJSON []byte) (*Config, er
 	if c.raw == nil {
 		return nil, errors.New("config: overlay needs a configuration loaded from a file")
 	}
+	// The file's positions do not apply to tenants and a ledger document
+	// from the admin state, so the problems carry paths only.
+	p := &problems.List{Subject: "config with the admin state"}
 	var n Config
-	dec := yaml.NewDecoder(bytes.NewReader(c.raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&n); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parse: %w", err)
+	root := p.Parse(c.raw)
+	if root == nil {
+		return nil, p.Err()
+	}
+	if err := p.Check(root, "", reflect.TypeOf(n), problems.TagYAML).Decode(&n); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	n.Tenants = make([]Tenant, len(tenants))
 	for i, t := range tenants {
@@ -40,7 +46,11 @@ func (c *Config) WithAdmission(tenants []Tenant, ledgerJSON []byte) (*Config, er
 	if len(doc.Content) > 0 {
 		n.Ledger = *doc.Content[0]
 	}
-	if err := n.finish(os.Getenv); err != nil {
+	n.finish(os.Getenv, p)
+	for i := range p.Problems {
+		p.Problems[i].Pos = problems.Pos{} // lines of the file or of a JSON text: neither is where these came from
+	}
+	if err := p.Err(); err != nil {
 		return nil, err
 	}
 	n.raw = c.raw

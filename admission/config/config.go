@@ -8,11 +8,9 @@
 package config
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -26,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/internal/problems"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -75,6 +74,7 @@ type Config struct {
 	Ledger yaml.Node `yaml:"ledger"`
 
 	raw        []byte // the file as read, for WithAdmission
+	ledger     ledger.Config
 	ledgerJSON []byte
 	classes    map[string]bool
 	deadlines  map[string]ClassDeadline // class → its deadline default and cap
@@ -285,50 +285,62 @@ func HashKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// LoadFile reads and validates a config file.
+// LoadFile reads and validates a config file. A bad file's error (a
+// *ValidationError) lists every problem at its file:line:column.
 func LoadFile(path string) (*Config, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	defer f.Close()
-	c, err := Load(f)
-	if err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return c, nil
+	return load(data, path)
 }
 
 // Load parses YAML, fills defaults and validates.
 func Load(r io.Reader) (*Config, error) {
 	data, err := io.ReadAll(io.LimitReader(r, 16<<20))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return load(data, "")
+}
+
+// load decodes data (named file in messages, if any), fills defaults and
+// validates, reporting every problem in one list.
+func load(data []byte, file string) (*Config, error) {
+	p := &problems.List{Subject: "config", File: file}
+	if file != "" {
+		p.Subject = "config " + file
 	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parse: %w", err)
+	if root := p.DecodeYAML(data, &c); root == nil {
+		return nil, p.Err() // a syntax error: nothing further is meaningful
 	}
-	if err := c.finish(os.Getenv); err != nil {
+	c.finish(os.Getenv, p)
+	c.checkLedgerRefs(p)
+	if err := p.Err(); err != nil {
 		return nil, err
 	}
 	c.raw = data
 	return &c, nil
 }
 
-// ValidationError lists every problem found, each with its location.
-type ValidationError struct{ Problems []string }
+// ValidationError lists every problem found, each at its path and, for a
+// file, its line and column (see internal/problems).
+type ValidationError = problems.List
 
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("%d problem(s):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
+// finish fills defaults, resolves references and validates, adding every
+// problem to p. A value that failed to decode is marked failed in p, and
+// what follows from it is not reported again.
+func (c *Config) finish(getenv func(string) string, p *problems.List) {
+	c.finishSettings(getenv, p.Add)
+	c.finishProviders(getenv, p.Add)
+	c.finishRoutes(p)
+	keyClasses := c.finishTenants(p.Add)
+	c.finishLedger(p, keyClasses)
 }
 
-// finish fills defaults, resolves references and validates.
-func (c *Config) finish(getenv func(string) string) error {
-	var probs []string
-	add := func(format string, a ...any) { probs = append(probs, fmt.Sprintf(format, a...)) }
+// finishSettings fills and checks the gateway's own settings.
+func (c *Config) finishSettings(getenv func(string) string, add func(string, string, ...any)) {
 	// SLUICE_GATEWAY_NODE overrides the file's node: the replicas of one
 	// Deployment share one config file but each needs its own id (its pod
 	// name), and a reload must keep it.
@@ -342,60 +354,28 @@ func (c *Config) finish(getenv func(string) string) error {
 		c.BodyLimitBytes = 10 << 20
 	}
 	if c.BodyLimitBytes < 1024 {
-		add("body_limit_bytes: %d is below the 1024-byte minimum", c.BodyLimitBytes)
+		add("body_limit_bytes", "%d is below the 1024-byte minimum", c.BodyLimitBytes)
 	}
 	if c.LedgerTimeoutMs == 0 {
 		c.LedgerTimeoutMs = 2000
 	}
 	if c.LedgerTimeoutMs < 0 {
-		add("ledger_timeout_ms: must be positive")
-	}
-	c.providers = map[string]*Provider{}
-	for i := range c.Providers {
-		p := &c.Providers[i]
-		at := fmt.Sprintf("providers[%d]", i)
-		if p.Name == "" {
-			add("%s.name: required", at)
-		} else if c.providers[p.Name] != nil {
-			add("%s.name: duplicate provider %q", at, p.Name)
-		}
-		c.providers[p.Name] = p
-		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
-			add("%s.kind: %q is not one of openai, azure, anthropic, gemini, openai_compatible", at, p.Kind)
-		}
-		if p.Scope == "" {
-			add("%s.scope: required (the provider quota scope, e.g. openai:org-x/proj-y)", at)
-		}
-		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
-			add("%s.base_url: %q must start with http:// or https://", at, p.BaseURL)
-		}
-		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
-			p.APIVersion = "2023-06-01"
-		}
-		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
-			add("%s: azure providers need api_version and deployment", at)
-		}
-		if p.APIKeyEnv != "" {
-			p.apiKey = getenv(p.APIKeyEnv)
-			if p.apiKey == "" {
-				add("%s.api_key_env: environment variable %s is empty or unset", at, p.APIKeyEnv)
-			}
-		}
+		add("ledger_timeout_ms", "must be positive")
 	}
 	if c.UpstreamTimeoutMs == 0 {
 		c.UpstreamTimeoutMs = 600_000
 	}
 	if c.UpstreamTimeoutMs < 0 {
-		add("upstream_timeout_ms: must be positive")
+		add("upstream_timeout_ms", "must be positive")
 	}
 	if c.ReloadIntervalMs == 0 {
 		c.ReloadIntervalMs = 5000
 	}
 	if c.ReloadIntervalMs < 100 {
-		add("reload_interval_ms: %d is below the 100 ms minimum", c.ReloadIntervalMs)
+		add("reload_interval_ms", "%d is below the 100 ms minimum", c.ReloadIntervalMs)
 	}
 	if c.LateGrantMs < 0 || c.LateGrantMs > LateGrantMaxMs {
-		add("late_grant_ms: %d out of [0, %d] (0: per class)", c.LateGrantMs, int64(LateGrantMaxMs))
+		add("late_grant_ms", "%d out of [0, %d] (0: per class)", c.LateGrantMs, int64(LateGrantMaxMs))
 	}
 	id := &c.Idempotency
 	if id.WindowMs == 0 {
@@ -408,22 +388,69 @@ func (c *Config) finish(getenv func(string) string) error {
 		id.BodyBytesMax = 1 << 20
 	}
 	if id.WindowMs < 0 || id.WindowMs > 7*24*3_600_000 {
-		add("idempotency.window_ms: %d out of [1, 604800000]", id.WindowMs)
+		add("idempotency.window_ms", "%d out of [1, 604800000]", id.WindowMs)
 	}
 	if id.EntriesMax < 0 || id.EntriesMax > 10_000_000 {
-		add("idempotency.entries_max: %d out of [1, 10000000]", id.EntriesMax)
+		add("idempotency.entries_max", "%d out of [1, 10000000]", id.EntriesMax)
 	}
 	if id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20 {
-		add("idempotency.body_bytes_max: %d out of [1, 67108864]", id.BodyBytesMax)
+		add("idempotency.body_bytes_max", "%d out of [1, 67108864]", id.BodyBytesMax)
+	}
+}
+
+// finishProviders checks the providers and reads their credentials.
+func (c *Config) finishProviders(getenv func(string) string, add func(string, string, ...any)) {
+	c.providers = map[string]*Provider{}
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		at := fmt.Sprintf("providers[%d]", i)
+		if p.Name == "" {
+			add(at+".name", "required")
+		} else if c.providers[p.Name] != nil {
+			add(at+".name", "duplicate provider %q", p.Name)
+		}
+		c.providers[p.Name] = p
+		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
+			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible%s", p.Kind, problems.Hint(string(p.Kind), kindNames()))
+		}
+		if p.Scope == "" {
+			add(at+".scope", "required (the provider quota scope, e.g. openai:org-x/proj-y)")
+		}
+		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
+			add(at+".base_url", "%q must start with http:// or https://", p.BaseURL)
+		}
+		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
+			p.APIVersion = "2023-06-01"
+		}
+		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
+			add(at, "azure providers need api_version and deployment")
+		}
+		if p.APIKeyEnv != "" {
+			p.apiKey = getenv(p.APIKeyEnv)
+			if p.apiKey == "" {
+				add(at+".api_key_env", "environment variable %s is empty or unset", p.APIKeyEnv)
+			}
+		}
+	}
+}
+
+// finishRoutes resolves every route to its candidates and checks them
+// against the providers and the route's contract.
+func (c *Config) finishRoutes(p *problems.List) {
+	add := p.Add
+	// A route naming a provider whose own name is broken is a consequence.
+	providersSound := !p.Failed("providers")
+	for i := range c.Providers {
+		providersSound = providersSound && !p.Has(problems.Index("providers", i)+".name")
 	}
 	c.routes = map[string]*Route{}
 	for i := range c.Routes {
 		r := &c.Routes[i]
 		at := fmt.Sprintf("routes[%d]", i)
 		if r.Model == "" {
-			add("%s.model: required", at)
+			add(at+".model", "required")
 		} else if c.routes[r.Model] != nil {
-			add("%s.model: duplicate route for %q", at, r.Model)
+			add(at+".model", "duplicate route for %q", r.Model)
 		}
 		c.routes[r.Model] = r
 		if r.Profile == "" {
@@ -431,9 +458,9 @@ func (c *Config) finish(getenv func(string) string) error {
 		}
 		switch {
 		case r.Provider != "" && len(r.Candidates) > 0:
-			add("%s: give either provider (one candidate) or candidates, not both", at)
+			add(at, "give either provider (one candidate) or candidates, not both")
 		case r.Provider == "" && len(r.Candidates) == 0:
-			add("%s.provider: required (or a candidates list)", at)
+			add(at+".provider", "required (or a candidates list)")
 		case r.Provider != "":
 			r.Candidates = []Candidate{{Provider: r.Provider, UpstreamModel: r.UpstreamModel, Profile: r.Profile}}
 		}
@@ -441,17 +468,17 @@ func (c *Config) finish(getenv func(string) string) error {
 			r.DefaultMaxOutputTokens = 4096
 		}
 		if r.DefaultMaxOutputTokens < 0 {
-			add("%s.default_max_output_tokens: must be positive", at)
+			add(at+".default_max_output_tokens", "must be positive")
 		}
 		if r.P95OutputTokens < 0 {
-			add("%s.p95_output_tokens: must not be negative", at)
+			add(at+".p95_output_tokens", "must not be negative")
 		}
 		if f := r.InputCorrection; f != 0 && !(f >= estimate.InputCorrectionMin && f <= estimate.InputCorrectionMax) {
-			add("%s.input_correction: %v is outside [%v, %v] (0 = none)", at, f, estimate.InputCorrectionMin, estimate.InputCorrectionMax)
+			add(at+".input_correction", "%v is outside [%v, %v] (0 = none)", f, estimate.InputCorrectionMin, estimate.InputCorrectionMax)
 		}
 		ct := &r.Contract
 		if ct.MinContextTokens < 0 || ct.MaxInputCostPerMTok < 0 || ct.MaxOutputCostPerMTok < 0 {
-			add("%s.contract: limits must not be negative", at)
+			add(at+".contract", "limits must not be negative")
 		}
 		for j := range r.Candidates {
 			cd := &r.Candidates[j]
@@ -465,34 +492,35 @@ func (c *Config) finish(getenv func(string) string) error {
 			if cd.Profile == "" {
 				cd.Profile = r.Profile
 			}
-			if c.providers[cd.Provider] == nil {
-				add("%s.provider: unknown provider %q", cat, cd.Provider)
+			if c.providers[cd.Provider] == nil && providersSound {
+				add(cat+".provider", "unknown provider %q%s", cd.Provider, problems.DidYouMean(cd.Provider, slices.Sorted(maps.Keys(c.providers))))
 			}
 			if cd.ContextTokens < 0 || cd.InputCostPerMTok < 0 || cd.OutputCostPerMTok < 0 {
-				add("%s: context_tokens and costs must not be negative", cat)
+				add(cat, "context_tokens and costs must not be negative")
 			}
 			for _, why := range ct.Violations(cd) {
-				add("%s: breaks the route contract: %s", cat, why)
+				add(cat, "breaks the route contract: %s", why)
 			}
 		}
 		if len(r.Candidates) > 0 {
 			r.Provider, r.UpstreamModel = r.Candidates[0].Provider, r.Candidates[0].UpstreamModel
 		}
 	}
+}
+
+// finishTenants checks the tenants, teams and keys and builds the key
+// index; the keys' classes wait for the ledger document (finishLedger).
+func (c *Config) finishTenants(add func(string, string, ...any)) []keyClass {
 	c.keys = map[string]*Identity{}
-	type keyClass struct {
-		at string
-		k  *Key
-	}
 	var keyClasses []keyClass
 	tenants := map[string]bool{}
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
 		at := fmt.Sprintf("tenants[%d]", i)
 		if t.ID == "" {
-			add("%s.id: required", at)
+			add(at+".id", "required")
 		} else if tenants[t.ID] {
-			add("%s.id: duplicate tenant %q", at, t.ID)
+			add(at+".id", "duplicate tenant %q", t.ID)
 		}
 		tenants[t.ID] = true
 		checkEntitlement(add, at, &t.Entitlement)
@@ -501,9 +529,9 @@ func (c *Config) finish(getenv func(string) string) error {
 			tm := &t.Teams[j]
 			tat := fmt.Sprintf("%s.teams[%d]", at, j)
 			if tm.ID == "" {
-				add("%s.id: required", tat)
+				add(tat+".id", "required")
 			} else if teams[tm.ID] != nil {
-				add("%s.id: duplicate team %q", tat, tm.ID)
+				add(tat+".id", "duplicate team %q", tm.ID)
 			}
 			teams[tm.ID] = tm
 			checkEntitlement(add, tat, &tm.Entitlement)
@@ -511,121 +539,266 @@ func (c *Config) finish(getenv func(string) string) error {
 		for j := range t.Keys {
 			k := &t.Keys[j]
 			kat := fmt.Sprintf("%s.keys[%d]", at, j)
-			if k.ID == "" {
-				add("%s.id: required", kat)
-			}
-			k.SHA256 = strings.ToLower(k.SHA256)
-			if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
-				add("%s.sha256: must be 64 hex characters (the SHA-256 of the key; `sluice keys hash` prints it)", kat)
-			} else if c.keys[k.SHA256] != nil {
-				add("%s.sha256: the same key is configured twice", kat)
-			}
-			if k.Priority < -100 || k.Priority > 100 {
-				add("%s.priority: %d out of [-100, 100]", kat, k.Priority)
-			}
-			if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
-				add("%s.deadline_ms: %d out of [0, %d]", kat, k.DeadlineMs, DeadlineMsMax)
-			}
-			if k.MaxDeadlineMs < 0 || k.MaxDeadlineMs > DeadlineMsMax {
-				add("%s.max_deadline_ms: %d out of [0, %d]", kat, k.MaxDeadlineMs, DeadlineMsMax)
-			} else if k.MaxDeadlineMs > 0 && k.DeadlineMs > k.MaxDeadlineMs {
-				add("%s.deadline_ms: %d is longer than the key's max_deadline_ms %d", kat, k.DeadlineMs, k.MaxDeadlineMs)
-			}
-			fb := k.FallbackAllowed == nil || *k.FallbackAllowed
-			checkEntitlement(add, kat, &k.Entitlement)
-			var expMs int64
-			if k.ExpiresAt != "" {
-				if at, err := time.Parse(time.RFC3339, k.ExpiresAt); err != nil {
-					add("%s.expires_at: %q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", kat, k.ExpiresAt)
-				} else {
-					expMs = at.UnixMilli()
-				}
-			}
-			var ents []Holder
-			for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
-				if h.Bounds() {
-					ents = append(ents, h)
-				}
-			}
-			for _, h := range ents {
-				if h.MaxPriority != nil && k.Priority > *h.MaxPriority {
-					add("%s.priority: %d is above max_priority %d of %s", kat, k.Priority, *h.MaxPriority, h.Name())
-				}
-			}
-			c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
-				Priority: k.Priority, DeadlineMs: k.DeadlineMs, MaxDeadlineMs: k.MaxDeadlineMs, FallbackAllowed: fb,
-				Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
+			c.finishKey(add, t, teams, k, kat)
 			keyClasses = append(keyClasses, keyClass{kat, k})
 		}
 	}
-	if c.Ledger.Kind == 0 {
-		add("ledger: required (the quota document; see deploy/examples/sluice.yaml)")
-	} else {
-		var doc any
-		if err := c.Ledger.Decode(&doc); err != nil {
-			add("ledger: %v", err)
-		} else if b, err := json.Marshal(doc); err != nil {
-			add("ledger: %v", err)
-		} else if lc, err := ledger.ParseConfig(b); err != nil {
-			for _, line := range strings.Split(err.Error(), "\n") {
-				if line = strings.TrimSpace(line); line != "" {
-					add("ledger: %s", line)
-				}
-			}
-		} else if c.ledgerJSON, err = json.Marshal(lc); err != nil {
-			add("ledger: %v", err)
+	return keyClasses
+}
+
+// finishKey checks one key of tenant t and indexes its identity.
+func (c *Config) finishKey(add func(string, string, ...any), t *Tenant, teams map[string]*Team, k *Key, kat string) {
+	if k.ID == "" {
+		add(kat+".id", "required")
+	}
+	k.SHA256 = strings.ToLower(k.SHA256)
+	if b, err := hex.DecodeString(k.SHA256); err != nil || len(b) != sha256.Size {
+		add(kat+".sha256", "must be 64 hex characters (the SHA-256 of the key; `sluice keys hash` prints it)")
+	} else if c.keys[k.SHA256] != nil {
+		add(kat+".sha256", "the same key is configured twice")
+	}
+	if k.Priority < -100 || k.Priority > 100 {
+		add(kat+".priority", "%d out of [-100, 100]", k.Priority)
+	}
+	if k.DeadlineMs < 0 || k.DeadlineMs > DeadlineMsMax {
+		add(kat+".deadline_ms", "%d out of [0, %d]", k.DeadlineMs, DeadlineMsMax)
+	}
+	if k.MaxDeadlineMs < 0 || k.MaxDeadlineMs > DeadlineMsMax {
+		add(kat+".max_deadline_ms", "%d out of [0, %d]", k.MaxDeadlineMs, DeadlineMsMax)
+	} else if k.MaxDeadlineMs > 0 && k.DeadlineMs > k.MaxDeadlineMs {
+		add(kat+".deadline_ms", "%d is longer than the key's max_deadline_ms %d", k.DeadlineMs, k.MaxDeadlineMs)
+	}
+	fb := k.FallbackAllowed == nil || *k.FallbackAllowed
+	checkEntitlement(add, kat, &k.Entitlement)
+	var expMs int64
+	if k.ExpiresAt != "" {
+		if at, err := time.Parse(time.RFC3339, k.ExpiresAt); err != nil {
+			add(kat+".expires_at", "%q is not an RFC 3339 time (e.g. 2027-01-31T00:00:00Z)", k.ExpiresAt)
 		} else {
-			c.classes = map[string]bool{}
-			c.lateMs = map[string]int64{}
-			c.deadlines = map[string]ClassDeadline{}
-			for i, cl := range lc.Classes {
-				c.classes[cl.Name] = true
-				c.lateMs[cl.Name] = lateGrantDefault(c.LateGrantMs, cl.MaxWaitMs)
-				c.deadlines[cl.Name] = ClassDeadline{DefaultMs: cl.DeadlineMs, MaxMs: cl.MaxDeadlineMs}
-				for _, p := range classDeadlineProblems(cl) {
-					add("ledger: classes[%d] (%s).%s", i, cl.Name, p)
-				}
-			}
-			for _, name := range slices.Sorted(maps.Keys(c.LateGrantClassMs)) {
-				v := c.LateGrantClassMs[name]
-				if !c.classes[name] {
-					add("late_grant_class_ms.%s: not a class of the ledger document (%s)", name, strings.Join(c.ClassNames(), ", "))
-				} else if v < 1 || v > LateGrantMaxMs {
-					add("late_grant_class_ms.%s: %d out of [1, %d]", name, v, int64(LateGrantMaxMs))
-				} else {
-					c.lateMs[name] = v
-				}
-			}
-			// A key without a class takes the ledger's default class.
-			for _, kc := range keyClasses {
-				if kc.k.Class == "" {
-					kc.k.Class = lc.DefaultClass
-					c.keys[kc.k.SHA256].Class = lc.DefaultClass
-				} else if !c.classes[kc.k.Class] {
-					add("%s.class: %q is not a class of the ledger document (%s)", kc.at, kc.k.Class, strings.Join(c.ClassNames(), ", "))
-					continue
-				}
-				// Its class must be one it is entitled to (an entitlement
-				// naming an unknown class is reported once, below, not as
-				// a consequence here).
-				for _, h := range c.keys[kc.k.SHA256].Entitlements {
-					known := !slices.ContainsFunc(h.AllowedClasses, func(cl string) bool { return !c.classes[cl] })
-					if known && len(h.AllowedClasses) > 0 && !slices.Contains(h.AllowedClasses, kc.k.Class) {
-						add("%s.class: %q is not in allowed_classes %v of %s (set the key's class)", kc.at, kc.k.Class, h.AllowedClasses, h.Name())
-					}
-				}
-			}
-			c.checkEntitledNames(add)
-			if len(probs) == 0 {
-				c.publishEntitlements(&lc, add)
-			}
+			expMs = at.UnixMilli()
+		}
+	}
+	var ents []Holder
+	for _, h := range []Holder{{"partner", t.Partner, t.PartnerEntitlement}, {"tenant", t.ID, t.Entitlement}, {"team", k.Team, teamEntitlement(teams, k.Team)}, {"key", k.ID, k.Entitlement}} {
+		if h.Bounds() {
+			ents = append(ents, h)
+		}
+	}
+	for _, h := range ents {
+		if h.MaxPriority != nil && k.Priority > *h.MaxPriority && k.Priority <= 100 && *h.MaxPriority >= -100 { // else reported above
+			add(kat+".priority", "%d is above max_priority %d of %s", k.Priority, *h.MaxPriority, h.Name())
+		}
+	}
+	c.keys[k.SHA256] = &Identity{Org: t.Org, Tenant: t.ID, Team: k.Team, App: k.App, KeyID: k.ID, Class: k.Class,
+		Priority: k.Priority, DeadlineMs: k.DeadlineMs, MaxDeadlineMs: k.MaxDeadlineMs, FallbackAllowed: fb,
+		Disabled: k.Disabled, Paused: k.Paused, TenantPaused: t.Paused, Entitlements: ents, ExpiresAtMs: expMs}
+
+}
+
+// finishLedger decodes and validates the ledger document in place (its
+// problems at their lines in this file), then checks what names its
+// classes.
+func (c *Config) finishLedger(p *problems.List, keyClasses []keyClass) {
+	add := p.Add
+	if c.Ledger.Kind == 0 {
+		add("ledger", "required (the quota document; see deploy/examples/sluice.yaml)")
+		return
+	}
+	var lc ledger.Config
+	p.DecodeJSONNode(&c.Ledger, "ledger", &lc)
+	p.Merge("ledger", lc.Finish())
+	var err error
+	if c.ledgerJSON, err = json.Marshal(lc); err != nil {
+		add("ledger", "%v", err)
+	}
+	c.classes = map[string]bool{}
+	c.lateMs = map[string]int64{}
+	c.deadlines = map[string]ClassDeadline{}
+	for i, cl := range lc.Classes {
+		c.classes[cl.Name] = true
+		c.lateMs[cl.Name] = lateGrantDefault(c.LateGrantMs, cl.MaxWaitMs)
+		c.deadlines[cl.Name] = ClassDeadline{DefaultMs: cl.DeadlineMs, MaxMs: cl.MaxDeadlineMs}
+		for _, prob := range classDeadlineProblems(cl) {
+			field, msg, _ := strings.Cut(prob, ": ")
+			add(fmt.Sprintf("ledger.classes[%d].%s", i, field), "%s", msg)
+		}
+	}
+	// References to classes are checked only against a class list that is
+	// itself sound: a key naming a class that failed to decode is a
+	// consequence, not a problem of the key.
+	if classNamesSound(p, len(lc.Classes)) {
+		c.checkClassRefs(add, lc.DefaultClass, keyClasses)
+		if len(p.Problems) == 0 {
+			c.publishEntitlements(&lc, add)
 		}
 	}
 	c.Degraded.finish(c.classes, add)
-	if len(probs) > 0 {
-		return &ValidationError{Problems: probs}
+	c.ledger = lc
+}
+
+// checkClassRefs checks what names a class of the ledger document: the
+// late-grant overrides, every key's class (a key without one takes the
+// default class) and every entitlement.
+func (c *Config) checkClassRefs(add func(string, string, ...any), defaultClass string, keyClasses []keyClass) {
+	for _, name := range slices.Sorted(maps.Keys(c.LateGrantClassMs)) {
+		v := c.LateGrantClassMs[name]
+		if !c.classes[name] {
+			add("late_grant_class_ms."+name, "not a class of the ledger document (%s)", strings.Join(c.ClassNames(), ", "))
+		} else if v < 1 || v > LateGrantMaxMs {
+			add("late_grant_class_ms."+name, "%d out of [1, %d]", v, int64(LateGrantMaxMs))
+		} else {
+			c.lateMs[name] = v
+		}
 	}
-	return nil
+	for _, kc := range keyClasses {
+		if kc.k.Class == "" {
+			kc.k.Class = defaultClass
+			c.keys[kc.k.SHA256].Class = defaultClass
+		} else if !c.classes[kc.k.Class] {
+			add(kc.at+".class", "%q is not a class of the ledger document%s", kc.k.Class, problems.DidYouMean(kc.k.Class, c.ClassNames()))
+			continue
+		}
+		// Its class must be one it is entitled to (an entitlement naming
+		// an unknown class is reported once, by checkEntitledNames, not as
+		// a consequence here).
+		for _, h := range c.keys[kc.k.SHA256].Entitlements {
+			known := !slices.ContainsFunc(h.AllowedClasses, func(cl string) bool { return !c.classes[cl] })
+			if known && len(h.AllowedClasses) > 0 && !slices.Contains(h.AllowedClasses, kc.k.Class) {
+				add(kc.at+".class", "%q is not in allowed_classes %v of %s (set the key's class)", kc.k.Class, h.AllowedClasses, h.Name())
+			}
+		}
+	}
+	c.checkEntitledNames(add)
+}
+
+// classNamesSound reports whether the ledger's class names can be
+// trusted to check references against: none failed to decode, is empty or
+// duplicate, and the default class is one of them. A class with a bad
+// max_wait_ms still names itself.
+func classNamesSound(p *problems.List, n int) bool {
+	if p.Failed("ledger.classes") || p.Has("ledger.default_class") {
+		return false
+	}
+	for i := range n {
+		if p.Has(problems.Index("ledger.classes", i) + ".name") {
+			return false
+		}
+	}
+	return true
+}
+
+func kindNames() []string {
+	out := make([]string, len(schemas.ProviderKinds))
+	for i, k := range schemas.ProviderKinds {
+		out[i] = string(k)
+	}
+	return out
+}
+
+// keyClass is a key and its path, kept until the ledger's classes are
+// known.
+type keyClass struct {
+	at string
+	k  *Key
+}
+
+// checkLedgerRefs checks that every scope, bucket and fair-share weight of
+// the ledger document names a provider scope or an id this file has: a bucket for tenant "agentz"
+// limits no request, and tenant "agents" would run without the limit meant
+// for it. "*" (every id) and the scope level are not references.
+//
+// Only a file is checked: the admin API (services/admin) creates a
+// partner's org bucket before its first sub-tenant and teams before their
+// keys, and checks its own references as it makes each change.
+func (c *Config) checkLedgerRefs(p *problems.List) {
+	known, unsound := c.refNames(p)
+	what := map[string]string{ledger.LevelOrg: "org of a tenant", ledger.LevelTenant: "tenant", ledger.LevelTeam: "team",
+		ledger.LevelKey: "key", ledger.LevelProfile: "route profile", ledger.LevelDeployment: "provider (deployment)"}
+	check := func(at, level, id string) {
+		if id == "*" || id == "" || what[level] == "" && level != levelScopeName || unsound[level] || known[level][id] {
+			return
+		}
+		hint := problems.DidYouMean(id, slices.Sorted(maps.Keys(known[level])))
+		if level == levelScopeName {
+			p.Add(at, "%q is not the scope of any provider, so its limits would apply to no request%s", id, hint)
+			return
+		}
+		p.Add(at, "%q is not a %s of this config, so the limit would apply to no request%s", id, what[level], hint)
+	}
+	for si, s := range c.ledger.Scopes {
+		sat := problems.Index("ledger.scopes", si)
+		check(sat+".name", levelScopeName, s.Name)
+		for ti, t := range s.Tenants {
+			check(fmt.Sprintf("%s.tenants[%d].id", sat, ti), ledger.LevelTenant, t.ID)
+		}
+		for bi, b := range s.Buckets {
+			check(fmt.Sprintf("%s.buckets[%d].id", sat, bi), b.Level, b.ID)
+		}
+	}
+}
+
+// levelScopeName stands for the provider scopes among the levels whose
+// names the ledger document refers to.
+const levelScopeName = "scope name"
+
+// refNames collects, per level, the ids this file defines (org, tenant,
+// team, key, route profile, deployment = provider name, and the providers'
+// scopes). A level whose defining names have a problem of their own is
+// unsound: a reference to it is not checked, since a failed tenant id is
+// one problem, not one more for every bucket of that tenant.
+func (c *Config) refNames(p *problems.List) (known map[string]map[string]bool, unsound map[string]bool) {
+	known, unsound = map[string]map[string]bool{}, map[string]bool{}
+	put := func(level, id, at string) {
+		if p.Has(at) {
+			unsound[level] = true
+		}
+		if id == "" {
+			return
+		}
+		if known[level] == nil {
+			known[level] = map[string]bool{}
+		}
+		known[level][id] = true
+	}
+	for i, t := range c.Tenants {
+		at := problems.Index("tenants", i)
+		put(ledger.LevelOrg, t.Org, at+".org")
+		put(ledger.LevelTenant, t.ID, at+".id")
+		for j, tm := range t.Teams {
+			put(ledger.LevelTeam, tm.ID, fmt.Sprintf("%s.teams[%d].id", at, j))
+		}
+		for j, k := range t.Keys {
+			put(ledger.LevelTeam, k.Team, fmt.Sprintf("%s.keys[%d].team", at, j))
+			put(ledger.LevelKey, k.ID, fmt.Sprintf("%s.keys[%d].id", at, j))
+		}
+	}
+	for i, r := range c.Routes {
+		at := problems.Index("routes", i)
+		put(ledger.LevelProfile, r.Profile, at+".profile")
+		for j, cd := range r.Candidates {
+			put(ledger.LevelProfile, cd.Profile, fmt.Sprintf("%s.candidates[%d].profile", at, j))
+		}
+	}
+	for i, pr := range c.Providers {
+		at := problems.Index("providers", i)
+		put(ledger.LevelDeployment, pr.Name, at+".name")
+		put(levelScopeName, pr.Scope, at+".scope")
+	}
+	for _, l := range []string{"tenants", "routes", "providers"} {
+		if p.Failed(l) {
+			for _, lv := range ledgerLevelsOf[l] {
+				unsound[lv] = true
+			}
+		}
+	}
+	return known, unsound
+}
+
+// ledgerLevelsOf names the levels each list of the file defines.
+var ledgerLevelsOf = map[string][]string{
+	"tenants":   {ledger.LevelOrg, ledger.LevelTenant, ledger.LevelTeam, ledger.LevelKey},
+	"routes":    {ledger.LevelProfile},
+	"providers": {ledger.LevelDeployment, levelScopeName},
 }
 
 // Bounds reports whether the entitlement bounds anything.
@@ -657,9 +830,9 @@ func (outer *Entitlement) Exceeds(inner *Entitlement) string {
 // checkEntitlement checks what an entitlement says on its own; its class
 // and model names are checked against the ledger's classes and the routes
 // once those are known (checkEntitledNames).
-func checkEntitlement(add func(string, ...any), at string, e *Entitlement) {
+func checkEntitlement(add func(string, string, ...any), at string, e *Entitlement) {
 	if p := e.MaxPriority; p != nil && (*p < -100 || *p > 100) {
-		add("%s.max_priority: %d out of [-100, 100]", at, *p)
+		add(at+".max_priority", "%d out of [-100, 100]", *p)
 	}
 }
 
@@ -672,16 +845,16 @@ func teamEntitlement(teams map[string]*Team, id string) Entitlement {
 
 // checkEntitledNames checks that every entitlement names classes of the
 // ledger document and routed models.
-func (c *Config) checkEntitledNames(add func(string, ...any)) {
+func (c *Config) checkEntitledNames(add func(string, string, ...any)) {
 	check := func(at string, e *Entitlement) {
 		for _, cl := range e.AllowedClasses {
 			if !c.classes[cl] {
-				add("%s.allowed_classes: %q is not a class of the ledger document (%s)", at, cl, strings.Join(c.ClassNames(), ", "))
+				add(at+".allowed_classes", "%q is not a class of the ledger document (%s)", cl, strings.Join(c.ClassNames(), ", "))
 			}
 		}
 		for _, m := range e.AllowedModels {
 			if c.routes[m] == nil {
-				add("%s.allowed_models: %q is not a routed model (%s)", at, m, strings.Join(c.Models(), ", "))
+				add(at+".allowed_models", "%q is not a routed model (%s)", m, strings.Join(c.Models(), ", "))
 			}
 		}
 	}

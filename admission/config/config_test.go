@@ -3,6 +3,7 @@ package config_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,21 +62,21 @@ func TestLoadValidation(t *testing.T) {
 		{"key priority out of range", doc(`  - {model: m, provider: oa}`, ", priority: 500"), []string{"tenants[0].keys[0].priority: 500 out of [-100, 100]"}},
 		{"entitlements within themselves", doc(`  - {model: m, provider: oa}`, ", class: batch, priority: 5, allowed_classes: [batch, agent], max_priority: 5, allowed_models: [m], expires_at: \"2027-01-31T00:00:00Z\""), nil},
 		{"entitlements naming what does not exist", doc(`  - {model: m, provider: oa}`, ", allowed_classes: [gold], allowed_models: [gpt-9], max_priority: 101, expires_at: tomorrow"), []string{
-			"tenants[0].keys[0].max_priority: 101 out of [-100, 100]",
-			`tenants[0].keys[0].expires_at: "tomorrow" is not an RFC 3339 time`,
 			`tenants[0].keys[0].allowed_classes: "gold" is not a class of the ledger document`,
 			`tenants[0].keys[0].allowed_models: "gpt-9" is not a routed model (m)`,
+			"tenants[0].keys[0].max_priority: 101 out of [-100, 100]",
+			`tenants[0].keys[0].expires_at: "tomorrow" is not an RFC 3339 time`,
 		}},
 		{"a key's defaults beyond its entitlement", doc(`  - {model: m, provider: oa}`, ", class: interactive, priority: 9, allowed_classes: [batch], max_priority: 0"), []string{
-			"tenants[0].keys[0].priority: 9 is above max_priority 0 of key k",
 			`tenants[0].keys[0].class: "interactive" is not in allowed_classes [batch] of key k`,
+			"tenants[0].keys[0].priority: 9 is above max_priority 0 of key k",
 		}},
 		{"every problem at once", doc(`  - {model: m}
   - {model: m, provider: zz, default_max_output_tokens: -1}`, ", deadline_ms: -5"), []string{
 			"routes[0].provider: required",
 			`routes[1].model: duplicate route for "m"`,
-			"routes[1].default_max_output_tokens: must be positive",
 			`routes[1].provider: unknown provider "zz"`,
+			"routes[1].default_max_output_tokens: must be positive",
 			"tenants[0].keys[0].deadline_ms: -5 out of",
 		}},
 	}
@@ -99,8 +100,8 @@ func TestLoadValidation(t *testing.T) {
 				t.Fatalf("%d problems, want %d:\n%s", len(ve.Problems), len(tc.probs), err)
 			}
 			for i, want := range tc.probs {
-				if !strings.Contains(ve.Problems[i], want) {
-					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i], want)
+				if !strings.Contains(ve.Problems[i].String(), want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i].String(), want)
 				}
 			}
 		})
@@ -164,8 +165,27 @@ func FuzzLoad(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("ledger: [1, {a: b}]\nroutes: {x: 1}"))
+	bad, _ := filepath.Glob("testdata/bad/*.yaml")
+	for _, name := range bad {
+		if b, err := os.ReadFile(name); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := config.Load(strings.NewReader(string(b)))
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			// A refusal names at least one problem, counts them right
+			// and places each (the document always has a position).
+			if len(ve.Problems) == 0 || !strings.HasPrefix(err.Error(), fmt.Sprintf("config: %d problem", len(ve.Problems))) {
+				t.Fatalf("refusal without its problems: %q", err)
+			}
+			for _, p := range ve.Problems {
+				if p.Pos.Line == 0 {
+					t.Fatalf("problem without a position: %q", ve.Line(p))
+				}
+			}
+		}
 		if err != nil {
 			return
 		}
@@ -205,9 +225,9 @@ func TestLateGrantBounds(t *testing.T) {
 	if !errors.As(err, &ve) || len(ve.Problems) != 3 {
 		t.Fatalf("err %v, want 3 problems", err)
 	}
-	for i, want := range []string{"late_grant_ms: -1 out of", "late_grant_class_ms.batch: 0 out of", "late_grant_class_ms.gold: not a class"} {
-		if !strings.Contains(ve.Problems[i], want) {
-			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i], want)
+	for i, want := range []string{"late_grant_ms: -1 out of", "late_grant_class_ms.gold: not a class", "late_grant_class_ms.batch: 0 out of"} {
+		if !strings.Contains(ve.Problems[i].String(), want) {
+			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i].String(), want)
 		}
 	}
 }
@@ -239,14 +259,14 @@ func TestClassDeadlines(t *testing.T) {
 		{"default and cap", "{name: batch, max_wait_ms: 50000, deadline_ms: 60000, max_deadline_ms: 600000}", "", nil},
 		{"none", "{name: batch, max_wait_ms: 1200000}", "", nil},
 		{"max wait longer than the deadline", "{name: batch, max_wait_ms: 1200000, deadline_ms: 600000}", "", []string{
-			"ledger: classes[0] (batch).max_wait_ms: 1200000 is longer than the class's deadline_ms 600000: a queued request would still wait after its client gave up"}},
+			"ledger.classes[0].max_wait_ms: 1200000 is longer than the class's deadline_ms 600000: a queued request would still wait after its client gave up"}},
 		{"max wait longer than the cap", "{name: batch, max_wait_ms: 1200000, max_deadline_ms: 600000}", "", []string{
-			"ledger: classes[0] (batch).max_wait_ms: 1200000 is longer than the class's max_deadline_ms 600000"}},
+			"ledger.classes[0].max_wait_ms: 1200000 is longer than the class's max_deadline_ms 600000"}},
 		{"default above the cap", "{name: batch, max_wait_ms: 1000, deadline_ms: 9000, max_deadline_ms: 5000}", "", []string{
-			"ledger: classes[0] (batch).deadline_ms: 9000 is longer than the class's max_deadline_ms 5000"}},
+			"ledger.classes[0].deadline_ms: 9000 is longer than the class's max_deadline_ms 5000"}},
 		{"out of range", "{name: batch, deadline_ms: -1, max_deadline_ms: 86400001}", "", []string{
-			"ledger: classes[0] (batch).deadline_ms: -1 out of [0, 86400000]",
-			"ledger: classes[0] (batch).max_deadline_ms: 86400001 out of [0, 86400000]"}},
+			"ledger.classes[0].deadline_ms: -1 out of [0, 86400000]",
+			"ledger.classes[0].max_deadline_ms: 86400001 out of [0, 86400000]"}},
 		{"key default above the key cap", "{name: batch}", ", deadline_ms: 9000, max_deadline_ms: 5000", []string{
 			"tenants[0].keys[0].deadline_ms: 9000 is longer than the key's max_deadline_ms 5000"}},
 		{"key cap out of range", "{name: batch}", ", max_deadline_ms: -2", []string{
@@ -267,8 +287,8 @@ func TestClassDeadlines(t *testing.T) {
 				t.Fatalf("config %v, err %v; want %d problems", c != nil, err, len(tc.probs))
 			}
 			for i, want := range tc.probs {
-				if !strings.Contains(ve.Problems[i], want) {
-					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i], want)
+				if !strings.Contains(ve.Problems[i].String(), want) {
+					t.Errorf("problem %d = %q, want it to contain %q", i, ve.Problems[i].String(), want)
 				}
 			}
 		})

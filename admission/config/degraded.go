@@ -51,21 +51,21 @@ func (d *Degraded) Admits(class string) bool { return d.On() && !d.excluded[clas
 
 // finish fills the defaults and adds every problem; classes are the ledger
 // document's (nil when it did not load).
-func (d *Degraded) finish(classes map[string]bool, add func(string, ...any)) {
+func (d *Degraded) finish(classes map[string]bool, add func(string, string, ...any)) {
 	if d.Share == 0 {
 		d.Share = DegradedShareDefault
 	}
 	if d.Share < 0 || d.Share > 1 {
-		add("degraded.share: %g out of (0, 1]", d.Share)
+		add("degraded.share", "%g out of (0, 1]", d.Share)
 	}
 	if d.MaxMs == 0 {
 		d.MaxMs = DegradedMaxMsDefault
 	}
 	if d.MaxMs < 0 || d.MaxMs > DegradedMaxMsMax {
-		add("degraded.max_ms: %d out of [1, %d]", d.MaxMs, int64(DegradedMaxMsMax))
+		add("degraded.max_ms", "%d out of [1, %d]", d.MaxMs, int64(DegradedMaxMsMax))
 	}
 	if d.Gateways < 0 || d.Gateways > degradedGatewaysMax {
-		add("degraded.gateways: %d out of [0, %d]", d.Gateways, degradedGatewaysMax)
+		add("degraded.gateways", "%d out of [0, %d]", d.Gateways, degradedGatewaysMax)
 	}
 	d.excluded = map[string]bool{}
 	if d.ExcludeClasses == nil {
@@ -81,7 +81,7 @@ func (d *Degraded) finish(classes map[string]bool, add func(string, ...any)) {
 				names = append(names, n)
 			}
 			slices.Sort(names)
-			add("degraded.exclude_classes: %q is not a class of the ledger document (%s)", cl, strings.Join(names, ", "))
+			add("degraded.exclude_classes", "%q is not a class of the ledger document (%s)", cl, strings.Join(names, ", "))
 		}
 		d.excluded[cl] = true
 	}

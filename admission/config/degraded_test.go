@@ -48,8 +48,8 @@ func TestDegradedConfig(t *testing.T) {
 		t.Fatalf("problems:\n%s\nwant %d", err, len(want))
 	}
 	for i, w := range want {
-		if !strings.Contains(ve.Problems[i], w) {
-			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i], w)
+		if !strings.Contains(ve.Problems[i].String(), w) {
+			t.Errorf("problem %d = %q, want %q", i, ve.Problems[i].String(), w)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 // publishEntitlements replaces lc's entitlements by this configuration's
 // and re-encodes the ledger document; add reports what the ledger could
 // not tell apart.
-func (c *Config) publishEntitlements(lc *ledger.Config, add func(string, ...any)) {
+func (c *Config) publishEntitlements(lc *ledger.Config, add func(string, string, ...any)) {
 	lc.Entitlements = nil
 	for i := range c.Tenants {
 		t := &c.Tenants[i]
@@ -47,7 +47,7 @@ func (c *Config) publishEntitlements(lc *ledger.Config, add func(string, ...any)
 				continue
 			}
 			if first, dup := bounded[k.ID]; dup {
-				add("tenants[%d].keys[%d].id: %q is also keys[%d]'s id, and both have an entitlement; the ledger knows keys by id (give each key its own id)", i, j, k.ID, first)
+				add(fmt.Sprintf("tenants[%d].keys[%d].id", i, j), "%q is also keys[%d]'s id, and both have an entitlement; the ledger knows keys by id (give each key its own id)", k.ID, first)
 				continue
 			}
 			bounded[k.ID] = j
@@ -56,7 +56,7 @@ func (c *Config) publishEntitlements(lc *ledger.Config, add func(string, ...any)
 	}
 	b, err := json.Marshal(lc)
 	if err != nil {
-		add("ledger: %v", err)
+		add("ledger", "%v", err)
 		return
 	}
 	c.ledgerJSON = b

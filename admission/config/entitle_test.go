@@ -83,7 +83,7 @@ func TestLedgerEntitlementsDuplicateKeyID(t *testing.T) {
 	y := strings.Replace(entitledYAML, "{id: free-key, class: batch,", "{id: batch-key, class: batch, priority: -30, max_priority: -30,", 1)
 	_, err := config.Load(strings.NewReader(strings.Replace(y, "LEDGER", entitledLedger, 1)))
 	var ve *config.ValidationError
-	if !errors.As(err, &ve) || len(ve.Problems) != 1 || !strings.Contains(ve.Problems[0], `tenants[0].keys[1].id: "batch-key" is also keys[0]'s id`) {
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || !strings.Contains(ve.Problems[0].String(), `tenants[0].keys[1].id: "batch-key" is also keys[0]'s id`) {
 		t.Fatalf("got %v", err)
 	}
 }

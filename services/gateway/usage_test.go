@@ -184,6 +184,12 @@ func (s ledgerLevels) Learned(scope string) ([]ledger.LearnedBucket, int64, bool
 // configured capacity as nothing learned.
 func TestUsageShowsLearnedProviderCapacity(t *testing.T) {
 	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u"),
+		// d1 and d2 are deployments of this config (a bucket naming an
+		// unknown one is a config error).
+		"  - {name: p, kind: openai, scope: s, base_url: \"http://127.0.0.1:1/v1\"}\n",
+		"  - {name: p, kind: openai, scope: s, base_url: \"http://127.0.0.1:1/v1\"}\n"+
+			"  - {name: d1, kind: openai, scope: s, base_url: \"http://127.0.0.1:1/v1\"}\n"+
+			"  - {name: d2, kind: openai, scope: s, base_url: \"http://127.0.0.1:1/v1\"}\n",
 		"        - {level: key, id: \"*\", dimension: concurrency, capacity: 4}\n",
 		"        - {level: key, id: \"*\", dimension: concurrency, capacity: 4}\n"+
 			"        - {level: deployment, id: d1, dimension: requests, capacity: 600}\n"+

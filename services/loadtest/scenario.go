@@ -10,21 +10,18 @@
 package loadtest
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/sluice-dev/sluice/internal/problems"
 	"github.com/sluice-dev/sluice/services/sim"
 )
 
@@ -185,15 +182,10 @@ func defaultClasses() map[string]ClassSpec {
 	}
 }
 
-// ProblemsError lists every problem of a scenario, each with its location.
-type ProblemsError struct {
-	Source   string
-	Problems []string
-}
-
-func (e *ProblemsError) Error() string {
-	return fmt.Sprintf("scenario %s: %d problem(s):\n  %s", e.Source, len(e.Problems), strings.Join(e.Problems, "\n  "))
-}
+// ProblemsError lists every problem of a scenario, each at its
+// file:line:column and path: the one problems type of every config
+// (internal/problems).
+type ProblemsError = problems.List
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
 
@@ -238,94 +230,39 @@ func resolveScenario(nameOrPath, dir string) (string, error) {
 }
 
 // ParseScenario parses and validates scenario YAML. source names the file in
-// errors. Unknown fields are errors; every problem is reported with its line.
+// errors. Unknown fields are errors; every problem is reported with its
+// line and column.
 func ParseScenario(b []byte, source string) (*Scenario, error) {
-	pe := &ProblemsError{Source: source}
+	pe := &ProblemsError{Subject: "scenario " + source, File: source}
 	var sc Scenario
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&sc); err != nil {
-		if errors.Is(err, io.EOF) {
-			pe.Problems = append(pe.Problems, "empty scenario")
-			return nil, pe
-		}
-		var te *yaml.TypeError
-		if errors.As(err, &te) {
-			pe.Problems = append(pe.Problems, te.Errors...)
-			return nil, pe
-		}
-		pe.Problems = append(pe.Problems, err.Error())
-		return nil, pe
+	root := pe.DecodeYAML(b, &sc)
+	if root == nil {
+		return nil, pe.Err()
 	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(b, &root)
+	if len(root.Content) == 0 {
+		pe.Add("", "empty scenario")
+		return nil, pe.Err()
+	}
 	sc.Source = source
-	sc.validate(&root, pe)
-	if len(pe.Problems) > 0 {
-		return nil, pe
+	sc.validate(pe)
+	if err := pe.Err(); err != nil {
+		return nil, err
 	}
 	return &sc, nil
 }
 
-// lineOf finds the line of a path of mapping keys / sequence indexes in a
-// YAML document; it returns the deepest line found.
-func lineOf(root *yaml.Node, path ...any) int {
-	n := root
-	if n == nil {
-		return 0
-	}
-	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
-		n = n.Content[0]
-	}
-	line := n.Line
-	for _, p := range path {
-		switch k := p.(type) {
-		case string:
-			if n.Kind != yaml.MappingNode {
-				return line
-			}
-			found := false
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				if n.Content[i].Value == k {
-					line = n.Content[i].Line
-					n = n.Content[i+1]
-					found = true
-					break
-				}
-			}
-			if !found {
-				return line
-			}
-		case int:
-			if n.Kind != yaml.SequenceNode || k >= len(n.Content) {
-				return line
-			}
-			n = n.Content[k]
-			line = n.Line
-		}
-	}
-	return line
-}
-
-func (sc *Scenario) validate(root *yaml.Node, pe *ProblemsError) {
+func (sc *Scenario) validate(pe *ProblemsError) {
 	bad := func(path []any, format string, a ...any) {
-		var sb strings.Builder
-		for i, p := range path {
+		loc := ""
+		for _, p := range path {
 			switch k := p.(type) {
 			case string:
-				if i > 0 {
-					sb.WriteByte('.')
-				}
-				sb.WriteString(k)
+				loc = problems.Join(loc, k)
 			case int:
-				sb.WriteString("[" + strconv.Itoa(k) + "]")
+				loc = problems.Index(loc, k)
 			}
 		}
-		loc := sb.String()
-		if loc == "" {
-			loc = "(top)"
-		}
-		pe.Problems = append(pe.Problems, fmt.Sprintf("line %d: %s: %s", lineOf(root, path...), loc, fmt.Sprintf(format, a...)))
+		pe.Add(loc, format, a...)
 	}
 	p := func(a ...any) []any { return a }
 
@@ -334,6 +271,9 @@ func (sc *Scenario) validate(root *yaml.Node, pe *ProblemsError) {
 	} else if !idRE.MatchString(sc.Name) {
 		bad(p("name"), "%q must be lower-case letters, digits, '-', '_' or '.'", sc.Name)
 	}
+	// A relation with the duration is checked only when the duration is
+	// itself valid (one bad duration is one problem).
+	durOK := sc.Duration > 0 && sc.Duration.D() <= 24*time.Hour
 	if sc.Duration <= 0 {
 		bad(p("duration"), "required, > 0 (e.g. \"30s\")")
 	} else if sc.Duration.D() > 24*time.Hour {
@@ -355,13 +295,8 @@ func (sc *Scenario) validate(root *yaml.Node, pe *ProblemsError) {
 	// Simulator config over its defaults.
 	simCfg := sim.DefaultConfig()
 	if sc.Sim.Kind != 0 {
-		raw, err := yaml.Marshal(&sc.Sim)
-		if err == nil {
-			simCfg, err = sim.ParseConfig(raw)
-		}
-		if err != nil {
-			bad(p("sim"), "%v", err)
-		}
+		// Decoded in place, so its problems print at the scenario's lines.
+		simCfg = sim.DecodeConfig(&sc.Sim, "sim", pe)
 	}
 	sc.SimConfig = simCfg
 	lim := sc.ProviderLimits()
@@ -497,14 +432,14 @@ func (sc *Scenario) validate(root *yaml.Node, pe *ProblemsError) {
 		if t.RampTo < 0 || t.RampTo > 100_000 || math.IsNaN(t.RampTo) {
 			bad(at("ramp_to"), "%v out of [0, 100000]", t.RampTo)
 		}
-		if t.Start < 0 || t.Start >= sc.Duration {
+		if t.Start < 0 || durOK && t.Start >= sc.Duration {
 			bad(at("start"), "%s out of [0, duration %s)", t.Start.D(), sc.Duration.D())
 		}
-		if t.End < 0 || t.End > sc.Duration || (t.End != 0 && t.End <= t.Start) {
+		if t.End < 0 || durOK && t.End > sc.Duration || (t.End != 0 && t.End <= t.Start) {
 			bad(at("end"), "%s out of (start, duration %s] (0 = until the end)", t.End.D(), sc.Duration.D())
 		}
 		for j, b := range t.Bursts {
-			if b.At < 0 || b.At >= sc.Duration {
+			if b.At < 0 || durOK && b.At >= sc.Duration {
 				bad(at("bursts", j, "at"), "%s out of [0, duration %s)", b.At.D(), sc.Duration.D())
 			}
 			if b.For <= 0 {

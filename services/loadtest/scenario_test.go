@@ -73,37 +73,41 @@ func TestScenarioDefaults(t *testing.T) {
 }
 
 // Every bad-config fixture is its own file; each expected fragment must
-// appear in one problem line, and problems carry their line number.
+// appear in one problem line, and problems carry their file:line:column
+// and path (internal/problems, as every config). A problem that is a
+// consequence of another is not reported: bad_duration.yaml is one
+// problem, not also its tenant's start "out of [0, duration 0s)", and
+// rate_rps is not also "rate: 0".
 func TestBadScenarios(t *testing.T) {
 	cases := []struct {
 		file string
 		want []string
-		min  int // at least this many problems
+		min  int // exactly this many problems
 	}{
-		{"unknown_field.yaml", []string{"line 3: field tenats not found"}, 1},
-		{"unknown_tenant_field.yaml", []string{"line 5: field rate_rps not found"}, 1},
-		{"unknown_class_field.yaml", []string{"line 4: field max_wait_ms not found"}, 1},
-		{"bad_duration.yaml", []string{"line 2: invalid duration \"10 seconds\""}, 1},
+		{"unknown_field.yaml", []string{`unknown_field.yaml:3:1: tenats: unknown field "tenats" (did you mean tenants?)`}, 1},
+		{"unknown_tenant_field.yaml", []string{`unknown_tenant_field.yaml:5:5: tenants[0].rate_rps: unknown field "rate_rps" (did you mean rate?)`}, 1},
+		{"unknown_class_field.yaml", []string{`unknown_class_field.yaml:4:31: classes.interactive.max_wait_ms: unknown field "max_wait_ms" (did you mean max_wait?)`}, 1},
+		{"bad_duration.yaml", []string{`bad_duration.yaml:2:11: duration: invalid duration "10 seconds"`}, 1},
 		{"missing_duration.yaml", []string{"duration: required"}, 1},
-		{"no_tenants.yaml", []string{"line 3: tenants: at least one tenant"}, 1},
-		{"duplicate_tenant.yaml", []string{"line 5: tenants[1].id: duplicate tenant \"a\""}, 1},
-		{"nonpositive_rate.yaml", []string{"line 4: tenants[0].rate: 0 out of (0, 100000]"}, 1},
-		{"unknown_class.yaml", []string{"line 4: tenants[0].class: unknown class \"realtime\""}, 1},
-		{"sluice_above_provider.yaml", []string{"line 7: sluice.requests_per_min: 700 exceeds the simulator's rpm 600"}, 1},
-		{"factor_above_one.yaml", []string{"line 4: sluice.factor: 1.2 out of (0, 1]"}, 1},
-		{"bad_sim.yaml", []string{"line 3: sim:", "rpm_limit"}, 1},
+		{"no_tenants.yaml", []string{":3:10: tenants: at least one tenant"}, 1},
+		{"duplicate_tenant.yaml", []string{`:5:10: tenants[1].id: duplicate tenant "a"`}, 1},
+		{"nonpositive_rate.yaml", []string{":4:19: tenants[0].rate: 0 out of (0, 100000]"}, 1},
+		{"unknown_class.yaml", []string{`:4:29: tenants[0].class: unknown class "realtime"`}, 1},
+		{"sluice_above_provider.yaml", []string{":7:21: sluice.requests_per_min: 700 exceeds the simulator's rpm 600"}, 1},
+		{"factor_above_one.yaml", []string{":4:11: sluice.factor: 1.2 out of (0, 1]"}, 1},
+		{"bad_sim.yaml", []string{`bad_sim.yaml:5:14: sim.providers.openai.rpm_limit: unknown field "rpm_limit" (did you mean rpm?)`}, 1},
 		{"cancel_without_after.yaml", []string{"tenants[0].cancel_after: required"}, 1},
-		{"max_wait_over_deadline.yaml", []string{"line 4: classes.interactive.max_wait: 2s is longer than the class deadline 1s"}, 1},
-		{"burst_outside_run.yaml", []string{"line 7: tenants[0].bursts[0].at: 12s out of [0, duration 10s)"}, 1},
-		{"unsupported_provider.yaml", []string{"line 3: provider: \"anthropic\""}, 1},
+		{"max_wait_over_deadline.yaml", []string{":4:41: classes.interactive.max_wait: 2s is longer than the class deadline 1s"}, 1},
+		{"burst_outside_run.yaml", []string{":7:14: tenants[0].bursts[0].at: 12s out of [0, duration 10s)"}, 1},
+		{"unsupported_provider.yaml", []string{`:3:11: provider: "anthropic"`}, 1},
 		{"request_too_large.yaml", []string{"tenants[0].prompt_tokens: prompt_tokens + max_tokens = 1100 exceeds the simulator's tpm 1000"}, 1},
 		{"many_problems.yaml", []string{
-			"line 1: name: \"Bad Name\"",
-			"line 4: sluice.factor: -1",
-			"line 6: tenants[0].weight: -2",
-			"line 6: tenants[0].rate: -1",
-			"line 7: tenants[1].end: 20s",
-			"line 7: tenants[1].max_tokens: -5",
+			`:1:7: name: "Bad Name"`,
+			":4:11: sluice.factor: -1",
+			":6:31: tenants[0].weight: -2",
+			":6:19: tenants[0].rate: -1",
+			":7:43: tenants[1].end: 20s",
+			":7:34: tenants[1].max_tokens: -5",
 		}, 6},
 		{"empty.yaml", []string{"empty scenario"}, 1},
 	}
@@ -120,22 +124,22 @@ func TestBadScenarios(t *testing.T) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("error %T %v is not a *ProblemsError", err, err)
 			}
-			if pe.Source != path {
-				t.Errorf("source %q", pe.Source)
+			if pe.File != path {
+				t.Errorf("file %q", pe.File)
 			}
 			for _, w := range tc.want {
 				found := false
-				for _, p := range pe.Problems {
+				for _, p := range pe.Lines() {
 					if strings.Contains(p, w) {
 						found = true
 					}
 				}
 				if !found {
-					t.Errorf("no problem contains %q; got:\n  %s", w, strings.Join(pe.Problems, "\n  "))
+					t.Errorf("no problem contains %q; got:\n  %s", w, strings.Join(pe.Lines(), "\n  "))
 				}
 			}
-			if len(pe.Problems) < tc.min {
-				t.Errorf("want every problem reported, got %d: %v", len(pe.Problems), pe.Problems)
+			if len(pe.Problems) != tc.min {
+				t.Errorf("want every problem reported once and no consequence of another: %d problems, got %d:\n  %s", tc.min, len(pe.Problems), strings.Join(pe.Lines(), "\n  "))
 			}
 		})
 	}

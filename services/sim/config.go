@@ -15,14 +15,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"math"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/sluice-dev/sluice/internal/problems"
 )
 
 // Provider styles served by the simulator. They are also the keys of
@@ -307,106 +311,137 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("sim config: %w", err)
 	}
-	return ParseConfig(b)
+	return parseConfig(b, path)
 }
 
-// ParseConfig parses YAML (or JSON) config text over DefaultConfig.
-func ParseConfig(b []byte) (Config, error) {
+// ParseConfig parses YAML (or JSON) config text over DefaultConfig. The
+// error (a *problems.List) lists every problem at its line:column and path.
+func ParseConfig(b []byte) (Config, error) { return parseConfig(b, "") }
+
+func parseConfig(b []byte, file string) (Config, error) {
+	p := &problems.List{Subject: "sim config", File: file}
+	if file != "" {
+		p.Subject = "sim config " + file
+	}
+	root := p.Parse(b)
+	if root == nil {
+		return Config{}, p.Err()
+	}
+	p.Locate(root, "")
+	cfg := DecodeConfig(root, "", p)
+	if err := p.Err(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// DecodeConfig decodes a simulator config node over DefaultConfig and
+// validates it, adding every problem to p at its path below prefix (a
+// load-test scenario embeds the simulator's config under sim:, and its
+// problems print at the scenario file's lines). Unknown fields are
+// problems. Fields of a provider listed in the node override that
+// provider's defaults; unlisted providers keep theirs.
+func DecodeConfig(node *yaml.Node, prefix string, p *problems.List) Config {
 	cfg := DefaultConfig()
 	def := cfg.Providers
 	cfg.Providers = nil
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("sim config: %w", err)
+	clean := p.Check(node, prefix, reflect.TypeOf(cfg), problems.TagYAML)
+	if err := clean.Decode(&cfg); err != nil {
+		p.AddAt(prefix, problems.Pos{Line: node.Line, Col: node.Column}, "%v", err)
+		return cfg
 	}
 	// Second pass: decode each listed provider over its defaults so a file
 	// can change one field (e.g. rpm) and keep the provider's behaviour flags.
 	var doc struct {
 		Providers map[string]yaml.Node `yaml:"providers"`
 	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return Config{}, fmt.Errorf("sim config: %w", err)
+	if err := clean.Decode(&doc); err != nil {
+		p.AddAt(prefix, problems.Pos{Line: node.Line, Col: node.Column}, "%v", err)
+		return cfg
 	}
 	merged := def
-	for name, node := range doc.Providers {
+	for name, n := range doc.Providers {
 		base := def[name]
-		raw, err := yaml.Marshal(&node)
-		if err != nil {
-			return Config{}, fmt.Errorf("sim config: providers.%s: %w", name, err)
-		}
-		d := yaml.NewDecoder(bytes.NewReader(raw))
-		d.KnownFields(true)
-		if err := d.Decode(&base); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("sim config: providers.%s: %w", name, err)
+		if err := n.Decode(&base); err != nil {
+			p.AddAt(problems.Join(prefix, "providers."+name), problems.Pos{Line: n.Line, Col: n.Column}, "%v", err)
+			continue
 		}
 		merged[name] = base
 	}
 	cfg.Providers = merged
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	return cfg, nil
+	cfg.validate(p, prefix)
+	return cfg
 }
 
-// Validate reports the first invalid field.
+// Validate reports every invalid field (a *problems.List, nil when none).
 func (c *Config) Validate() error {
-	for name, p := range c.Providers {
+	p := &problems.List{Subject: "sim config"}
+	c.validate(p, "")
+	return p.Err()
+}
+
+// validate adds every problem of c to p, at paths below prefix.
+func (c *Config) validate(p *problems.List, prefix string) {
+	at := func(path string) string { return problems.Join(prefix, path) }
+	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
+		pc := c.Providers[name]
+		where := at("providers." + name)
 		switch name {
 		case OpenAI, Azure, Anthropic, Gemini:
 		default:
-			return fmt.Errorf("sim config: unknown provider %q (want openai, azure, anthropic or gemini)", name)
+			p.Add(where, "unknown provider %q (want openai, azure, anthropic or gemini)%s", name,
+				problems.Hint(name, []string{OpenAI, Azure, Anthropic, Gemini}))
+			continue
 		}
-		if err := p.Limits.validate("providers." + name); err != nil {
-			return err
+		pc.Limits.validate(p, where)
+		for _, m := range slices.Sorted(maps.Keys(pc.ModelLimits)) {
+			pc.ModelLimits[m].validate(p, where+".model_limits."+m)
 		}
-		for m, l := range p.ModelLimits {
-			if err := l.validate("providers." + name + ".model_limits." + m); err != nil {
-				return err
-			}
-		}
-		if p.DefaultMaxTokens < 0 {
-			return fmt.Errorf("sim config: providers.%s.default_max_tokens must be >= 0", name)
+		if pc.DefaultMaxTokens < 0 {
+			p.Add(where+".default_max_tokens", "%d must be >= 0", pc.DefaultMaxTokens)
 		}
 	}
 	for i, s := range c.Storms {
 		if err := s.validate(); err != nil {
-			return fmt.Errorf("sim config: storms[%d]: %w", i, err)
+			p.Add(problems.Index(at("storms"), i), "%v", err)
 		}
 	}
 	if c.Latency.TimeToFirstToken < 0 || c.Latency.PerOutputToken < 0 {
-		return errors.New("sim config: latency durations must be >= 0")
+		p.Add(at("latency"), "durations must be >= 0")
 	}
 	if c.Output.Min < 0 || c.Output.Max > 1 || c.Output.Min > c.Output.Max {
-		return fmt.Errorf("sim config: output spread must satisfy 0 <= min <= max <= 1, got [%v, %v]", c.Output.Min, c.Output.Max)
+		p.Add(at("output"), "output spread must satisfy 0 <= min <= max <= 1, got [%v, %v]", c.Output.Min, c.Output.Max)
 	}
 	if c.StreamChunkTokens < 0 || c.PromptOverheadTokens < 0 || c.PerMessageOverheadTokens < 0 || c.CacheTTL < 0 {
-		return errors.New("sim config: stream_chunk_tokens, overheads and cache_ttl must be >= 0")
+		p.Add(prefix, "stream_chunk_tokens, overheads and cache_ttl must be >= 0")
 	}
-	return nil
 }
 
-func (l Limits) validate(where string) error {
-	if l.RPM < 0 || l.TPM < 0 || l.ITPM < 0 || l.OTPM < 0 || l.RPD < 0 {
-		return fmt.Errorf("sim config: %s: limits must be >= 0 (0 = not enforced)", where)
+func (l Limits) validate(p *problems.List, where string) {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"itpm", l.ITPM}, {"otpm", l.OTPM}, {"rpd", l.RPD}} {
+		if f.v < 0 {
+			p.Add(where+"."+f.name, "%d: limits must be >= 0 (0 = not enforced)", f.v)
+		}
 	}
 	if l.Window < 0 || l.Window.D() > time.Minute {
-		return fmt.Errorf("sim config: %s.window must be between 0 and 60s, got %s", where, l.Window.D())
+		p.Add(where+".window", "must be between 0 and 60s, got %s", l.Window.D())
 	}
 	switch l.WindowMode {
 	case "", WindowBucket, WindowFixed:
 	default:
-		return fmt.Errorf("sim config: %s.window_mode must be %q or %q, got %q", where, WindowBucket, WindowFixed, l.WindowMode)
+		p.Add(where+".window_mode", "must be %q or %q, got %q", WindowBucket, WindowFixed, l.WindowMode)
 	}
 	if _, err := parseDailyReset(l.DailyReset); err != nil {
-		return fmt.Errorf("sim config: %s.daily_reset: %w", where, err)
+		p.Add(where+".daily_reset", "%v", err)
 	}
 	if a := l.Acceleration; a != nil {
 		if a.Factor < 1 || a.Floor < 1 || a.Window < 0 {
-			return fmt.Errorf("sim config: %s.acceleration needs factor >= 1, floor >= 1, window >= 0", where)
+			p.Add(where+".acceleration", "needs factor >= 1, floor >= 1, window >= 0")
 		}
 	}
-	return nil
 }
 
 func (s Storm) validate() error {

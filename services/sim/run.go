@@ -44,7 +44,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *cfgPath != "" {
 		var err error
 		if cfg, err = LoadConfig(*cfgPath); err != nil {
-			return fmt.Errorf("sluice sim: %w", err)
+			// A command's error is one line: the problems joined.
+			return fmt.Errorf("sluice sim: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
 	}
 	srv, err := New(cfg)
