@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/sluice-dev/sluice/internal/problems"
 )
 
 type command struct {
@@ -77,7 +79,13 @@ func main() {
 			for _, p := range []string{"sluice " + c.name + ": ", c.name + ": "} {
 				msg = strings.TrimPrefix(msg, p)
 			}
-			msg = oneLine(msg)
+			// A config's problems print as a compiler's do: a header
+			// line, then one file:line:col: path: message line each.
+			// Anything else is one clear line.
+			var pl *problems.List
+			if !errors.As(err, &pl) {
+				msg = oneLine(msg)
+			}
 			fmt.Fprintf(os.Stderr, "sluice %s: %s\n", c.name, msg)
 			os.Exit(1)
 		}
