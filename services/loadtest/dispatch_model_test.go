@@ -226,13 +226,19 @@ func runDispatchModel(t *testing.T, sc *Scenario, deliver func(int64) int64, lat
 }
 
 // TestDispatchModelStallBurst: the mechanism of the provider 429s seen on
-// loaded machines (docs/cluster.md, "The provider 429s are still open").
-// With the decisions delivered on time the provider sees no 429. With the
-// delivery stalled for part of every second (a commit under load), the
-// grants of each stall leave together; every one of them is within its
-// class's late-grant bound, so all are dispatched, and they overrun the
-// provider's window, whose slack over the ledger is only what the 3 %
-// headroom has refilled since the flood's first burst.
+// loaded machines (docs/cluster.md, "The provider 429s are still open"),
+// and its fix. The delivery of decisions stalls for part of every second
+// (a commit under load); the grants of inputs appended during a stall leave
+// together when it ends. With the old generated config — the ledger's
+// window the provider's own, late-grant bounds up to 1 s — every one of
+// them is within its class's bound, so all are dispatched, and they overrun
+// the provider's window, whose slack over the ledger is only what the 3 %
+// headroom has refilled since the flood's first burst: 1–4 provider 429s
+// from 250 ms stalls on, none on time. With the ledger's window the
+// provider's minus the late-grant bound J (DispatchJitterMs: 250 ms), and
+// grants later than J released and reserved again, a bunch can never
+// exceed the provider's burst: 0 at every stall. The price is in the
+// grants too late to send: they are reserved again, not dispatched.
 func TestDispatchModelStallBurst(t *testing.T) {
 	sc, err := LoadScenario("noisy-neighbor", "")
 	if err != nil {
@@ -242,20 +248,52 @@ func TestDispatchModelStallBurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	jitter := DispatchJitterMs(sc)
+	// The config before the fix: windows mirror the provider's (1 s) and
+	// the bound is the class's max wait within [100 ms, 1 s].
+	mirror := func(c *ledger.Config) {
+		for i := range c.Scopes[0].Buckets {
+			if b := &c.Scopes[0].Buckets[i]; b.Refill == ledger.RefillToken && b.WindowMs > 0 {
+				b.WindowMs += jitter
+			}
+		}
+	}
+	oldBound := func(class string) int64 {
+		return min(max(sc.Classes[class].MaxWait.D().Milliseconds(), 100), 1000)
+	}
 	for _, tc := range []struct {
-		name            string
-		stallMs         int64
-		want429, max429 int
+		name    string
+		stallMs int64
+		old     bool
+		min429  int // at least (the old config), else exactly 0
 	}{
-		{name: "on time", stallMs: 0},
+		{name: "old config, on time", old: true},
+		{name: "old config, stall 100ms/s", old: true, stallMs: 100},
+		{name: "old config, stall 250ms/s", old: true, stallMs: 250, min429: 1},
+		{name: "old config, stall 500ms/s", old: true, stallMs: 500, min429: 1},
+		{name: "old config, stall 800ms/s", old: true, stallMs: 800, min429: 1},
+		{name: "on time"},
 		{name: "stall 100ms/s", stallMs: 100},
 		{name: "stall 250ms/s", stallMs: 250},
 		{name: "stall 500ms/s", stallMs: 500},
 		{name: "stall 800ms/s", stallMs: 800},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runDispatchModel(t, sc, stallDelay(1000, tc.stallMs, 5), gw.LateGrantBoundMs, nil)
+			bound, tweak := gw.LateGrantBoundMs, (func(*ledger.Config))(nil)
+			if tc.old {
+				bound, tweak = oldBound, mirror
+			}
+			r := runDispatchModel(t, sc, stallDelay(1000, tc.stallMs, 5), bound, tweak)
 			t.Logf("%s: %v", tc.name, r)
+			if tc.min429 > 0 && r.provider429 < tc.min429 {
+				t.Errorf("%d provider 429s, want at least %d: the model no longer shows the burst", r.provider429, tc.min429)
+			}
+			if tc.min429 == 0 && r.provider429 != 0 {
+				t.Errorf("%d provider 429s, want 0", r.provider429)
+			}
+			if tc.stallMs == 0 && r.servedInteractive != r.interactive {
+				t.Errorf("on time: %d of %d interactive served, want all", r.servedInteractive, r.interactive)
+			}
 		})
 	}
 }
