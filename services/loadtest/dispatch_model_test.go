@@ -70,7 +70,11 @@ func (c *modelClock) set(t time.Time) {
 // runDispatchModel runs sc with decisions delivered by deliver and grants
 // judged against lateBound(class); tweak, if not nil, changes the generated
 // ledger config first.
-func runDispatchModel(t *testing.T, sc *Scenario, deliver func(int64) int64, lateBound func(class string) int64, tweak func(*ledger.Config)) dispatchResult {
+//
+// counted, if not nil, maps a dispatch's wall time to when the provider
+// counts it (a provider that is itself stalled counts the requests that
+// queued meanwhile when it resumes: the simulator on a loaded machine).
+func runDispatchModel(t *testing.T, sc *Scenario, deliver, counted func(int64) int64, lateBound func(class string) int64, tweak func(*ledger.Config)) dispatchResult {
 	t.Helper()
 	cfg, err := LedgerConfig(sc)
 	if err != nil {
@@ -154,9 +158,9 @@ func runDispatchModel(t *testing.T, sc *Scenario, deliver func(int64) int64, lat
 				if at-o.Decision.LogTimeMs > lateBound(st.tenant.Class) {
 					// Late: released unsent and reserved again (at
 					// most twice, as lifecycle does; then refused).
-					push(at, env(schemas.TypeReleased, o.RequestID, o.Attempt), nil)
-					q[len(q)-1].ev.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
-					heap.Fix(&q, len(q)-1)
+					rel := env(schemas.TypeReleased, o.RequestID, o.Attempt)
+					rel.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
+					push(at, rel, nil)
 					st.late++
 					if st.late > 2 || at >= st.deadline {
 						st.done = true
@@ -189,7 +193,11 @@ func runDispatchModel(t *testing.T, sc *Scenario, deliver func(int64) int64, lat
 		// A dispatch: the simulator decides at the model's wall time.
 		r := e.resp
 		st := reqs[r.id]
-		clk.set(t0.Add(time.Duration(e.at) * time.Millisecond))
+		at := e.at
+		if counted != nil {
+			at = counted(at)
+		}
+		clk.set(t0.Add(time.Duration(at) * time.Millisecond))
 		req := httptest.NewRequest(http.MethodPost, "/openai/v1/chat/completions", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer sk-model")
@@ -264,6 +272,7 @@ func TestDispatchModelStallBurst(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		stallMs int64
+		simMs   int64 // the provider stalled this long every second
 		old     bool
 		min429  int // at least (the old config), else exactly 0
 	}{
@@ -272,18 +281,24 @@ func TestDispatchModelStallBurst(t *testing.T) {
 		{name: "old config, stall 250ms/s", old: true, stallMs: 250, min429: 1},
 		{name: "old config, stall 500ms/s", old: true, stallMs: 500, min429: 1},
 		{name: "old config, stall 800ms/s", old: true, stallMs: 800, min429: 1},
+		{name: "old config, simulator stalled 300ms/s", old: true, simMs: 300, min429: 1},
 		{name: "on time"},
 		{name: "stall 100ms/s", stallMs: 100},
 		{name: "stall 250ms/s", stallMs: 250},
 		{name: "stall 500ms/s", stallMs: 500},
 		{name: "stall 800ms/s", stallMs: 800},
+		{name: "simulator stalled 300ms/s", simMs: 300},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bound, tweak := gw.LateGrantBoundMs, (func(*ledger.Config))(nil)
 			if tc.old {
 				bound, tweak = oldBound, mirror
 			}
-			r := runDispatchModel(t, sc, stallDelay(1000, tc.stallMs, 5), bound, tweak)
+			var counted func(int64) int64
+			if tc.simMs > 0 {
+				counted = stallDelay(1000, tc.simMs, 0)
+			}
+			r := runDispatchModel(t, sc, stallDelay(1000, tc.stallMs, 5), counted, bound, tweak)
 			t.Logf("%s: %v", tc.name, r)
 			if tc.min429 > 0 && r.provider429 < tc.min429 {
 				t.Errorf("%d provider 429s, want at least %d: the model no longer shows the burst", r.provider429, tc.min429)
@@ -291,7 +306,7 @@ func TestDispatchModelStallBurst(t *testing.T) {
 			if tc.min429 == 0 && r.provider429 != 0 {
 				t.Errorf("%d provider 429s, want 0", r.provider429)
 			}
-			if tc.stallMs == 0 && r.servedInteractive != r.interactive {
+			if tc.stallMs == 0 && tc.simMs == 0 && r.servedInteractive != r.interactive {
 				t.Errorf("on time: %d of %d interactive served, want all", r.servedInteractive, r.interactive)
 			}
 		})
