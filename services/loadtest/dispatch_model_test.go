@@ -246,7 +246,10 @@ func runDispatchModel(t *testing.T, sc *Scenario, deliver, counted func(int64) i
 // provider's minus the late-grant bound J (DispatchJitterMs: 250 ms), and
 // grants later than J released and reserved again, a bunch can never
 // exceed the provider's burst: 0 at every stall. The price is in the
-// grants too late to send: they are reserved again, not dispatched.
+// grants too late to send: they are reserved again, not dispatched. A
+// stalled provider (the simulator starved on a loaded machine counts what
+// queued meanwhile at once) is jitter the gateway cannot see: 1 provider
+// 429 with the old windows at 300 ms of every second, 0 with the room.
 func TestDispatchModelStallBurst(t *testing.T) {
 	sc, err := LoadScenario("noisy-neighbor", "")
 	if err != nil {
