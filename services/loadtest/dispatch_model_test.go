@@ -243,7 +243,7 @@ func runDispatchModel(t *testing.T, sc *Scenario, deliver, counted func(int64) i
 // the provider's window, whose slack over the ledger is only what the 3 %
 // headroom has refilled since the flood's first burst: 1–4 provider 429s
 // from 250 ms stalls on, none on time. With the ledger's window the
-// provider's minus the late-grant bound J (DispatchJitterMs: 250 ms), and
+// provider's minus the late-grant bound J (DispatchJitterMs: 500 ms), and
 // grants later than J released and reserved again, a bunch can never
 // exceed the provider's burst: 0 at every stall. The price is in the
 // grants too late to send: they are reserved again, not dispatched. A
