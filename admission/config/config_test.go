@@ -199,7 +199,7 @@ func FuzzLoad(f *testing.F) {
 }
 
 // TestLateGrantBounds: by default a class's late-grant bound is its max
-// wait within [100 ms, 1 s]; late_grant_ms overrides every class and
+// wait within [100 ms, 500 ms]; late_grant_ms overrides every class and
 // late_grant_class_ms one class; bad values are reported.
 func TestLateGrantBounds(t *testing.T) {
 	route := `  - {model: m, provider: oa}`
@@ -208,7 +208,7 @@ func TestLateGrantBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Default classes: interactive 300 ms, agent 10 s, batch 20 min.
-	for class, want := range map[string]int64{"interactive": 300, "agent": 1000, "batch": 1000, "unknown": 1000} {
+	for class, want := range map[string]int64{"interactive": 300, "agent": 500, "batch": 500, "unknown": 500} {
 		if got := c.LateGrantBoundMs(class); got != want {
 			t.Errorf("default bound of %s = %d, want %d", class, got, want)
 		}

@@ -114,6 +114,24 @@ func EffectiveQuota(sc *Scenario) SluiceQuota {
 	return q
 }
 
+// DispatchJitterMs is how much later than its log time a grant of the
+// scenario may reach the provider: the largest late-grant bound of its
+// classes in the generated gateway config (the class's max wait within
+// [config.LateGrantMinMs, config.LateGrantDefaultMaxMs]); a later grant is
+// released and reserved again. The ledger counts in log time and the
+// provider in wall time, so grants that a token bucket of burst B and rate
+// r spaced in log time can reach the provider as a burst of B + r×J: the
+// generated windows are the provider's minus J (DESIGN.md §11; without it,
+// 4–5 provider 429s per noisy-neighbor run on a loaded machine,
+// TestDispatchModelStallBurst).
+func DispatchJitterMs(sc *Scenario) int64 {
+	j := int64(config.LateGrantMinMs)
+	for _, c := range sc.Classes {
+		j = max(j, min(max(c.MaxWait.D().Milliseconds(), config.LateGrantMinMs), config.LateGrantDefaultMaxMs))
+	}
+	return j
+}
+
 // LedgerConfig is the ledger quota document generated from a scenario: one
 // scope for the simulator's deployment, Sluice's deployment buckets, per
 // tenant daily quotas, tenant weights and the scenario's classes.
@@ -122,6 +140,7 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 	lim := sc.ProviderLimits()
 	var bs []ledger.BucketConfig
 	acct := simAccounting(sc.Provider, sc.SimConfig.Providers[sc.Provider])
+	jitter := DispatchJitterMs(sc)
 	tok := func(d schemas.Dimension, perMin int64) {
 		if perMin <= 0 || q.Disabled {
 			return
@@ -131,6 +150,11 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		for perMin*win < 60_000 && win < 60_000 {
 			win = min(60_000, win*2)
 		}
+		// Leave room in the provider's window for the grants that
+		// delivery bunches together: up to the late-grant bound J
+		// after their log time (DispatchJitterMs), while still holding
+		// one unit.
+		win = max(win-jitter, min(win, (60_000+perMin-1)/perMin))
 		b := ledger.BucketConfig{Level: ledger.LevelDeployment, ID: simProviderName, Dimension: d,
 			Capacity: perMin, PeriodMs: 60_000, WindowMs: win}
 		switch d {
