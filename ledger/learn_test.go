@@ -419,7 +419,7 @@ func TestLearnHeadersOnly(t *testing.T) {
 	// 429 lowers it (×0.7 of the reported 600) like any learned bucket.
 	cfg := testConfig(rpm("tenant", "*", 6000, 1000))
 	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
-	cfg.Learn.RatioKPermille = 1000 // any refusal acts (TestLearnRatioGate has the default)
+	cfg.Learn.RatioKPermille = 1000   // any refusal acts (TestLearnRatioGate has the default)
 	d1 := path("tenant", "t1", "key", "k1", "deployment", "d1")
 	obs := func(id string, limit, remaining int64) *schemas.Event {
 		ev := limitObs(id, 1, schemas.DimRequests, limit, remaining)
