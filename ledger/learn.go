@@ -83,12 +83,21 @@ func (q *refusalRatio) roll(now, interval int64) {
 }
 
 // bound is the capacity AIMD grows back to.
-func (e *learnedCap) bound() int64 {
+//
+// A reported limit is enforced at headroom/1000 of itself (a reported
+// limit at or above the configured capacity leaves the configured one,
+// which is already the user's own margin): the provider counts a grant
+// when it arrives, and the time from the ledger's grant to the provider
+// varies by a few tens of milliseconds (Kafka, the gateway, the network).
+// At exactly the reported rate two grants spaced by the provider's refill
+// can arrive closer than it, and a provider whose window holds about one
+// request then refuses (README, "Capacity learned from the provider").
+func (e *learnedCap) bound(headroom int64) int64 {
 	switch {
 	case e.Conf == 0: // headers only
-		return e.Hdr
-	case e.Hdr > 0:
-		return min(e.Conf, e.Hdr)
+		return max(1, mulSat(e.Hdr, headroom)/1000)
+	case e.Hdr > 0 && e.Hdr < e.Conf:
+		return max(1, mulSat(e.Hdr, headroom)/1000)
 	}
 	return e.Conf
 }
@@ -102,8 +111,8 @@ func (e *learnedCap) scale() int64 {
 	return e.Conf
 }
 
-func (e *learnedCap) effective() int64 {
-	v := e.bound()
+func (e *learnedCap) effective(headroom int64) int64 {
+	v := e.bound(headroom)
 	if e.Aimd > 0 {
 		v = min(v, e.Aimd)
 	}
@@ -337,7 +346,7 @@ func learnedSpec(sp *spec, base *spec, eff int64) {
 // recording the change as source.
 func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	e := &l.st.Learned[i]
-	eff := e.effective()
+	eff := e.effective(l.st.Config.Learn.headroom())
 	if eff == e.Eff {
 		return
 	}
@@ -406,7 +415,7 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		i = l.entry(ni, d, bi)
 		e := &l.st.Learned[i]
 		e.Hdr = hdr
-		if e.Aimd >= e.bound() {
+		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
 			e.Aimd = 0
 		}
 		l.applyLearned(i, bi, schemas.LearnedHeaders)
@@ -472,7 +481,7 @@ func (l *Ledger) learnSuccess(r *res) {
 			continue
 		}
 		e.Aimd += max(1, e.scale()*lc.increase()/1000)
-		if e.Aimd >= e.bound() {
+		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
 			e.Aimd = 0
 		}
 		e.IncMs = now
@@ -538,10 +547,10 @@ func (l *Ledger) rebaseLearned() {
 		if e.Aimd > 0 {
 			e.Aimd = max(e.Aimd, max(1, e.scale()*l.st.Config.Learn.floor()/1000))
 		}
-		if e.Aimd >= e.bound() {
+		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
 			e.Aimd = 0
 		}
-		e.Eff = e.effective()
+		e.Eff = e.effective(l.st.Config.Learn.headroom())
 		kept = append(kept, e)
 	}
 	l.st.Learned = kept

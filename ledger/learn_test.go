@@ -90,6 +90,7 @@ func TestLearnHeaders(t *testing.T) {
 	// above the configured capacity goes back up to it, never beyond; a
 	// report equal to the configured capacity learns nothing.
 	cfg := testConfig(rpm("scope", "*", 600, 1000), tpmWindow(100_000, 1000))
+	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
 	l := runLearn(t, cfg, []learnStep{
 		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
 		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 600, 599), Dim: schemas.DimRequests, Eff: 600},
@@ -174,6 +175,7 @@ func TestLearnHeadersBoundAIMD(t *testing.T) {
 	// 300, not the configured 600. A 429 whose headers show the limit
 	// exhausted is explained: no decrease.
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
 	runLearn(t, cfg, []learnStep{
 		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
 		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 300, 0), Want: []string{"requests 600->300 headers"}, Dim: schemas.DimRequests, Eff: 300},
@@ -387,6 +389,7 @@ func jsonMarshal(c Config) ([]byte, error) { return json.Marshal(c) }
 // with its configured bound.
 func TestExplainNamesALearnedLimit(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
 	x, _ := explainRun(t, cfg, "b",
 		reserve("a"), reserve("b", class("agent")), limitObs("a", 1, schemas.DimRequests, 60, 59), reserve("c", maxWait(0)))
 	var learnedStep, learnedBucket bool
@@ -415,7 +418,8 @@ func TestLearnHeadersOnly(t *testing.T) {
 	// it. A later report raises it freely (no configured bound); a bare
 	// 429 lowers it (×0.7 of the reported 600) like any learned bucket.
 	cfg := testConfig(rpm("tenant", "*", 6000, 1000))
-	cfg.Learn.RatioKPermille = 1000 // any refusal acts (TestLearnRatioGate has the default)
+	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
+	cfg.Learn.RatioKPermille = 1000   // any refusal acts (TestLearnRatioGate has the default)
 	d1 := path("tenant", "t1", "key", "k1", "deployment", "d1")
 	obs := func(id string, limit, remaining int64) *schemas.Event {
 		ev := limitObs(id, 1, schemas.DimRequests, limit, remaining)
@@ -544,5 +548,49 @@ func TestLearnProviderModel(t *testing.T) {
 		if r1 > r0 || (headers && r1*10 > r0) {
 			t.Errorf("headers %v: learning sent %d refusals, %d without", headers, r1, r0)
 		}
+	}
+}
+
+// TestLearnHeadroom: a reported limit is enforced at learn.headroom_permille
+// (default 970) of itself. 60 RPM reported against 600 configured is
+// enforced as 58 RPM: a 1 s window then holds 0.97 of a request, so after
+// b (granted into a full window, leaving it in debt) the next request a
+// second later — the provider's own refill of one request — is not yet
+// granted but queued (d; one request at 58/min takes 1,035 ms):
+// the margin that absorbs the varying delay from the ledger's grant to the
+// provider's count. At headroom 1000 the same d is granted at once (the
+// exact pacing that noisy-neighbor-handwritten turned into 26 provider
+// 429s of 79 calls). A report at the configured capacity is not shaved.
+func TestLearnHeadroom(t *testing.T) {
+	for _, tc := range []struct {
+		headroom int64
+		learned  string
+		d        string // d's decision at 1,003 ms
+	}{
+		{0, "requests 600->58 headers", "d/1 queued capacity queued"},
+		{1000, "requests 600->60 headers", "d/1 granted admitted"},
+	} {
+		cfg := testConfig(rpm("scope", "*", 600, 1000))
+		cfg.Learn.HeadroomPermille = tc.headroom
+		runSteps(t, cfg, []step{
+			{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
+			{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 60, 59), Check: func(t *testing.T, l *Ledger, _ []Output) {
+				if got := renderAll(l); got != tc.learned {
+					t.Fatalf("headroom %d: learned %q, want %q", tc.headroom, got, tc.learned)
+				}
+			}},
+			{At: 2, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}},
+			{At: 1003, Ev: reserve("d"), Want: []string{tc.d}},
+			// The provider reports the configured 600: back to 600, unshaved.
+			{At: 1041, Ev: limitObs("a", 1, schemas.DimRequests, 600, 590), Check: func(t *testing.T, l *Ledger, _ []Output) {
+				want := "requests 58->600 headers"
+				if tc.headroom == 1000 {
+					want = "requests 60->600 headers"
+				}
+				if got := renderAll(l); got != want {
+					t.Fatalf("headroom %d: learned %q, want %q", tc.headroom, got, want)
+				}
+			}},
+		})
 	}
 }

@@ -223,8 +223,9 @@ func TestUsageShowsLearnedProviderCapacity(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &u); err != nil {
 		t.Fatal(err)
 	}
+	// Reported 120, enforced at the default learn.headroom_permille (97 %).
 	want := []ProviderCapacity{
-		{Scope: "s", Level: "deployment", ID: "d1", Dimension: schemas.DimRequests, PeriodMs: 60_000, Configured: 600, Learned: 120, Reported: 120, Source: "learned", ObservedAtMs: now},
+		{Scope: "s", Level: "deployment", ID: "d1", Dimension: schemas.DimRequests, PeriodMs: 60_000, Configured: 600, Learned: 116, Reported: 120, Source: "learned", ObservedAtMs: now},
 		{Scope: "s", Level: "deployment", ID: "d2", Dimension: schemas.DimRequests, PeriodMs: 60_000, Configured: 300, Learned: 300, Source: "configured"},
 	}
 	if len(u.ProviderCapacity) != len(want) {

@@ -68,8 +68,8 @@ func TestLearnedCapacityWrittenAndReplayed(t *testing.T) {
 	if got == nil {
 		t.Fatal("no CapacityLearned record on sluice.decisions")
 	}
-	if got.Level != "deployment" || got.ID != "dep1" || got.ConfiguredCapacity != 600 || got.LearnedCapacity != 120 || got.Source != schemas.LearnedHeaders {
-		t.Errorf("learned %+v, want deployment:dep1 600 → 120 from headers", *got)
+	if got.Level != "deployment" || got.ID != "dep1" || got.ConfiguredCapacity != 600 || got.LearnedCapacity != 116 || got.ReportedLimit != 120 || got.Source != schemas.LearnedHeaders {
+		t.Errorf("learned %+v, want deployment:dep1 600 → 116 (97 %% of the reported 120) from headers", *got)
 	}
 	r.verifyReplay()
 }
