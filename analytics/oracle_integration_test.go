@@ -283,6 +283,11 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 			near(k+" upstream", num(t, res, row, "upstream_attempts"), float64(s.upstream))
 			near(k+" amplification", num(t, res, row, "amplification"), float64(s.upstream)/float64(len(s.requests)))
 			near(k+" retried_tokens", num(t, res, row, "retried_tokens"), float64(s.retriedTokens))
+			near(k+" logical_requests", num(t, res, row, "logical_requests"), float64(len(s.logical)))
+			near(k+" attempts_per_logical", num(t, res, row, "attempts_per_logical"), float64(s.upstream)/float64(len(s.logical)))
+			near(k+" gateway_retries", num(t, res, row, "gateway_retries"), float64(s.gatewayRetry))
+			near(k+" sdk_retries", num(t, res, row, "sdk_retries"), float64(s.sdkRetry))
+			near(k+" client_duplicates", num(t, res, row, "client_duplicates"), float64(s.duplicates))
 			retried = retried || s.retriedTokens > 0
 		}
 		if synthetic && !retried {
