@@ -553,10 +553,10 @@ func endMs(ev *schemas.Event, nowMs int64) int64 {
 // (it began before the view started) strands nothing here.
 func (p *Projection) strand(reqID string, own strandKey, grantMs, endMs, usedIn, usedOut int64, kind string, sec int64) {
 	est, ok := p.ests[reqID]
-	if !ok || endMs <= grantMs {
+	if !ok {
 		return
 	}
-	held := endMs - grantMs
+	held := max(endMs-grantMs, 0) // two clocks (ledger, gateway): never negative
 	in, out := max(est.in-usedIn, 0)*held, max(est.out-usedOut, 0)*held
 	bs := p.stranded[own]
 	if bs == nil && len(p.stranded) >= MaxSeries {
