@@ -48,7 +48,7 @@ FROM
             )
             ARRAY JOIN s AS e, ris AS ri
         )
-    ) AS origin USING request_id
+    ) AS c USING request_id
     GROUP BY logical
     HAVING upstream > 0
 )
