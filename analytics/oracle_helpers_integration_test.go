@@ -346,7 +346,8 @@ func (o *oracle) logicalOf() map[string]string {
 			best := int64(-1)
 			for _, r := range roots[ktr{rq.tenant, rq.keyID, rq.route}] {
 				t := o.requests[r].producedMs
-				if t <= rq.producedMs && t > best {
+				// the latest; of several in one millisecond, the greatest id
+				if t <= rq.producedMs && (t > best || t == best && r > out[id]) {
 					best = t
 					out[id] = r
 				}

@@ -20,21 +20,23 @@ FROM
     ANY LEFT JOIN
     (
         -- each request id's logical request: its idempotency key, else the
-        -- SDK retry chain's first try, else '' (its own)
-        SELECT request_id, if(o_key != '', concat('idem:', o_tenant, ':', o_key), if(linked, root, '')) AS lg, o_crc, o_ms
+        -- SDK retry chain's first try (the first try numbered ri of the
+        -- same tenant, key id and route, joined back by that number: a
+        -- lookup into an array would copy the array for every request),
+        -- else '' (its own)
+        SELECT request_id, if(o_key != '', concat('idem:', o_tenant, ':', o_key),
+                if(ri > 0 AND o_crc > 0 AND o_ms <= root_ms + toUInt64(o_crc) * 60000, root, '')) AS lg, o_crc, o_ms
         FROM
         (
-            SELECT e.1 AS request_id, e.2 AS o_ms, e.3 AS o_crc, e.4 AS o_key, o_tenant,
-                ri > 0 AND e.3 > 0 AND e.4 = '' AND e.2 <= roots[ri].2 + toUInt64(e.3) * 60000 AS linked,
-                roots[ri].1 AS root
+            SELECT el.1 AS request_id, el.2 AS o_ms, el.3 AS o_crc, el.4 AS o_key, o_tenant, kid, rt, ri
             FROM
             (
-                -- per tenant, key id and route: the requests in time order
-                -- (a first try before a retry of the same millisecond); ri
-                -- numbers each one's latest first try without a key
-                SELECT o_tenant, arraySort(x -> x.2 * 2 + (x.3 > 0), groupArray((rid, ms, crc, key))) AS s,
-                    arrayCumSum(arrayMap(x -> x.3 = 0 AND x.4 = '', s)) AS ris,
-                    arrayFilter(x -> x.3 = 0 AND x.4 = '', s) AS roots
+                -- per tenant, key id and route: the requests in time order (a
+                -- first try ahead of a retry of the same millisecond, then by
+                -- request id); ri numbers each one's latest first try
+                -- without a key (0: none yet)
+                SELECT o_tenant, kid, rt, arraySort(x -> (x.2, x.3 > 0, x.1), groupArray((rid, ms, crc, key))) AS s,
+                    arrayCumSum(arrayMap(x -> toUInt64(x.3 = 0 AND x.4 = ''), s)) AS ris
                 FROM
                 (
                     SELECT request_id AS rid, any(tenant) AS o_tenant, any(key_id) AS kid, any(route) AS rt,
@@ -46,8 +48,28 @@ FROM
                 )
                 GROUP BY o_tenant, kid, rt
             )
-            ARRAY JOIN s AS e, ris AS ri
-        )
+            ARRAY JOIN s AS el, ris AS ri
+        ) AS elems
+        ANY LEFT JOIN
+        (
+            -- the first tries without a key, numbered as above
+            SELECT o_tenant, kid, rt, r.1 AS root, r.2 AS root_ms, toUInt64(rix) AS ri
+            FROM
+            (
+                SELECT o_tenant, kid, rt, arraySort(x -> (x.2, x.1), groupArray((rid, ms))) AS roots
+                FROM
+                (
+                    SELECT request_id AS rid, any(tenant) AS o_tenant, any(key_id) AS kid, any(route) AS rt,
+                        min(toUInt64(produced_at) * 1000 + produced_ms) AS ms
+                    FROM {db}.events
+                    WHERE type = 'ReserveRequested' AND request_id != '' AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
+                    GROUP BY request_id
+                    HAVING argMin(client_retry_count, attempt) = 0 AND max(idempotency_key) = ''
+                )
+                GROUP BY o_tenant, kid, rt
+            )
+            ARRAY JOIN roots AS r, arrayEnumerate(roots) AS rix
+        ) AS c USING (o_tenant, kid, rt, ri)
     ) AS c USING request_id
     GROUP BY logical
     HAVING upstream > 0
