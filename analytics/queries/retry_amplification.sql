@@ -19,22 +19,34 @@ FROM
     ) AS per_request
     ANY LEFT JOIN
     (
-        -- each request id's logical request: its idempotency key, else the
-        -- SDK retry chain's first try (the first try numbered ri of the
-        -- same tenant, key id and route, joined back by that number: a
-        -- lookup into an array would copy the array for every request),
-        -- else '' (its own)
-        SELECT request_id, if(o_key != '', concat('idem:', o_tenant, ':', o_key),
-                if(ri > 0 AND o_crc > 0 AND o_ms <= root_ms + toUInt64(o_crc) * 60000, root, '')) AS lg, o_crc, o_ms
+        -- the request ids that are not a logical request of their own
+        -- with retry count 0 (what the join gives a request it does not
+        -- find): those with an idempotency key, and the SDK retries
+        -- without one, each joined to the first try numbered ri of the
+        -- same tenant, key id and route (a lookup into an array kept
+        -- beside every request would copy it per request); lg '' = its own
+        SELECT rid AS request_id, concat('idem:', o_tenant, ':', key) AS lg, crc AS o_crc, ms AS o_ms
         FROM
         (
-            SELECT el.1 AS request_id, el.2 AS o_ms, el.3 AS o_crc, el.4 AS o_key, o_tenant, kid, rt, ri
+            SELECT request_id AS rid, any(tenant) AS o_tenant, any(key_id) AS kid, any(route) AS rt,
+                min(toUInt64(produced_at) * 1000 + produced_ms) AS ms, argMin(client_retry_count, attempt) AS crc,
+                max(idempotency_key) AS key
+            FROM {db}.events
+            WHERE type = 'ReserveRequested' AND request_id != '' AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
+            GROUP BY request_id
+        )
+        WHERE key != ''
+        UNION ALL
+        SELECT request_id, if(o_ms <= root_ms + toUInt64(o_crc) * 60000, root, '') AS lg, o_crc, o_ms
+        FROM
+        (
+            SELECT el.1 AS root, el.2 AS root_ms, o_tenant, kid, rt, ri
             FROM
             (
                 -- per tenant, key id and route: the requests in time order (a
                 -- first try ahead of a retry of the same millisecond, then by
-                -- request id); ri numbers each one's latest first try
-                -- without a key (0: none yet)
+                -- request id); ri numbers each one's latest first try without a
+                -- key (0: none yet)
                 SELECT o_tenant, kid, rt, arraySort(x -> (x.2, x.3 > 0, x.1), groupArray((rid, ms, crc, key))) AS s,
                     arrayCumSum(arrayMap(x -> toUInt64(x.3 = 0 AND x.4 = ''), s)) AS ris
                 FROM
@@ -49,26 +61,28 @@ FROM
                 GROUP BY o_tenant, kid, rt
             )
             ARRAY JOIN s AS el, ris AS ri
-        ) AS elems
-        ANY LEFT JOIN
+            WHERE el.3 = 0 AND el.4 = ''
+        ) AS roots
+        ALL INNER JOIN
         (
-            -- the first tries without a key, numbered as above
-            SELECT o_tenant, kid, rt, r.1 AS root, r.2 AS root_ms, toUInt64(rix) AS ri
+            SELECT el.1 AS request_id, el.2 AS o_ms, el.3 AS o_crc, o_tenant, kid, rt, ri
             FROM
             (
-                SELECT o_tenant, kid, rt, arraySort(x -> (x.2, x.1), groupArray((rid, ms))) AS roots
+                SELECT o_tenant, kid, rt, arraySort(x -> (x.2, x.3 > 0, x.1), groupArray((rid, ms, crc, key))) AS s,
+                    arrayCumSum(arrayMap(x -> toUInt64(x.3 = 0 AND x.4 = ''), s)) AS ris
                 FROM
                 (
                     SELECT request_id AS rid, any(tenant) AS o_tenant, any(key_id) AS kid, any(route) AS rt,
-                        min(toUInt64(produced_at) * 1000 + produced_ms) AS ms
+                        min(toUInt64(produced_at) * 1000 + produced_ms) AS ms, argMin(client_retry_count, attempt) AS crc,
+                        max(idempotency_key) AS key
                     FROM {db}.events
                     WHERE type = 'ReserveRequested' AND request_id != '' AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
                     GROUP BY request_id
-                    HAVING argMin(client_retry_count, attempt) = 0 AND max(idempotency_key) = ''
                 )
                 GROUP BY o_tenant, kid, rt
             )
-            ARRAY JOIN roots AS r, arrayEnumerate(roots) AS rix
+            ARRAY JOIN s AS el, ris AS ri
+            WHERE el.3 > 0 AND el.4 = '' AND ri > 0
         ) AS c USING (o_tenant, kid, rt, ri)
     ) AS c USING request_id
     GROUP BY logical
