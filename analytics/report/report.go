@@ -360,6 +360,11 @@ func runWeeks(ctx context.Context, src Source, r, prev analytics.Range, progress
 	}
 	<-done
 	switch {
+	// The previous week's error when this week's is only the cancellation
+	// it caused (the bench printed "context canceled" for a query that
+	// had run out of memory).
+	case errors.Is(err, context.Canceled) && oldErr != nil && !errors.Is(oldErr, context.Canceled):
+		return nil, nil, oldErr
 	case err != nil: // this week's error first: ErrNoData says more than the cancellation it causes
 		return nil, nil, err
 	case oldErr != nil:
