@@ -46,6 +46,10 @@ type req struct {
 	path           []schemas.PathLevel
 	streaming      bool
 	promptFamilyID string
+	// clientRetries and idemKey: the SDK's X-Stainless-Retry-Count and
+	// the caller's idempotency key on its ReserveRequested.
+	clientRetries int32
+	idemKey       string
 }
 
 func (c *caseLog) request(id, tenant string, estIn, estOut int64) *req {
@@ -61,7 +65,8 @@ func (r *req) env(typ schemas.Type) *schemas.Event {
 func (r *req) reserve(ms int64) *req {
 	e := r.env(schemas.TypeReserveRequested)
 	e.ReserveRequested = &schemas.ReserveRequested{Path: r.path, InputTokens: r.estIn, OutputTokens: r.estOut,
-		Streaming: r.streaming, MaxWaitMs: 1000, DeadlineMs: 30000, MaxAttempts: 3, PromptFamily: r.promptFamilyID}
+		Streaming: r.streaming, MaxWaitMs: 1000, DeadlineMs: 30000, MaxAttempts: 3, PromptFamily: r.promptFamilyID,
+		ClientRetryCount: r.clientRetries, IdempotencyKey: r.idemKey}
 	r.c.add(e, ms)
 	return r
 }
@@ -108,6 +113,22 @@ func (r *req) rejectedRetried(ms int64, withRejection bool) *req {
 	return r
 }
 
+// sdkRetry: the same client's retry of it, a new request id with the
+// SDK's retry count (and the idempotency key, if any, unchanged).
+func (r *req) sdkRetry(id string, count int32) *req {
+	n := r.c.request(id, r.tenant, r.estIn, r.estOut)
+	n.clientRetries, n.idemKey = count, r.idemKey
+	return n
+}
+
+// rejected: the provider's 503, not retried by the gateway.
+func (r *req) rejected(ms int64) *req {
+	e := r.env(schemas.TypeProviderRejected)
+	e.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 503, Kind: "overloaded"}
+	r.c.add(e, ms)
+	return r
+}
+
 func (r *req) reconciled(ms, in, out int64) *req {
 	e := r.env(schemas.TypeReconciled)
 	e.Reconciled = &schemas.Reconciled{InputTokens: in, OutputTokens: out, HTTPStatus: 200, TotalMs: 100,
@@ -142,7 +163,7 @@ func oracleCases() []synth.Record {
 			"capacity": 60000, "period_ms": 60000, "window_ms": 1000},
 			map[string]any{"level": "tenant", "id": tenant, "dimension": "output_tokens", "capacity": 600000, "period_ms": 60000, "window_ms": 10000})
 	}
-	for _, tn := range []string{"m1", "m2", "m3", "m4", "m5", "partial", "late"} {
+	for _, tn := range []string{"m1", "m2", "m3", "m4", "m5", "partial", "late", "sdk", "idem"} {
 		bucket(tn)
 	}
 	doc, _ := json.Marshal(map[string]any{"scopes": []any{map[string]any{"name": caseScope, "buckets": buckets}}})
@@ -195,6 +216,33 @@ func oracleCases() []synth.Record {
 	t += 10_000
 	c.request("late", "late", 800, 400).reserve(t).decision(schemas.StatusGranted, "", t+1, t+3000).
 		released(t+3001, schemas.ReasonLateGrant, 0, 0).outcome(t+3002, schemas.OutcomeTimeout)
+	// Item 5, SDK retries: sdk-a went upstream, a 429 retried by the
+	// gateway and a 503 it gave up on; the SDK sent sdk-b (retry count 1,
+	// a new request id) 3 s later. One logical request, 3 upstream
+	// attempts. sdk-r is a first try; sdk-late, a retry 61 s after it,
+	// is outside the 60 s window and counts as a logical request of its own.
+	t += 10_000
+	a := c.request("sdk-a", "sdk", 100, 100).reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t + 2)
+	a.rejectedRetried(t+50, true).decision(schemas.StatusGranted, "", t+1100, t+1100).dispatched(t+1101).
+		rejected(t+1200).outcome(t+1201, schemas.OutcomeFailure)
+	a.sdkRetry("sdk-b", 1).reserve(t+3000).decision(schemas.StatusGranted, "", t+3001, t+3001).dispatched(t+3002).
+		reconciled(t+3100, 100, 100).outcome(t+3101, schemas.OutcomeSuccess)
+	t += 10_000
+	root := c.request("sdk-r", "sdk", 100, 100).reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t+2).
+		reconciled(t+100, 100, 100).outcome(t+101, schemas.OutcomeSuccess)
+	root.sdkRetry("sdk-late", 1).reserve(t+61_000).decision(schemas.StatusGranted, "", t+61_001, t+61_001).dispatched(t+61_002).
+		reconciled(t+61_100, 100, 100).outcome(t+61_101, schemas.OutcomeSuccess)
+	// Item 5, client duplicates: idem-a and idem-b carry the same
+	// idempotency key with retry count 0 (the client sent it twice), both
+	// went upstream; idem-c is the SDK's retry of it (same key, count 1),
+	// refused by the ledger. One logical request, 2 upstream attempts.
+	t += 70_000
+	ia := c.request("idem-a", "idem", 100, 100)
+	ia.idemKey = "key-1"
+	ia.reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t+2).reconciled(t+100, 100, 100).outcome(t+101, schemas.OutcomeSuccess)
+	ib := ia.sdkRetry("idem-b", 0)
+	ib.reserve(t+500).decision(schemas.StatusGranted, "", t+501, t+501).dispatched(t+502).reconciled(t+600, 100, 100).outcome(t+601, schemas.OutcomeSuccess)
+	ia.sdkRetry("idem-c", 1).reserve(t+1500).decision(schemas.StatusDenied, "capacity", t+1501, t+1501).outcome(t+1502, schemas.OutcomeFailure)
 	return c.recs
 }
 
@@ -235,6 +283,22 @@ func TestIntegrationOracleCases(t *testing.T) {
 		// M5: 3 requests, 3 upstream attempts.
 		{"M5 requests", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|m5|interactive", "requests", 3},
 		{"M5 amplification", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|m5|interactive", "amplification", 1},
+		// Item 5: sdk-a/sdk-b are one logical request (3 upstream
+		// attempts: a gateway retry, an SDK retry); sdk-r and sdk-late
+		// two (outside the window).
+		{"SDK logical", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "logical_requests", 3},
+		{"SDK requests", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "requests", 4},
+		{"SDK retries", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "sdk_retries", 1},
+		{"SDK gateway retries", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "gateway_retries", 1},
+		{"SDK per logical", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "attempts_per_logical", 5.0 / 3},
+		{"SDK amplification", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|sdk|interactive", "amplification", 5.0 / 4},
+		// Item 5: idem-a, idem-b (a duplicate) and idem-c (an SDK retry
+		// the ledger refused) are one logical request, 2 upstream attempts.
+		{"idem logical", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|idem|interactive", "logical_requests", 1},
+		{"idem duplicates", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|idem|interactive", "client_duplicates", 1},
+		{"idem SDK retries", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|idem|interactive", "sdk_retries", 1},
+		{"idem per logical", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|idem|interactive", "attempts_per_logical", 2},
+		{"idem amplification", "retry_amplification", []string{"provider", "tenant", "class"}, "openai|idem|interactive", "amplification", 1},
 		// Partial release: 400 output tokens unused for 1000 ms; input all used.
 		{"partial output", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:partial|output_tokens", "stranded_token_ms", 400 * 1000},
 		{"partial input", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:partial|input_tokens", "stranded_token_ms", 0},

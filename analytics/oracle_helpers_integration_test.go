@@ -46,6 +46,12 @@ func (a *oAttempt) endHold(ms int64, kind string) {
 type oRequest struct {
 	tenant, class, status, decision string
 	receivedMs, firstDispatchMs     int64
+	// From its ReserveRequested (the lowest attempt's): what links it to
+	// its logical request.
+	keyID, route, idemKey string
+	clientRetries         int32
+	producedMs            int64
+	reserveAttempt        int32
 }
 
 type oracle struct {
@@ -115,6 +121,16 @@ func newOracle(recs []synth.Record) *oracle {
 			if rq.receivedMs == 0 || t < rq.receivedMs {
 				rq.receivedMs = t
 			}
+			if rq.reserveAttempt == 0 || e.Attempt < rq.reserveAttempt {
+				rq.reserveAttempt, rq.clientRetries = e.Attempt, p.ClientRetryCount
+			}
+			if p.IdempotencyKey > rq.idemKey {
+				rq.idemKey = p.IdempotencyKey
+			}
+			if rq.producedMs == 0 || e.ProducedAtMs < rq.producedMs {
+				rq.producedMs = e.ProducedAtMs
+			}
+			rq.keyID, rq.route = e.KeyID, e.Route
 		case e.RetryRequested != nil:
 			// The ledger settles the previous attempt's grant if nothing
 			// else did (ledger/feedback.go retry).
@@ -306,38 +322,127 @@ func (o *oracle) stranded() (map[string]int64, map[string]int64) {
 	return tok, refused
 }
 
+// logicalOf maps each request id to its logical request (README.md,
+// "Logical requests"): tenant and idempotency key when it has a key; else,
+// for an SDK retry (client_retry_count n > 0), the latest first try
+// (count 0, no key) of the same tenant, key id and route at most n × 60 s
+// before it; else itself.
+func (o *oracle) logicalOf() map[string]string {
+	out := map[string]string{}
+	type ktr struct{ tenant, key, route string }
+	roots := map[ktr][]string{}
+	for id, rq := range o.requests {
+		if rq.reserveAttempt > 0 && rq.idemKey == "" && rq.clientRetries == 0 {
+			k := ktr{rq.tenant, rq.keyID, rq.route}
+			roots[k] = append(roots[k], id)
+		}
+	}
+	for id, rq := range o.requests {
+		switch {
+		case rq.idemKey != "":
+			out[id] = "idem:" + rq.tenant + ":" + rq.idemKey
+		case rq.clientRetries > 0:
+			out[id] = id
+			best := int64(-1)
+			for _, r := range roots[ktr{rq.tenant, rq.keyID, rq.route}] {
+				t := o.requests[r].producedMs
+				// the latest; of several in one millisecond, the greatest id
+				if t <= rq.producedMs && (t > best || t == best && r > out[id]) {
+					best = t
+					out[id] = r
+				}
+			}
+			if best >= 0 && rq.producedMs > best+int64(rq.clientRetries)*60_000 {
+				out[id] = id
+			}
+		default:
+			out[id] = id
+		}
+	}
+	return out
+}
+
+// groupOf is a logical request's tenant|class: the least of its request
+// ids' (they share a tenant; a class may differ between tries).
+func (o *oracle) groupOf(ids []string) string {
+	tenant, class := o.requests[ids[0]].tenant, o.requests[ids[0]].class
+	for _, id := range ids {
+		tenant, class = min(tenant, o.requests[id].tenant), min(class, o.requests[id].class)
+	}
+	return tenant + "|" + class
+}
+
 type ampStats struct {
-	requests      map[string]bool
+	requests      map[string]bool // request ids sent upstream
+	logical       map[string]bool
 	upstream      int64
+	gatewayRetry  int64
+	sdkRetry      int64
+	duplicates    int64
 	retriedTokens int64
 }
 
 // amplification groups the logical requests sent upstream at least once
-// by the provider they went to (the greatest name, if several), tenant
-// and class: each request counts once, whatever its attempts did.
+// by the provider they went to (the greatest name over their attempts),
+// tenant and class: each logical request counts once, whatever its
+// layers did. Its later request ids are SDK retries (client_retry_count
+// > 0) or client duplicates (0).
 func (o *oracle) amplification() map[string]*ampStats {
-	provider := map[string]string{}
+	logical := o.logicalOf()
+	provider, upstream := map[string]string{}, map[string]int64{}
 	for _, a := range o.attempts {
-		if a.dispatched && a.provider > provider[a.reqID] {
-			provider[a.reqID] = a.provider
+		if a.dispatched {
+			l := logical[a.reqID]
+			upstream[l]++
+			if a.provider > provider[l] {
+				provider[l] = a.provider
+			}
 		}
 	}
+	members := map[string][]string{}
+	for id, l := range logical {
+		members[l] = append(members[l], id)
+	}
 	out := map[string]*ampStats{}
-	for _, a := range o.attempts {
-		p, ok := provider[a.reqID]
-		if !ok {
+	for l, ids := range members {
+		if upstream[l] == 0 {
 			continue
 		}
-		k := p + "|" + a.tenant + "|" + a.class
+		sort.Slice(ids, func(i, j int) bool {
+			a, b := o.requests[ids[i]], o.requests[ids[j]]
+			if a.producedMs != b.producedMs {
+				return a.producedMs < b.producedMs
+			}
+			return a.clientRetries < b.clientRetries
+		})
+		k := provider[l] + "|" + o.groupOf(ids)
 		s := out[k]
 		if s == nil {
-			s = &ampStats{requests: map[string]bool{}}
+			s = &ampStats{requests: map[string]bool{}, logical: map[string]bool{}}
 			out[k] = s
 		}
-		s.requests[a.reqID] = true
+		s.logical[l] = true
+		for i, id := range ids {
+			if i > 0 {
+				if o.requests[id].clientRetries > 0 {
+					s.sdkRetry++
+				} else {
+					s.duplicates++
+				}
+			}
+		}
+	}
+	for _, a := range o.attempts {
+		l := logical[a.reqID]
+		if upstream[l] == 0 {
+			continue
+		}
+		s := out[provider[l]+"|"+o.groupOf(members[l])]
 		if a.dispatched {
+			s.requests[a.reqID] = true
 			s.upstream++
 			if a.attempt > 1 {
+				s.gatewayRetry++
 				s.retriedTokens += a.estIn + a.estOut
 			}
 		}

@@ -273,6 +273,7 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 			t.Errorf("%d groups, want %d", len(rows), len(want))
 		}
 		retried := false
+		var sdk, dups int64
 		for k, s := range want {
 			row := rows[k]
 			if row == nil {
@@ -283,11 +284,21 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 			near(k+" upstream", num(t, res, row, "upstream_attempts"), float64(s.upstream))
 			near(k+" amplification", num(t, res, row, "amplification"), float64(s.upstream)/float64(len(s.requests)))
 			near(k+" retried_tokens", num(t, res, row, "retried_tokens"), float64(s.retriedTokens))
+			near(k+" logical_requests", num(t, res, row, "logical_requests"), float64(len(s.logical)))
+			near(k+" attempts_per_logical", num(t, res, row, "attempts_per_logical"), float64(s.upstream)/float64(len(s.logical)))
+			near(k+" gateway_retries", num(t, res, row, "gateway_retries"), float64(s.gatewayRetry))
+			near(k+" sdk_retries", num(t, res, row, "sdk_retries"), float64(s.sdkRetry))
+			near(k+" client_duplicates", num(t, res, row, "client_duplicates"), float64(s.duplicates))
 			retried = retried || s.retriedTokens > 0
+			sdk, dups = sdk+s.sdkRetry, dups+s.duplicates
 		}
 		if synthetic && !retried {
 			t.Error("fixture has no retried upstream attempt")
 		}
+		if synthetic && (sdk == 0 || dups == 0) {
+			t.Errorf("fixture has %d SDK retries and %d client duplicates, want some of each", sdk, dups)
+		}
+		t.Logf("retry_amplification: %d SDK retries, %d client duplicates", sdk, dups)
 	})
 
 	t.Run("requests", func(t *testing.T) {

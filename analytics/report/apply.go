@@ -156,7 +156,15 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			skipped = append(skipped, fmt.Sprintf("class %s: no max_wait_ms to scale", cp.Class))
 			continue
 		}
-		if ch, ok := setInt(c, "max_wait_ms", max(1, int64(math.Round(float64(old)*cp.MaxWaitFactor)))); ok {
+		next := max(1, int64(math.Round(float64(old)*cp.MaxWaitFactor)))
+		// A queued request must not wait past the class's deadline (the
+		// configuration refuses max_wait_ms > deadline_ms): the raise
+		// stops there, and never lowers a wait already at it.
+		if d, err := strconv.ParseInt(scalar(c, "deadline_ms"), 10, 64); err == nil && d > 0 && next > d {
+			next = max(old, d)
+			skipped = append(skipped, fmt.Sprintf("class %s: max_wait_ms raise stopped at its deadline_ms %d", cp.Class, d))
+		}
+		if ch, ok := setInt(c, "max_wait_ms", next); ok {
 			ch.Path = "ledger.classes[" + cp.Class + "].max_wait_ms"
 			changes = append(changes, ch)
 		}

@@ -74,6 +74,42 @@ func TestApplyPatchToExampleConfig(t *testing.T) {
 	}
 }
 
+// TestApplyPatchStopsMaxWaitAtTheDeadline: batch waits 540000 ms of a
+// 600000 ms deadline; +11.3 % would be 601020, which the configuration
+// refuses (a queued request would outwait its client), so the raise stops
+// at the deadline and says so (a synth week with SDK retries proposed it).
+func TestApplyPatchStopsMaxWaitAtTheDeadline(t *testing.T) {
+	doc, err := os.ReadFile("../../deploy/examples/sluice.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"OPENAI_UPSTREAM_KEY", "AZURE_OPENAI_KEY", "ANTHROPIC_UPSTREAM_KEY", "GEMINI_API_KEY"} {
+		t.Setenv(k, "test")
+	}
+	for _, c := range []struct {
+		factor  float64
+		want    string
+		capNote bool
+	}{
+		{1.05, "ledger.classes[batch].max_wait_ms: 540000 → 567000", false},
+		{1.113, "ledger.classes[batch].max_wait_ms: 540000 → 600000", true},
+	} {
+		next, changes, skipped, err := ApplyPatch(doc, Patch{Source: PatchSource, Classes: []ClassPatch{{Class: "batch", MaxWaitFactor: c.factor}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(changes) != 1 || changes[0].String() != c.want {
+			t.Errorf("factor %v: changes %v, want %s", c.factor, changes, c.want)
+		}
+		if noted := len(skipped) == 1 && strings.Contains(skipped[0], "deadline_ms 600000"); noted != c.capNote {
+			t.Errorf("factor %v: skipped %q", c.factor, skipped)
+		}
+		if _, err := config.Load(bytes.NewReader(next)); err != nil {
+			t.Errorf("factor %v: patched config does not load: %v", c.factor, err)
+		}
+	}
+}
+
 func TestParsePatchListsEveryProblem(t *testing.T) {
 	_, err := ParsePatch([]byte(`{"source":"manual","routes":[{"route":"","p95_output_tokens":-1}],"buckets":[{"scope":"s","dimension":"requests","capacity_factor":5}],"classes":[{"class":"x","max_wait_factor":0}]}`))
 	if err == nil {

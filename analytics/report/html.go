@@ -78,7 +78,7 @@ func charts(rep *Report) []chart {
 	add("stranded_quota", "Stranded quota by bucket", "token·s", nil, keys)
 	add("stranded_by_owner", "Stranded quota by tenant, route and class", "token·s", nil, keys)
 	add("queue_wait", "Queue wait p95 by class", "ms", nil, keys)
-	add("retry_amplification", "Retry amplification (requests that reached a provider)", "attempts per request",
+	add("retry_amplification", "Upstream attempts per logical request (every layer's retries)", "attempts per logical request",
 		func(s *Section, row []any) bool { return row[col(s, "provider")] != "" }, keys)
 	add("ratio_429", "Provider 429 ratio by model", "429s ÷ upstream attempts", by("model"), keys)
 	add("outcome_mix", "Outcome mix", "share of requests", nil, keys)

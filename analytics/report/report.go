@@ -179,7 +179,7 @@ var specs = []spec{
 	{"route_calibration", "Route calibration evidence", []string{"route"}, "out_p95"},
 	{"stranded_quota", "Stranded quota (reserved above actual use)", []string{"scope", "bucket", "dimension"}, "stranded_token_s"},
 	{"stranded_by_owner", "Stranded quota by tenant, route and class (late grants and expired holds broken out)", []string{"scope", "tenant", "route", "class"}, "stranded_token_s"},
-	{"retry_amplification", "Retry amplification (upstream attempts ÷ logical requests)", []string{"provider", "tenant", "class"}, "amplification"},
+	{"retry_amplification", "Retry amplification (upstream attempts ÷ logical requests; gateway retries, SDK retries and client duplicates)", []string{"provider", "tenant", "class"}, "attempts_per_logical"},
 	{"acceptance", "Acceptance rate (dispatched ÷ received)", []string{"tenant", "class"}, "acceptance_rate"},
 	{"ratio_429", "Provider 429 ratio (429s ÷ upstream attempts)", []string{"by", "key"}, "ratio"},
 	{"gateway_decision_mix", "gateway_decision mix", []string{"gateway_decision"}, "requests"},
@@ -360,6 +360,11 @@ func runWeeks(ctx context.Context, src Source, r, prev analytics.Range, progress
 	}
 	<-done
 	switch {
+	// The previous week's error when this week's is only the cancellation
+	// it caused (the bench printed "context canceled" for a query that
+	// had run out of memory).
+	case errors.Is(err, context.Canceled) && oldErr != nil && !errors.Is(oldErr, context.Canceled):
+		return nil, nil, oldErr
 	case err != nil: // this week's error first: ErrNoData says more than the cancellation it causes
 		return nil, nil, err
 	case oldErr != nil:
@@ -447,6 +452,10 @@ func headlineOf(res map[string]*analytics.Result) (map[string]float64, bool) {
 	h["provider 429 ratio"] = div(sumWhere(r429, "provider_429", byClass), sumWhere(r429, "upstream_attempts", byClass))
 	amp := res["retry_amplification"]
 	h["retry amplification"] = div(sumCol(amp, "upstream_attempts"), sumCol(amp, "requests"))
+	// Every layer's retries: the gateway's, the SDK's (a new request id
+	// per try) and the client's duplicates, per logical request.
+	h["attempts per logical request"] = div(sumCol(amp, "upstream_attempts"), sumCol(amp, "logical_requests"))
+	h["client retries"] = sumCol(amp, "sdk_retries") + sumCol(amp, "client_duplicates")
 	h["retried tokens"] = sumCol(amp, "retried_tokens")
 	ee := res["estimation_error"]
 	byStream := colIs(ee, "by", "streaming")
@@ -495,6 +504,8 @@ var headlineOrder = []struct{ name, unit, better string }{
 	{"success share", "ratio", "up"},
 	{"provider 429 ratio", "ratio", "down"},
 	{"retry amplification", "attempts/request", "down"},
+	{"attempts per logical request", "attempts/logical request", "down"},
+	{"client retries", "requests", "down"},
 	{"retried tokens", "tokens", "down"},
 	{"output estimation bias", "ratio", "down"},
 	{"input estimation bias", "ratio", "down"},

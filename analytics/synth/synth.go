@@ -115,7 +115,7 @@ var families = []string{"pf-support", "pf-search", "pf-extract", "pf-code"}
 // (and globally).
 func Generate(o Options) []Record {
 	o = o.withDefaults()
-	g := &gen{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed))}
+	g := &gen{o: o, rng: rand.New(rand.NewPCG(o.Seed, o.Seed^0x5eed)), side: rand.New(rand.NewPCG(o.Seed^0xc11e, o.Seed))}
 	for i, sc := range Scopes {
 		g.config(int32(i), sc.Name, sc.Buckets)
 	}
@@ -130,8 +130,16 @@ func Generate(o Options) []Record {
 type gen struct {
 	o   Options
 	rng *rand.Rand
-	out []Record
-	ids int
+	// side draws the client's layer (SDK retries, idempotency keys,
+	// duplicates) and everything of the request ids it adds, so the first
+	// tries are the same as without it.
+	side *rand.Rand
+	out  []Record
+	ids  int
+	// last and lastT: the Outcome status and time of the latest try
+	// ("" if it wrote none: the gateway died).
+	last  string
+	lastT int64
 }
 
 func (g *gen) emit(e *schemas.Event, partition int32, logMs int64) {
@@ -173,6 +181,11 @@ func (g *gen) around(mean int64) int64 {
 	return max(1, mean/2+g.rng.Int64N(mean+1))
 }
 
+// request writes one logical request: its first try and, as the
+// client's layer does, the SDK's retries of a failed or timed-out try (a
+// new request id with X-Stainless-Retry-Count n, 0.5–8 s later, at most
+// 2) and, for one in ten with an idempotency key, one duplicate sent again
+// by the client (same key, retry count 0).
 func (g *gen) request(i int, t int64) {
 	r := routes[g.rng.IntN(len(routes))]
 	tn := tenants[g.rng.IntN(len(tenants))]
@@ -180,6 +193,26 @@ func (g *gen) request(i int, t int64) {
 	if g.o.Batch > 0 {
 		reqID = fmt.Sprintf("req-b%d-%06d", g.o.Batch, i)
 	}
+	key := ""
+	if g.side.IntN(5) == 0 {
+		key = "idem-" + reqID
+	}
+	g.last = ""
+	g.try(reqID, r, tn, t, 0, key)
+	first := g.rng
+	g.rng = g.side
+	defer func() { g.rng = first }()
+	for n := int32(1); n <= 2 && (g.last == "failure" || g.last == "timeout") && g.rng.IntN(2) == 0; n++ {
+		g.try(fmt.Sprintf("%s-sdk%d", reqID, n), r, tn, g.lastT+500+g.rng.Int64N(7500), n, key)
+	}
+	if key != "" && g.rng.IntN(10) == 0 {
+		g.try(reqID+"-dup", r, tn, t+100+g.rng.Int64N(2000), 0, key)
+	}
+}
+
+// try writes one request id's attempts: clientRetries and key are its
+// ReserveRequested's client_retry_count and idempotency_key.
+func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32, key string) {
 	env := func(typ schemas.Type, attempt int32) *schemas.Event {
 		return &schemas.Event{Type: typ, RequestID: reqID, Attempt: attempt, Node: "gw-1", Scope: r.scope,
 			Tenant: tn.id, KeyID: "key-" + tn.id, Route: r.name, Class: tn.class}
@@ -208,7 +241,7 @@ func (g *gen) request(i int, t int64) {
 	e := env(schemas.TypeReserveRequested, 1)
 	e.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: estIn, CachedInputTokens: cached,
 		OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
-		MaxAttempts: maxAttempts, PromptFamily: family}
+		MaxAttempts: maxAttempts, PromptFamily: family, ClientRetryCount: clientRetries, IdempotencyKey: key}
 	g.emit(e, r.partition, t)
 	for attempt := int32(1); ; attempt++ {
 		t += 1 + g.rng.Int64N(3)
@@ -392,6 +425,7 @@ func (g *gen) outcome(env func(schemas.Type, int32) *schemas.Event, attempt int3
 		}
 	}
 	g.emit(o, r.partition, t+1)
+	g.last, g.lastT = status, t+1
 }
 
 func sortRecords(rs []Record) {

@@ -252,6 +252,9 @@ func TestBrowserLiveView(t *testing.T) {
 	waitFor(t, c, "web's decisions listed in plain words with their codes in tooltips",
 		`[...document.querySelectorAll("#decisions span.code")].some(e => e.title === "gateway_decision: admitted" && e.textContent === "admitted at once")`,
 		`document.getElementById("decisions").innerText`)
+	waitFor(t, c, "web's settled holds listed in the stranded-quota panel",
+		fmt.Sprintf(`[...document.querySelectorAll("#stranded tr")].some(r => r.cells.length === 12 && r.cells[1].textContent === "web" && Number(r.cells[4].textContent) >= %d)`, n),
+		`document.getElementById("stranded").innerText`)
 	done()
 	if after := eval[string](t, tab, `document.getElementById("ch-tenants").toDataURL()`); after == before {
 		t.Error("the tenant chart's pixels did not change with the traffic")

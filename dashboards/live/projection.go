@@ -125,6 +125,39 @@ type series struct {
 type flight struct {
 	s    *series
 	atMs int64
+	// grantMs is when the hold began: Decision.log_time_ms, the ledger
+	// clock that charged the bucket (the view's clock if 0).
+	grantMs int64
+	own     strandKey
+}
+
+// strandKey is who strands quota: scope, tenant, route, class (the
+// operator's question is whose estimates to fix; the series have no route).
+type strandKey struct {
+	Scope, Tenant, Route, Class string
+}
+
+// strandBucket is one second of settled holds: the token·ms they held
+// above what they used, by dimension and by how the hold ended.
+type strandBucket struct {
+	sec                            int64
+	inMs, outMs, lateMs, expiredMs int64
+	holds, lateHolds, expiredHolds int64
+}
+
+// reserveEst is a request's first reserved estimate: a gateway retry
+// (RetryRequested, no ReserveRequested) keeps it, as the ledger does.
+type reserveEst struct {
+	in, out, atMs int64
+}
+
+// tomb is a settlement seen before its grant (the topics are read
+// independently): what it used and when it ended, so the late grant can
+// still be charged its stranded quota.
+type tomb struct {
+	atMs, endMs     int64
+	usedIn, usedOut int64
+	kind            string
 }
 
 type obsKey struct {
@@ -179,10 +212,14 @@ type Projection struct {
 	series   map[SeriesKey]*series
 	flights  map[string]flight
 	waits    map[string]flight // queued, not yet granted, denied, expired or cancelled
-	tombs    map[string]int64
+	tombs    map[string]tomb
 	observed map[obsKey]observed
 	// learned holds the newest CapacityLearned per provider bucket.
-	learned  map[learnedKey]LearnedRow
+	learned map[learnedKey]LearnedRow
+	// stranded: per owner, rolling per-second buckets of settled holds'
+	// unused token·ms; ests: the requests' reserved estimates.
+	stranded map[strandKey][]strandBucket
+	ests     map[string]reserveEst
 	recent   ring
 	byTenant map[string]*ring
 
@@ -209,7 +246,9 @@ func NewProjection(window time.Duration, now func() time.Time) *Projection {
 		series:   map[SeriesKey]*series{},
 		flights:  map[string]flight{},
 		waits:    map[string]flight{},
-		tombs:    map[string]int64{},
+		tombs:    map[string]tomb{},
+		stranded: map[strandKey][]strandBucket{},
+		ests:     map[string]reserveEst{},
 		observed: map[obsKey]observed{},
 		learned:  map[learnedKey]LearnedRow{},
 		byTenant: map[string]*ring{},
@@ -288,12 +327,26 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 	switch ev.Type {
 	case schemas.TypeReserveRequested:
 		p.add(ev, sec, cReceived, 1)
+		if r := ev.ReserveRequested; r != nil {
+			if _, seen := p.ests[ev.RequestID]; !seen && len(p.ests) < maxFlight {
+				p.ests[ev.RequestID] = reserveEst{in: r.InputTokens, out: r.OutputTokens, atMs: nowMs}
+			}
+		}
 	case schemas.TypeDecision:
 		p.decision(ev, now)
 	case schemas.TypeDispatched:
 		p.add(ev, sec, cDispatched, 1)
 	case schemas.TypeRetryRequested:
 		p.add(ev, sec, cRetries, 1)
+		// The ledger releases a grant the previous attempt still holds
+		// (ledger/feedback.go retry).
+		if r := ev.RetryRequested; r != nil {
+			prev := *ev
+			prev.Attempt = r.PreviousAttempt
+			if _, held := p.flights[flightKey(&prev)]; held {
+				p.settleAs(&prev, nowMs, endMs(ev, nowMs), 0, 0, "retried")
+			}
+		}
 	case schemas.TypeReconciled:
 		s := p.add(ev, sec, cReconciled, 1)
 		if r := ev.Reconciled; r != nil && s != nil && !r.Partial {
@@ -307,10 +360,21 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 				v[cActOut] += r.OutputTokens
 			}
 		}
-		p.settle(ev, nowMs)
+		var in, out int64
+		if r := ev.Reconciled; r != nil {
+			in, out = r.InputTokens, r.OutputTokens
+		}
+		p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, "reconciled")
 	case schemas.TypeReleased:
 		p.add(ev, sec, cReleased, 1)
-		p.settle(ev, nowMs)
+		kind, in, out := "released", int64(0), int64(0)
+		if r := ev.Released; r != nil {
+			in, out = r.InputTokens, r.OutputTokens
+			if r.Reason == schemas.ReasonLateGrant {
+				kind = "late_grant"
+			}
+		}
+		p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, kind)
 	case schemas.TypeProviderRejected:
 		c := cProvOther
 		if r := ev.ProviderRejected; r != nil {
@@ -322,7 +386,7 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 			}
 		}
 		p.add(ev, sec, c, 1)
-		p.settle(ev, nowMs)
+		p.settleAs(ev, nowMs, endMs(ev, nowMs), 0, 0, "provider_rejected")
 	case schemas.TypeCapacityLearned:
 		if c := ev.CapacityLearned; c != nil {
 			p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
@@ -377,10 +441,16 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	case schemas.StatusGranted:
 		if s := p.add(ev, sec, cGranted, 1); s != nil {
 			k := flightKey(ev)
-			if _, settled := p.tombs[k]; settled {
+			grantMs := d.LogTimeMs
+			if grantMs <= 0 {
+				grantMs = nowMs
+			}
+			own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
+			if t, settled := p.tombs[k]; settled {
 				delete(p.tombs, k)
+				p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
 			} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
-				p.flights[k] = flight{s: s, atMs: nowMs}
+				p.flights[k] = flight{s: s, atMs: nowMs, grantMs: grantMs, own: own}
 				s.inFlight++
 			}
 		}
@@ -404,7 +474,12 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	case schemas.StatusExpired, schemas.StatusHoldExpired:
 		p.add(ev, sec, cExpired, 1)
 		if _, held := p.flights[flightKey(ev)]; held {
-			p.settle(ev, nowMs) // a grant abandoned and expired by the ledger
+			// a grant abandoned and expired by the ledger
+			end := d.LogTimeMs
+			if end <= 0 {
+				end = nowMs
+			}
+			p.settleAs(ev, nowMs, end, 0, 0, "hold_expired")
 		}
 	case schemas.StatusCancelled:
 		p.add(ev, sec, cCancelled, 1)
@@ -454,19 +529,77 @@ func (p *Projection) unwait(ev *schemas.Event, sec int64) {
 	b.depthEnd = w.s.queued
 }
 
-// settle ends an attempt's in-flight hold (reconciled, released, rejected
-// by the provider, or expired). A settlement seen before its grant leaves
-// a tombstone so the late grant is not counted as in flight.
-func (p *Projection) settle(ev *schemas.Event, nowMs int64) {
+// settleAs ends an attempt's in-flight hold (reconciled, released,
+// rejected by the provider, retried, or expired) at endMs, having used in
+// and out tokens, and charges the owner what it held above that. A
+// settlement seen before its grant leaves a tombstone so the late grant
+// is not counted as in flight (and is charged when it arrives).
+func (p *Projection) settleAs(ev *schemas.Event, nowMs, endMs, in, out int64, kind string) {
 	k := flightKey(ev)
 	if f, ok := p.flights[k]; ok {
 		f.s.inFlight--
 		delete(p.flights, k)
+		p.strand(ev.RequestID, f.own, f.grantMs, endMs, in, out, kind, nowMs/1000)
 		return
 	}
 	if len(p.tombs) < maxTombs {
-		p.tombs[k] = nowMs
+		p.tombs[k] = tomb{atMs: nowMs, endMs: endMs, usedIn: in, usedOut: out, kind: kind}
 	}
+}
+
+// endMs is when a settlement event happened: the time its producer
+// stamped (the gateway's clock), the view's clock if none.
+func endMs(ev *schemas.Event, nowMs int64) int64 {
+	if ev.ProducedAtMs > 0 {
+		return ev.ProducedAtMs
+	}
+	return nowMs
+}
+
+// strand charges a settled hold: max(0, estimate − used) × (end − grant)
+// per dimension, in the owner's bucket of second sec. The estimate is the
+// request's reserved one; a hold whose ReserveRequested the view never saw
+// (it began before the view started) strands nothing here.
+func (p *Projection) strand(reqID string, own strandKey, grantMs, endMs, usedIn, usedOut int64, kind string, sec int64) {
+	est, ok := p.ests[reqID]
+	if !ok {
+		return
+	}
+	held := max(endMs-grantMs, 0) // two clocks (ledger, gateway): never negative
+	in, out := max(est.in-usedIn, 0)*held, max(est.out-usedOut, 0)*held
+	bs := p.stranded[own]
+	if bs == nil && len(p.stranded) >= MaxSeries {
+		p.dropped++
+		return
+	}
+	if n := len(bs); n == 0 || sec > bs[n-1].sec {
+		bs = append(trimStrand(bs, sec-p.window), strandBucket{sec: sec})
+	}
+	b := &bs[len(bs)-1]
+	b.inMs += in
+	b.outMs += out
+	b.holds++
+	switch kind {
+	case "late_grant":
+		b.lateMs += in + out
+		b.lateHolds++
+	case "hold_expired":
+		b.expiredMs += in + out
+		b.expiredHolds++
+	}
+	p.stranded[own] = bs
+}
+
+// trimStrand drops the buckets at or before second cut.
+func trimStrand(bs []strandBucket, cut int64) []strandBucket {
+	i := 0
+	for i < len(bs) && bs[i].sec <= cut {
+		i++
+	}
+	if i == 0 {
+		return bs
+	}
+	return append(bs[:0], bs[i:]...)
 }
 
 // add bumps counter c of ev's series in the bucket of second sec and
@@ -535,9 +668,21 @@ func (p *Projection) prune(now time.Time) {
 			delete(p.series, k)
 		}
 	}
-	for k, at := range p.tombs {
-		if nowMs-at > tombTTL.Milliseconds() {
+	for k, t := range p.tombs {
+		if nowMs-t.atMs > tombTTL.Milliseconds() {
 			delete(p.tombs, k)
+		}
+	}
+	for k, e := range p.ests {
+		if nowMs-e.atMs > flightTTL.Milliseconds() {
+			delete(p.ests, k)
+		}
+	}
+	for k, bs := range p.stranded {
+		if bs = trimStrand(bs, sec-p.window); len(bs) == 0 {
+			delete(p.stranded, k)
+		} else {
+			p.stranded[k] = bs
 		}
 	}
 	for k, o := range p.observed {
@@ -707,6 +852,27 @@ type RemainingLine struct {
 	Remaining  []*int64 `json:"remaining"`
 }
 
+// StrandedRow is the quota one owner's holds settled within the window
+// kept above what they used: max(0, reserved − used) × (settled − granted),
+// per dimension, in token·s. late_grant (released unused because the
+// grant came too late) and hold_expired (abandoned, expired by the
+// ledger) are broken out of the total. Holds are charged when they
+// settle, so a hold still in flight is not counted yet.
+type StrandedRow struct {
+	Scope             string  `json:"scope"`
+	Tenant            string  `json:"tenant"`
+	Route             string  `json:"route"`
+	Class             string  `json:"class"`
+	Holds             int64   `json:"holds"`
+	TokenS            float64 `json:"stranded_token_s"`
+	InputTokenS       float64 `json:"input_token_s"`
+	OutputTokenS      float64 `json:"output_token_s"`
+	LateGrantHolds    int64   `json:"late_grant_holds"`
+	LateGrantTokenS   float64 `json:"late_grant_token_s"`
+	HoldExpiredHolds  int64   `json:"hold_expired_holds"`
+	HoldExpiredTokenS float64 `json:"hold_expired_token_s"`
+}
+
 // StreamStats describes the consumed stream (operator view only).
 type StreamStats struct {
 	Events         int64 `json:"events"`
@@ -732,8 +898,10 @@ type Snapshot struct {
 	// (operator view only: scope-wide).
 	ProviderCapacity []LearnedRow  `json:"provider_capacity"`
 	RecentDecisions  []DecisionRow `json:"recent_decisions"`
-	Timeline         Timeline      `json:"timeline"`
-	Stream           *StreamStats  `json:"stream,omitempty"`
+	// Stranded: per scope, tenant, route and class, most stranded first.
+	Stranded []StrandedRow `json:"stranded"`
+	Timeline Timeline      `json:"timeline"`
+	Stream   *StreamStats  `json:"stream,omitempty"`
 }
 
 // Snapshot returns the operator view: every tenant, provider observations
@@ -823,6 +991,7 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	sort.Slice(snap.Tenants, func(i, j int) bool { return snap.Tenants[i].Tenant < snap.Tenants[j].Tenant })
 	snap.Totals = counters(&total, totalInFlight, totalQueued)
 	snap.Timeline = tl.finish(filter)
+	snap.Stranded = p.strandedRows(tenant, filter, sec)
 
 	if filter {
 		if r := p.byTenant[tenant]; r != nil {
@@ -876,6 +1045,52 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		LastEventMs: p.lastEventMs, Series: len(p.series), InFlightHolds: len(p.flights),
 	}
 	return snap
+}
+
+// strandedRows sums each owner's buckets of the window (one tenant's
+// owners only when filter), most stranded first.
+func (p *Projection) strandedRows(tenant string, filter bool, sec int64) []StrandedRow {
+	out := []StrandedRow{}
+	for k, bs := range p.stranded {
+		if filter && k.Tenant != tenant {
+			continue
+		}
+		r := StrandedRow{Scope: k.Scope, Tenant: k.Tenant, Route: k.Route, Class: k.Class}
+		var in, outMs, late, expired int64
+		for _, b := range bs {
+			if b.sec <= sec-p.window || b.sec > sec {
+				continue
+			}
+			in, outMs, late, expired = in+b.inMs, outMs+b.outMs, late+b.lateMs, expired+b.expiredMs
+			r.Holds += b.holds
+			r.LateGrantHolds += b.lateHolds
+			r.HoldExpiredHolds += b.expiredHolds
+		}
+		if r.Holds == 0 {
+			continue
+		}
+		r.InputTokenS, r.OutputTokenS = float64(in)/1000, float64(outMs)/1000
+		r.TokenS = float64(in+outMs) / 1000
+		r.LateGrantTokenS, r.HoldExpiredTokenS = float64(late)/1000, float64(expired)/1000
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.TokenS != b.TokenS {
+			return a.TokenS > b.TokenS
+		}
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		if a.Scope != b.Scope {
+			return a.Scope < b.Scope
+		}
+		if a.Route != b.Route {
+			return a.Route < b.Route
+		}
+		return a.Class < b.Class
+	})
+	return out
 }
 
 func counters(v *vec, inFlight, queued int64) Counters {

@@ -321,3 +321,90 @@ func TestProjectionLearnedCapacity(t *testing.T) {
 		t.Fatalf("tenant view shows scope-wide capacity: %+v", ts.ProviderCapacity)
 	}
 }
+
+// TestStrandedQuota: each way a hold ends charges its owner (scope,
+// tenant, route, class) max(0, reserved − used) × held time when it
+// settles, late grants and expired holds broken out, a settlement seen
+// before its grant included, tenants isolated, and the window forgets.
+// Every reserve is 100 input + 50 output tokens.
+func TestStrandedQuota(t *testing.T) {
+	clk := newClock()
+	p := NewProjection(time.Minute, clk.Now)
+	t0 := clk.Now().UnixMilli()
+	retry := func(tenant, req string) *schemas.Event {
+		ev := env(schemas.TypeRetryRequested, tenant, "k", req)
+		ev.Attempt = 2
+		ev.RetryRequested = &schemas.RetryRequested{PreviousAttempt: 1, Reason: "retryable_capacity"}
+		return ev
+	}
+	lateRelease := released("acme", "k", "r2")
+	lateRelease.Released.Reason = schemas.ReasonLateGrant
+	partial := released("acme", "k", "r6")
+	partial.Released.InputTokens, partial.Released.OutputTokens = 100, 20
+	steps := []struct {
+		name    string
+		advance time.Duration
+		evs     []*schemas.Event
+	}{
+		{"r1 granted", 0, []*schemas.Event{reserve("acme", "k", "r1"), granted("acme", "k", "r1")}},
+		// 40 output tokens unused for 2 s: 80 token·s.
+		{"r1 reconciled", 2 * time.Second, []*schemas.Event{reconciled("acme", "k", "r1", 100, 100, 50, 10)}},
+		{"r2 granted", 0, []*schemas.Event{reserve("acme", "k", "r2"), granted("acme", "k", "r2")}},
+		// released unused, the grant too late: 150 × 1 s.
+		{"r2 late grant", time.Second, []*schemas.Event{lateRelease}},
+		{"r3 granted", 0, []*schemas.Event{reserve("acme", "k", "r3"), granted("acme", "k", "r3")}},
+		// abandoned and expired by the ledger after 3 s: 150 × 3 s.
+		{"r3 hold expired", 3 * time.Second, []*schemas.Event{decision("acme", "k", "r3",
+			schemas.Decision{Status: schemas.StatusHoldExpired, Reason: schemas.ReasonHoldAbandoned, GatewayDecision: schemas.GDAdmitted})}},
+		{"r4 granted", 0, []*schemas.Event{reserve("globex", "k", "r4"), granted("globex", "k", "r4")}},
+		// the gateway retries: the ledger releases attempt 1's grant. 150 × 1 s.
+		{"r4 retried", time.Second, []*schemas.Event{retry("globex", "r4")}},
+		// the release is seen before its grant, which the ledger made 2 s
+		// earlier: 150 × 2 s once the grant arrives.
+		{"r5 released first", 0, []*schemas.Event{reserve("acme", "k", "r5"), released("acme", "k", "r5")}},
+		{"r5 grant arrives", 0, []*schemas.Event{decision("acme", "k", "r5", schemas.Decision{Status: schemas.StatusGranted,
+			GatewayDecision: schemas.GDAdmitted, LogTimeMs: t0 + 7000 - 2000})}},
+		// a partial release: 30 output tokens unused for 1 s.
+		{"r6 granted", 0, []*schemas.Event{reserve("acme", "k", "r6"), granted("acme", "k", "r6")}},
+		{"r6 partial", time.Second, []*schemas.Event{partial}},
+	}
+	for _, st := range steps {
+		clk.Advance(st.advance)
+		p.Apply(st.evs...)
+	}
+	want := map[string]StrandedRow{
+		"acme": {Scope: "sim-openai", Tenant: "acme", Route: "gpt-4o-mini", Class: "interactive", Holds: 5,
+			TokenS: 80 + 150 + 450 + 300 + 30, InputTokenS: 100 * (1 + 3 + 2), OutputTokenS: 80 + 50*(1+3+2) + 30,
+			LateGrantHolds: 1, LateGrantTokenS: 150, HoldExpiredHolds: 1, HoldExpiredTokenS: 450},
+		"globex": {Scope: "sim-openai", Tenant: "globex", Route: "gpt-4o-mini", Class: "interactive", Holds: 1,
+			TokenS: 150, InputTokenS: 100, OutputTokenS: 50},
+	}
+	for _, c := range []struct {
+		name string
+		snap Snapshot
+		want []string
+	}{
+		{"operator", p.Snapshot(), []string{"acme", "globex"}},
+		{"tenant acme", p.TenantSnapshot("acme"), []string{"acme"}},
+		{"tenant globex", p.TenantSnapshot("globex"), []string{"globex"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if len(c.snap.Stranded) != len(c.want) {
+				t.Fatalf("stranded = %+v, want tenants %v", c.snap.Stranded, c.want)
+			}
+			for i, tn := range c.want {
+				if got := c.snap.Stranded[i]; got != want[tn] {
+					t.Errorf("row %d = %+v\nwant    %+v", i, got, want[tn])
+				}
+			}
+		})
+	}
+	if p.Snapshot().Totals.InFlight != 0 {
+		t.Errorf("in flight = %d, want 0 (every hold settled)", p.Snapshot().Totals.InFlight)
+	}
+	clk.Advance(61 * time.Second)
+	p.Apply(reserve("acme", "k", "r9"))
+	if s := p.Snapshot().Stranded; len(s) != 0 {
+		t.Errorf("after the window: %+v", s)
+	}
+}
