@@ -116,7 +116,7 @@ func TestNewRequest(t *testing.T) {
 					t.Errorf("header %s = %q, want %q", k, got, want)
 				}
 			}
-			if forced != tc.forced {
+			if forced.ForcedUsage != tc.forced {
 				t.Errorf("forcedUsage %v, want %v", forced, tc.forced)
 			}
 			b, _ := io.ReadAll(up.Body)
@@ -147,17 +147,21 @@ func TestNewRequestErrorHoldsNoSecret(t *testing.T) {
 }
 
 func TestCanServe(t *testing.T) {
-	text, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-	tools, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`))
+	const text = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	const tools = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`
+	const logprobs = `{"model":"m","messages":[{"role":"user","content":"hi"}],"logprobs":true}`
 	tests := []struct {
 		api  API
 		kind Kind
-		req  estimate.Request
+		body string
 		want bool
 	}{
 		{APIChat, "openai", text, true},
 		{APIChat, "azure", tools, true},
-		{APIChat, "anthropic", text, false},
+		{APIChat, "anthropic", text, true},
+		{APIChat, "anthropic", tools, true},
+		{APIChat, "anthropic", logprobs, false},
+		{APIChat, "openai", logprobs, true},
 		{APIChat, "gemini", text, true},
 		{APIChat, "gemini", tools, false},
 		{APIEmbeddings, "openai_compatible", text, true},
@@ -166,12 +170,17 @@ func TestCanServe(t *testing.T) {
 		{APIMessages, "openai", text, false},
 		{APIResponses, "azure", text, true},
 		{APIResponses, "gemini", text, false},
+		{APIResponses, "anthropic", text, false},
 		{APICompletions, "anthropic", text, false},
 		{APICompletions, "openai_compatible", text, true},
 	}
 	for _, tc := range tests {
-		if got := CanServe(tc.api, tc.kind, tc.req); got != tc.want {
-			t.Errorf("CanServe(%s, %s, tools=%d) = %v, want %v", tc.api, tc.kind, len(tc.req.Tools), got, tc.want)
+		req, err := estimate.ParseOpenAIChat([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := CanServe(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+			t.Errorf("CanServe(%s, %s, %s) = %v, want %v", tc.api, tc.kind, tc.body, got, tc.want)
 		}
 	}
 }
@@ -193,22 +202,15 @@ func parseFor(a API, body string) (estimate.Request, error) {
 // TestUnsupported: the unsupported_api error names exactly what keeps a
 // provider from a request.
 func TestUnsupported(t *testing.T) {
-	chat := func(body string) estimate.Request {
-		r, err := estimate.ParseOpenAIChat([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	text := chat(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	all := chat(`{"model":"m","n":2,"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"},
+	text := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	all := `{"model":"m","n":2,"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"},
 		"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]},
 		{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
-		{"role":"tool","tool_call_id":"c","content":"1"}]}`)
+		{"role":"tool","tool_call_id":"c","content":"1"}]}`
 	tests := []struct {
 		api  API
 		kind Kind
-		req  estimate.Request
+		body string
 		want string
 	}{
 		{APIChat, "gemini", text, ""},
@@ -217,9 +219,16 @@ func TestUnsupported(t *testing.T) {
 		{APIResponses, "gemini", text, "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); /v1/responses is not translated"},
 		{APIMessages, "openai", text, "a provider of kind openai does not speak /v1/messages"},
 		{APICompletions, "openai", text, ""},
+		{APIChat, "anthropic", all, "the translation to Anthropic Messages does not support n > 1 (n = 2; Anthropic returns one message); " +
+			`response_format "json_object" together with tools (the translation forces a tool to honour response_format)`},
+		{APIResponses, "anthropic", text, "an anthropic provider is reached through POST /v1/messages or POST /v1/chat/completions (translated to Messages); /v1/responses is not translated"},
 	}
 	for _, tc := range tests {
-		if got := Unsupported(tc.api, tc.kind, tc.req); got != tc.want {
+		req, err := estimate.ParseOpenAIChat([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Unsupported(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
 			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
 		}
 	}
