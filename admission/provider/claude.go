@@ -511,6 +511,21 @@ func (t *claudeTranslation) messages(msgs []chatMessage) {
 			t.refuse("messages[%d] of role %q", i, m.Role)
 		}
 	}
+	for i := range r.Messages {
+		if r.Messages[i].Role == "user" {
+			toolResultsFirst(r.Messages[i].Content)
+		}
+	}
+}
+
+// toolResultsFirst moves a user turn's tool_result blocks ahead of its
+// other blocks (keeping the order within each), as Anthropic requires:
+// a user message between the tool calls and their results merges into
+// the results' turn.
+func toolResultsFirst(blocks []claudeBlock) {
+	sort.SliceStable(blocks, func(i, j int) bool {
+		return blocks[i].Type == "tool_result" && blocks[j].Type != "tool_result"
+	})
 }
 
 // isJSONObject reports whether raw is one JSON object.

@@ -45,7 +45,7 @@ ledger:
 func TestNewRequest(t *testing.T) {
 	cfg := testProviders(t)
 	chat := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":"END"}`
-	chatStream := `{"model":"m","stream":true,"stream_options":{"other":1},"messages":[{"role":"user","content":"hi"}]}`
+	chatStream := `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},"messages":[{"role":"user","content":"hi"}]}`
 	messages := `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	embeddings := `{"model":"m","input":"hi"}`
 	responses := `{"model":"m","input":"hi","stream":true}`
@@ -65,7 +65,7 @@ func TestNewRequest(t *testing.T) {
 			bodyHas: []string{`"model":"m"`}},
 		{name: "openai stream, usage forced, options kept", provider: "oa", api: APIChat, body: chatStream, upstream: "gpt-4o",
 			url: "https://api.openai.com/v1/chat/completions", header: map[string]string{"Accept": "text/event-stream"},
-			bodyHas: []string{`"model":"gpt-4o"`, `"include_usage":true`, `"other":1`}, forced: true},
+			bodyHas: []string{`"model":"gpt-4o"`, `"include_usage":true`, `"include_obfuscation":false`}, forced: true},
 		{name: "compatible embeddings", provider: "cp", api: APIEmbeddings, body: embeddings, upstream: "e5",
 			url: "http://127.0.0.1:8000/v1/embeddings", header: map[string]string{"Authorization": "Bearer " + testKey}, bodyHas: []string{`"model":"e5"`}},
 		{name: "azure chat deployment path", provider: "az", api: APIChat, body: chat, upstream: "m",
@@ -87,6 +87,13 @@ func TestNewRequest(t *testing.T) {
 			bodyHas: []string{`"model":"claude"`}},
 		{name: "anthropic without beta", provider: "an", api: APIMessages, body: messages, upstream: "m",
 			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"anthropic-beta": ""}},
+		{name: "anthropic behind chat, translated", provider: "an", api: APIChat, body: chat, upstream: "claude-sonnet-4-5",
+			url:     "https://api.anthropic.com/v1/messages",
+			header:  map[string]string{"x-api-key": testKey, "anthropic-version": "2023-06-01", "Authorization": "", "Accept": ""},
+			bodyHas: []string{`"model":"claude-sonnet-4-5"`, `"system":[{"type":"text","text":"be brief"}]`, `"max_tokens":8`, `"stop_sequences":["END"]`}},
+		{name: "anthropic behind a chat stream: no stream_options, default max_tokens", provider: "an", api: APIChat, body: chatStream, upstream: "claude-opus-4-1",
+			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"Accept": "text/event-stream"},
+			bodyHas: []string{`"stream":true`, `"max_tokens":32000`}},
 		{name: "gemini translated", provider: "ge", api: APIChat, body: chat, upstream: "gemini-2.0-flash",
 			url:     "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent",
 			header:  map[string]string{"x-goog-api-key": testKey, "Authorization": ""},
