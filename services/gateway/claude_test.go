@@ -94,7 +94,9 @@ func TestChatFallsBackAcrossKinds(t *testing.T) {
 				t.Fatalf("status %d: %s", resp.StatusCode, b)
 			}
 			evs := st.events(t, resp.Header.Get("X-Sluice-Request-Id"), func(evs []schemas.Event) bool {
-				return has(evs, func(e schemas.Event) bool { return e.Dispatched != nil && e.Dispatched.Fallback && e.Scope == tc.fallbackScope }) &&
+				return has(evs, func(e schemas.Event) bool {
+					return e.Dispatched != nil && e.Dispatched.Fallback && e.Scope == tc.fallbackScope
+				}) &&
 					has(evs, ofType(schemas.TypeReconciled))
 			})
 			scopes := map[string]bool{}
