@@ -19,32 +19,46 @@ import (
 // logprobs, audio, penalties, seed, …) is refused, naming the field:
 // sending it anyway would answer something other than what was asked.
 
-// ClaudeDefaultMaxTokens is the max_tokens the translation sends when the
-// client set neither max_completion_tokens nor max_tokens (Anthropic
-// requires it; OpenAI's default is "as long as the context allows"): the
-// model's documented maximum output, so that an answer is not cut shorter
-// than on OpenAI. Models not in the table get claudeMaxTokensFallback.
-var ClaudeDefaultMaxTokens = map[string]int64{
+// ClaudeOutputMax is each Claude model's documented maximum output, the
+// bound of the max_tokens the translation sends when the client set
+// neither max_completion_tokens nor max_tokens (Anthropic requires one;
+// OpenAI's default is "as long as the context allows"). The translation
+// then sends the route's default output reservation
+// (default_max_output_tokens, 4096 unless configured), bounded by this:
+// Anthropic counts max_tokens against the output-tokens-per-minute limit
+// when a request arrives, so sending the model's whole maximum would
+// spend a minute's output budget on every request, and the ledger
+// reserves the same amount. Models not in the table: claudeMaxTokensFallback.
+var ClaudeOutputMax = map[string]int64{
 	"claude-3-haiku": 4096, "claude-3-opus": 4096, "claude-3-sonnet": 4096,
 	"claude-3-5": 8192, "claude-3-7": 64000,
 	"claude-sonnet-4": 64000, "claude-opus-4": 32000, "claude-haiku-4": 64000,
 	"claude-opus-4-5": 64000,
 }
 
-// claudeMaxTokensFallback is the default max_tokens of a model not in
-// ClaudeDefaultMaxTokens: every Claude model since claude-3 produces at
-// least this much.
+// claudeMaxTokensFallback is the output maximum of a model not in
+// ClaudeOutputMax, and the default when the route gives none: every
+// Claude model since claude-3 produces at least this much.
 const claudeMaxTokensFallback = 4096
 
-// ClaudeMaxTokens is the max_tokens sent for model when the client set
-// none: the longest matching prefix of ClaudeDefaultMaxTokens.
-func ClaudeMaxTokens(model string) int64 {
+// ClaudeMaxTokens is the max_tokens sent to model when the client set
+// none and the route's default output is routeDefault (0: 4096): that,
+// bounded by the model's maximum output (the longest matching prefix of
+// ClaudeOutputMax).
+func ClaudeMaxTokens(model string, routeDefault int64) int64 {
+	if routeDefault <= 0 {
+		routeDefault = claudeMaxTokensFallback
+	}
+	return min(routeDefault, claudeOutputMax(model))
+}
+
+func claudeOutputMax(model string) int64 {
 	m := strings.ToLower(model)
 	if i := strings.LastIndexAny(m, "/."); i >= 0 && strings.Contains(m[i+1:], "claude") {
 		m = m[i+1:] // Bedrock's anthropic.claude-…, Vertex's publishers/…/claude-…
 	}
 	best, n := "", int64(claudeMaxTokensFallback)
-	for p, v := range ClaudeDefaultMaxTokens {
+	for p, v := range ClaudeOutputMax {
 		if strings.HasPrefix(m, p) && len(p) > len(best) {
 			best, n = p, v
 		}
@@ -241,13 +255,14 @@ func (t *claudeTranslation) refuse(format string, args ...any) {
 // to Anthropic Messages does not carry, each naming its field. Empty: the
 // request translates.
 func ClaudeUntranslatable(body []byte) []string {
-	return translateChatToClaude(body, "").why
+	return translateChatToClaude(body, "", 0).why
 }
 
 // claudeRequestBody translates an OpenAI chat body into a Messages body
-// for upstreamModel.
-func claudeRequestBody(body []byte, upstreamModel string) ([]byte, bool, error) {
-	t := translateChatToClaude(body, upstreamModel)
+// for upstreamModel; defaultMax is the route's default output (see
+// ClaudeMaxTokens).
+func claudeRequestBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, bool, error) {
+	t := translateChatToClaude(body, upstreamModel, defaultMax)
 	if len(t.why) > 0 {
 		return nil, false, fmt.Errorf("translate to anthropic messages: %s", strings.Join(t.why, "; "))
 	}
@@ -260,7 +275,7 @@ func claudeRequestBody(body []byte, upstreamModel string) ([]byte, bool, error) 
 
 // translateChatToClaude is the whole request translation: the fields it
 // refuses, then the parameters, the tools and the messages.
-func translateChatToClaude(body []byte, upstreamModel string) *claudeTranslation {
+func translateChatToClaude(body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
 	t := &claudeTranslation{}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
@@ -289,14 +304,14 @@ func translateChatToClaude(body []byte, upstreamModel string) *claudeTranslation
 	if upstreamModel == "" {
 		upstreamModel = in.Model
 	}
-	t.params(&in, upstreamModel)
+	t.params(&in, upstreamModel, defaultMax)
 	t.tools(&in)
 	t.messages(in.Messages)
 	return t
 }
 
 // params carries the sampling and output parameters.
-func (t *claudeTranslation) params(in *chatRequest, model string) {
+func (t *claudeTranslation) params(in *chatRequest, model string, defaultMax int64) {
 	r := &t.req
 	r.Model, r.Stream = model, in.Stream
 	if in.N != nil && *in.N > 1 {
@@ -316,7 +331,7 @@ func (t *claudeTranslation) params(in *chatRequest, model string) {
 	case in.MaxTokens != nil && *in.MaxTokens > 0:
 		r.MaxTokens = *in.MaxTokens
 	default:
-		r.MaxTokens = ClaudeMaxTokens(model)
+		r.MaxTokens = ClaudeMaxTokens(model, defaultMax)
 	}
 	if tp := in.Temperature; tp != nil {
 		if *tp > 1 || *tp < 0 || math.IsNaN(*tp) {

@@ -27,7 +27,7 @@ func FuzzClaudeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		why := ClaudeUntranslatable(body)
-		out, _, err := claudeRequestBody(body, "claude-sonnet-4-5")
+		out, _, err := claudeRequestBody(body, "claude-sonnet-4-5", 2048)
 		if (len(why) == 0) != (err == nil) {
 			t.Fatalf("refusals %q but error %v", why, err)
 		}

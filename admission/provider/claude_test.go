@@ -32,7 +32,7 @@ func TestClaudeRequest(t *testing.T) {
 		jsonTool       bool
 	}{
 		{"plain text, default max_tokens", `{"model":"claude",` + hi + `}`,
-			`{"model":"claude-sonnet-4-5","max_tokens":64000,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, false},
+			`{"model":"claude-sonnet-4-5","max_tokens":4096,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, false},
 		{"max_completion_tokens wins over max_tokens", `{"model":"m","max_tokens":5,"max_completion_tokens":7,` + hi + `}`,
 			`{"model":"claude-sonnet-4-5","max_tokens":7,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`, false},
 		{"system and developer into system, in order", `{"model":"m","max_tokens":5,"messages":[{"role":"system","content":"be brief"},
@@ -87,7 +87,7 @@ func TestClaudeRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, jsonTool, err := claudeRequestBody([]byte(tc.in), "claude-sonnet-4-5")
+			got, jsonTool, err := claudeRequestBody([]byte(tc.in), "claude-sonnet-4-5", 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,20 +144,33 @@ func TestClaudeRefusals(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
-			if _, _, err := claudeRequestBody([]byte(tc.in), "m"); err == nil {
+			if _, _, err := claudeRequestBody([]byte(tc.in), "m", 0); err == nil {
 				t.Error("claudeRequestBody translated what ClaudeUntranslatable refuses")
 			}
 		})
 	}
 }
 
+// TestClaudeMaxTokens: the route's default output, bounded by the
+// model's maximum output.
 func TestClaudeMaxTokens(t *testing.T) {
-	for model, want := range map[string]int64{
-		"claude-sonnet-4-5-20250929": 64000, "claude-opus-4-1": 32000, "claude-opus-4-5": 64000, "claude-3-5-haiku-latest": 8192,
-		"anthropic.claude-3-haiku-20240307-v1:0": 4096, "claude-next": claudeMaxTokensFallback, "CLAUDE-3-7-SONNET": 64000,
-	} {
-		if got := ClaudeMaxTokens(model); got != want {
-			t.Errorf("ClaudeMaxTokens(%q) = %d, want %d", model, got, want)
+	tests := []struct {
+		model        string
+		routeDefault int64
+		want         int64
+	}{
+		{"claude-sonnet-4-5-20250929", 0, 4096},
+		{"claude-sonnet-4-5-20250929", 100_000, 64000},
+		{"claude-opus-4-1", 50_000, 32000},
+		{"claude-opus-4-5", 50_000, 50_000},
+		{"claude-3-5-haiku-latest", 10_000, 8192},
+		{"anthropic.claude-3-haiku-20240307-v1:0", 8192, 4096},
+		{"claude-next", 9000, claudeMaxTokensFallback},
+		{"CLAUDE-3-7-SONNET", 20_000, 20_000},
+	}
+	for _, tc := range tests {
+		if got := ClaudeMaxTokens(tc.model, tc.routeDefault); got != tc.want {
+			t.Errorf("ClaudeMaxTokens(%q, %d) = %d, want %d", tc.model, tc.routeDefault, got, tc.want)
 		}
 	}
 }

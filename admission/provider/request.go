@@ -124,6 +124,11 @@ type Attempt struct {
 	// AnthropicBeta is the client's anthropic-beta header, forwarded to
 	// Anthropic providers ("" = none).
 	AnthropicBeta string
+	// DefaultMaxTokens is the route's default output reservation
+	// (default_max_output_tokens), the max_tokens a chat completion
+	// translated to Anthropic Messages is sent with when the client set
+	// none (0: 4096; see ClaudeMaxTokens).
+	DefaultMaxTokens int64
 }
 
 // NewRequest builds the provider request for one attempt: the provider's
@@ -152,7 +157,7 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		}
 		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
 	case p.Kind == schemas.ProviderAnthropic && a.API == APIChat:
-		b, jsonTool, err := claudeRequestBody(body, a.UpstreamModel)
+		b, jsonTool, err := claudeRequestBody(body, a.UpstreamModel, a.DefaultMaxTokens)
 		if err != nil {
 			return nil, x, err
 		}

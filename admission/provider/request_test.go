@@ -93,7 +93,7 @@ func TestNewRequest(t *testing.T) {
 			bodyHas: []string{`"model":"claude-sonnet-4-5"`, `"system":[{"type":"text","text":"be brief"}]`, `"max_tokens":8`, `"stop_sequences":["END"]`}},
 		{name: "anthropic behind a chat stream: no stream_options, default max_tokens", provider: "an", api: APIChat, body: chatStream, upstream: "claude-opus-4-1",
 			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"Accept": "text/event-stream"},
-			bodyHas: []string{`"stream":true`, `"max_tokens":32000`}},
+			bodyHas: []string{`"stream":true`, `"max_tokens":4096`}},
 		{name: "gemini translated", provider: "ge", api: APIChat, body: chat, upstream: "gemini-2.0-flash",
 			url:     "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent",
 			header:  map[string]string{"x-goog-api-key": testKey, "Authorization": ""},
