@@ -258,6 +258,15 @@ func ClaudeUntranslatable(body []byte) []string {
 	return translateChatToClaude(body, "", 0).why
 }
 
+// ClaudeMessagesBody is the Messages body an OpenAI chat body becomes on
+// an Anthropic provider serving upstreamModel (defaultMax: the route's
+// default output, see ClaudeMaxTokens), or why it does not translate: the
+// request as that provider counts it, for its estimate.
+func ClaudeMessagesBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, error) {
+	b, _, err := claudeRequestBody(body, upstreamModel, defaultMax)
+	return b, err
+}
+
 // claudeRequestBody translates an OpenAI chat body into a Messages body
 // for upstreamModel; defaultMax is the route's default output (see
 // ClaudeMaxTokens).

@@ -404,7 +404,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
 			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
 			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,
-			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req, c.body)})
+			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req, c.body), Estimate: c.targetEstimate(cd)})
 	}
 	return req
 }
