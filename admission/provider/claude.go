@@ -243,6 +243,18 @@ type claudeTranslation struct {
 	// answer's content (and whose tool_use stop is finish "stop").
 	jsonTool bool
 	why      []string
+	// where names the client's field of chat message i (nil:
+	// messages[i]); the Responses API's input items are translated as
+	// chat messages, and its refusals name input[k].
+	where func(i int) string
+}
+
+// at is the client's name of chat message i.
+func (t *claudeTranslation) at(i int) string {
+	if t.where != nil {
+		return t.where(i)
+	}
+	return fmt.Sprintf("messages[%d]", i)
 }
 
 func (t *claudeTranslation) refuse(format string, args ...any) {
@@ -258,12 +270,17 @@ func ClaudeUntranslatable(body []byte) []string {
 	return translateChatToClaude(body, "", 0).why
 }
 
-// ClaudeMessagesBody is the Messages body an OpenAI chat body becomes on
-// an Anthropic provider serving upstreamModel (defaultMax: the route's
-// default output, see ClaudeMaxTokens), or why it does not translate: the
-// request as that provider counts it, for its estimate.
-func ClaudeMessagesBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, error) {
-	b, _, err := claudeRequestBody(body, upstreamModel, defaultMax)
+// ClaudeMessagesBody is the Messages body an OpenAI chat (or, for
+// APIResponses, Responses API) body becomes on an Anthropic provider
+// serving upstreamModel (defaultMax: the route's default output, see
+// ClaudeMaxTokens), or why it does not translate: the request as that
+// provider counts it, for its estimate.
+func ClaudeMessagesBody(a API, body []byte, upstreamModel string, defaultMax int64) ([]byte, error) {
+	translate := claudeRequestBody
+	if a == APIResponses {
+		translate = claudeResponsesBody
+	}
+	b, _, err := translate(body, upstreamModel, defaultMax)
 	return b, err
 }
 
@@ -285,7 +302,12 @@ func claudeRequestBody(body []byte, upstreamModel string, defaultMax int64) ([]b
 // translateChatToClaude is the whole request translation: the fields it
 // refuses, then the parameters, the tools and the messages.
 func translateChatToClaude(body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
-	t := &claudeTranslation{}
+	return translateChat(&claudeTranslation{}, body, upstreamModel, defaultMax)
+}
+
+// translateChat translates into t, which may already hold refusals (of
+// the Responses request the chat body was made from).
+func translateChat(t *claudeTranslation, body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		t.refuse("a body that is not a JSON object")
@@ -495,13 +517,17 @@ func (t *claudeTranslation) messages(msgs []chatMessage) {
 		}
 		r.Messages = append(r.Messages, claudeMessage{Role: role, Content: blocks})
 	}
-	if len(msgs) == 0 {
+	switch {
+	case len(msgs) > 0:
+	case t.where == nil:
 		t.refuse("messages that are empty")
+	case len(t.why) == 0: // a Responses input whose items were not all refused
+		t.refuse("input that is empty")
 	}
 	for i := range msgs {
 		m := &msgs[i]
 		if len(m.Audio) > 0 && string(m.Audio) != "null" {
-			t.refuse("audio in messages[%d]", i)
+			t.refuse("audio in %s", t.at(i))
 		}
 		switch m.Role {
 		case "system", "developer":
@@ -518,21 +544,21 @@ func (t *claudeTranslation) messages(msgs []chatMessage) {
 				if strings.TrimSpace(tc.Function.Arguments) == "" {
 					input = json.RawMessage("{}")
 				} else if !isJSONObject(input) {
-					t.refuse("messages[%d].tool_calls[%d].function.arguments that are not a JSON object", i, j)
+					t.refuse("%s.tool_calls[%d].function.arguments that are not a JSON object", t.at(i), j)
 				}
 				blocks = append(blocks, claudeBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
 			}
 			add("assistant", blocks)
 		case "tool":
 			if m.ToolCallID == "" {
-				t.refuse("messages[%d] of role tool without tool_call_id", i)
+				t.refuse("%s of role tool without tool_call_id", t.at(i))
 			}
 			res := claudeBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: t.content(m.Content, i, false)}
 			add("user", []claudeBlock{res})
 		case "function":
-			t.refuse("a function message (messages[%d]; legacy function calling, use tools)", i)
+			t.refuse("a function message (%s; legacy function calling, use tools)", t.at(i))
 		default:
-			t.refuse("messages[%d] of role %q", i, m.Role)
+			t.refuse("%s of role %q", t.at(i), m.Role)
 		}
 	}
 	for i := range r.Messages {
@@ -574,7 +600,7 @@ func (t *claudeTranslation) content(raw json.RawMessage, i int, images bool) []c
 	}
 	var parts []chatPart
 	if json.Unmarshal(raw, &parts) != nil {
-		t.refuse("messages[%d].content that is neither a string nor an array of content parts", i)
+		t.refuse("%s.content that is neither a string nor an array of content parts", t.at(i))
 		return nil
 	}
 	var out []claudeBlock
@@ -591,12 +617,12 @@ func (t *claudeTranslation) content(raw json.RawMessage, i int, images bool) []c
 		case p.Type == "image_url" && images && p.ImageURL != nil:
 			src, ok := imageSource(p.ImageURL.URL)
 			if !ok {
-				t.refuse("messages[%d].content[%d].image_url that is neither an http(s) URL nor a base64 data: URL of an image", i, j)
+				t.refuse("%s.content[%d].image_url that is neither an http(s) URL nor a base64 data: URL of an image", t.at(i), j)
 				continue
 			}
 			out = append(out, claudeBlock{Type: "image", Source: src})
 		default:
-			t.refuse("%s content (messages[%d].content[%d])", partName(p.Type), i, j)
+			t.refuse("%s content (%s.content[%d])", partName(p.Type), t.at(i), j)
 		}
 	}
 	return out

@@ -54,6 +54,40 @@ func FuzzClaudeRequest(f *testing.F) {
 	})
 }
 
+// FuzzClaudeResponsesRequest: the Responses → Messages translation never
+// panics and refuses exactly when it builds no body; a body it builds is
+// JSON with a positive max_tokens.
+func FuzzClaudeResponsesRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","instructions":"be brief","input":"hi","max_output_tokens":8}`,
+		`{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"x"},{"type":"input_image","image_url":"data:image/png;base64,AA"}]},
+		  {"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"1"}],
+		  "tools":[{"type":"function","name":"f","parameters":{"type":"object"}}],"tool_choice":{"type":"function","name":"f"}}`,
+		`{"model":"m","input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"}}}}`,
+		`{"model":"m","input":[{"type":"reasoning"}],"previous_response_id":"r","truncation":"auto"}`,
+		`{"input":[{"type":"message","role":"system","content":null}],"text":{"verbosity":"low","format":{"type":"json_object"}}}`,
+		`[]`, `{"input":7}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		why := ClaudeResponsesUntranslatable(body)
+		out, _, err := claudeResponsesBody(body, "claude-sonnet-4-5", 2048)
+		if (len(why) == 0) != (err == nil) || len(why) > claudeReasonsMax {
+			t.Fatalf("refusals %q but error %v", why, err)
+		}
+		if err != nil {
+			return
+		}
+		var r struct {
+			MaxTokens int64 `json:"max_tokens"`
+		}
+		if json.Unmarshal(out, &r) != nil || r.MaxTokens < 1 {
+			t.Fatalf("translation %s", out)
+		}
+	})
+}
+
 // FuzzClaudeAnswer: a translated Messages answer is always JSON.
 func FuzzClaudeAnswer(f *testing.F) {
 	_, body := loadResponse(f, "anthropic_messages_200.http")
@@ -61,16 +95,19 @@ func FuzzClaudeAnswer(f *testing.F) {
 	f.Add([]byte(`{"type":"message","content":[{"type":"tool_use","id":"t","name":"f","input":{"a":[1]}}],"stop_reason":"tool_use"}`), true)
 	f.Add([]byte(`{"type":"message","content":[{"type":"tool_use","input":null}],"usage":{"input_tokens":-3}}`), false)
 	f.Fuzz(func(t *testing.T, body []byte, jsonTool bool) {
-		a := Exchange{Kind: schemas.ProviderAnthropic, API: APIChat, jsonTool: jsonTool}.Answer(body, "m", "r")
-		if a.Translated && !json.Valid(a.Body) {
-			t.Fatalf("translation is not JSON: %s", a.Body)
+		for _, api := range []API{APIChat, APIResponses} {
+			a := Exchange{Kind: schemas.ProviderAnthropic, API: api, jsonTool: jsonTool}.Answer(body, "m", "r")
+			if a.Translated && !json.Valid(a.Body) {
+				t.Fatalf("translation is not JSON: %s", a.Body)
+			}
 		}
 	})
 }
 
 // FuzzClaudeStream: whatever Anthropic events arrive, the client gets
 // well-formed chat.completion.chunk SSE (data: JSON or [DONE]) and
-// nothing after [DONE].
+// nothing after [DONE]; or, for the Responses API, named events with
+// JSON data, nothing after the final one.
 func FuzzClaudeStream(f *testing.F) {
 	for _, ev := range loadSSE(f, "anthropic_stream.sse") {
 		f.Add(string(ev.event), ev.data, false, true)
@@ -106,6 +143,28 @@ func FuzzClaudeStream(f *testing.F) {
 		}
 		if u, _ := s.Usage(); u.InputTokens < 0 || u.OutputTokens < 0 {
 			t.Fatalf("bad usage %+v", u)
+		}
+		r := Exchange{Kind: schemas.ProviderAnthropic, API: APIResponses, jsonTool: jsonTool}.NewStream("m", "r", includeUsage)
+		out = out[:0]
+		for _, ev := range [][2][]byte{
+			{[]byte("message_start"), []byte(`{"type":"message_start","message":{"usage":{"input_tokens":1}}}`)},
+			{[]byte(event), data}, {[]byte(event), data},
+			{[]byte("message_stop"), []byte(`{"type":"message_stop"}`)},
+			{[]byte(event), data},
+		} {
+			out = append(out, r.Event(ev[0], ev[1], nil)...)
+		}
+		ended := false
+		for _, e := range bytes.SplitAfter(out, []byte("\n\n")) {
+			if len(e) == 0 {
+				continue
+			}
+			name, d, ok := bytes.Cut(bytes.TrimSuffix(e, []byte("\n\n")), []byte("\ndata: "))
+			name, named := bytes.CutPrefix(name, []byte("event: "))
+			if !ok || !named || ended || !json.Valid(d) {
+				t.Fatalf("translated Responses stream %q", out)
+			}
+			ended = bytes.Equal(name, []byte("response.completed")) || bytes.Equal(name, []byte("response.incomplete")) || bytes.Equal(name, []byte("error"))
 		}
 	})
 }

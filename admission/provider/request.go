@@ -64,17 +64,25 @@ func (a API) Serves(kind schemas.ProviderKind) bool {
 	switch a {
 	case APIChat:
 		return true
-	case APIEmbeddings, APIResponses, APICompletions:
+	case APIResponses:
+		return kind != schemas.ProviderGemini
+	case APIEmbeddings, APICompletions:
 		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
 	}
 	return kind == schemas.ProviderAnthropic
 }
 
 // Translated reports whether API a reaches a provider of kind by
-// translation (chat completions to Gemini or Anthropic) rather than with
-// the client's body.
+// translation (chat completions to Gemini or Anthropic, the Responses API
+// to Anthropic) rather than with the client's body.
 func (a API) Translated(kind schemas.ProviderKind) bool {
-	return a == APIChat && (kind == schemas.ProviderGemini || kind == schemas.ProviderAnthropic)
+	switch kind {
+	case schemas.ProviderGemini:
+		return a == APIChat
+	case schemas.ProviderAnthropic:
+		return a == APIChat || a == APIResponses
+	}
+	return false
 }
 
 // CanServe reports whether a provider of kind can answer req (sent as
@@ -94,7 +102,7 @@ func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []
 		case schemas.ProviderGemini:
 			return "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); " + a.Path() + " is not translated"
 		case schemas.ProviderAnthropic:
-			return "an anthropic provider is reached through POST /v1/messages or POST /v1/chat/completions (translated to Messages); " + a.Path() + " is not translated"
+			return "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); " + a.Path() + " is not translated"
 		}
 		return "a provider of kind " + string(kind) + " does not speak " + a.Path()
 	}
@@ -107,7 +115,11 @@ func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []
 		}
 		return ""
 	}
-	if why := ClaudeUntranslatable(body); len(why) > 0 {
+	why := ClaudeUntranslatable(body)
+	if a == APIResponses {
+		why = ClaudeResponsesUntranslatable(body)
+	}
+	if len(why) > 0 {
 		return "the translation to Anthropic Messages does not support " + strings.Join(why, "; ")
 	}
 	return ""
@@ -156,8 +168,12 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 			method = ":streamGenerateContent?alt=sse"
 		}
 		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
-	case p.Kind == schemas.ProviderAnthropic && a.API == APIChat:
-		b, jsonTool, err := claudeRequestBody(body, a.UpstreamModel, a.DefaultMaxTokens)
+	case p.Kind == schemas.ProviderAnthropic && a.API.Translated(p.Kind):
+		translate := claudeRequestBody
+		if a.API == APIResponses {
+			translate = claudeResponsesBody
+		}
+		b, jsonTool, err := translate(body, a.UpstreamModel, a.DefaultMaxTokens)
 		if err != nil {
 			return nil, x, err
 		}

@@ -177,15 +177,14 @@ func TestCanServe(t *testing.T) {
 		{APIMessages, "openai", text, false},
 		{APIResponses, "azure", text, true},
 		{APIResponses, "gemini", text, false},
-		{APIResponses, "anthropic", text, false},
+		{APIResponses, "anthropic", text, false}, // a chat body: messages is no Responses field
+		{APIResponses, "anthropic", `{"model":"m","input":"hi","max_output_tokens":8}`, true},
+		{APIResponses, "anthropic", `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, false},
 		{APICompletions, "anthropic", text, false},
 		{APICompletions, "openai_compatible", text, true},
 	}
 	for _, tc := range tests {
-		req, err := estimate.ParseOpenAIChat([]byte(tc.body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		req, _ := estimate.ParseOpenAIChat([]byte(tc.body)) // only Gemini's check reads it
 		if got := CanServe(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
 			t.Errorf("CanServe(%s, %s, %s) = %v, want %v", tc.api, tc.kind, tc.body, got, tc.want)
 		}
@@ -228,7 +227,7 @@ func TestUnsupported(t *testing.T) {
 		{APICompletions, "openai", text, ""},
 		{APIChat, "anthropic", all, "the translation to Anthropic Messages does not support n > 1 (n = 2; Anthropic returns one message); " +
 			`response_format "json_object" together with tools (the translation forces a tool to honour response_format)`},
-		{APIResponses, "anthropic", text, "an anthropic provider is reached through POST /v1/messages or POST /v1/chat/completions (translated to Messages); /v1/responses is not translated"},
+		{APICompletions, "anthropic", text, "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); /v1/completions is not translated"},
 	}
 	for _, tc := range tests {
 		req, err := estimate.ParseOpenAIChat([]byte(tc.body))

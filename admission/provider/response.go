@@ -53,12 +53,16 @@ type Exchange struct {
 // chat completion is translated to chat.completion (a body that does not
 // parse is passed as it came).
 func (x Exchange) Answer(body []byte, model, id string) Answer {
-	if !x.claudeChat() {
+	if !x.claudeTranslated() {
 		return ParseAnswer(x.Kind, body, model, id)
 	}
 	usage, _ := ParseUsage(x.Kind, body)
 	a := Answer{Usage: usage, Body: body}
-	if b, err := ClaudeToOpenAI(body, model, id, x.jsonTool); err == nil {
+	translate := ClaudeToOpenAI
+	if x.API == APIResponses {
+		translate = ClaudeToResponse
+	}
+	if b, err := translate(body, model, id, x.jsonTool); err == nil {
 		a.Body, a.Translated = b, true
 	}
 	return a
@@ -68,15 +72,19 @@ func (x Exchange) Answer(body []byte, model, id string) Answer {
 // a chat completion is translated to chat.completion.chunk events.
 func (x Exchange) NewStream(model, id string, includeUsage bool) *Stream {
 	s := NewStream(x.Kind, x.ForcedUsage, model, id, includeUsage)
-	if x.claudeChat() {
+	switch {
+	case x.claudeTranslated() && x.API == APIResponses:
+		s.claudeResponses = NewClaudeResponsesStream(model, "resp_"+id, x.jsonTool, s.usage)
+	case x.claudeTranslated():
 		s.claude = NewClaudeStream(model, "chatcmpl-"+id, includeUsage, x.jsonTool, s.usage)
 	}
 	return s
 }
 
-// claudeChat: a chat completion answered by an Anthropic provider.
-func (x Exchange) claudeChat() bool {
-	return x.Kind == schemas.ProviderAnthropic && x.API == APIChat
+// claudeTranslated: a chat completion or a Responses request answered by
+// an Anthropic provider.
+func (x Exchange) claudeTranslated() bool {
+	return x.Kind == schemas.ProviderAnthropic && x.API.Translated(x.Kind)
 }
 
 // Stream is one streamed answer seen through the adapter: it counts the
@@ -84,10 +92,13 @@ func (x Exchange) claudeChat() bool {
 // reads and writes the SSE bytes; the zero value is not usable, create one
 // with NewStream. A Stream is not safe for concurrent use.
 type Stream struct {
-	usage       *StreamUsage
-	gemini      *GeminiStream // Gemini: the translation to chat chunks
-	claude      *ClaudeStream // Anthropic behind chat: the same
-	forcedUsage bool
+	usage  *StreamUsage
+	gemini *GeminiStream // Gemini: the translation to chat chunks
+	claude *ClaudeStream // Anthropic behind chat: the same
+	// claudeResponses: Anthropic behind the Responses API, translated to
+	// the Responses events.
+	claudeResponses *ClaudeResponsesStream
+	forcedUsage     bool
 }
 
 // NewStream returns the adapter of a stream from a provider of kind
@@ -116,6 +127,8 @@ func (s *Stream) Event(event, data, raw []byte) []byte {
 		return s.gemini.Translate(data)
 	case s.claude != nil:
 		return s.claude.Translate(event, data)
+	case s.claudeResponses != nil:
+		return s.claudeResponses.Translate(event, data)
 	case s.forcedUsage && isUsageOnlyChunk(data):
 		return nil
 	}

@@ -71,7 +71,7 @@ func TestErrorContract(t *testing.T) {
 		{name: "deadline not a number", path: "/v1/chat/completions", key: keyDemo, body: chat, hdr: []string{"X-Sluice-Deadline-Ms", "soon"}, status: 400, code: "invalid_header", param: "X-Sluice-Deadline-Ms"},
 		{name: "embeddings on an anthropic model", path: "/v1/embeddings", key: keyDemo, body: `{"model":"claude-sonnet-4-5","input":"hi"}`, status: 400, code: "unsupported_api", param: "model"},
 		{name: "chat on an anthropic model asking for logprobs", path: "/v1/chat/completions", key: keyDemo, body: `{"model":"claude-sonnet-4-5","logprobs":true,"messages":[{"role":"user","content":"hi"}]}`, status: 400, code: "unsupported_api"},
-		{name: "responses on an anthropic model", path: "/v1/responses", key: keyDemo, body: `{"model":"claude-sonnet-4-5","input":"hi"}`, status: 400, code: "unsupported_api"},
+		{name: "responses on an anthropic model continuing a stored response", path: "/v1/responses", key: keyDemo, body: `{"model":"claude-sonnet-4-5","input":"hi","previous_response_id":"resp_1"}`, status: 400, code: "unsupported_api"},
 		{name: "responses input wrong type", path: "/v1/responses", key: keyDemo, body: `{"model":"gpt-4o-mini","input":5}`, status: 400, code: "invalid_type", param: "input"},
 		{name: "responses bad max_output_tokens", path: "/v1/responses", key: keyDemo, body: `{"model":"gpt-4o-mini","input":"hi","max_output_tokens":0}`, status: 400, code: "invalid_value", param: "max_output_tokens"},
 		{name: "completions without prompt", path: "/v1/completions", key: keyDemo, body: `{"model":"gpt-4o-mini"}`, status: 400, code: "missing_field", param: "prompt"},

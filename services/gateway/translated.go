@@ -15,10 +15,10 @@ import (
 // its reservation, in that provider's scope, is what that provider will
 // charge.
 func (c *call) targetEstimate(cd candidate) lifecycle.Usage {
-	if c.api != provider.APIChat || cd.prov.Kind != schemas.ProviderAnthropic {
+	if !c.api.Translated(cd.prov.Kind) || cd.prov.Kind != schemas.ProviderAnthropic {
 		return lifecycle.Usage{}
 	}
-	b, err := provider.ClaudeMessagesBody(c.body, cd.UpstreamModel, c.route.DefaultMaxOutputTokens)
+	b, err := provider.ClaudeMessagesBody(c.api, c.body, cd.UpstreamModel, c.route.DefaultMaxOutputTokens)
 	if err != nil {
 		return lifecycle.Usage{} // the candidate is Unserved
 	}
