@@ -1,4 +1,5 @@
-"""Black-box tests: chat completions to Claude with the pinned openai SDK.
+"""Black-box tests: chat completions and the Responses API to Claude with the
+pinned openai SDK.
 The gateway translates each chat completion to Anthropic Messages, sends it
 to the simulator's Anthropic dialect (which refuses what the real API
 refuses: system roles in messages, empty text, tool results without their
@@ -124,3 +125,57 @@ def test_claude_chat_refuses_what_does_not_translate(oai):
     body = ei.value.body
     assert ei.value.status_code == 400 and body["code"] == "unsupported_api" and body["param"] == "model"
     assert "n > 1" in body["message"] and "logprobs" in body["message"]
+
+
+# The Responses API to Claude: the same translation, answered as a response
+# object or as the Responses events.
+
+def test_claude_responses(oai):
+    r = oai.responses.create(model=CLAUDE, instructions="Be brief.", input="Say hello to Sluice.", max_output_tokens=16)
+    assert r.object == "response" and r.status in ("completed", "incomplete") and r.output_text
+    u = r.usage
+    assert u.input_tokens > 0 and u.output_tokens > 0 and u.total_tokens == u.input_tokens + u.output_tokens
+
+
+def test_claude_responses_streaming(oai):
+    events = list(oai.responses.create(model=CLAUDE, input="Count to five.", max_output_tokens=16, stream=True))
+    types = [e.type for e in events]
+    assert types[:2] == ["response.created", "response.in_progress"] and "response.output_text.delta" in types
+    assert types[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    final = events[-1].response
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == final.output_text
+    assert final.usage.output_tokens > 0
+    with oai.responses.stream(model=CLAUDE, input="Hi!", max_output_tokens=16) as s:
+        for _ in s:
+            pass
+        assert s.get_final_response().output_text
+
+
+def test_claude_responses_tools(oai):
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER, "strict": True}]
+    r = oai.responses.create(model=CLAUDE, input="Weather in Oslo?", tools=tools, tool_choice="required", max_output_tokens=256)
+    call = [o for o in r.output if o.type == "function_call"][0]
+    assert call.name == "get_weather" and call.call_id
+    check_weather(json.loads(call.arguments))
+    # The call and its output go back as input items; the model answers.
+    r2 = oai.responses.create(model=CLAUDE, tools=tools, max_output_tokens=32, input=[
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "snow"}])
+    assert r2.output_text
+    # Streamed: the arguments arrive as function_call_arguments deltas.
+    events = list(oai.responses.create(model=CLAUDE, input="Weather in Oslo?", tools=tools, max_output_tokens=256, stream=True))
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    check_weather(json.loads(args))
+
+
+def test_claude_responses_structured_output(oai):
+    r = oai.responses.parse(model=CLAUDE, input="Forecast for Oslo", text_format=Forecast, max_output_tokens=256)
+    assert isinstance(r.output_parsed, Forecast)
+
+
+def test_claude_responses_refuses_what_does_not_translate(oai):
+    with pytest.raises(openai.BadRequestError) as ei:
+        oai.responses.create(model=CLAUDE, input="hi", previous_response_id="resp_123", max_output_tokens=8)
+    assert ei.value.body["code"] == "unsupported_api" and "previous_response_id" in ei.value.body["message"]

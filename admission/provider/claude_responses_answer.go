@@ -17,14 +17,16 @@ type responsesContentPart struct {
 
 // responsesOutputItem is an output item: a message or a function call.
 type responsesOutputItem struct {
-	ID        string                 `json:"id"`
-	Type      string                 `json:"type"`
-	Status    string                 `json:"status"`
-	Role      string                 `json:"role,omitempty"`
-	Content   []responsesContentPart `json:"content,omitempty"`
-	CallID    string                 `json:"call_id,omitempty"`
-	Name      string                 `json:"name,omitempty"`
-	Arguments *string                `json:"arguments,omitempty"`
+	ID     string `json:"id"`
+	Type   string `json:"type"`
+	Status string `json:"status"`
+	Role   string `json:"role,omitempty"`
+	// Content is a message's parts (a pointer, so that a message's empty
+	// list is [] and a function call has none; the SDKs append to it).
+	Content   *[]responsesContentPart `json:"content,omitempty"`
+	CallID    string                  `json:"call_id,omitempty"`
+	Name      string                  `json:"name,omitempty"`
+	Arguments *string                 `json:"arguments,omitempty"`
 }
 
 type responsesUsage struct {
@@ -109,7 +111,7 @@ func ClaudeToResponse(body []byte, model, reqID string, jsonTool bool) ([]byte, 
 	}
 	if text.Len() > 0 || len(calls) == 0 {
 		resp.Output = append(resp.Output, responsesOutputItem{ID: "msg_" + reqID, Type: "message", Status: "completed", Role: "assistant",
-			Content: []responsesContentPart{{Type: "output_text", Text: text.String(), Annotations: []any{}}}})
+			Content: &[]responsesContentPart{{Type: "output_text", Text: text.String(), Annotations: []any{}}}})
 	}
 	resp.Output = append(resp.Output, calls...)
 	var u Usage
@@ -222,7 +224,8 @@ func (t *ClaudeResponsesStream) blockStart(ev *claudeStreamEvent) []byte {
 		t.blocks[ev.Index] = b
 		return t.event("response.output_item.added", map[string]any{"output_index": b.output, "item": b.item})
 	}
-	b.item = responsesOutputItem{ID: fmt.Sprintf("msg_%s_%d", strings.TrimPrefix(t.id, "resp_"), ev.Index), Type: "message", Status: "in_progress", Role: "assistant"}
+	b.item = responsesOutputItem{ID: fmt.Sprintf("msg_%s_%d", strings.TrimPrefix(t.id, "resp_"), ev.Index), Type: "message", Status: "in_progress", Role: "assistant",
+		Content: &[]responsesContentPart{}}
 	t.blocks[ev.Index] = b
 	return append(t.event("response.output_item.added", map[string]any{"output_index": b.output, "item": b.item}),
 		t.event("response.content_part.added", map[string]any{"item_id": b.item.ID, "output_index": b.output, "content_index": 0,
@@ -268,7 +271,7 @@ func (t *ClaudeResponsesStream) blockStop(index int) []byte {
 		out = t.event("response.function_call_arguments.done", map[string]any{"item_id": b.item.ID, "output_index": b.output, "arguments": text})
 	} else {
 		part := responsesContentPart{Type: "output_text", Text: text, Annotations: []any{}}
-		b.item.Content = []responsesContentPart{part}
+		b.item.Content = &[]responsesContentPart{part}
 		out = append(t.event("response.output_text.done", map[string]any{"item_id": b.item.ID, "output_index": b.output, "content_index": 0,
 			"text": text, "logprobs": []any{}}),
 			t.event("response.content_part.done", map[string]any{"item_id": b.item.ID, "output_index": b.output, "content_index": 0, "part": part})...)
