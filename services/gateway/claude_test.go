@@ -55,7 +55,8 @@ func claudeStack(t *testing.T, f *fakeUpstream) *stack {
     candidates:
       - {provider: fake-claude, upstream_model: claude-overloaded, context_tokens: 200000}
       - {provider: fake, upstream_model: gpt-ok, context_tokens: 200000}
-  - {model: claude-overloaded, provider: fake-claude}`, "")
+  - {model: claude-overloaded, provider: fake-claude}
+  - {model: claude-invalid, provider: fake-claude}`, "")
 	})
 }
 
@@ -63,13 +64,19 @@ func claudeStack(t *testing.T, f *fakeUpstream) *stack {
 // keeps answering 429 is served by the Anthropic fallback (translated
 // both ways), and one whose Anthropic primary is overloaded (529) by the
 // OpenAI fallback; each attempt is a reservation in its own provider's
-// scope. Without a fallback the 529 is an OpenAI-style 503 the SDKs retry.
+// scope. Without a fallback the 529 is an OpenAI-style 503 the SDKs retry,
+// and Anthropic's invalid_request_error the caller's 400 with its message.
 func TestChatFallsBackAcrossKinds(t *testing.T) {
 	f := newFakeUpstream(t)
 	f.script("fake-always-429", rateLimited)
 	f.script("claude-ok", claudeOK)
 	f.script("claude-overloaded", claudeOverloaded)
 	f.script("gpt-ok", okHandler)
+	f.script("claude-invalid", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(400)
+		_, _ = io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"messages.0.content: text content blocks must be non-empty"}}`)
+	})
 	st := claudeStack(t, f)
 	body := func(model string) string {
 		return `{"model":"` + model + `","max_tokens":8,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}`
@@ -117,5 +124,12 @@ func TestChatFallsBackAcrossKinds(t *testing.T) {
 	e := decodeError(t, b, false)
 	if resp.StatusCode != 503 || e.Code != "upstream_overloaded" {
 		t.Fatalf("529 without a fallback: %d %s", resp.StatusCode, b)
+	}
+	// Anthropic's invalid_request_error: the caller's 400, in OpenAI's
+	// envelope, with Anthropic's message.
+	resp, b = st.do(t, "POST", "/v1/chat/completions", keyDemo, body("claude-invalid"))
+	e = decodeError(t, b, false)
+	if resp.StatusCode != 400 || e.Code != "upstream_request_error" || !strings.Contains(e.Message, "text content blocks must be non-empty") {
+		t.Fatalf("anthropic 400: %d %s", resp.StatusCode, b)
 	}
 }
