@@ -407,6 +407,13 @@ func (t *claudeTranslation) tools(in *chatRequest) {
 		}
 		r.Tools = append(r.Tools, claudeTool{Name: tl.Function.Name, Description: tl.Function.Description, InputSchema: schema})
 	}
+	t.toolChoice(in)
+	t.responseFormat(in)
+}
+
+// toolChoice carries tool_choice and parallel_tool_calls.
+func (t *claudeTranslation) toolChoice(in *chatRequest) {
+	r := &t.req
 	if len(in.ToolChoice) > 0 && string(in.ToolChoice) != "null" {
 		var s string
 		var named struct {
@@ -441,6 +448,12 @@ func (t *claudeTranslation) tools(in *chatRequest) {
 			r.ToolChoice["disable_parallel_tool_use"] = true
 		}
 	}
+}
+
+// responseFormat sends json_schema or json_object as one forced tool
+// whose input is the answer (Anthropic has no response_format).
+func (t *claudeTranslation) responseFormat(in *chatRequest) {
+	r := &t.req
 	rf := in.ResponseFormat
 	if rf == nil || rf.Type == "" || rf.Type == "text" {
 		return
@@ -535,20 +548,7 @@ func (t *claudeTranslation) messages(msgs []chatMessage) {
 		case "user":
 			add("user", t.content(m.Content, i, true))
 		case "assistant":
-			blocks := t.content(m.Content, i, false)
-			if m.Refusal != nil && *m.Refusal != "" {
-				blocks = append(blocks, claudeBlock{Type: "text", Text: *m.Refusal})
-			}
-			for j, tc := range m.ToolCalls {
-				input := json.RawMessage(tc.Function.Arguments)
-				if strings.TrimSpace(tc.Function.Arguments) == "" {
-					input = json.RawMessage("{}")
-				} else if !isJSONObject(input) {
-					t.refuse("%s.tool_calls[%d].function.arguments that are not a JSON object", t.at(i), j)
-				}
-				blocks = append(blocks, claudeBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
-			}
-			add("assistant", blocks)
+			add("assistant", t.assistant(m, i))
 		case "tool":
 			if m.ToolCallID == "" {
 				t.refuse("%s of role tool without tool_call_id", t.at(i))
@@ -576,6 +576,25 @@ func toolResultsFirst(blocks []claudeBlock) {
 	sort.SliceStable(blocks, func(i, j int) bool {
 		return blocks[i].Type == "tool_result" && blocks[j].Type != "tool_result"
 	})
+}
+
+// assistant is an assistant turn's blocks: its text and refusal, then its
+// tool calls as tool_use blocks.
+func (t *claudeTranslation) assistant(m *chatMessage, i int) []claudeBlock {
+	blocks := t.content(m.Content, i, false)
+	if m.Refusal != nil && *m.Refusal != "" {
+		blocks = append(blocks, claudeBlock{Type: "text", Text: *m.Refusal})
+	}
+	for j, tc := range m.ToolCalls {
+		input := json.RawMessage(tc.Function.Arguments)
+		if strings.TrimSpace(tc.Function.Arguments) == "" {
+			input = json.RawMessage("{}")
+		} else if !isJSONObject(input) {
+			t.refuse("%s.tool_calls[%d].function.arguments that are not a JSON object", t.at(i), j)
+		}
+		blocks = append(blocks, claudeBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+	}
+	return blocks
 }
 
 // isJSONObject reports whether raw is one JSON object.
