@@ -77,6 +77,9 @@ func TestOfficialSDKs(t *testing.T) {
 	// The Responses API, legacy completions, n choices, tool calls and
 	// structured output.
 	t.Run("surface", func(t *testing.T) { pytest(t, "test_sdk_surface.py") })
+	// Chat completions to Claude, translated to Anthropic Messages: plain,
+	// streamed, tools, structured output and the refusals.
+	t.Run("claude", func(t *testing.T) { pytest(t, "test_sdk_claude.py") })
 	// Provider errors that can never succeed, at the SDKs' default retry
 	// settings: one attempt each (-s prints the count and the time taken).
 	t.Run("final errors", func(t *testing.T) { pytest(t, "test_sdk_final.py", "-s") })

@@ -34,7 +34,7 @@ func Eligible(req *Request) []int {
 // checked), it offers tools if the request has tools, and structured output
 // if the request asks for it.
 func (r *Request) Fits(t *Target) bool {
-	if t.ContextTokens > 0 && r.Estimate.InputTokens+r.Estimate.OutputTokens > t.ContextTokens {
+	if e := r.EstimateOn(t); t.ContextTokens > 0 && e.InputTokens+e.OutputTokens > t.ContextTokens {
 		return false
 	}
 	if r.NeedsTools && !t.Tools {

@@ -86,6 +86,21 @@ type Target struct {
 	// the request's API, or the request does not translate to it), as the
 	// provider adapter tells the shell.
 	Unserved bool
+	// Estimate is the request's estimate on this target when its provider
+	// counts the request otherwise than the client's API does (a chat
+	// completion translated to Anthropic Messages is counted as the
+	// Messages request it becomes, with Claude's tokenizer); zero: the
+	// request's Estimate. Its reservations and reconciles use it.
+	Estimate Usage
+}
+
+// EstimateOn is the request's estimate on target t: t's own, else the
+// request's.
+func (r *Request) EstimateOn(t *Target) Usage {
+	if t.Estimate != (Usage{}) {
+		return t.Estimate
+	}
+	return r.Estimate
 }
 
 // SpendMicros is the cost of in input and out output tokens on t.
@@ -625,16 +640,17 @@ func (l *Lifecycle) fail(nowMs int64, e *apierr.Error, gd schemas.GatewayDecisio
 
 func (l *Lifecycle) reconcile(nowMs int64, u *Upstream, status int32, streaming bool) {
 	t := l.target()
+	est := l.req.EstimateOn(t)
 	in := u.Usage.InputTokens
 	if in == 0 && u.Partial {
-		in = l.req.Estimate.InputTokens
+		in = est.InputTokens
 	}
 	rec := l.derive(nowMs, schemas.TypeReconciled, l.rec)
 	rec.Reconciled = &schemas.Reconciled{
 		InputTokens: in, CachedInputTokens: u.Usage.CachedInputTokens, OutputTokens: u.Usage.OutputTokens,
 		SpendMicros: t.SpendMicros(in, u.Usage.OutputTokens), HTTPStatus: status,
 		FirstByteMs: u.FirstByteMs, TotalMs: u.TotalMs, Streaming: streaming, Partial: u.Partial,
-		EstimatedInputTokens: l.req.Estimate.InputTokens, EstimatedOutputTokens: l.req.Estimate.OutputTokens,
+		EstimatedInputTokens: est.InputTokens, EstimatedOutputTokens: est.OutputTokens,
 	}
 	l.emit(Effect{Kind: Report, Event: rec})
 }
@@ -681,7 +697,8 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 	if l.req.DeadlineMs > 0 {
 		deadline = max(1, l.req.DeadlineMs-(nowMs-l.req.StartMs))
 	}
-	e := &l.req.Estimate
+	est := l.req.EstimateOn(t)
+	e := &est
 	ev.ReserveRequested = &schemas.ReserveRequested{
 		Path:              t.Path,
 		InputTokens:       e.InputTokens,

@@ -57,40 +57,70 @@ func (a API) Path() string {
 
 // Serves reports whether a provider kind can answer this API: OpenAI-shaped
 // requests (chat, embeddings, responses, completions) go to OpenAI, Azure
-// and OpenAI-compatible providers, and chat also to Gemini, translated;
-// Anthropic messages only to Anthropic. Bodies are passed through, so no
-// other translation is attempted.
+// and OpenAI-compatible providers, and chat also to Gemini and Anthropic,
+// translated; Anthropic messages only to Anthropic. Other bodies are
+// passed through, so no other translation is attempted.
 func (a API) Serves(kind schemas.ProviderKind) bool {
 	switch a {
 	case APIChat:
-		return kind != schemas.ProviderAnthropic
-	case APIEmbeddings, APIResponses, APICompletions:
+		return true
+	case APIResponses:
+		return kind != schemas.ProviderGemini
+	case APIEmbeddings, APICompletions:
 		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
 	}
 	return kind == schemas.ProviderAnthropic
 }
 
-// CanServe reports whether a provider of kind can answer req sent to API
-// a: it speaks the API and, for Gemini, the request translates.
-func CanServe(a API, kind schemas.ProviderKind, req estimate.Request) bool {
-	return Unsupported(a, kind, req) == ""
+// Translated reports whether API a reaches a provider of kind by
+// translation (chat completions to Gemini or Anthropic, the Responses API
+// to Anthropic) rather than with the client's body.
+func (a API) Translated(kind schemas.ProviderKind) bool {
+	switch kind {
+	case schemas.ProviderGemini:
+		return a == APIChat
+	case schemas.ProviderAnthropic:
+		return a == APIChat || a == APIResponses
+	}
+	return false
 }
 
-// Unsupported says what keeps a provider of kind from answering req sent
-// to API a ("" = nothing): the API itself, or for Gemini each part of the
-// request that does not translate to generateContent. It is the text of
-// the client's unsupported_api error, so it names the fields.
-func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request) string {
+// CanServe reports whether a provider of kind can answer req (sent as
+// body) to API a: it speaks the API and, for Gemini and Anthropic behind
+// chat completions, the request translates.
+func CanServe(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) bool {
+	return Unsupported(a, kind, req, body) == ""
+}
+
+// Unsupported says what keeps a provider of kind from answering req (sent
+// as body) to API a ("" = nothing): the API itself, or for Gemini and
+// Anthropic each part of the request that does not translate. It is the
+// text of the client's unsupported_api error, so it names the fields.
+func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) string {
 	if !a.Serves(kind) {
-		if kind == schemas.ProviderGemini {
+		switch kind {
+		case schemas.ProviderGemini:
 			return "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); " + a.Path() + " is not translated"
+		case schemas.ProviderAnthropic:
+			return "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); " + a.Path() + " is not translated"
 		}
 		return "a provider of kind " + string(kind) + " does not speak " + a.Path()
+	}
+	if !a.Translated(kind) {
+		return ""
 	}
 	if kind == schemas.ProviderGemini {
 		if why := GeminiUntranslatable(req); len(why) > 0 {
 			return "the translation to Gemini generateContent does not support " + strings.Join(why, "; ")
 		}
+		return ""
+	}
+	why := ClaudeUntranslatable(body)
+	if a == APIResponses {
+		why = ClaudeResponsesUntranslatable(body)
+	}
+	if len(why) > 0 {
+		return "the translation to Anthropic Messages does not support " + strings.Join(why, "; ")
 	}
 	return ""
 }
@@ -106,23 +136,31 @@ type Attempt struct {
 	// AnthropicBeta is the client's anthropic-beta header, forwarded to
 	// Anthropic providers ("" = none).
 	AnthropicBeta string
+	// DefaultMaxTokens is the route's default output reservation
+	// (default_max_output_tokens), the max_tokens a chat completion
+	// translated to Anthropic Messages is sent with when the client set
+	// none (0: 4096; see ClaudeMaxTokens).
+	DefaultMaxTokens int64
 }
 
 // NewRequest builds the provider request for one attempt: the provider's
 // URL and authentication, and the client's body with only the model
 // replaced (and, for OpenAI-style streams, usage reporting forced on so
-// that the reconcile is exact: forcedUsage, see Stream). Gemini receives a
-// translated body. An error never holds the credential or the URL.
-func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Request, forcedUsage bool, err error) {
+// that the reconcile is exact: Exchange.ForcedUsage, see Stream). Gemini,
+// and Anthropic behind chat completions, receive a translated body. The
+// Exchange reads what comes back. An error never holds the credential or
+// the URL.
+func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Request, x Exchange, err error) {
 	base := strings.TrimRight(p.BaseURL, "/")
 	body := a.Body
 	req := a.Request
+	x = Exchange{Kind: p.Kind, API: a.API}
 	var u string
 	switch {
 	case p.Kind == schemas.ProviderGemini:
 		b, err := geminiRequest(req, body)
 		if err != nil {
-			return nil, false, err
+			return nil, x, err
 		}
 		body = b
 		method := ":generateContent"
@@ -130,6 +168,17 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 			method = ":streamGenerateContent?alt=sse"
 		}
 		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
+	case p.Kind == schemas.ProviderAnthropic && a.API.Translated(p.Kind):
+		translate := claudeRequestBody
+		if a.API == APIResponses {
+			translate = claudeResponsesBody
+		}
+		b, jsonTool, err := translate(body, a.UpstreamModel, a.DefaultMaxTokens)
+		if err != nil {
+			return nil, x, err
+		}
+		body, x.jsonTool = b, jsonTool
+		u = base + "/messages"
 	case p.Kind == schemas.ProviderAnthropic:
 		u = base + "/messages"
 	case p.Kind == schemas.ProviderAzure && a.API == APIResponses:
@@ -141,7 +190,7 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 	default:
 		u = base + openAIOp(a.API)
 	}
-	if p.Kind != schemas.ProviderGemini {
+	if !a.API.Translated(p.Kind) {
 		set := map[string]any{}
 		model := a.UpstreamModel
 		if p.Kind == schemas.ProviderAzure && a.API == APIResponses && p.Deployment != "" {
@@ -153,13 +202,13 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		// Chat and legacy completions report a stream's usage only when
 		// asked; the Responses API always does (response.completed).
 		if (a.API == APIChat || a.API == APICompletions) && req.Stream && !req.IncludeUsage {
-			forcedUsage = true
+			x.ForcedUsage = true
 			set["stream_options"] = streamOptionsWithUsage(body)
 		}
 		if len(set) > 0 {
 			b, err := setFields(body, set)
 			if err != nil {
-				return nil, false, err
+				return nil, x, err
 			}
 			body = b
 		}
@@ -168,7 +217,7 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 	if err != nil {
 		// The URL holds no credential (keys travel in headers), but name
 		// the provider rather than echo it anyway.
-		return nil, false, fmt.Errorf("build request for provider %s: invalid base_url", p.Name)
+		return nil, x, fmt.Errorf("build request for provider %s: invalid base_url", p.Name)
 	}
 	up.Header.Set("Content-Type", "application/json")
 	if req.Stream {
@@ -197,7 +246,7 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 			up.Header.Set("Authorization", "Bearer "+key)
 		}
 	}
-	return up, forcedUsage, nil
+	return up, x, nil
 }
 
 // openAIOp is the path of API a under an OpenAI-style base URL.

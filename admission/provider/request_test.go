@@ -45,7 +45,7 @@ ledger:
 func TestNewRequest(t *testing.T) {
 	cfg := testProviders(t)
 	chat := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":"END"}`
-	chatStream := `{"model":"m","stream":true,"stream_options":{"other":1},"messages":[{"role":"user","content":"hi"}]}`
+	chatStream := `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},"messages":[{"role":"user","content":"hi"}]}`
 	messages := `{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`
 	embeddings := `{"model":"m","input":"hi"}`
 	responses := `{"model":"m","input":"hi","stream":true}`
@@ -65,7 +65,7 @@ func TestNewRequest(t *testing.T) {
 			bodyHas: []string{`"model":"m"`}},
 		{name: "openai stream, usage forced, options kept", provider: "oa", api: APIChat, body: chatStream, upstream: "gpt-4o",
 			url: "https://api.openai.com/v1/chat/completions", header: map[string]string{"Accept": "text/event-stream"},
-			bodyHas: []string{`"model":"gpt-4o"`, `"include_usage":true`, `"other":1`}, forced: true},
+			bodyHas: []string{`"model":"gpt-4o"`, `"include_usage":true`, `"include_obfuscation":false`}, forced: true},
 		{name: "compatible embeddings", provider: "cp", api: APIEmbeddings, body: embeddings, upstream: "e5",
 			url: "http://127.0.0.1:8000/v1/embeddings", header: map[string]string{"Authorization": "Bearer " + testKey}, bodyHas: []string{`"model":"e5"`}},
 		{name: "azure chat deployment path", provider: "az", api: APIChat, body: chat, upstream: "m",
@@ -87,6 +87,13 @@ func TestNewRequest(t *testing.T) {
 			bodyHas: []string{`"model":"claude"`}},
 		{name: "anthropic without beta", provider: "an", api: APIMessages, body: messages, upstream: "m",
 			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"anthropic-beta": ""}},
+		{name: "anthropic behind chat, translated", provider: "an", api: APIChat, body: chat, upstream: "claude-sonnet-4-5",
+			url:     "https://api.anthropic.com/v1/messages",
+			header:  map[string]string{"x-api-key": testKey, "anthropic-version": "2023-06-01", "Authorization": "", "Accept": ""},
+			bodyHas: []string{`"model":"claude-sonnet-4-5"`, `"system":[{"type":"text","text":"be brief"}]`, `"max_tokens":8`, `"stop_sequences":["END"]`}},
+		{name: "anthropic behind a chat stream: no stream_options, default max_tokens", provider: "an", api: APIChat, body: chatStream, upstream: "claude-opus-4-1",
+			url: "https://api.anthropic.com/v1/messages", header: map[string]string{"Accept": "text/event-stream"},
+			bodyHas: []string{`"stream":true`, `"max_tokens":4096`}},
 		{name: "gemini translated", provider: "ge", api: APIChat, body: chat, upstream: "gemini-2.0-flash",
 			url:     "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent",
 			header:  map[string]string{"x-goog-api-key": testKey, "Authorization": ""},
@@ -116,7 +123,7 @@ func TestNewRequest(t *testing.T) {
 					t.Errorf("header %s = %q, want %q", k, got, want)
 				}
 			}
-			if forced != tc.forced {
+			if forced.ForcedUsage != tc.forced {
 				t.Errorf("forcedUsage %v, want %v", forced, tc.forced)
 			}
 			b, _ := io.ReadAll(up.Body)
@@ -147,17 +154,21 @@ func TestNewRequestErrorHoldsNoSecret(t *testing.T) {
 }
 
 func TestCanServe(t *testing.T) {
-	text, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`))
-	tools, _ := estimate.ParseOpenAIChat([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`))
+	const text = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	const tools = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f"}}]}`
+	const logprobs = `{"model":"m","messages":[{"role":"user","content":"hi"}],"logprobs":true}`
 	tests := []struct {
 		api  API
 		kind Kind
-		req  estimate.Request
+		body string
 		want bool
 	}{
 		{APIChat, "openai", text, true},
 		{APIChat, "azure", tools, true},
-		{APIChat, "anthropic", text, false},
+		{APIChat, "anthropic", text, true},
+		{APIChat, "anthropic", tools, true},
+		{APIChat, "anthropic", logprobs, false},
+		{APIChat, "openai", logprobs, true},
 		{APIChat, "gemini", text, true},
 		{APIChat, "gemini", tools, false},
 		{APIEmbeddings, "openai_compatible", text, true},
@@ -166,12 +177,16 @@ func TestCanServe(t *testing.T) {
 		{APIMessages, "openai", text, false},
 		{APIResponses, "azure", text, true},
 		{APIResponses, "gemini", text, false},
+		{APIResponses, "anthropic", text, false}, // a chat body: messages is no Responses field
+		{APIResponses, "anthropic", `{"model":"m","input":"hi","max_output_tokens":8}`, true},
+		{APIResponses, "anthropic", `{"model":"m","input":"hi","previous_response_id":"resp_1"}`, false},
 		{APICompletions, "anthropic", text, false},
 		{APICompletions, "openai_compatible", text, true},
 	}
 	for _, tc := range tests {
-		if got := CanServe(tc.api, tc.kind, tc.req); got != tc.want {
-			t.Errorf("CanServe(%s, %s, tools=%d) = %v, want %v", tc.api, tc.kind, len(tc.req.Tools), got, tc.want)
+		req, _ := estimate.ParseOpenAIChat([]byte(tc.body)) // only Gemini's check reads it
+		if got := CanServe(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+			t.Errorf("CanServe(%s, %s, %s) = %v, want %v", tc.api, tc.kind, tc.body, got, tc.want)
 		}
 	}
 }
@@ -193,22 +208,15 @@ func parseFor(a API, body string) (estimate.Request, error) {
 // TestUnsupported: the unsupported_api error names exactly what keeps a
 // provider from a request.
 func TestUnsupported(t *testing.T) {
-	chat := func(body string) estimate.Request {
-		r, err := estimate.ParseOpenAIChat([]byte(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	text := chat(`{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
-	all := chat(`{"model":"m","n":2,"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"},
+	text := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
+	all := `{"model":"m","n":2,"tools":[{"type":"function","function":{"name":"f"}}],"response_format":{"type":"json_object"},
 		"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"image_url","image_url":{"url":"https://x/y.png"}}]},
 		{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
-		{"role":"tool","tool_call_id":"c","content":"1"}]}`)
+		{"role":"tool","tool_call_id":"c","content":"1"}]}`
 	tests := []struct {
 		api  API
 		kind Kind
-		req  estimate.Request
+		body string
 		want string
 	}{
 		{APIChat, "gemini", text, ""},
@@ -217,9 +225,16 @@ func TestUnsupported(t *testing.T) {
 		{APIResponses, "gemini", text, "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); /v1/responses is not translated"},
 		{APIMessages, "openai", text, "a provider of kind openai does not speak /v1/messages"},
 		{APICompletions, "openai", text, ""},
+		{APIChat, "anthropic", all, "the translation to Anthropic Messages does not support n > 1 (n = 2; Anthropic returns one message); " +
+			`response_format "json_object" together with tools (the translation forces a tool to honour response_format)`},
+		{APICompletions, "anthropic", text, "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); /v1/completions is not translated"},
 	}
 	for _, tc := range tests {
-		if got := Unsupported(tc.api, tc.kind, tc.req); got != tc.want {
+		req, err := estimate.ParseOpenAIChat([]byte(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Unsupported(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
 			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
 		}
 	}

@@ -34,14 +34,71 @@ func ParseAnswer(kind Kind, body []byte, model, id string) Answer {
 	return a
 }
 
+// Exchange is how one attempt's request was built, which says how to read
+// what comes back: NewRequest returns it, Answer and NewStream read the
+// answer with it. The zero value is a passthrough exchange with an OpenAI
+// provider.
+type Exchange struct {
+	Kind Kind
+	API  API
+	// ForcedUsage: the adapter set stream_options.include_usage on an
+	// OpenAI-style stream (see NewStream).
+	ForcedUsage bool
+	// jsonTool: the Anthropic translation sent response_format as a
+	// forced tool, whose input is the answer's content.
+	jsonTool bool
+}
+
+// Answer is ParseAnswer for the exchange: the Anthropic message of a
+// chat completion is translated to chat.completion (a body that does not
+// parse is passed as it came).
+func (x Exchange) Answer(body []byte, model, id string) Answer {
+	if !x.claudeTranslated() {
+		return ParseAnswer(x.Kind, body, model, id)
+	}
+	usage, _ := ParseUsage(x.Kind, body)
+	a := Answer{Usage: usage, Body: body}
+	translate := ClaudeToOpenAI
+	if x.API == APIResponses {
+		translate = ClaudeToResponse
+	}
+	if b, err := translate(body, model, id, x.jsonTool); err == nil {
+		a.Body, a.Translated = b, true
+	}
+	return a
+}
+
+// NewStream is NewStream for the exchange: an Anthropic stream answering
+// a chat completion is translated to chat.completion.chunk events.
+func (x Exchange) NewStream(model, id string, includeUsage bool) *Stream {
+	s := NewStream(x.Kind, x.ForcedUsage, model, id, includeUsage)
+	switch {
+	case x.claudeTranslated() && x.API == APIResponses:
+		s.claudeResponses = NewClaudeResponsesStream(model, "resp_"+id, x.jsonTool, s.usage)
+	case x.claudeTranslated():
+		s.claude = NewClaudeStream(model, "chatcmpl-"+id, includeUsage, x.jsonTool, s.usage)
+	}
+	return s
+}
+
+// claudeTranslated: a chat completion or a Responses request answered by
+// an Anthropic provider.
+func (x Exchange) claudeTranslated() bool {
+	return x.Kind == schemas.ProviderAnthropic && x.API.Translated(x.Kind)
+}
+
 // Stream is one streamed answer seen through the adapter: it counts the
 // usage of every SSE event and says what of it the client gets. The shell
 // reads and writes the SSE bytes; the zero value is not usable, create one
 // with NewStream. A Stream is not safe for concurrent use.
 type Stream struct {
-	usage       *StreamUsage
-	gemini      *GeminiStream // Gemini: the translation to chat chunks
-	forcedUsage bool
+	usage  *StreamUsage
+	gemini *GeminiStream // Gemini: the translation to chat chunks
+	claude *ClaudeStream // Anthropic behind chat: the same
+	// claudeResponses: Anthropic behind the Responses API, translated to
+	// the Responses events.
+	claudeResponses *ClaudeResponsesStream
+	forcedUsage     bool
 }
 
 // NewStream returns the adapter of a stream from a provider of kind
@@ -68,6 +125,10 @@ func (s *Stream) Event(event, data, raw []byte) []byte {
 	switch {
 	case s.gemini != nil:
 		return s.gemini.Translate(data)
+	case s.claude != nil:
+		return s.claude.Translate(event, data)
+	case s.claudeResponses != nil:
+		return s.claudeResponses.Translate(event, data)
 	case s.forcedUsage && isUsageOnlyChunk(data):
 		return nil
 	}
@@ -75,7 +136,8 @@ func (s *Stream) Event(event, data, raw []byte) []byte {
 }
 
 // Tail is what the client gets after a stream that ended cleanly (the
-// closing chunks of a translation; nil for a passthrough).
+// closing chunks of a Gemini translation; nil for a passthrough, and for
+// Anthropic, whose message_stop brings them).
 func (s *Stream) Tail() []byte {
 	if s.gemini == nil {
 		return nil

@@ -74,7 +74,7 @@ type call struct {
 	upResp   *http.Response
 	upCand   candidate
 	upSent   time.Time
-	upForced bool // stream_options.include_usage forced on (stream.go)
+	upEx     provider.Exchange // how the attempt was built (stream.go)
 	upStatus int
 	upHeader http.Header
 	upBody   []byte
@@ -404,7 +404,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
 			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
 			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,
-			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req)})
+			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req, c.body), Estimate: c.targetEstimate(cd)})
 	}
 	return req
 }

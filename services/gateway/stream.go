@@ -30,9 +30,9 @@ const sseLineMax = 8 << 20
 // withheld, so the client sees exactly the stream it asked for; a Gemini
 // stream is translated to chat.completion.chunk events.
 func (c *call) relay(attempt int32) lifecycle.Input {
-	resp, p, sent, forcedUsage := c.upResp, c.upCand.prov, c.upSent, c.upForced
+	resp, sent := c.upResp, c.upSent
 	defer resp.Body.Close()
-	st := provider.NewStream(p.Kind, forcedUsage, c.req.Model, c.reqID, c.req.IncludeUsage)
+	st := c.upEx.NewStream(c.req.Model, c.reqID, c.req.IncludeUsage)
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")

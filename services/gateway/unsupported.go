@@ -14,7 +14,7 @@ import (
 func (c *call) unsupported() string {
 	why := make([]string, 0, len(c.cands))
 	for _, cd := range c.cands {
-		why = append(why, fmt.Sprintf("provider %s: %s", cd.prov.Name, provider.Unsupported(c.api, cd.prov.Kind, c.req)))
+		why = append(why, fmt.Sprintf("provider %s: %s", cd.prov.Name, provider.Unsupported(c.api, cd.prov.Kind, c.req, c.body)))
 	}
 	return fmt.Sprintf("model %q cannot be served on %s: %s", c.req.Model, c.api.Path(), strings.Join(why, "; "))
 }

@@ -33,8 +33,8 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(c.cfg.UpstreamTimeoutMs)*time.Millisecond)
 	c.upCancel = cancel
-	up, forcedUsage, err := provider.NewRequest(ctx, p, provider.Attempt{API: c.api, Request: c.req, Body: c.body,
-		UpstreamModel: cand.UpstreamModel, AnthropicBeta: c.r.Header.Get("anthropic-beta")})
+	up, ex, err := provider.NewRequest(ctx, p, provider.Attempt{API: c.api, Request: c.req, Body: c.body,
+		UpstreamModel: cand.UpstreamModel, AnthropicBeta: c.r.Header.Get("anthropic-beta"), DefaultMaxTokens: c.route.DefaultMaxOutputTokens})
 	if err != nil {
 		return done(lifecycle.Upstream{BuildError: err.Error()})
 	}
@@ -54,7 +54,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 		return done(lifecycle.Upstream{Status: resp.StatusCode, Rejection: rej, Observations: obs, TotalMs: time.Since(sent).Milliseconds()})
 	}
 	if c.req.Stream {
-		c.upResp, c.upCand, c.upSent, c.upForced = resp, cand, sent, forcedUsage
+		c.upResp, c.upCand, c.upSent, c.upEx = resp, cand, sent, ex
 		return lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: resp.StatusCode, Observations: obs}}
 	}
 	defer resp.Body.Close()
@@ -63,7 +63,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	if err != nil {
 		return done(lifecycle.Upstream{Failure: c.cancelReason(), Observations: obs})
 	}
-	ans := provider.ParseAnswer(p.Kind, body, c.req.Model, c.reqID)
+	ans := ex.Answer(body, c.req.Model, c.reqID)
 	if ans.Translated {
 		resp.Header.Set("Content-Type", "application/json")
 	}

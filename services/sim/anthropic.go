@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"encoding/json"
 	"net/http"
 )
 
-// Anthropic Messages API.
+// Anthropic Messages API: a text answer, or a tool_use when the request
+// offers tools (anthropic_tools.go), non-streaming or as SSE events.
 
 func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 	ec := errCtx{provider: Anthropic, id: "0"}
@@ -28,6 +30,10 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 		s.writeBadRequest(w, Anthropic, "messages: Field required (non-empty array)")
 		return
 	}
+	if p := checkAnthropicRequest(body); p != "" {
+		s.writeBadRequest(w, Anthropic, p)
+		return
+	}
 	stream, _ := body["stream"].(bool)
 	p := s.anthropicTokens(ec.model, body)
 	t, rj := s.admit(r, call{
@@ -42,77 +48,125 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	s.setRateHeaders(h, Anthropic, t.rv)
 	h.Set("request-id", "req_sim_"+t.id)
-	stop := "end_turn"
-	if t.finish {
-		stop = "max_tokens"
+	m := anthropicMessage{s: s, t: t, a: anthropicAnswer(body, t.output, t.finish), id: "msg_sim" + t.id, model: ec.model}
+	if stream {
+		m.stream(w, r)
+	} else {
+		m.write(w, r)
 	}
-	id := "msg_sim" + t.id
-	usage := func(out int64) map[string]any {
-		return map[string]any{
-			"input_tokens":                t.c.input,
-			"cache_creation_input_tokens": t.c.cacheWrit,
-			"cache_read_input_tokens":     t.c.cacheRead,
-			"output_tokens":               out,
-		}
+}
+
+// anthropicMessage writes one admitted Messages answer: a text block or a
+// tool_use block, as one message or as its SSE events.
+type anthropicMessage struct {
+	s         *Server
+	t         *ticket
+	a         answer
+	id, model string
+}
+
+func (m *anthropicMessage) stopReason() string {
+	switch {
+	case m.a.tool != nil:
+		return "tool_use"
+	case m.a.truncated:
+		return "max_tokens"
 	}
-	ctx := r.Context()
-	if !stream {
-		if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()+s.perToken(t.output)); err != nil {
-			s.finish(t, t.output, true)
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]any{
-			"id": id, "type": "message", "role": "assistant", "model": ec.model,
-			"content":     []any{map[string]any{"type": "text", "text": outputText(0, t.output)}},
-			"stop_reason": stop, "stop_sequence": nil,
-			"usage": usage(t.output),
-		})
-		s.finish(t, t.output, false)
+	return "end_turn"
+}
+
+func (m *anthropicMessage) usage(out int64) map[string]any {
+	return map[string]any{
+		"input_tokens":                m.t.c.input,
+		"cache_creation_input_tokens": m.t.c.cacheWrit,
+		"cache_read_input_tokens":     m.t.c.cacheRead,
+		"output_tokens":               out,
+	}
+}
+
+func (m *anthropicMessage) toolID() string { return "toolu_sim" + m.t.id }
+
+func (m *anthropicMessage) write(w http.ResponseWriter, r *http.Request) {
+	if err := m.s.sleep(r.Context(), m.s.cfg.Latency.TimeToFirstToken.D()+m.s.perToken(m.a.tokens)); err != nil {
+		m.s.finish(m.t, m.a.tokens, true)
 		return
 	}
+	block := map[string]any{"type": "text", "text": m.a.text}
+	if m.a.tool != nil {
+		block = map[string]any{"type": "tool_use", "id": m.toolID(), "name": m.a.tool.name, "input": json.RawMessage(m.a.tool.arguments)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"id": m.id, "type": "message", "role": "assistant", "model": m.model,
+		"content": []any{block}, "stop_reason": m.stopReason(), "stop_sequence": nil,
+		"usage": m.usage(m.a.tokens),
+	})
+	m.s.finish(m.t, m.a.tokens, false)
+}
 
+// stream sends message_start, one content block (text deltas in chunks
+// of stream_chunk_tokens, or a tool_use's input as input_json_delta
+// pieces), message_delta with the stop reason and the output count, and
+// message_stop. A client that goes away is charged what was sent.
+func (m *anthropicMessage) stream(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	ev := newSSE(w)
 	var sent int64
-	fail := func() { s.finish(t, sent, true) }
-	startUsage := usage(1)
+	fail := func() { m.s.finish(m.t, sent, true) }
 	if ev.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-		"id": id, "type": "message", "role": "assistant", "model": ec.model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": startUsage,
+		"id": m.id, "type": "message", "role": "assistant", "model": m.model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": m.usage(1),
 	}}) != nil {
 		fail()
 		return
 	}
-	if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
+	if err := m.s.sleep(ctx, m.s.cfg.Latency.TimeToFirstToken.D()); err != nil {
 		fail()
 		return
 	}
-	if ev.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-		"content_block": map[string]any{"type": "text", "text": ""}}) != nil ||
+	block := map[string]any{"type": "text", "text": ""}
+	if m.a.tool != nil {
+		block = map[string]any{"type": "tool_use", "id": m.toolID(), "name": m.a.tool.name, "input": map[string]any{}}
+	}
+	if ev.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0, "content_block": block}) != nil ||
 		ev.event("ping", map[string]any{"type": "ping"}) != nil {
 		fail()
 		return
 	}
-	for _, k := range chunks(t.output, s.cfg.StreamChunkTokens) {
-		if sent > 0 {
-			if err := s.sleep(ctx, s.perToken(k)); err != nil {
+	delta := func(d map[string]any) bool {
+		return ev.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0, "delta": d}) == nil
+	}
+	if m.a.tool != nil {
+		args := m.a.tool.arguments
+		for off := 0; off < len(args); off += jsonChunkBytes {
+			if !delta(map[string]any{"type": "input_json_delta", "partial_json": args[off:min(off+jsonChunkBytes, len(args))]}) {
+				sent = ceilDiv4(int64(off))
 				fail()
 				return
 			}
 		}
-		if ev.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
-			"delta": map[string]any{"type": "text_delta", "text": outputText(sent, k)}}) != nil {
-			fail()
-			return
+		sent = m.a.tokens
+	} else {
+		for _, k := range chunks(m.a.tokens, m.s.cfg.StreamChunkTokens) {
+			if sent > 0 {
+				if err := m.s.sleep(ctx, m.s.perToken(k)); err != nil {
+					fail()
+					return
+				}
+			}
+			if !delta(map[string]any{"type": "text_delta", "text": outputText(sent, k)}) {
+				fail()
+				return
+			}
+			sent += k
 		}
-		sent += k
 	}
 	if ev.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": 0}) != nil ||
 		ev.event("message_delta", map[string]any{"type": "message_delta",
-			"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+			"delta": map[string]any{"stop_reason": m.stopReason(), "stop_sequence": nil},
 			"usage": map[string]any{"output_tokens": sent}}) != nil ||
 		ev.event("message_stop", map[string]any{"type": "message_stop"}) != nil {
 		fail()
 		return
 	}
-	s.finish(t, sent, false)
+	m.s.finish(m.t, sent, false)
 }
