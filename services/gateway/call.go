@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
@@ -102,7 +103,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			if e.Sluice.Tenant != "" {
 				s.m.countTenant(e.Sluice.Tenant, e.Code)
 			}
-			apierr.Write(w, e, anth)
+			httperr.Write(w, e, anth)
 		}
 		id, e := s.identify(cfg, r)
 		if e != nil {
@@ -382,7 +383,7 @@ func (c *call) respond(e *apierr.Error) {
 	if c.w.wrote {
 		return // a stream already started: nothing more can be said
 	}
-	apierr.Write(c.w, e, c.api == provider.APIMessages)
+	httperr.Write(c.w, e, c.api == provider.APIMessages)
 }
 
 // lifecycleConfig is the part of the gateway config a lifecycle obeys.
