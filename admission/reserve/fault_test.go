@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // faultCluster is a kfake cluster with the Sluice topics, and a client of
@@ -89,7 +90,7 @@ func requestsOf(t *testing.T, cluster *kfake.Cluster, id string, want int) []*sc
 }
 
 func faultReserve(id, node string) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope = id, 1, node, "scope-f"
 	ev.ReserveRequested = &schemas.ReserveRequested{InputTokens: 1, OutputTokens: 1}
 	return ev
@@ -158,7 +159,7 @@ func TestLateGrantOfAGivenUpAttemptIsReleased(t *testing.T) {
 	for i, id := range []string{"r-other", "r-gone"} {
 		// Decisions as the ledger writes them: ids and input offsets in
 		// order, or the client's Dedup takes the second for a copy.
-		d := schemas.New(schemas.TypeDecision, time.Now().UnixMilli())
+		d := eventid.New(schemas.TypeDecision, time.Now().UnixMilli())
 		d.ID = fmt.Sprintf("d-0-%d-0", i+1)
 		d.RequestID, d.Attempt, d.Node, d.Scope = id, 1, "gw-late", "scope-f"
 		d.Decision = &schemas.Decision{Status: schemas.StatusGranted, HoldTTLMs: 120_000, InputOffset: int64(i + 1)}
@@ -308,7 +309,7 @@ func TestReportsOfARequestKeepTheirOrder(t *testing.T) {
 		}
 	}
 	// The broker takes produces again; the reconcile must still wait.
-	rec := adm.Derive(schemas.TypeReconciled, time.Now().UnixMilli())
+	rec := eventid.Derive(adm, schemas.TypeReconciled, time.Now().UnixMilli())
 	rec.Reconciled = &schemas.Reconciled{InputTokens: 1, OutputTokens: 1, HTTPStatus: 200}
 	second := make(chan error, 1)
 	rc.Send(rec, func(err error) { second <- err })

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // parse parses a request body of API a.
@@ -202,7 +203,7 @@ func requestID(w http.ResponseWriter) string {
 	if id := w.Header().Get(HeaderRequestID); id != "" {
 		return id
 	}
-	return schemas.NewID()
+	return eventid.NewID()
 }
 
 // candidates resolves the route's candidates to their providers, in the
@@ -413,7 +414,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 // stamp gives an event the lifecycle built its id (the lifecycle is pure:
 // ids are random and time-ordered, so they are the shell's).
 func stamp(ev *schemas.Event) *schemas.Event {
-	ev.ID = schemas.NewID()
+	ev.ID = eventid.NewID()
 	return ev
 }
 

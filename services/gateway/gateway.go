@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // Server is the gateway's HTTP handler. It is safe for concurrent use; the
@@ -121,7 +122,7 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 // before any request existed (a bad key, a bad header, an unknown path)
 // still names one that logs and support can find.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(HeaderRequestID, schemas.NewID())
+	w.Header().Set(HeaderRequestID, eventid.NewID())
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		// A path routed under other methods is a 405 with Allow, read from

@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // benchLedgerConfig grants everything: the benchmark measures the path, not
@@ -275,7 +276,7 @@ func transactionStats(reg *prometheus.Registry) (commits, aborts int, commitMsMe
 }
 
 func benchReserve(id string) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	scope := "bench-" + id[len(id)-1:]
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, 1, "bench-gw", scope, "t", "k", "interactive"
 	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k"}}, InputTokens: 100, OutputTokens: 100}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestExplainFollowsAFallback: a request denied in its first scope and
@@ -56,7 +57,7 @@ func TestExplainFollowsAFallback(t *testing.T) {
 	}
 	now := time.Now().UnixMilli()
 	reserve := func(id string, attempt int32, scope string) *kgo.Record {
-		ev := schemas.New(schemas.TypeReserveRequested, now)
+		ev := eventid.New(schemas.TypeReserveRequested, now)
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, attempt, "gw", scope, "t", "k", "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "tenant", ID: "t"}}, InputTokens: 1}
 		v, err := schemas.Encode(ev)

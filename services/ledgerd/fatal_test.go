@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // refuse builds the broker's answer to a request of the ledger's
@@ -127,7 +128,7 @@ func (f *fatalRig) send(ctx context.Context, n int) {
 	f.t.Helper()
 	for range n {
 		scope := fmt.Sprintf("scope-%d", f.sent%4)
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%03d", f.sent), 1, "gw", scope, "t", "k-"+scope, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-" + scope}}, InputTokens: 10, OutputTokens: 10}
 		b, err := schemas.Encode(ev)
