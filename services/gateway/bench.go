@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/quantile"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
@@ -216,8 +217,7 @@ func benchEstimate(est *estimate.Estimator) (int64, float64, float64, error) {
 func quantileMs(ds []time.Duration, q float64) float64 {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	i := min(len(s)-1, int(q*float64(len(s))))
-	return float64(s[i].Microseconds()) / 1000
+	return float64(quantile.Nearest(s, q).Microseconds()) / 1000
 }
 
 type benchEnv struct {

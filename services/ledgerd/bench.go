@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/quantile"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -126,7 +127,10 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 	if len(send) == 0 {
 		return nil
 	}
-	p := func(v []float64) [2]float64 { sort.Float64s(v); return [2]float64{pct(v, 0.5), pct(v, 0.99)} }
+	p := func(v []float64) [2]float64 {
+		sort.Float64s(v)
+		return [2]float64{quantile.Nearest(v, 0.5), quantile.Nearest(v, 0.99)}
+	}
 	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver)}
 }
 
@@ -331,14 +335,9 @@ func tripStats(lat []float64, errs int, el time.Duration) RoundTrip {
 	sort.Float64s(lat)
 	rt := RoundTrip{Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
 	if len(lat) > 0 {
-		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+		rt.P50Ms, rt.P99Ms, rt.MaxMs = quantile.Nearest(lat, 0.50), quantile.Nearest(lat, 0.99), lat[len(lat)-1]
 	}
 	return rt
-}
-
-func pct(sorted []float64, q float64) float64 {
-	i := int(q * float64(len(sorted)-1))
-	return sorted[i]
 }
 
 // sustained pre-produces n requests onto a one-partition topic, then starts
