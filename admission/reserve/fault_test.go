@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -44,25 +44,6 @@ func faultCluster(t *testing.T, node string) (*kfake.Cluster, *Client) {
 	}
 	t.Cleanup(rc.Close)
 	return cluster, rc
-}
-
-// freezeProduce holds every produce request the cluster gets until the
-// returned thaw is called: the broker accepts the connection and the
-// request and does not answer, as a SIGSTOPped broker does.
-func freezeProduce(cluster *kfake.Cluster) (thaw func()) {
-	ice := make(chan struct{})
-	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		select {
-		case <-ice:
-			return nil, nil, false
-		default:
-		}
-		cluster.SleepControl(func() { <-ice })
-		return nil, nil, false
-	})
-	var once sync.Once
-	return func() { once.Do(func() { close(ice) }) }
 }
 
 // requestsOf reads sluice.requests from the start until it holds want
@@ -104,7 +85,7 @@ func faultReserve(id, node string) *schemas.Event {
 // it back.
 func TestRequestEndsAtItsBoundWithTheBrokerFrozen(t *testing.T) {
 	cluster, rc := faultCluster(t, "gw-f")
-	thaw := freezeProduce(cluster)
+	thaw := testenv.FreezeProduce(cluster)
 	defer thaw()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -201,19 +182,7 @@ func TestFailedReleasedIsRetried(t *testing.T) {
 		if refuse.Add(-1) < 0 {
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 	delivered := make(chan error, 1)
 	rc.release(faultReserve("r-retry", "gw-retry"), schemas.ReasonError)
@@ -285,19 +254,7 @@ func TestReportsOfARequestKeepTheirOrder(t *testing.T) {
 		if refuse.Add(-1) < 0 {
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 	adm := faultReserve("r-order", "gw-order")
 	adm.ReserveRequested.EmergencyAdmitted, adm.ReserveRequested.Degraded = true, true

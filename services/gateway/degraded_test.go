@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/gateway"
@@ -88,19 +89,7 @@ func faultProduce(cluster *kfake.Cluster, mode *atomic.Int32, thaw <-chan struct
 			cluster.SleepControl(func() { <-thaw })
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -39,19 +40,7 @@ func TestAbortReproducesWithoutRebuild(t *testing.T) {
 		}
 		c.KeepControl()
 		refused.Add(1)
-		req := kr.(*kmsg.TxnOffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewTxnOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.ConcurrentTransactions.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseTxnOffsetCommit(kr.(*kmsg.TxnOffsetCommitRequest), kerr.ConcurrentTransactions.Code), nil, true
 	})
 
 	reg := prometheus.NewRegistry()
