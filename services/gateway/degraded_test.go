@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -381,27 +380,5 @@ func readDecisions(t *testing.T, brokers []string, names bus.Names, done func([]
 // events, so that a gateway soon knows what the ledger left.
 func memberSnapshotting(t *testing.T, brokers []string, names bus.Names, node string) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: names.Requests + ".ledger", Node: node,
-		SnapshotInterval: 100 * time.Millisecond,
-		Log:              slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = led.Loop(ctx)
-	}()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-			led.Close()
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return memberWith(t, brokers, names, node, 100*time.Millisecond)
 }
