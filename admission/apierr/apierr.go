@@ -91,20 +91,18 @@ const (
 // answer keeps its Retry-After and says x-should-retry: false.
 const RetryAfterPatienceMs = 60_000
 
-// finalCodes are refusals no retry can fix whatever their status: a
-// status the SDKs retry (409, 429, 5xx) would otherwise make them try
-// again, each attempt refused the same way.
-var finalCodes = map[string]bool{
-	CodeIdempotencyReused:   true,
-	CodeInsufficientQuota:   true,
-	CodeRequestTooLarge:     true,
-	CodeUpstreamAuth:        true,
-	CodePathMissingLevel:    true,
-	CodePathUnknownID:       true,
-	CodeClassNotEntitled:    true,
-	CodePriorityNotEntitled: true,
-	CodeModelNotAllowed:     true,
-}
+// finalCodes are refusals no retry can fix whatever their status (the
+// table's Final rows): a status the SDKs retry (409, 429, 5xx) would
+// otherwise make them try again, each attempt refused the same way.
+var finalCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range Table {
+		if s.Final {
+			m[s.Code] = true
+		}
+	}
+	return m
+}()
 
 // Final reports whether no retry of the same request can succeed: NoRetry,
 // a code in finalCodes, or a 4xx other than 408 (timeout), 409 (conflict:
