@@ -1,10 +1,13 @@
 package analytics
 
-import "github.com/sluice-dev/sluice/schemas"
+import (
+	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
+)
 
 // sampleEvent returns a valid event of type typ with a realistic payload.
 func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
-	e := schemas.New(typ, producedAtMs)
+	e := eventid.New(typ, producedAtMs)
 	e.RequestID, e.Attempt, e.Node = "req-"+e.ID[:8], 1, "gw-1"
 	e.Scope, e.Tenant, e.KeyID, e.Route, e.Class = "openai:org1:gpt", "acme", "k1", "chat-default", "interactive"
 	switch typ {

@@ -4,28 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-
-	"github.com/google/uuid"
 )
 
 // ErrInvalid is wrapped by every decoding error caused by the bytes
 // themselves (as opposed to a programming error).
 var ErrInvalid = errors.New("invalid event")
-
-// NewID returns a new time-ordered event id (UUIDv7).
-func NewID() string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		// NewV7 fails only if the OS random source fails; nothing sane to do.
-		panic(fmt.Sprintf("schemas: uuid: %v", err))
-	}
-	return id.String()
-}
-
-// New returns an envelope of type t with version, id and producer time set.
-func New(t Type, producedAtMs int64) *Event {
-	return &Event{V: Version, Type: t, ID: NewID(), ProducedAtMs: producedAtMs}
-}
 
 // Append encodes e and appends it to dst. The encoding is JSON (see
 // README.md for why and what it costs). The events of the request path
@@ -118,10 +101,11 @@ func (e *Event) Validate() error {
 	return nil
 }
 
-// Derive returns a new event of type t about the same request attempt as e:
-// e's envelope (request id, attempt, node, scope, tenant, key id, route,
-// class) with a new id and producer time, and no payload, so that the caller
-// sets exactly the one t names. Copying a whole event and swapping its
+// DeriveWithID returns a new event of type t about the same request attempt
+// as e: e's envelope (request id, attempt, node, scope, tenant, key id,
+// route, class) with the id and producer time given, and no payload, so
+// that the caller sets exactly the one t names (eventid.Derive gives it a
+// new id: schemas stays pure). Copying a whole event and swapping its
 // payload instead is a trap: the copy of a RetryRequested would keep that
 // payload next to the new one, Validate would refuse it, and the event would
 // never be produced.
@@ -129,8 +113,8 @@ func (e *Event) Validate() error {
 // The attempt of a RetryRequested that leaves Attempt unset is the one it
 // asks for, PreviousAttempt+1 (the ledger reads it so), and so is the
 // derived event's.
-func (e *Event) Derive(t Type, producedAtMs int64) *Event {
-	out := New(t, producedAtMs)
+func (e *Event) DeriveWithID(id string, t Type, producedAtMs int64) *Event {
+	out := &Event{V: Version, Type: t, ID: id, ProducedAtMs: producedAtMs}
 	out.RequestID, out.Attempt, out.Node = e.RequestID, e.Attempt, e.Node
 	out.Scope, out.Tenant, out.KeyID, out.Route, out.Class = e.Scope, e.Tenant, e.KeyID, e.Route, e.Class
 	if e.RetryRequested != nil && e.Attempt <= 0 {

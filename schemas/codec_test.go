@@ -225,7 +225,7 @@ func BenchmarkEncode(b *testing.B) {
 func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
 	for _, src := range goldenEvents() {
 		src := src
-		d := src.Derive(TypeReleased, 5)
+		d := src.DeriveWithID("derived-id", TypeReleased, 5)
 		d.Released = &Released{Reason: "cancel"}
 		if err := d.Validate(); err != nil {
 			t.Errorf("derived from %s: %v", src.Type, err)
@@ -243,7 +243,7 @@ func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
 		}
 	}
 	retry := Event{V: 1, Type: TypeRetryRequested, ID: "x", RequestID: "r", RetryRequested: &RetryRequested{PreviousAttempt: 2}}
-	if got := retry.Derive(TypeReleased, 0).Attempt; got != 3 {
+	if got := retry.DeriveWithID("derived-id", TypeReleased, 0).Attempt; got != 3 {
 		t.Errorf("derived from a RetryRequested without attempt: attempt %d, want 3", got)
 	}
 }

@@ -8,9 +8,6 @@ const (
 	// CodeInvalidAdminToken: the token is neither the operator token nor a
 	// partner's.
 	CodeInvalidAdminToken = "invalid_admin_token"
-	// CodeAdminDisabled: the gateway runs without an operator token, so
-	// its admin API is off.
-	CodeAdminDisabled = "admin_api_disabled"
 	// CodeOperatorRequired: the call is for the operator only (partners
 	// manage their own tenants, never partners or other levels).
 	CodeOperatorRequired = "operator_required"

@@ -4,15 +4,13 @@
 // limiter refused, where, and — the key field — gateway_decision.
 //
 // Codes are stable: clients and dashboards match on them.
+//
+// The package is pure (statuses are numbers, no net/http) because the
+// lifecycle, a pure state machine, builds its errors; writing one as an
+// HTTP answer is package httperr's.
 package apierr
 
-import (
-	"encoding/json"
-	"net/http"
-	"strconv"
-
-	"github.com/sluice-dev/sluice/schemas"
-)
+import "github.com/sluice-dev/sluice/schemas"
 
 // Stable error codes.
 const (
@@ -93,20 +91,18 @@ const (
 // answer keeps its Retry-After and says x-should-retry: false.
 const RetryAfterPatienceMs = 60_000
 
-// finalCodes are refusals no retry can fix whatever their status: a
-// status the SDKs retry (409, 429, 5xx) would otherwise make them try
-// again, each attempt refused the same way.
-var finalCodes = map[string]bool{
-	CodeIdempotencyReused:   true,
-	CodeInsufficientQuota:   true,
-	CodeRequestTooLarge:     true,
-	CodeUpstreamAuth:        true,
-	CodePathMissingLevel:    true,
-	CodePathUnknownID:       true,
-	CodeClassNotEntitled:    true,
-	CodePriorityNotEntitled: true,
-	CodeModelNotAllowed:     true,
-}
+// finalCodes are refusals no retry can fix whatever their status (the
+// table's Final rows): a status the SDKs retry (409, 429, 5xx) would
+// otherwise make them try again, each attempt refused the same way.
+var finalCodes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, s := range Table {
+		if s.Final {
+			m[s.Code] = true
+		}
+	}
+	return m
+}()
 
 // Final reports whether no retry of the same request can succeed: NoRetry,
 // a code in finalCodes, or a 4xx other than 408 (timeout), 409 (conflict:
@@ -163,13 +159,13 @@ func (e *Error) Error() string { return e.Code + ": " + e.Message }
 func New(status int, code, msg string) *Error {
 	t := "invalid_request_error"
 	switch {
-	case status == http.StatusUnauthorized:
+	case status == 401:
 		t = "authentication_error"
-	case status == http.StatusForbidden:
+	case status == 403:
 		t = "permission_error"
-	case status == http.StatusNotFound:
+	case status == 404:
 		t = "not_found_error"
-	case status == http.StatusTooManyRequests:
+	case status == 429:
 		t = "rate_limit_error"
 	case status >= 500:
 		t = "api_error"
@@ -179,75 +175,10 @@ func New(status int, code, msg string) *Error {
 	}
 	st := "request"
 	switch status {
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case 401, 403:
 		st = "auth"
-	case http.StatusServiceUnavailable:
+	case 503:
 		st = "unavailable"
 	}
 	return &Error{Status: status, Message: msg, Type: t, Code: code, Sluice: Sluice{Type: st}}
-}
-
-// Write sends e in the OpenAI envelope, or Anthropic's when anthropic is
-// true, with Retry-After when the refusal says when to come back.
-func Write(w http.ResponseWriter, e *Error, anthropic bool) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if e.Final() || e.Sluice.RetryAfterMs > RetryAfterPatienceMs {
-		h.Set("x-should-retry", "false")
-	}
-	if e.Sluice.RetryAfterMs > 0 {
-		h.Set("Retry-After", strconv.FormatInt((e.Sluice.RetryAfterMs+999)/1000, 10))
-		h.Set("retry-after-ms", strconv.FormatInt(e.Sluice.RetryAfterMs, 10))
-	}
-	// Every answer names its request: an error before the request had
-	// its lifecycle takes the id the gateway gave the HTTP request (on a
-	// copy: the caller's error may outlive this answer).
-	if e.Sluice.RequestID == "" {
-		c := *e
-		c.Sluice.RequestID = h.Get(HeaderRequestID)
-		e = &c
-	}
-	if e.Sluice.RequestID != "" {
-		h.Set(HeaderRequestID, e.Sluice.RequestID)
-	}
-	w.WriteHeader(e.Status)
-	var body any
-	if anthropic {
-		body = struct {
-			Type  string `json:"type"`
-			Error any    `json:"error"`
-		}{"error", struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-			Param   string `json:"param,omitempty"`
-			Code    string `json:"code"`
-			Sluice  Sluice `json:"sluice"`
-		}{anthropicType(e.Status), e.Message, e.Param, e.Code, e.Sluice}}
-	} else {
-		body = struct {
-			Error *Error `json:"error"`
-		}{e}
-	}
-	_ = json.NewEncoder(w).Encode(body)
-}
-
-func anthropicType(status int) string {
-	switch status {
-	case 401:
-		return "authentication_error"
-	case 403:
-		return "permission_error"
-	case 404:
-		return "not_found_error"
-	case 413:
-		return "request_too_large"
-	case 429:
-		return "rate_limit_error"
-	case 503, 529:
-		return "overloaded_error"
-	}
-	if status >= 500 {
-		return "api_error"
-	}
-	return "invalid_request_error"
 }

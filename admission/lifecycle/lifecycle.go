@@ -8,7 +8,7 @@
 //
 // Like ledger/, the package uses no wall clock (time is Step's nowMs), no
 // randomness, no goroutines and no I/O; purity_test.go holds it to that.
-// Events it builds carry no id: the shell stamps one (schemas.NewID) before
+// Events it builds carry no id: the shell stamps one (eventid.NewID) before
 // producing, and the pipeline simulation stamps deterministic ones.
 package lifecycle
 
@@ -716,7 +716,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 	return ev
 }
 
-// derive is schemas.Event.Derive without the id (the shell stamps it): an
+// derive is schemas.Event.DeriveWithID without the id (the shell stamps it): an
 // event of type t about ev's attempt, with no payload.
 func (l *Lifecycle) derive(nowMs int64, t schemas.Type, ev *schemas.Event) *schemas.Event {
 	out := &schemas.Event{V: schemas.Version, Type: t, ProducedAtMs: nowMs}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // faultCluster is a kfake cluster with the Sluice topics, and a client of
@@ -45,25 +46,6 @@ func faultCluster(t *testing.T, node string) (*kfake.Cluster, *Client) {
 	return cluster, rc
 }
 
-// freezeProduce holds every produce request the cluster gets until the
-// returned thaw is called: the broker accepts the connection and the
-// request and does not answer, as a SIGSTOPped broker does.
-func freezeProduce(cluster *kfake.Cluster) (thaw func()) {
-	ice := make(chan struct{})
-	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		select {
-		case <-ice:
-			return nil, nil, false
-		default:
-		}
-		cluster.SleepControl(func() { <-ice })
-		return nil, nil, false
-	})
-	var once sync.Once
-	return func() { once.Do(func() { close(ice) }) }
-}
-
 // requestsOf reads sluice.requests from the start until it holds want
 // events of request id (or the read's bound passes), in log order.
 func requestsOf(t *testing.T, cluster *kfake.Cluster, id string, want int) []*schemas.Event {
@@ -89,7 +71,7 @@ func requestsOf(t *testing.T, cluster *kfake.Cluster, id string, want int) []*sc
 }
 
 func faultReserve(id, node string) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope = id, 1, node, "scope-f"
 	ev.ReserveRequested = &schemas.ReserveRequested{InputTokens: 1, OutputTokens: 1}
 	return ev
@@ -103,7 +85,7 @@ func faultReserve(id, node string) *schemas.Event {
 // it back.
 func TestRequestEndsAtItsBoundWithTheBrokerFrozen(t *testing.T) {
 	cluster, rc := faultCluster(t, "gw-f")
-	thaw := freezeProduce(cluster)
+	thaw := testenv.FreezeProduce(cluster)
 	defer thaw()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -158,7 +140,7 @@ func TestLateGrantOfAGivenUpAttemptIsReleased(t *testing.T) {
 	for i, id := range []string{"r-other", "r-gone"} {
 		// Decisions as the ledger writes them: ids and input offsets in
 		// order, or the client's Dedup takes the second for a copy.
-		d := schemas.New(schemas.TypeDecision, time.Now().UnixMilli())
+		d := eventid.New(schemas.TypeDecision, time.Now().UnixMilli())
 		d.ID = fmt.Sprintf("d-0-%d-0", i+1)
 		d.RequestID, d.Attempt, d.Node, d.Scope = id, 1, "gw-late", "scope-f"
 		d.Decision = &schemas.Decision{Status: schemas.StatusGranted, HoldTTLMs: 120_000, InputOffset: int64(i + 1)}
@@ -200,19 +182,7 @@ func TestFailedReleasedIsRetried(t *testing.T) {
 		if refuse.Add(-1) < 0 {
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 	delivered := make(chan error, 1)
 	rc.release(faultReserve("r-retry", "gw-retry"), schemas.ReasonError)
@@ -284,19 +254,7 @@ func TestReportsOfARequestKeepTheirOrder(t *testing.T) {
 		if refuse.Add(-1) < 0 {
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 	adm := faultReserve("r-order", "gw-order")
 	adm.ReserveRequested.EmergencyAdmitted, adm.ReserveRequested.Degraded = true, true
@@ -308,7 +266,7 @@ func TestReportsOfARequestKeepTheirOrder(t *testing.T) {
 		}
 	}
 	// The broker takes produces again; the reconcile must still wait.
-	rec := adm.Derive(schemas.TypeReconciled, time.Now().UnixMilli())
+	rec := eventid.Derive(adm, schemas.TypeReconciled, time.Now().UnixMilli())
 	rec.Reconciled = &schemas.Reconciled{InputTokens: 1, OutputTokens: 1, HTTPStatus: 200}
 	second := make(chan error, 1)
 	rc.Send(rec, func(err error) { second <- err })

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // Heartbeats (DESIGN.md §11): a gateway that dies must not hold its grants
@@ -89,7 +90,7 @@ func (a *activity) due(nowMs int64, buf []string) []string {
 
 // heartbeatEvent is the Heartbeat of node for scope.
 func heartbeatEvent(node, scope string, nowMs int64) *schemas.Event {
-	ev := schemas.New(schemas.TypeHeartbeat, nowMs)
+	ev := eventid.New(schemas.TypeHeartbeat, nowMs)
 	ev.Node, ev.Scope = node, scope
 	ev.Heartbeat = &schemas.Heartbeat{}
 	return ev

@@ -23,6 +23,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // ErrLedgerUnavailable is returned when no decision arrived within the
@@ -489,7 +490,7 @@ func (c *Client) Reserve(ctx context.Context, ev *schemas.Event) (d schemas.Deci
 // release tells the ledger to drop a reservation we stopped waiting for.
 // ev is the event we waited on: a ReserveRequested or, for a retry, a
 // RetryRequested; the Released is built from its envelope alone (one
-// payload per event, see schemas.Event.Derive). It does not wait: Send
+// payload per event, see eventid.Derive). It does not wait: Send
 // retries it until delivered or the reservation has ended.
 func (c *Client) release(ev *schemas.Event, reason schemas.Reason) {
 	rel := releaseEvent(ev, reason, time.Now().UnixMilli())
@@ -502,7 +503,7 @@ func (c *Client) release(ev *schemas.Event, reason schemas.Reason) {
 
 // releaseEvent is the Released that gives back ev's attempt.
 func releaseEvent(ev *schemas.Event, reason schemas.Reason, nowMs int64) *schemas.Event {
-	rel := ev.Derive(schemas.TypeReleased, nowMs)
+	rel := eventid.Derive(ev, schemas.TypeReleased, nowMs)
 	rel.Released = &schemas.Released{Reason: reason}
 	return rel
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
@@ -44,7 +45,7 @@ func topics(t *testing.T) (bus.Names, []string) {
 }
 
 func reserveEvent(id string) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope = id, 1, "gw-test", "scope-a"
 	ev.ReserveRequested = &schemas.ReserveRequested{InputTokens: 1, OutputTokens: 1}
 	return ev
@@ -166,7 +167,7 @@ func TestRetryAttemptReleaseReachesLedger(t *testing.T) {
 	}
 	// The ledger releases attempt 1 and queues attempt 2 behind the
 	// provider's Retry-After; the caller gives up before that passes.
-	retry := first.Derive(schemas.TypeRetryRequested, time.Now().UnixMilli())
+	retry := eventid.Derive(first, schemas.TypeRetryRequested, time.Now().UnixMilli())
 	retry.Attempt = 2
 	retry.RetryRequested = &schemas.RetryRequested{PreviousAttempt: 1, Reason: schemas.RetryCapacity, RetryAfterMs: 60_000}
 	wait, stop := context.WithTimeout(ctx, 1500*time.Millisecond)

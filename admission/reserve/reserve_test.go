@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestReleaseEventHasOnePayload: the Released for an abandoned wait is
@@ -21,7 +22,7 @@ import (
 // until its deadline or held until the hold TTL.
 func TestReleaseEventHasOnePayload(t *testing.T) {
 	env := func(typ schemas.Type, attempt int32) *schemas.Event {
-		ev := schemas.New(typ, 1)
+		ev := eventid.New(typ, 1)
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope = "r1", attempt, "gw-1", "scope-a"
 		ev.Tenant, ev.KeyID, ev.Route, ev.Class = "acme", "k1", "chat", "interactive"
 		return ev
@@ -134,7 +135,7 @@ func TestHeartbeatsAreProduced(t *testing.T) {
 	}
 	wait, cancel := context.WithCancel(ctx)
 	res := make(chan error, 1)
-	ev := schemas.New(schemas.TypeReserveRequested, 1)
+	ev := eventid.New(schemas.TypeReserveRequested, 1)
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope = "r-hb", 1, "gw-hb", "scope-hb"
 	ev.ReserveRequested = &schemas.ReserveRequested{InputTokens: 1}
 	go func() { _, err := rc.Reserve(wait, ev); res <- err }()

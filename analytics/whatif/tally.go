@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/sluice-dev/sluice/internal/quantile"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -154,7 +155,7 @@ func (t *Tally) Summary() Summary {
 	}
 	for c, w := range t.waits {
 		slices.Sort(w)
-		s.Waits[c] = Waits{Grants: int64(len(w)), P50Ms: quantile(w, 0.50), P99Ms: quantile(w, 0.99)}
+		s.Waits[c] = Waits{Grants: int64(len(w)), P50Ms: quantile.Nearest(w, 0.50), P99Ms: quantile.Nearest(w, 0.99)}
 	}
 	var sum, sumSq float64
 	n := 0
@@ -177,15 +178,6 @@ func (t *Tally) Summary() Summary {
 		s.Jain = sum * sum / (float64(n) * sumSq)
 	}
 	return s
-}
-
-// quantile is the nearest-rank quantile of sorted samples (0 when empty).
-func quantile(sorted []int64, q float64) int64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
 }
 
 // Merge adds o's counts to t (partitions of one run).

@@ -7,11 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -31,24 +29,8 @@ func record(t *testing.T, topic string, ev *schemas.Event) *kgo.Record {
 func TestViewConsumesKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("livetest.")
-	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions = 2
-	tc.Names = names
-	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, "livetest.", 2)
+	brokers, names := k.Brokers, k.Names
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0))
 	if err != nil {

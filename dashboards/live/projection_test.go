@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // clock is a manually advanced clock.
@@ -32,7 +33,7 @@ func (c *clock) Advance(d time.Duration) {
 }
 
 func env(t schemas.Type, tenant, key, req string) *schemas.Event {
-	ev := schemas.New(t, 0)
+	ev := eventid.New(t, 0)
 	ev.RequestID, ev.Attempt = req, 1
 	ev.Scope, ev.Tenant, ev.KeyID, ev.Class, ev.Route = "sim-openai", tenant, key, "interactive", "gpt-4o-mini"
 	return ev

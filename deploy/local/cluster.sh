@@ -208,8 +208,6 @@ running_pid() {
 	printf '%s\n' "$pid"
 }
 
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
 node_answers() { "$WAIT_BIN" -brokers "$HOST:$(broker_port "$1")" -timeout "${2:-5s}" -q 2>/dev/null; }
 
 # start_node N starts node N (it must not be running) and returns at once.
@@ -263,28 +261,6 @@ wait_ready() {
 			"$WAIT_BIN" -brokers "$BROKERS" -min-brokers "$NODES" -in-sync -timeout 2s >&2 || true
 			die "$what: the cluster was not ready within ${START_TIMEOUT}s (logs: $CLUSTER_DIR/node-*/logs/server.log)"
 		fi
-		sleep 0.5
-	done
-}
-
-# stop_pids SIGNAL PIDS... signals every pid and waits until all are gone:
-# up to 60 s after SIGTERM (a controlled shutdown), then SIGKILL.
-stop_pids() {
-	local sig=$1 pid i alive
-	shift
-	for pid in "$@"; do kill "-$sig" "$pid" 2>/dev/null || true; done
-	for ((i = 0; i < 120; i++)); do
-		alive=0
-		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-		((alive)) || return 0
-		sleep 0.5
-	done
-	log "nodes did not stop after SIG$sig; sending SIGKILL"
-	for pid in "$@"; do kill -KILL "$pid" 2>/dev/null || true; done
-	for ((i = 0; i < 20; i++)); do
-		alive=0
-		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-		((alive)) || return 0
 		sleep 0.5
 	done
 }

@@ -150,8 +150,6 @@ running_pid() {
 	printf '%s\n' "$pid"
 }
 
-port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
-
 broker_answers() { "$WAIT_BIN" -brokers "$BROKERS" -timeout "${1:-5s}" -q 2>/dev/null; }
 
 cmd_up() {
@@ -199,7 +197,7 @@ cmd_up() {
 		fi
 		if ((SECONDS >= deadline)); then
 			tail -n 30 "$SERVER_LOG" >&2 || true
-			stop_pid "$pid"
+			stop_pids TERM "$pid"
 			rm -f "$PID_FILE"
 			die "broker did not answer on $BROKERS within ${START_TIMEOUT}s (log: $SERVER_LOG)"
 		fi
@@ -208,27 +206,12 @@ cmd_up() {
 	log "broker up (pid $pid) on $BROKERS: started in $(elapsed "$t0")s (total up $(elapsed "$t_total")s)"
 }
 
-stop_pid() {
-	local pid=$1 i
-	kill -TERM "$pid" 2>/dev/null || return 0
-	for ((i = 0; i < 120; i++)); do # up to 60s for a controlled shutdown
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.5
-	done
-	log "broker $pid did not stop after SIGTERM; sending SIGKILL"
-	kill -KILL "$pid" 2>/dev/null || true
-	for ((i = 0; i < 20; i++)); do
-		kill -0 "$pid" 2>/dev/null || return 0
-		sleep 0.5
-	done
-}
-
 cmd_down() {
 	local pid
 	if pid=$(running_pid); then
 		local t0
 		t0=$(now_ms)
-		stop_pid "$pid"
+		stop_pids TERM "$pid"
 		log "broker (pid $pid) stopped in $(elapsed "$t0")s"
 	else
 		log "broker not running"

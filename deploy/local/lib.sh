@@ -117,3 +117,28 @@ ensure_waiter() {
 	(cd "$REPO_ROOT" && go build -o "$WAIT_BIN" ./deploy/local/kafkawait) ||
 		die "could not build deploy/local/kafkawait"
 }
+
+# port_open PORT: something listens on $HOST:PORT (the caller defines HOST).
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+# stop_pids SIGNAL PIDS... signals every pid and waits until all are gone:
+# up to 60 s after SIGTERM (a controlled shutdown), then SIGKILL.
+stop_pids() {
+	local sig=$1 pid i alive
+	shift
+	for pid in "$@"; do kill "-$sig" "$pid" 2>/dev/null || true; done
+	for ((i = 0; i < 120; i++)); do
+		alive=0
+		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		((alive)) || return 0
+		sleep 0.5
+	done
+	log "pid(s) $* did not stop after SIG$sig; sending SIGKILL"
+	for pid in "$@"; do kill -KILL "$pid" 2>/dev/null || true; done
+	for ((i = 0; i < 20; i++)); do
+		alive=0
+		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		((alive)) || return 0
+		sleep 0.5
+	done
+}

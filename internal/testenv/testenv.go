@@ -3,6 +3,10 @@
 //
 // A missing address is a test failure, never a skip: in CI an absent broker
 // must turn the run red.
+//
+// It also holds the broker fault rigs the tests share: a private real
+// broker to freeze or kill (StartPrivateBroker), and kfake's frozen and
+// refused produces (FreezeProduce, RefuseProduce, RefuseTxnOffsetCommit).
 package testenv
 
 import (

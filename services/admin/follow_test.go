@@ -9,12 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // TestReadOnlyFollower: a read-only store (what `sluice view` opens) starts
@@ -24,22 +20,8 @@ import (
 func TestReadOnlyFollower(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.DefaultNames()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	if _, err := bus.Ensure(ctx, adm, bus.DefaultTopics().Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, "", 0)
+	brokers, names, adm := k.Brokers, k.Names, k.Admin
 	end := func() int64 {
 		t.Helper()
 		o, err := adm.ListEndOffsets(ctx, names.Admin)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/ledger"
@@ -446,5 +447,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // writeErr writes the one error contract (OpenAI shape); admin errors are
 // never retryable by an SDK except 503 (the change was not committed).
 func writeErr(w http.ResponseWriter, e *apierr.Error) {
-	apierr.Write(w, e, false)
+	httperr.Write(w, e, false)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // Record keys of the admin topic. Only "state" records carry a state; the
@@ -407,7 +408,7 @@ func (s *KafkaStore) records(ctx context.Context, tx *kgo.Client, next State, a 
 	}
 	cc := schemas.ConfigChanged{ConfigVersion: fmt.Sprintf("admin-%d", next.Version), Source: src,
 		Actor: a.String(), Reason: reason, Change: op.Change(), Ledger: next.Ledger}
-	ev := schemas.New(schemas.TypeConfigChanged, now)
+	ev := eventid.New(schemas.TypeConfigChanged, now)
 	full := cc
 	full.Admission = marshalState(next)
 	ev.ConfigChanged = &full
@@ -417,7 +418,7 @@ func (s *KafkaStore) records(ctx context.Context, tx *kgo.Client, next State, a 
 	}
 	recs := []*kgo.Record{{Topic: names.Admin, Partition: 0, Key: []byte(keyState), Value: b}}
 	for _, p := range t.Partitions.Numbers() {
-		ev := schemas.New(schemas.TypeConfigChanged, now)
+		ev := eventid.New(schemas.TypeConfigChanged, now)
 		c := cc
 		ev.ConfigChanged = &c
 		b, err := schemas.Encode(ev)

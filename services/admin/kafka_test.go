@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -26,23 +24,8 @@ import (
 func TestKafkaStoresConverge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.DefaultNames()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	tc := bus.DefaultTopics()
-	tc.RequestPartitions = 2
-	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, "", 2)
+	brokers, names := k.Brokers, k.Names
 	file, err := config.Load(strings.NewReader(strings.Replace(testYAML, "SEEDHASH", config.HashKey(seedKey), 1)))
 	if err != nil {
 		t.Fatal(err)

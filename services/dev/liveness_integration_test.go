@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
@@ -53,7 +54,7 @@ func TestDeadGatewayCapacityComesBack(t *testing.T) {
 	}
 	ask := func(rc *reserve.Client, node, id, class string) schemas.Decision {
 		t.Helper()
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Class = id, 1, node, "scope-live", class
 		ev.ReserveRequested = &schemas.ReserveRequested{InputTokens: 10, OutputTokens: 10}
 		d, err := rc.Reserve(ctx, ev)

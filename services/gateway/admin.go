@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 )
 
 // SetAdmin mounts the admin API (services/admin.Handler) at /admin/v1/.
@@ -14,7 +15,7 @@ func (s *Server) SetAdmin(h http.Handler) { s.admin.Store(&h) }
 func (s *Server) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	h := s.admin.Load()
 	if h == nil {
-		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound,
+		httperr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound,
 			"the admin API is off on this gateway: start it with an operator token (SLUICE_ADMIN_TOKEN or --admin-token-file)"), false)
 		return
 	}

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // parse parses a request body of API a.
@@ -102,7 +104,7 @@ func (s *Server) handle(a provider.API) http.HandlerFunc {
 			if e.Sluice.Tenant != "" {
 				s.m.countTenant(e.Sluice.Tenant, e.Code)
 			}
-			apierr.Write(w, e, anth)
+			httperr.Write(w, e, anth)
 		}
 		id, e := s.identify(cfg, r)
 		if e != nil {
@@ -201,7 +203,7 @@ func requestID(w http.ResponseWriter) string {
 	if id := w.Header().Get(HeaderRequestID); id != "" {
 		return id
 	}
-	return schemas.NewID()
+	return eventid.NewID()
 }
 
 // candidates resolves the route's candidates to their providers, in the
@@ -382,7 +384,7 @@ func (c *call) respond(e *apierr.Error) {
 	if c.w.wrote {
 		return // a stream already started: nothing more can be said
 	}
-	apierr.Write(c.w, e, c.api == provider.APIMessages)
+	httperr.Write(c.w, e, c.api == provider.APIMessages)
 }
 
 // lifecycleConfig is the part of the gateway config a lifecycle obeys.
@@ -412,7 +414,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 // stamp gives an event the lifecycle built its id (the lifecycle is pure:
 // ids are random and time-ordered, so they are the shell's).
 func stamp(ev *schemas.Event) *schemas.Event {
-	ev.ID = schemas.NewID()
+	ev.ID = eventid.NewID()
 	return ev
 }
 

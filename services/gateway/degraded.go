@@ -229,14 +229,7 @@ func degradedNeed(dim schemas.Dimension, req *lifecycle.Request, t *lifecycle.Ta
 func (s *SnapshotLevels) LiveGateways(scope, self string, atMs int64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var best *ledger.Ledger
-	var bestAt int64
-	for _, p := range s.parts {
-		p.restore(s.log)
-		if p.l != nil && p.l.HasScope(scope) && (best == nil || p.lAtMs > bestAt) {
-			best, bestAt = p.l, p.lAtMs
-		}
-	}
+	best, bestAt := s.newest(scope)
 	if best == nil {
 		return 1
 	}

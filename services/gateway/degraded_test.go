@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -24,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/gateway"
@@ -88,19 +88,7 @@ func faultProduce(cluster *kfake.Cluster, mode *atomic.Int32, thaw <-chan struct
 			cluster.SleepControl(func() { <-thaw })
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidRecord.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseProduce(kreq.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 }
 
@@ -392,27 +380,5 @@ func readDecisions(t *testing.T, brokers []string, names bus.Names, done func([]
 // events, so that a gateway soon knows what the ledger left.
 func memberSnapshotting(t *testing.T, brokers []string, names bus.Names, node string) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: names.Requests + ".ledger", Node: node,
-		SnapshotInterval: 100 * time.Millisecond,
-		Log:              slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = led.Loop(ctx)
-	}()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-			led.Close()
-		}
-	}
-	t.Cleanup(stop)
-	return stop
+	return memberWith(t, brokers, names, node, 100*time.Millisecond)
 }

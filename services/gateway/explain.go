@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 )
@@ -53,7 +54,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	fail := func(e *apierr.Error) {
 		s.m.count(e.Code)
-		apierr.Write(w, e, false)
+		httperr.Write(w, e, false)
 	}
 	id, e := s.identify(cfg, r)
 	if e != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestExplainShowsOnlyTheCallersTenant: tenants demo and batchco share the
@@ -51,7 +52,7 @@ func TestExplainShowsOnlyTheCallersTenant(t *testing.T) {
 	}
 	var demoIDs []string
 	for i := range 4 {
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("demo-held-%d", i), 1, "gw-other", "sim-openai", "demo", "demo-key", "agent"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "demo-org"}, {Level: "tenant", ID: "demo"},
 			{Level: "team", ID: "demo-team"}, {Level: "key", ID: "demo-key"}}, InputTokens: 10, OutputTokens: 10}
@@ -74,7 +75,7 @@ func TestExplainShowsOnlyTheCallersTenant(t *testing.T) {
 		})
 	})
 	for _, id := range demoIDs { // the grant released, the waiters withdrawn
-		ev := schemas.New(schemas.TypeReleased, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReleased, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID = id, 1, "gw-other", "sim-openai", "demo", "demo-key"
 		ev.Released = &schemas.Released{Reason: "cancel"}
 		produce(ev)

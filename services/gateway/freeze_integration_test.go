@@ -8,12 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,57 +20,10 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/dev"
 )
-
-// privateBroker starts a Kafka broker of its own (deploy/local/kafka.sh on
-// free ports and a temporary state directory), so that a test may freeze
-// or kill it: the shared broker of `make up` serves every other test. It
-// returns the seed address and the broker's pid; the broker is killed when
-// the test ends.
-func privateBroker(t *testing.T) (string, int) {
-	t.Helper()
-	port := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	}
-	state := t.TempDir()
-	kafkaPort, ctlPort := port(), port()
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "kafka.sh")
-	cmd := exec.Command(script, "up")
-	cmd.Env = append(os.Environ(), "SLUICE_STATE="+state, "SLUICE_KAFKA_PORT="+kafkaPort,
-		"SLUICE_KAFKA_CONTROLLER_PORT="+ctlPort, "SLUICE_KAFKA_START_TIMEOUT=180")
-	pidFile := filepath.Join(state, "kafka", "kafka.pid")
-	kill := func() {
-		b, err := os.ReadFile(pidFile)
-		if err != nil {
-			return
-		}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	t.Cleanup(kill)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("private broker: %v\n%s", err, out)
-	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return "127.0.0.1:" + kafkaPort, pid
-}
 
 // answer is one request of the freeze timeline.
 type answer struct {
@@ -108,7 +56,8 @@ func TestFrozenBrokerEveryRequestAnswered(t *testing.T) {
 		after           = 15 * time.Second
 		every           = 250 * time.Millisecond
 	)
-	broker, pid := privateBroker(t)
+	pb := testenv.StartPrivateBroker(t)
+	broker, pid := pb.Addr, pb.Pid
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	names := bus.NamesWithPrefix(fmt.Sprintf("freeze%d.", time.Now().UnixNano()))

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/services/dev"
 )
 
@@ -51,18 +51,7 @@ func TestAnswersWhileTheBrokerIsFrozen(t *testing.T) {
 		t.Fatalf("before the freeze: %d %s", resp.StatusCode, b)
 	}
 
-	ice := make(chan struct{})
-	cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		select {
-		case <-ice:
-		default:
-			cluster.SleepControl(func() { <-ice })
-		}
-		return nil, nil, false
-	})
-	var thawOnce sync.Once
-	thaw := func() { thawOnce.Do(func() { close(ice) }) }
+	thaw := testenv.FreezeProduce(cluster)
 	defer thaw()
 
 	// A client that gives up after 20 s: far past every bound here, so a

@@ -17,12 +17,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/provider"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // Server is the gateway's HTTP handler. It is safe for concurrent use; the
@@ -120,18 +122,18 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 // before any request existed (a bad key, a bad header, an unknown path)
 // still names one that logs and support can find.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set(HeaderRequestID, schemas.NewID())
+	w.Header().Set(HeaderRequestID, eventid.NewID())
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		// A path routed under other methods is a 405 with Allow, read from
 		// the route table (no list to keep in step with it).
 		if allow := httpmux.Allowed(s.mux, r); len(allow) > 0 {
 			w.Header().Set("Allow", strings.Join(allow, ", "))
-			apierr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed,
+			httperr.Write(w, apierr.New(http.StatusMethodNotAllowed, apierr.CodeMethodNotAllowed,
 				fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))), anth)
 			return
 		}
-		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)
+		httperr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)), anth)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -142,7 +144,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	id, e := s.identify(cfg, r)
 	if e != nil {
 		s.m.count(e.Code)
-		apierr.Write(w, e, r.Header.Get("anthropic-version") != "")
+		httperr.Write(w, e, r.Header.Get("anthropic-version") != "")
 		return
 	}
 	out := struct {
@@ -187,20 +189,20 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 	ident, e := s.identify(cfg, r)
 	if e != nil {
 		s.m.count(e.Code)
-		apierr.Write(w, e, anthropic)
+		httperr.Write(w, e, anthropic)
 		return
 	}
 	id := r.PathValue("id")
 	if slices.Contains(cfg.Models(), id) {
 		if e := modelAllowed(ident, id); e != nil {
-			apierr.Write(w, e, anthropic)
+			httperr.Write(w, e, anthropic)
 			return
 		}
 	}
 	if !slices.Contains(cfg.Models(), id) {
 		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("model %q is not routed by this gateway (GET /v1/models lists those that are)", id))
 		e.Param = "model"
-		apierr.Write(w, e, anthropic)
+		httperr.Write(w, e, anthropic)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

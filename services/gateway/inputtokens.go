@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/estimate"
 )
 
@@ -19,7 +20,7 @@ func (s *Server) handleResponsesInputTokens(w http.ResponseWriter, r *http.Reque
 	cfg := s.cfg.Load()
 	fail := func(e *apierr.Error) {
 		s.m.count(e.Code)
-		apierr.Write(w, e, false)
+		httperr.Write(w, e, false)
 	}
 	if _, e := s.identify(cfg, r); e != nil {
 		fail(e)

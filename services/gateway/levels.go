@@ -113,11 +113,11 @@ func (s *SnapshotLevels) run(ctx context.Context) {
 	}
 }
 
-// Levels implements LevelSource. A scope lives on one partition; if two
-// snapshots know it (the scope moved after a repartition) the newer wins.
-func (s *SnapshotLevels) Levels(scope, level, id string, atMs int64) ([]ledger.BucketLevel, int64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// newest restores every partition's snapshot not yet decoded and returns
+// the newest that holds scope, with its time (nil when none does). A scope
+// lives on one partition; if two snapshots know it (the scope moved after
+// a repartition) the newer wins. The caller holds s.mu.
+func (s *SnapshotLevels) newest(scope string) (*ledger.Ledger, int64) {
 	var best *ledger.Ledger
 	var bestAt int64
 	for _, p := range s.parts {
@@ -126,6 +126,15 @@ func (s *SnapshotLevels) Levels(scope, level, id string, atMs int64) ([]ledger.B
 			best, bestAt = p.l, p.lAtMs
 		}
 	}
+	return best, bestAt
+}
+
+// Levels implements LevelSource. A scope lives on one partition; if two
+// snapshots know it (the scope moved after a repartition) the newer wins.
+func (s *SnapshotLevels) Levels(scope, level, id string, atMs int64) ([]ledger.BucketLevel, int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	best, bestAt := s.newest(scope)
 	if best == nil {
 		return nil, 0, false
 	}
@@ -138,14 +147,7 @@ func (s *SnapshotLevels) Levels(scope, level, id string, atMs int64) ([]ledger.B
 func (s *SnapshotLevels) Learned(scope string) ([]ledger.LearnedBucket, int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var best *ledger.Ledger
-	var bestAt int64
-	for _, p := range s.parts {
-		p.restore(s.log)
-		if p.l != nil && p.l.HasScope(scope) && (best == nil || p.lAtMs > bestAt) {
-			best, bestAt = p.l, p.lAtMs
-		}
-	}
+	best, bestAt := s.newest(scope)
 	if best == nil {
 		return nil, 0, false
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/httpmux"
@@ -182,18 +183,18 @@ func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	tok := s.operatorToken.Load()
 	if tok == nil || *tok == "" {
-		apierr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound,
+		httperr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound,
 			"metrics are not served on the API listener: scrape the metrics listener (sluice gateway --metrics-addr, 127.0.0.1:9464 by default), or start the gateway with an operator token and present it"), false)
 		return
 	}
 	got, ok := httpmux.BearerToken(r.Header.Get("Authorization"))
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice metrics"`)
-		apierr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeMissingAdminToken, "metrics on the API listener need the operator token: send Authorization: Bearer <operator token>"), false)
+		httperr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeMissingAdminToken, "metrics on the API listener need the operator token: send Authorization: Bearer <operator token>"), false)
 		return
 	}
 	if subtle.ConstantTimeCompare([]byte(got), []byte(*tok)) != 1 {
-		apierr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidAdminToken, "invalid operator token"), false)
+		httperr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidAdminToken, "invalid operator token"), false)
 		return
 	}
 	s.MetricsHandler().ServeHTTP(w, r)

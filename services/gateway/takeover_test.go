@@ -25,9 +25,16 @@ import (
 // member runs one ledger member until its stop is called.
 func member(t *testing.T, brokers []string, names bus.Names, node string) (stop func()) {
 	t.Helper()
+	return memberWith(t, brokers, names, node, 0)
+}
+
+// memberWith is member with a snapshot interval (0: the ledger's default).
+func memberWith(t *testing.T, brokers []string, names bus.Names, node string, snapshotEvery time.Duration) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	led, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: names.Requests + ".ledger", Node: node,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
+		SnapshotInterval: snapshotEvery,
+		Log:              slog.New(slog.NewTextHandler(io.Discard, nil)), Registerer: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/httpmux"
 	"github.com/sluice-dev/sluice/ledger"
@@ -142,14 +143,14 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	id, e := s.identify(cfg, r)
 	if e != nil && e.Code != apierr.CodePaused {
 		s.m.count(e.Code)
-		apierr.Write(w, e, false)
+		httperr.Write(w, e, false)
 		return
 	}
 	if id == nil { // paused: identify refuses it, but a paused tenant may read its usage
 		id = cfg.Lookup(bearerKey(r))
 	}
 	if id == nil {
-		apierr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidKey, "invalid API key"), false)
+		httperr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidKey, "invalid API key"), false)
 		return
 	}
 	u := s.usage(cfg, id, time.Now().UnixMilli())

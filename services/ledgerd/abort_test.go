@@ -15,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestAbortReproducesWithoutRebuild makes the broker refuse the ledger's
@@ -38,19 +40,7 @@ func TestAbortReproducesWithoutRebuild(t *testing.T) {
 		}
 		c.KeepControl()
 		refused.Add(1)
-		req := kr.(*kmsg.TxnOffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewTxnOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.ConcurrentTransactions.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return testenv.RefuseTxnOffsetCommit(kr.(*kmsg.TxnOffsetCommitRequest), kerr.ConcurrentTransactions.Code), nil, true
 	})
 
 	reg := prometheus.NewRegistry()
@@ -76,7 +66,7 @@ func TestAbortReproducesWithoutRebuild(t *testing.T) {
 	const requests = 40
 	for i := range requests {
 		scope := fmt.Sprintf("scope-%d", i%4)
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%03d", i), 1, "gw", scope, "t", "k-"+scope, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-" + scope}}, InputTokens: 10, OutputTokens: 10}
 		b, err := schemas.Encode(ev)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // acted is what a gateway acted on: every decision read as soon as it was
@@ -63,7 +64,7 @@ func (r *rig) actOn(ctx context.Context, a *acted) {
 			a.mu.Unlock()
 			if ev.Decision.Status == schemas.StatusGranted {
 				rc := ev
-				rc.Type, rc.ID, rc.Decision = schemas.TypeReconciled, schemas.NewID(), nil
+				rc.Type, rc.ID, rc.Decision = schemas.TypeReconciled, eventid.NewID(), nil
 				rc.Reconciled = &schemas.Reconciled{InputTokens: 10, OutputTokens: 10, HTTPStatus: 200}
 				go func() { _ = r.produce(context.Background(), &rc) }()
 			}

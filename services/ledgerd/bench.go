@@ -15,7 +15,9 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/quantile"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // benchLedgerConfig grants everything: the benchmark measures the path, not
@@ -125,7 +127,10 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 	if len(send) == 0 {
 		return nil
 	}
-	p := func(v []float64) [2]float64 { sort.Float64s(v); return [2]float64{pct(v, 0.5), pct(v, 0.99)} }
+	p := func(v []float64) [2]float64 {
+		sort.Float64s(v)
+		return [2]float64{quantile.Nearest(v, 0.5), quantile.Nearest(v, 0.99)}
+	}
 	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver)}
 }
 
@@ -275,7 +280,7 @@ func transactionStats(reg *prometheus.Registry) (commits, aborts int, commitMsMe
 }
 
 func benchReserve(id string) *schemas.Event {
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	scope := "bench-" + id[len(id)-1:]
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, 1, "bench-gw", scope, "t", "k", "interactive"
 	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k"}}, InputTokens: 100, OutputTokens: 100}
@@ -330,14 +335,9 @@ func tripStats(lat []float64, errs int, el time.Duration) RoundTrip {
 	sort.Float64s(lat)
 	rt := RoundTrip{Requests: len(lat) + errs, Errors: errs, RateAchieved: float64(len(lat)+errs) / el.Seconds()}
 	if len(lat) > 0 {
-		rt.P50Ms, rt.P99Ms, rt.MaxMs = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+		rt.P50Ms, rt.P99Ms, rt.MaxMs = quantile.Nearest(lat, 0.50), quantile.Nearest(lat, 0.99), lat[len(lat)-1]
 	}
 	return rt
-}
-
-func pct(sorted []float64, q float64) float64 {
-	i := int(q * float64(len(sorted)-1))
-	return sorted[i]
 }
 
 // sustained pre-produces n requests onto a one-partition topic, then starts

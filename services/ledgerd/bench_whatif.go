@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/analytics/whatif"
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // WhatIfBenchOptions configures BenchWhatIf.
@@ -162,7 +163,7 @@ func produceWhatIfWorkload(ctx context.Context, brokers []string, names bus.Name
 		case r < 12:
 			tn := fmt.Sprintf("t%d", i%7)
 			key := fmt.Sprintf("k%d-%s", i%3, tn)
-			ev = schemas.New(schemas.TypeReserveRequested, now)
+			ev = eventid.New(schemas.TypeReserveRequested, now)
 			ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class =
 				fmt.Sprintf("r%d", reserves), 1, "bench-gw", "bench", tn, key, "m", "interactive"
 			ev.ReserveRequested = &schemas.ReserveRequested{
@@ -170,12 +171,12 @@ func produceWhatIfWorkload(ctx context.Context, brokers []string, names bus.Name
 				InputTokens: int64(100 + i%3000), OutputTokens: int64(50 + i%1000), PromptFamily: "pf-bench"}
 			reserves++
 		case r < 19 && reconciled < reserves:
-			ev = schemas.New(schemas.TypeReconciled, now)
+			ev = eventid.New(schemas.TypeReconciled, now)
 			ev.RequestID, ev.Attempt, ev.Node, ev.Scope = fmt.Sprintf("r%d", reconciled), 1, "bench-gw", "bench"
 			ev.Reconciled = &schemas.Reconciled{InputTokens: int64(i % 3000), OutputTokens: int64(i % 800), HTTPStatus: 200, TotalMs: 300}
 			reconciled++
 		default:
-			ev = schemas.New(schemas.TypeTick, now)
+			ev = eventid.New(schemas.TypeTick, now)
 			ev.Tick = &schemas.Tick{Reason: "bench"}
 		}
 		b, err := schemas.Encode(ev)

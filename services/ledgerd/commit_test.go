@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestDecisionBeforeCommit: a decision is on sluice.decisions, readable
@@ -37,7 +38,7 @@ func TestDecisionBeforeCommit(t *testing.T) {
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- svc.Loop(lctx) }()
 
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = "req-1", 1, "gw", "scope", "t", "k", "interactive"
 	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k"}}, InputTokens: 10, OutputTokens: 10}
 	b, err := schemas.Encode(ev)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // PublishConfig appends a ConfigChanged event with the ledger document to
@@ -41,7 +42,7 @@ func PublishConfigChange(ctx context.Context, brokers []string, names bus.Names,
 	ver := fmt.Sprintf("%x", time.Now().UnixNano())
 	var recs []*kgo.Record
 	for _, p := range t.Partitions.Numbers() {
-		ev := schemas.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
 		c := cc
 		c.ConfigVersion = ver
 		ev.ConfigChanged = &c

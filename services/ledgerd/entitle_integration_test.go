@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -43,7 +44,7 @@ func TestForgedPromotionRefused(t *testing.T) {
 	go r.audit(actx)
 
 	forge := func(id, class string, priority int32) {
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class =
 			id, 1, "forger", "sim-openai", "nightly", "nightly-etl", "gpt-4o-mini", class
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{

@@ -6,13 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestExplainFollowsAFallback: a request denied in its first scope and
@@ -22,23 +21,8 @@ import (
 func TestExplainFollowsAFallback(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("fallbacktest.")
-	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	tc := bus.DefaultTopics()
-	tc.Names, tc.RequestPartitions = names, 4
-	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, "fallbacktest.", 4)
+	brokers, names, cl := k.Brokers, k.Names, k.Client
 	// Two scopes in different partitions.
 	a, b := "scope-a", ""
 	for i := 0; b == ""; i++ {
@@ -56,7 +40,7 @@ func TestExplainFollowsAFallback(t *testing.T) {
 	}
 	now := time.Now().UnixMilli()
 	reserve := func(id string, attempt int32, scope string) *kgo.Record {
-		ev := schemas.New(schemas.TypeReserveRequested, now)
+		ev := eventid.New(schemas.TypeReserveRequested, now)
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, attempt, "gw", scope, "t", "k", "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "tenant", ID: "t"}}, InputTokens: 1}
 		v, err := schemas.Encode(ev)

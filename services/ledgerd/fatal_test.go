@@ -17,7 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // refuse builds the broker's answer to a request of the ledger's
@@ -29,31 +31,9 @@ func refuse(req kmsg.Request, code int16) (kmsg.Response, bool) {
 		if r.TransactionID == nil {
 			return nil, false // the test's producer or the tick producer
 		}
-		resp := r.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, true
+		return testenv.RefuseProduce(r, code), true
 	case *kmsg.TxnOffsetCommitRequest:
-		resp := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
-		for _, rt := range r.Topics {
-			st := kmsg.NewTxnOffsetCommitResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, true
+		return testenv.RefuseTxnOffsetCommit(r, code), true
 	case *kmsg.EndTxnRequest:
 		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = code
@@ -127,7 +107,7 @@ func (f *fatalRig) send(ctx context.Context, n int) {
 	f.t.Helper()
 	for range n {
 		scope := fmt.Sprintf("scope-%d", f.sent%4)
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%03d", f.sent), 1, "gw", scope, "t", "k-"+scope, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-" + scope}}, InputTokens: 10, OutputTokens: 10}
 		b, err := schemas.Encode(ev)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // spaced re-serialises an encoded event with a space after every key, as
@@ -37,7 +38,7 @@ func TestHistoryAndExplainDecodeEvents(t *testing.T) {
 	defer cancel()
 	rig := newKfakeRig(t, ctx, "historytest.", 1, benchLedgerConfig, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 
-	cc := schemas.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
+	cc := eventid.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
 	cc.ConfigChanged = &schemas.ConfigChanged{ConfigVersion: "spaced-1", Source: "test", Actor: "other-writer", Ledger: []byte(benchLedgerConfig)}
 	reserve := benchReserve("spaced-request-1")
 	var recs []*kgo.Record

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -30,7 +31,7 @@ func TestLearnedCapacityWrittenAndReplayed(t *testing.T) {
 	defer stopAudit()
 	go r.audit(actx)
 
-	ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 	ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = "learn-a", 1, "gw-learn", "scope-l", "t", "k-l", "interactive"
 	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-l"}, {Level: "deployment", ID: "dep1"}},
 		InputTokens: 10, OutputTokens: 10}
@@ -41,7 +42,7 @@ func TestLearnedCapacityWrittenAndReplayed(t *testing.T) {
 	r.sent["learn-a"] = true
 	r.mu.Unlock()
 	r.settle(60 * time.Second)
-	obs := ev.Derive(schemas.TypeProviderObserved, time.Now().UnixMilli())
+	obs := eventid.Derive(ev, schemas.TypeProviderObserved, time.Now().UnixMilli())
 	obs.ProviderObserved = &schemas.ProviderObserved{Deployment: "dep1", Observations: []schemas.Observation{
 		{Dimension: schemas.DimRequests, Limit: 120, Remaining: 110}}}
 	if err := r.produce(ctx, obs); err != nil {

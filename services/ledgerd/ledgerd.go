@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // DefaultCommitInterval is Config.CommitInterval's default and
@@ -978,7 +979,7 @@ func (s *Service) ticks(ctx context.Context) {
 		if !s.needsTick(ps, now) {
 			continue
 		}
-		ev := schemas.New(schemas.TypeTick, now.UnixMilli())
+		ev := eventid.New(schemas.TypeTick, now.UnixMilli())
 		ev.Node = s.cfg.Node
 		ev.Tick = &schemas.Tick{Reason: "wake"}
 		b, err := schemas.Encode(ev)
@@ -1026,7 +1027,7 @@ func (s *Service) snapshot(p int32, ps *partState) {
 	// /v1/sluice/usage report it as observed_at_ms, and pick the newest
 	// snapshot by it. Left 0 it made every snapshot look equally old.
 	logTimeMs := ps.l.NowMs()
-	ev := schemas.New(schemas.TypeSnapshot, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeSnapshot, time.Now().UnixMilli())
 	ev.Node = s.cfg.Node
 	ps.sinceSnapshot = 0
 	ps.lastSnapshot = time.Now()

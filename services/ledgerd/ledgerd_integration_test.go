@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -187,7 +188,7 @@ func (r *rig) load(ctx context.Context, rate int, scopes int) {
 		case <-tick.C:
 		}
 		scope := fmt.Sprintf("scope-%d", i%scopes)
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%06d", i), 1, "loadgen", scope, "t", "k-"+scope, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-" + scope}}, InputTokens: 10, OutputTokens: 10}
 		wg.Add(1)
@@ -233,7 +234,7 @@ func (r *rig) audit(ctx context.Context) {
 			r.mu.Unlock()
 			if d.Status == schemas.StatusGranted && !r.gatewayActs {
 				rc := ev
-				rc.Type, rc.ID, rc.Decision = schemas.TypeReconciled, schemas.NewID(), nil
+				rc.Type, rc.ID, rc.Decision = schemas.TypeReconciled, eventid.NewID(), nil
 				rc.Reconciled = &schemas.Reconciled{InputTokens: 10, OutputTokens: 10, HTTPStatus: 200}
 				go func() { _ = r.produce(context.Background(), &rc) }()
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
@@ -118,7 +119,7 @@ func TestForgedPathRefused(t *testing.T) {
 	go r.audit(actx)
 
 	forge := func(id string, path ...schemas.PathLevel) {
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = id, 1, "forger", "scope-x", "t", "k-x", "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: 10, OutputTokens: 10}
 		if err := r.produce(ctx, ev); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestRevokeBeforeTransactionDoesNotAbort starts a ledger alone (it takes
@@ -85,7 +86,7 @@ func TestRevokeBeforeTransactionDoesNotAbort(t *testing.T) {
 	const requests = 20
 	for i := range requests {
 		scope := fmt.Sprintf("scope-%d", i%4)
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%03d", i), 1, "gw", scope, "t", "k-"+scope, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "key", ID: "k-" + scope}}, InputTokens: 10, OutputTokens: 10}
 		v, err := schemas.Encode(ev)

@@ -3,13 +3,13 @@ package ledgerd
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // kfakeRig is an in-process one-broker cluster holding Sluice's topics:
@@ -29,22 +29,8 @@ type kfakeRig struct {
 // closed when the test ends. opts are the client's extra options.
 func newKfakeRig(t *testing.T, ctx context.Context, prefix string, partitions int32, config string, opts ...kgo.Opt) *kfakeRig {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	r := &kfakeRig{c: c, brokers: c.ListenAddrs(), names: bus.NamesWithPrefix(prefix)}
-	if r.cl, err = bus.NewClient(ctx, r.brokers, 10*time.Second, opts...); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.cl.Close)
-	r.adm = kadm.NewClient(r.cl)
-	r.topics = bus.DefaultTopics()
-	r.topics.RequestPartitions, r.topics.Names = partitions, r.names
-	if _, err := bus.Ensure(ctx, r.adm, r.topics.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, prefix, partitions, opts...)
+	r := &kfakeRig{c: k.Cluster, brokers: k.Brokers, names: k.Names, cl: k.Client, adm: k.Admin, topics: k.Topics}
 	if config != "" {
 		if err := PublishConfig(ctx, r.brokers, r.names, []byte(config), "test"); err != nil {
 			t.Fatal(err)

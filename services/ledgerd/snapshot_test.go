@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // TestLatestSnapshotReadsBackwards: the newest snapshot of a partition is
@@ -30,7 +31,7 @@ func TestLatestSnapshotReadsBackwards(t *testing.T) {
 	// Offsets 0–9: old snapshots of partition 3; offset 10: its newest;
 	// then 1,000 snapshots of partitions 0–2 (input offsets = record index).
 	snap := func(p int32, in int64) *kgo.Record {
-		ev := schemas.New(schemas.TypeSnapshot, in)
+		ev := eventid.New(schemas.TypeSnapshot, in)
 		ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: in}
 		b, err := schemas.Encode(ev)
 		if err != nil {

@@ -6,91 +6,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
-
-// privateBroker is a Kafka broker of the test's own (deploy/local/kafka.sh
-// with its own state directory and ports), for faults that must not touch
-// the broker the other tests share: this one is frozen with SIGSTOP.
-type privateBroker struct {
-	addr string
-	pid  int
-	env  []string
-}
-
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-func kafkaScript() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "deploy", "local", "kafka.sh")
-}
-
-// startPrivateBroker starts the test's broker, and stops it at the end. With
-// SLUICE_TEST_PRIVATE_KAFKA set to the address of a broker started by
-// kafka.sh under SLUICE_STATE (a private one, never the shared one), it
-// uses that one and leaves it running: the broker takes 15–50 s to start
-// on a busy machine.
-func startPrivateBroker(t *testing.T) *privateBroker {
-	t.Helper()
-	if addr := os.Getenv("SLUICE_TEST_PRIVATE_KAFKA"); addr != "" {
-		raw, err := os.ReadFile(filepath.Join(os.Getenv("SLUICE_STATE"), "kafka", "kafka.pid"))
-		if err != nil {
-			t.Fatalf("SLUICE_TEST_PRIVATE_KAFKA needs the SLUICE_STATE of its kafka.sh: %v", err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-		return &privateBroker{addr: addr, pid: pid}
-	}
-	state := t.TempDir()
-	port, cport := freePort(t), freePort(t)
-	b := &privateBroker{addr: fmt.Sprintf("127.0.0.1:%d", port),
-		env: append(os.Environ(), "SLUICE_STATE="+state, "SLUICE_KAFKA_PORT="+strconv.Itoa(port), "SLUICE_KAFKA_CONTROLLER_PORT="+strconv.Itoa(cport))}
-	run := func(arg string) ([]byte, error) {
-		cmd := exec.Command(kafkaScript(), arg)
-		cmd.Env = b.env
-		return cmd.CombinedOutput()
-	}
-	if out, err := run("up"); err != nil {
-		t.Fatalf("private broker: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(b.pid, syscall.SIGCONT) // a failed test may leave it frozen
-		if out, err := run("down"); err != nil {
-			t.Errorf("stopping the private broker: %v\n%s", err, out)
-		}
-	})
-	raw, err := os.ReadFile(filepath.Join(state, "kafka", "kafka.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b.pid, err = strconv.Atoi(strings.TrimSpace(string(raw))); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // timeline notes what happened when, relative to the test's start.
 type timeline struct {
@@ -116,7 +42,7 @@ type member struct {
 }
 
 func (r *rig) supervise(ctx context.Context, tl *timeline, node string) *member {
-	m := &member{node: node, metrics: fmt.Sprintf("127.0.0.1:%d", freePort(r.t))}
+	m := &member{node: node, metrics: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(r.t))}
 	go func() {
 		for ctx.Err() == nil {
 			err := r.ledger(node, "--metrics", m.metrics).Wait()
@@ -162,9 +88,9 @@ func (r *rig) supervise(ctx context.Context, tl *timeline, node string) *member 
 // resume) is logged; timings are reported, not asserted.
 func TestFrozenBrokerNoWedge(t *testing.T) {
 	tl := &timeline{start: time.Now()}
-	b := startPrivateBroker(t)
-	tl.note("private broker up on %s (pid %d)", b.addr, b.pid)
-	r := newRigOn(t, []string{b.addr}, 4)
+	b := testenv.StartPrivateBroker(t)
+	tl.note("private broker up on %s (pid %d)", b.Addr, b.Pid)
+	r := newRigOn(t, []string{b.Addr}, 4)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	var members []*member
@@ -186,12 +112,12 @@ func TestFrozenBrokerNoWedge(t *testing.T) {
 
 	var resumes []time.Time
 	freeze := func(d time.Duration) {
-		if err := syscall.Kill(b.pid, syscall.SIGSTOP); err != nil {
+		if err := syscall.Kill(b.Pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		tl.note("broker frozen for %v", d)
 		time.Sleep(d)
-		if err := syscall.Kill(b.pid, syscall.SIGCONT); err != nil {
+		if err := syscall.Kill(b.Pid, syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}
 		resumes = append(resumes, time.Now())

@@ -18,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 )
 
 // whatIfRecordedConfig is the config the recorded run enforces: 6 requests
@@ -94,7 +95,7 @@ func recordRun(t *testing.T, ctx context.Context, brokers []string, prefix strin
 	for i := range requests {
 		scope := fmt.Sprintf("scope-%d", i%4)
 		tn := []string{"acme", "globex", "acme"}[i%3]
-		ev := schemas.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
 		ev.RequestID, ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = fmt.Sprintf("req-%03d", i), 1, "gw", scope, tn, "k-"+tn, "interactive"
 		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "tenant", ID: tn}, {Level: "key", ID: "k-" + tn}}, InputTokens: 10, OutputTokens: 10}
 		b, err := schemas.Encode(ev)

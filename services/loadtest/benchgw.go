@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/quantile"
 )
 
 // benchScenario is the stack of `sluice bench gateway --brokers`: one
@@ -230,8 +232,8 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
-	res.DirectP50Ms, res.DirectP99Ms = q(direct, 0.50), q(direct, 0.99)
-	res.GatewayP50Ms, res.GatewayP99Ms = q(via, 0.50), q(via, 0.99)
+	res.DirectP50Ms, res.DirectP99Ms = quantile.Nearest(direct, 0.50), quantile.Nearest(direct, 0.99)
+	res.GatewayP50Ms, res.GatewayP99Ms = quantile.Nearest(via, 0.50), quantile.Nearest(via, 0.99)
 	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
 	res.AddedMeanMs = mean(via) - mean(direct)
 	res.LedgerAnswerMeanMs = a1.since(a0)
@@ -257,8 +259,8 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
-	res.DirectP50MsN = q(directN, 0.50)
-	res.GatewayP50MsN, res.GatewayP99MsN = q(viaN, 0.50), q(viaN, 0.99)
+	res.DirectP50MsN = quantile.Nearest(directN, 0.50)
+	res.GatewayP50MsN, res.GatewayP99MsN = quantile.Nearest(viaN, 0.50), quantile.Nearest(viaN, 0.99)
 	res.AddedP50MsN = res.GatewayP50MsN - res.DirectP50MsN
 	res.AddedMeanMsN = mean(viaN) - mean(directN)
 	res.LedgerAnswerMeanMsN = a3.since(a2)
@@ -330,13 +332,6 @@ func ledgerAnswer(ctx context.Context, hc *http.Client, url string) (answerTotal
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func q(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[int(p*float64(len(sorted)-1))]
-}
 
 // procCPU is the user+system CPU time of process pid, from /proc (Linux;
 // clock ticks of 10 ms, the kernel's USER_HZ).

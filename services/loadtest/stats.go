@@ -3,23 +3,9 @@ package loadtest
 import (
 	"math"
 	"sort"
-)
 
-// Percentile returns the nearest-rank p-th percentile (0 < p <= 100) of
-// sorted: the smallest value such that at least p % of the samples are at
-// or below it. It returns 0 for no samples.
-func Percentile(sorted []float64, p float64) float64 {
-	n := len(sorted)
-	if n == 0 {
-		return 0
-	}
-	if p <= 0 {
-		return sorted[0]
-	}
-	rank := int(math.Ceil(p / 100 * float64(n)))
-	rank = min(max(rank, 1), n)
-	return sorted[rank-1]
-}
+	"github.com/sluice-dev/sluice/internal/quantile"
+)
 
 // Dist summarises a sample of milliseconds.
 type Dist struct {
@@ -41,7 +27,7 @@ func Summarise(xs []float64) Dist {
 	for _, x := range xs {
 		sum += x
 	}
-	return Dist{N: len(xs), P50: Percentile(xs, 50), P95: Percentile(xs, 95), P99: Percentile(xs, 99),
+	return Dist{N: len(xs), P50: quantile.Nearest(xs, 0.50), P95: quantile.Nearest(xs, 0.95), P99: quantile.Nearest(xs, 0.99),
 		Max: xs[len(xs)-1], Mean: round3(sum / float64(len(xs)))}
 }
 

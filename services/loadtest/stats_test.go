@@ -5,29 +5,9 @@ import (
 	"testing"
 )
 
-func TestPercentileNearestRank(t *testing.T) {
-	xs := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	cases := []struct {
-		p    float64
-		want float64
-	}{{50, 5}, {95, 10}, {99, 10}, {10, 1}, {11, 2}, {100, 10}, {0, 1}}
-	for _, c := range cases {
-		if got := Percentile(xs, c.p); got != c.want {
-			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
-		}
-	}
-	if got := Percentile(nil, 99); got != 0 {
-		t.Errorf("empty: %v", got)
-	}
-	hundred := make([]float64, 100)
-	for i := range hundred {
-		hundred[i] = float64(i + 1)
-	}
-	for _, c := range []struct{ p, want float64 }{{50, 50}, {95, 95}, {99, 99}, {99.5, 100}} {
-		if got := Percentile(hundred, c.p); got != c.want {
-			t.Errorf("1..100 p%v = %v, want %v", c.p, got, c.want)
-		}
-	}
+// TestSummarise: the summary's percentiles are quantile.Nearest's (held
+// to its definition there).
+func TestSummarise(t *testing.T) {
 	d := Summarise([]float64{3, 1, 2})
 	if d.N != 3 || d.P50 != 2 || d.Max != 3 || d.Mean != 2 {
 		t.Errorf("summary %+v", d)

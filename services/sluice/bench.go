@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/schemas/eventid"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 	"github.com/sluice-dev/sluice/services/loadtest"
 )
@@ -134,7 +135,7 @@ func benchCodec(n int) (any, error) {
 	if n <= 0 {
 		n = 200000
 	}
-	ev := schemas.New(schemas.TypeReserveRequested, 1)
+	ev := eventid.New(schemas.TypeReserveRequested, 1)
 	ev.RequestID, ev.Attempt, ev.Scope, ev.Tenant, ev.KeyID, ev.Route, ev.Class = "req-1", 1, "openai:org/proj", "acme", "key-1", "gpt-4o", "interactive"
 	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "o"}, {Level: "tenant", ID: "acme"}, {Level: "key", ID: "key-1"}},
 		InputTokens: 1000, OutputTokens: 500}

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/gateway"
+	"github.com/sluice-dev/sluice/services/gateway/gatewaybench"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 	"github.com/sluice-dev/sluice/services/loadtest"
 	"github.com/sluice-dev/sluice/services/sim"
@@ -417,7 +418,7 @@ func runEstimate(_ context.Context, args []string) error {
 
 // benchGateway runs `sluice bench gateway` (wired in bench.go).
 func benchGateway(ctx context.Context, n, concurrency int) (any, error) {
-	return gateway.BenchGateway(ctx, gateway.BenchOptions{Requests: n, Concurrency: concurrency})
+	return gatewaybench.Run(ctx, gatewaybench.Options{Requests: n, Concurrency: concurrency})
 }
 
 // readAdminToken returns the operator token of the admin API: the file's

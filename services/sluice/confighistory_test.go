@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
-
-	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/testenv"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 )
@@ -22,23 +19,8 @@ import (
 func TestConfigHistory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
-	names := bus.NamesWithPrefix("histtest.")
-	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	tc := bus.DefaultTopics()
-	tc.Names, tc.RequestPartitions = names, 2
-	if _, err := bus.Ensure(ctx, kadm.NewClient(cl), tc.Specs()); err != nil {
-		t.Fatal(err)
-	}
+	k := testenv.Kfake(t, ctx, "histtest.", 2)
+	brokers, names := k.Brokers, k.Names
 	changes := []schemas.ConfigChanged{
 		{Source: "deploy/examples/sluice.yaml", Actor: "alice", Reason: "first install",
 			Ledger: []byte(`{"scopes":[{"name":"s","buckets":[{"level":"key","id":"*","dimension":"requests","capacity":600}]}]}`)},

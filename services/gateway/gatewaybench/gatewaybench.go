@@ -1,4 +1,10 @@
-package gateway
+// Package gatewaybench is the gateway's bench harness (`sluice bench
+// gateway`, BenchmarkHandlerChat): the whole stack in this process (kfake
+// Kafka, a ledger member, the provider simulator, a gateway) on loopback.
+// It is apart from package gateway so that the product does not import the
+// ledger service and the simulator (issue 24: the gateway stood above
+// ledgerd and sim only because of its bench).
+package gatewaybench
 
 import (
 	"bytes"
@@ -26,22 +32,24 @@ import (
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/quantile"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/gateway"
 	"github.com/sluice-dev/sluice/services/ledgerd"
 	"github.com/sluice-dev/sluice/services/sim"
 )
 
-// BenchOptions sizes `sluice bench gateway`. Zero values take defaults.
-type BenchOptions struct {
+// Options sizes `sluice bench gateway`. Zero values take defaults.
+type Options struct {
 	Requests    int           // sequential requests per latency series (default 2000)
 	Concurrency int           // clients of the throughput run (default 4 × GOMAXPROCS)
 	Duration    time.Duration // throughput run length (default 5s)
 	Log         *slog.Logger
 }
 
-// BenchResult is what `sluice bench gateway --json` prints.
-type BenchResult struct {
+// Result is what `sluice bench gateway --json` prints.
+type Result struct {
 	Bench       string `json:"bench"`
 	Requests    int    `json:"requests"`
 	GoMaxProcs  int    `json:"gomaxprocs"`
@@ -72,13 +80,13 @@ type BenchResult struct {
 
 const benchKey = "sk-sluice-bench"
 
-// BenchGateway measures the gateway's added latency against calling the
+// Run measures the gateway's added latency against calling the
 // provider simulator directly (p50, p99), its throughput for small
 // non-streaming requests, and the cost of estimating a 4,000-token prompt.
 // Everything runs in this process: kfake Kafka, a ledger member, the
 // simulator (no modelled latency, limits out of the way) and the gateway,
 // all on loopback. Timings belong here, never in tests.
-func BenchGateway(ctx context.Context, o BenchOptions) (*BenchResult, error) {
+func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Requests <= 0 {
 		o.Requests = 2000
 	}
@@ -91,7 +99,7 @@ func BenchGateway(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	res := &BenchResult{Bench: "gateway", Requests: o.Requests, GoMaxProcs: runtime.GOMAXPROCS(0), Go: runtime.Version(), Concurrency: o.Concurrency,
+	res := &Result{Bench: "gateway", Requests: o.Requests, GoMaxProcs: runtime.GOMAXPROCS(0), Go: runtime.Version(), Concurrency: o.Concurrency,
 		Description: "small non-streaming chat completion; in-process kfake Kafka, ledger, simulator without modelled latency; loopback HTTP"}
 
 	env, err := startBenchEnv(ctx, o.Log)
@@ -178,7 +186,7 @@ func BenchGateway(ctx context.Context, o BenchOptions) (*BenchResult, error) {
 	}
 	res.Errors = errs.Load()
 
-	res.EstimatePromptTokens, res.EstimateUsPerOp, res.EstimateAllocsPerOp, err = benchEstimate(env.gw.est)
+	res.EstimatePromptTokens, res.EstimateUsPerOp, res.EstimateAllocsPerOp, err = benchEstimate(env.gw.Estimator())
 	if err != nil {
 		return nil, err
 	}
@@ -216,13 +224,12 @@ func benchEstimate(est *estimate.Estimator) (int64, float64, float64, error) {
 func quantileMs(ds []time.Duration, q float64) float64 {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	i := min(len(s)-1, int(q*float64(len(s))))
-	return float64(s[i].Microseconds()) / 1000
+	return float64(quantile.Nearest(s, q).Microseconds()) / 1000
 }
 
 type benchEnv struct {
 	simURL, gwURL string
-	gw            *Server
+	gw            *gateway.Server
 	closers       []func()
 }
 
@@ -311,7 +318,7 @@ ledger: %s
 		return nil, err
 	}
 	env.closers = append(env.closers, rc.Close)
-	env.gw = New(cfg, rc, log)
+	env.gw = gateway.New(cfg, rc, log)
 	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
 		return nil, err
 	}
