@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/analytics"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configsig"
 	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/gateway"
@@ -69,6 +70,32 @@ func securityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&kafkaSec.KeyFile, "kafka-tls-key", kafkaSec.KeyFile, "PEM key of --kafka-tls-cert (env "+bus.EnvTLSKey+")")
 	fs.StringVar(&kafkaSec.ServerName, "kafka-tls-server-name", kafkaSec.ServerName, "name the brokers' certificates must carry (env "+bus.EnvTLSServerName+"; default: the host dialed)")
 	fs.BoolVar(&kafkaSec.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", kafkaSec.InsecureSkipVerify, "accept any broker certificate: tests only (env "+bus.EnvTLSInsecure+")")
+	fs.StringVar(&adminKeyFiles.signing, "admin-signing-key", os.Getenv(configsig.EnvSigningKey),
+		"PEM Ed25519 private key that signs ConfigChanged: only the admin writer holds it (env "+configsig.EnvSigningKey+"; docs/admin-api.md, Signed config changes)")
+	fs.StringVar(&adminKeyFiles.public, "admin-public-key", os.Getenv(configsig.EnvPublicKey),
+		"PEM Ed25519 public key(s) every ConfigChanged must be signed by: ledgers refuse any other, gateways without the signing key serve no admin writes (env "+configsig.EnvPublicKey+")")
+}
+
+// adminKeyFiles are the key files of --admin-signing-key and --admin-public-key.
+var adminKeyFiles struct{ signing, public string }
+
+// installAdminKeys loads the config-signing keys into the process
+// (configsig.SetProcess) and says at start what the process enforces.
+func installAdminKeys() error {
+	k, err := configsig.FromEnv(func(name string) string {
+		switch name {
+		case configsig.EnvSigningKey:
+			return adminKeyFiles.signing
+		case configsig.EnvPublicKey:
+			return adminKeyFiles.public
+		}
+		return ""
+	})
+	if err != nil {
+		return err
+	}
+	configsig.SetProcess(k)
+	return nil
 }
 
 // parseFlags parses a command's flags; for a command that talks to Kafka
@@ -83,6 +110,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	if kafkaSecEnvErr != nil {
 		return kafkaSecEnvErr
+	}
+	if err := installAdminKeys(); err != nil {
+		return err
 	}
 	return bus.Configure(kafkaSec)
 }
@@ -234,7 +264,14 @@ func runGateway(ctx context.Context, args []string) error {
 	}
 	defer adm.Close()
 	if *publish {
-		if err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath); err != nil {
+		// A gateway that is not the admin writer (the deployment signs
+		// its config; this one holds no signing key) publishes nothing:
+		// the ledgers would refuse it. The admin writer publishes.
+		err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath)
+		switch {
+		case errors.Is(err, configsig.ErrNotAdminWriter):
+			log.Warn("ledger section of the config file not published: this gateway is not the admin writer", "err", err)
+		case err != nil:
 			return err
 		}
 	}
@@ -300,8 +337,15 @@ func runLedger(ctx context.Context, args []string) error {
 		mux.Handle("/healthz", health)
 		go func() { _ = http.ListenAndServe(*metricsAddr, mux) }()
 	}
+	log := logger(*verbose)
+	if k := configsig.Process(); k.Enforced() {
+		log.Info("ConfigChanged must be signed by the admin writer", "trusted_keys", k.Verifier.KeyIDs())
+	} else {
+		log.Warn("ConfigChanged is not authenticated: anyone who can write the requests topic can reconfigure this ledger; set " +
+			configsig.EnvPublicKey + " (docs/admin-api.md, Signed config changes)")
+	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: logger(*verbose)})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: log})
 }
 
 func runSink(ctx context.Context, args []string) error {
