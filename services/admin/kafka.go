@@ -290,11 +290,11 @@ var errFenced = errors.New("admin: not committed (fenced by a concurrent writer,
 
 // Update implements Store.
 func (s *KafkaStore) Update(ctx context.Context, base int64, a Actor, reason string, op Op) (State, error) {
-	if s.cfg.ReadOnly {
-		return s.State(), errReadOnly
-	}
 	if err := writerCheck(); err != nil {
 		return s.State(), err
+	}
+	if s.cfg.ReadOnly {
+		return s.State(), errReadOnly
 	}
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
