@@ -419,7 +419,8 @@ func runSim(ctx context.Context, args []string) error {
 }
 
 func runKeys(_ context.Context, args []string) error {
-	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)"
+	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)" +
+		" | sluice keys admin-pair PREFIX (write the config-signing key pair PREFIX.key and PREFIX.pub; docs/admin-api.md)"
 	switch {
 	case helpAsked(args):
 		return usageHelp(usage)
@@ -432,8 +433,41 @@ func runKeys(_ context.Context, args []string) error {
 		k := "sk-sluice-" + hex.EncodeToString(b[:])
 		fmt.Printf("key:    %s\nsha256: %s\n", k, config.HashKey(k))
 		return nil
+	case len(args) == 2 && args[0] == "admin-pair":
+		return writeAdminPair(args[1])
 	}
 	return errors.New(usage)
+}
+
+// writeAdminPair writes a fresh Ed25519 config-signing key pair: PREFIX.key
+// (the admin writer's SLUICE_ADMIN_SIGNING_KEY, mode 0600) and PREFIX.pub
+// (every ledger's and gateway's SLUICE_ADMIN_PUBLIC_KEY). It never
+// overwrites a file.
+func writeAdminPair(prefix string) error {
+	s, err := configsig.Generate()
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		b    []byte
+		mode os.FileMode
+	}{{prefix + ".key", s.PrivatePEM(), 0o600}, {prefix + ".pub", s.PublicPEM(), 0o644}} {
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+		if err != nil {
+			return fmt.Errorf("admin-pair: %w", err)
+		}
+		_, err = fh.Write(f.b)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("admin-pair: write %s: %w", f.path, err)
+		}
+	}
+	fmt.Printf("%s=%s.key   # the admin writer only\n%s=%s.pub   # every ledger and gateway\nkey_id: %s\n",
+		configsig.EnvSigningKey, prefix, configsig.EnvPublicKey, prefix, s.KeyID())
+	return nil
 }
 
 // runEstimate prints the gateway's pre-flight estimate of the request on
