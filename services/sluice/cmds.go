@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -160,6 +161,19 @@ func runDev(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	// Config-signing keys named in the environment are the stack's;
+	// without any, dev.Start makes an ephemeral pair, which is written to
+	// a temporary directory and printed so that the operator commands of
+	// the same shell (config apply, replay, history) sign and verify as
+	// the stack does.
+	envKeys, err := configsig.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	keysFromEnv := envKeys.Signer != nil || envKeys.Verifier != nil
+	if keysFromEnv {
+		configsig.SetProcess(envKeys)
+	}
 	st, err := dev.Start(ctx, o)
 	if err != nil {
 		return err
@@ -168,12 +182,43 @@ func runDev(ctx context.Context, args []string) error {
 	if *cfgPath == "" {
 		keys = []string{st.APIKey}
 	}
+	var keyLines string
+	if !keysFromEnv {
+		dir, lines, err := writeDevKeys(configsig.Process().Signer)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		keyLines = lines
+	}
 	// One write: a script that waits for any of these lines has them all.
-	if _, err := io.WriteString(os.Stdout, devBanner(st, *cfgPath, keys, adminToken)); err != nil {
+	if _, err := io.WriteString(os.Stdout, devBanner(st, *cfgPath, keys, adminToken)+keyLines); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// writeDevKeys writes the dev stack's ephemeral signing key pair to a new
+// temporary directory (removed when the stack stops) and returns it with
+// the banner lines that export it.
+func writeDevKeys(s *configsig.Signer) (dir, lines string, err error) {
+	if s == nil {
+		return "", "", nil
+	}
+	dir, err = os.MkdirTemp("", "sluice-dev-keys-")
+	if err != nil {
+		return "", "", fmt.Errorf("dev signing key: %w", err)
+	}
+	priv, pub := filepath.Join(dir, "admin.key"), filepath.Join(dir, "admin.pub")
+	if err := os.WriteFile(priv, s.PrivatePEM(), 0o600); err != nil {
+		return dir, "", fmt.Errorf("dev signing key: %w", err)
+	}
+	if err := os.WriteFile(pub, s.PublicPEM(), 0o644); err != nil {
+		return dir, "", fmt.Errorf("dev signing key: %w", err)
+	}
+	return dir, fmt.Sprintf("# config changes are signed (docs/admin-api.md): this stack's ephemeral key pair, for the operator commands\n%s=%s\n%s=%s\n",
+		configsig.EnvSigningKey, priv, configsig.EnvPublicKey, pub), nil
 }
 
 // devBanner is what `sluice dev` prints: NAME=value lines that
