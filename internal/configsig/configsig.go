@@ -30,7 +30,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -197,13 +199,9 @@ func ParseVerifier(b []byte) (*Verifier, error) {
 	return v, nil
 }
 
-// KeyIDs lists the trusted keys (for the start-up log line).
+// KeyIDs lists the trusted keys, sorted (for the start-up log line).
 func (v *Verifier) KeyIDs() []string {
-	out := make([]string, 0, len(v.keys))
-	for id := range v.keys {
-		out = append(out, id)
-	}
-	return out
+	return slices.Sorted(maps.Keys(v.keys))
 }
 
 // Verify reports why cc is not validly signed by a trusted key, or nil.
