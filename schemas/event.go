@@ -406,6 +406,13 @@ type ConfigChanged struct {
 	// the ledger needs only Ledger, and the request log is copied to
 	// analytics whole.
 	Admission []byte `json:"admission,omitempty"`
+	// KeyID and Signature authenticate the change (internal/configsig):
+	// an Ed25519 signature by the admin writer over every other field.
+	// A ledger that holds the public key refuses a ConfigChanged without
+	// a valid one, so a gateway, which can write sluice.requests but
+	// holds no private key, cannot reconfigure the ledger.
+	KeyID     string `json:"key_id,omitempty"`
+	Signature []byte `json:"signature,omitempty"`
 }
 
 // Tick advances a partition's clock through the log while work is pending.

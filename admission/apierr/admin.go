@@ -25,4 +25,9 @@ const (
 	// CodeInvalidConfig: the change would produce a configuration the
 	// gateway or the ledger refuses; the message lists every problem.
 	CodeInvalidConfig = "invalid_config"
+	// CodeNotAdminWriter: the deployment signs its config changes
+	// (SLUICE_ADMIN_PUBLIC_KEY) and this gateway does not hold the signing
+	// key, so a change it wrote would be refused by every ledger; send
+	// the change to the admin writer.
+	CodeNotAdminWriter = "not_admin_writer"
 )

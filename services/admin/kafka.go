@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configsig"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -213,6 +214,14 @@ func decodeState(b []byte) (State, error) {
 	if ev.ConfigChanged == nil || len(ev.ConfigChanged.Admission) == 0 {
 		return State{}, errors.New("not an admin ConfigChanged")
 	}
+	// Where the deployment signs its config, a state not signed by the
+	// admin writer (a gateway writing the admin topic directly) is not
+	// applied: it would change tenants and keys on every gateway.
+	if v := configsig.Process().Verifier; v != nil {
+		if err := v.Verify(ev.ConfigChanged); err != nil {
+			return State{}, fmt.Errorf("admin state refused: %w", err)
+		}
+	}
 	var st State
 	if err := json.Unmarshal(ev.ConfigChanged.Admission, &st); err != nil {
 		return State{}, fmt.Errorf("admission document: %w", err)
@@ -282,6 +291,9 @@ var errFenced = errors.New("admin: not committed (fenced by a concurrent writer,
 
 // Update implements Store.
 func (s *KafkaStore) Update(ctx context.Context, base int64, a Actor, reason string, op Op) (State, error) {
+	if err := writerCheck(); err != nil {
+		return s.State(), err
+	}
 	if s.cfg.ReadOnly {
 		return s.State(), errReadOnly
 	}
@@ -411,6 +423,15 @@ func (s *KafkaStore) records(ctx context.Context, tx *kgo.Client, next State, a 
 	ev := eventid.New(schemas.TypeConfigChanged, now)
 	full := cc
 	full.Admission = marshalState(next)
+	// Both documents are signed (signing.go): the ledgers refuse the
+	// requests-topic one without a valid signature; the admin topic's
+	// carries one so that a reader can check it the same way.
+	if err := configsig.SignForWrite(&full); err != nil {
+		return nil, err
+	}
+	if err := configsig.SignForWrite(&cc); err != nil {
+		return nil, err
+	}
 	ev.ConfigChanged = &full
 	b, err := schemas.Encode(ev)
 	if err != nil {

@@ -76,6 +76,9 @@ func openAPIDoc() obj {
 		} else {
 			op["security"] = []any{}
 		}
+		if rt.Change {
+			resp["403"] = errResp("operator_required, or not_admin_writer (the deployment signs its config and this gateway does not hold the signing key)")
+		}
 		var params []any
 		for _, m := range pathParam.FindAllStringSubmatch(rt.Pattern, -1) {
 			params = append(params, obj{"name": m[1], "in": "path", "required": true, "schema": obj{"type": "string"}})

@@ -34,10 +34,17 @@ func (r *Running) Close() { r.Store.Close() }
 // change made on any gateway takes effect on all of them — and, when
 // operatorToken is set, serves the admin API on it. file is the gateway's
 // configuration as loaded from its file. It returns once the newest
-// committed admin state is installed in gw.
+// committed admin state is installed in gw. Where the deployment signs its
+// config and this process holds no signing key, every admin write answers
+// 403 not_admin_writer.
 func Start(ctx context.Context, gw Gateway, file *config.Config, brokers []string, names bus.Names, operatorToken string, log *slog.Logger) (*Running, error) {
 	b := NewBinding(gw, file, log)
-	st, err := OpenKafka(ctx, KafkaConfig{Brokers: brokers, Names: names, Seed: Seed(file), Check: b.Check, OnApply: b.Apply, Log: log})
+	// A gateway that is not the admin writer (signing.go) follows the
+	// topic read-only: it never writes there, not even the catch-up
+	// marker, so its Kafka principal needs only Read on the admin topic
+	// (docs/kafka-security.md).
+	st, err := OpenKafka(ctx, KafkaConfig{Brokers: brokers, Names: names, Seed: Seed(file), Check: b.Check, OnApply: b.Apply, Log: log,
+		ReadOnly: writerCheck() != nil})
 	if err != nil {
 		return nil, err
 	}

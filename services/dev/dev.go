@@ -202,6 +202,9 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ensureKeys(); err != nil {
+		return nil, err
+	}
 	if err := ledgerd.PublishConfigChange(ctx, st.Brokers, o.Topics, schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: "sluice dev",
 		Actor: "sluice dev", Reason: "start-up: the ledger section of the stack's configuration"}); err != nil {
 		return nil, err

@@ -161,8 +161,13 @@ func catchUp(ctx context.Context, brokers []string, names bus.Names, p int32, up
 // decodeInput decodes an input record of sluice.requests. A record that does
 // not decode is applied as a no-op Tick, so that the live loop, catch-up and
 // replay all apply exactly the same sequence (and advance the offset past it).
+// So is a ConfigChanged whose signature this process does not accept
+// (authInput, configauth.go; the error wraps ErrConfigRefused).
 func decodeInput(b []byte, ev *schemas.Event) error {
 	err := schemas.Decode(b, ev)
+	if err == nil {
+		err = authInput(ev) // configauth.go
+	}
 	if err != nil {
 		*ev = schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: "invalid", Tick: &schemas.Tick{Reason: "invalid"}}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configsig"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -22,7 +23,10 @@ func PublishConfig(ctx context.Context, brokers []string, names bus.Names, ledge
 
 // PublishConfigChange is PublishConfig with the whole audit record: cc's
 // Source, Actor and Reason go with the ledger document into the history
-// (`sluice config history`); ConfigVersion is set here.
+// (`sluice config history`); ConfigVersion is set here, and the signature
+// when this process holds the admin signing key (configsig.SignForWrite:
+// a process that verifies signatures but holds no key gets
+// configsig.ErrNotAdminWriter and writes nothing).
 func PublishConfigChange(ctx context.Context, brokers []string, names bus.Names, cc schemas.ConfigChanged) error {
 	names = names.OrDefault()
 	pc, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.RecordPartitioner(kgo.ManualPartitioner()))
@@ -45,6 +49,9 @@ func PublishConfigChange(ctx context.Context, brokers []string, names bus.Names,
 		ev := eventid.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
 		c := cc
 		c.ConfigVersion = ver
+		if err := configsig.SignForWrite(&c); err != nil {
+			return fmt.Errorf("publish config: %w", err)
+		}
 		ev.ConfigChanged = &c
 		b, err := schemas.Encode(ev)
 		if err != nil {
@@ -64,6 +71,9 @@ type ConfigEntry struct {
 	Offset    int64                 `json:"offset"`
 	LogTimeMs int64                 `json:"log_time_ms"`
 	Change    schemas.ConfigChanged `json:"change"`
+	// Refused says why the ledger did not apply this change (no valid
+	// admin signature; configauth.go), "" if it did.
+	Refused string `json:"refused,omitempty"`
 }
 
 // ConfigHistory reads every ConfigChanged of partition p of
@@ -77,10 +87,16 @@ func ConfigHistory(ctx context.Context, brokers []string, names bus.Names, p int
 		// Every record is decoded as the ledger decodes it (decodeInput):
 		// a byte filter such as `"type":"ConfigChanged"` missed a change
 		// that the ledger applied because its JSON had a space in it.
-		if decodeInput(r.Value, &ev) != nil || ev.Type != schemas.TypeConfigChanged || ev.ConfigChanged == nil {
+		// A change the ledger refused (its signature) is listed too, with
+		// why: an attempt to reconfigure the ledger belongs in its audit.
+		if schemas.Decode(r.Value, &ev) != nil || ev.Type != schemas.TypeConfigChanged || ev.ConfigChanged == nil {
 			return nil
 		}
-		out = append(out, ConfigEntry{Offset: r.Offset, LogTimeMs: r.Timestamp.UnixMilli(), Change: *ev.ConfigChanged})
+		e := ConfigEntry{Offset: r.Offset, LogTimeMs: r.Timestamp.UnixMilli(), Change: *ev.ConfigChanged}
+		if err := authInput(&ev); err != nil {
+			e.Refused = err.Error()
+		}
+		out = append(out, e)
 		return nil
 	})
 	if err != nil {

@@ -566,8 +566,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				continue // already applied (replayed in catch-up, or redelivered after an abort)
 			}
 			if err := decodeInput(r.Value, &s.ev); err != nil {
-				s.m.invalid.Inc()
-				s.log.Warn("undecodable request record skipped", "partition", fp.Partition, "offset", r.Offset, "err", err)
+				s.badInput(fp.Partition, r.Offset, err)
 			}
 			if s.ev.Type == schemas.TypeTick && s.ev.Node == s.cfg.Node {
 				ps.tickInFlight = false

@@ -43,6 +43,9 @@ type metrics struct {
 	// recreates the sessions recreated after one.
 	fatalErrors prometheus.Counter
 	recreates   prometheus.Counter
+	// configRefused counts ConfigChanged records refused for their
+	// signature (configauth.go), by reason.
+	configRefused *prometheus.CounterVec
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -64,6 +67,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		fatalErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_fatal_errors_total", Help: "Errors that made the transactional session unusable (fenced producer, refused authorization, aborts without end)."}),
 		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
+		configRefused:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_config_refused_total", Help: "ConfigChanged records not applied because they carry no valid admin signature (unsigned, unknown_key, bad_signature)."}, []string{"reason"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		commitSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_commit_seconds", Help: "Time to end a ledger transaction (flush, offset commit, heartbeat, EndTxn).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -86,6 +90,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.snapAge = register(r, m.snapAge)
 	m.fatalErrors = register(r, m.fatalErrors)
 	m.recreates = register(r, m.recreates)
+	m.configRefused = register(r, m.configRefused)
 	return m
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/analytics"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/internal/configsig"
 	"github.com/sluice-dev/sluice/services/admin"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/gateway"
@@ -70,6 +72,32 @@ func securityFlags(fs *flag.FlagSet) {
 	fs.StringVar(&kafkaSec.KeyFile, "kafka-tls-key", kafkaSec.KeyFile, "PEM key of --kafka-tls-cert (env "+bus.EnvTLSKey+")")
 	fs.StringVar(&kafkaSec.ServerName, "kafka-tls-server-name", kafkaSec.ServerName, "name the brokers' certificates must carry (env "+bus.EnvTLSServerName+"; default: the host dialed)")
 	fs.BoolVar(&kafkaSec.InsecureSkipVerify, "kafka-tls-insecure-skip-verify", kafkaSec.InsecureSkipVerify, "accept any broker certificate: tests only (env "+bus.EnvTLSInsecure+")")
+	fs.StringVar(&adminKeyFiles.signing, "admin-signing-key", os.Getenv(configsig.EnvSigningKey),
+		"PEM Ed25519 private key that signs ConfigChanged: only the admin writer holds it (env "+configsig.EnvSigningKey+"; docs/admin-api.md, Signed config changes)")
+	fs.StringVar(&adminKeyFiles.public, "admin-public-key", os.Getenv(configsig.EnvPublicKey),
+		"PEM Ed25519 public key(s) every ConfigChanged must be signed by: ledgers refuse any other, gateways without the signing key serve no admin writes (env "+configsig.EnvPublicKey+")")
+}
+
+// adminKeyFiles are the key files of --admin-signing-key and --admin-public-key.
+var adminKeyFiles struct{ signing, public string }
+
+// installAdminKeys loads the config-signing keys into the process
+// (configsig.SetProcess) and says at start what the process enforces.
+func installAdminKeys() error {
+	k, err := configsig.FromEnv(func(name string) string {
+		switch name {
+		case configsig.EnvSigningKey:
+			return adminKeyFiles.signing
+		case configsig.EnvPublicKey:
+			return adminKeyFiles.public
+		}
+		return ""
+	})
+	if err != nil {
+		return err
+	}
+	configsig.SetProcess(k)
+	return nil
 }
 
 // parseFlags parses a command's flags; for a command that talks to Kafka
@@ -84,6 +112,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	if kafkaSecEnvErr != nil {
 		return kafkaSecEnvErr
+	}
+	if err := installAdminKeys(); err != nil {
+		return err
 	}
 	return bus.Configure(kafkaSec)
 }
@@ -131,6 +162,19 @@ func runDev(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	// Config-signing keys named in the environment are the stack's;
+	// without any, dev.Start makes an ephemeral pair, which is written to
+	// a temporary directory and printed so that the operator commands of
+	// the same shell (config apply, replay, history) sign and verify as
+	// the stack does.
+	envKeys, err := configsig.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	keysFromEnv := envKeys.Signer != nil || envKeys.Verifier != nil
+	if keysFromEnv {
+		configsig.SetProcess(envKeys)
+	}
 	st, err := dev.Start(ctx, o)
 	if err != nil {
 		return err
@@ -139,12 +183,43 @@ func runDev(ctx context.Context, args []string) error {
 	if *cfgPath == "" {
 		keys = []string{st.APIKey}
 	}
+	var keyLines string
+	if !keysFromEnv {
+		dir, lines, err := writeDevKeys(configsig.Process().Signer)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		keyLines = lines
+	}
 	// One write: a script that waits for any of these lines has them all.
-	if _, err := io.WriteString(os.Stdout, devBanner(st, *cfgPath, keys, adminToken)); err != nil {
+	if _, err := io.WriteString(os.Stdout, devBanner(st, *cfgPath, keys, adminToken)+keyLines); err != nil {
 		return err
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// writeDevKeys writes the dev stack's ephemeral signing key pair to a new
+// temporary directory (removed when the stack stops) and returns it with
+// the banner lines that export it.
+func writeDevKeys(s *configsig.Signer) (dir, lines string, err error) {
+	if s == nil {
+		return "", "", nil
+	}
+	dir, err = os.MkdirTemp("", "sluice-dev-keys-")
+	if err != nil {
+		return "", "", fmt.Errorf("dev signing key: %w", err)
+	}
+	priv, pub := filepath.Join(dir, "admin.key"), filepath.Join(dir, "admin.pub")
+	if err := os.WriteFile(priv, s.PrivatePEM(), 0o600); err != nil {
+		return dir, "", fmt.Errorf("dev signing key: %w", err)
+	}
+	if err := os.WriteFile(pub, s.PublicPEM(), 0o644); err != nil {
+		return dir, "", fmt.Errorf("dev signing key: %w", err)
+	}
+	return dir, fmt.Sprintf("# config changes are signed (docs/admin-api.md): this stack's ephemeral key pair, for the operator commands\n%s=%s\n%s=%s\n",
+		configsig.EnvSigningKey, priv, configsig.EnvPublicKey, pub), nil
 }
 
 // devBanner is what `sluice dev` prints: NAME=value lines that
@@ -235,7 +310,14 @@ func runGateway(ctx context.Context, args []string) error {
 	}
 	defer adm.Close()
 	if *publish {
-		if err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath); err != nil {
+		// A gateway that is not the admin writer (the deployment signs
+		// its config; this one holds no signing key) publishes nothing:
+		// the ledgers would refuse it. The admin writer publishes.
+		err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath)
+		switch {
+		case errors.Is(err, configsig.ErrNotAdminWriter):
+			log.Warn("ledger section of the config file not published: this gateway is not the admin writer", "err", err)
+		case err != nil:
 			return err
 		}
 	}
@@ -301,8 +383,15 @@ func runLedger(ctx context.Context, args []string) error {
 		mux.Handle("/healthz", health)
 		go func() { _ = http.ListenAndServe(*metricsAddr, mux) }()
 	}
+	log := logger(*verbose)
+	if k := configsig.Process(); k.Enforced() {
+		log.Info("ConfigChanged must be signed by the admin writer", "trusted_keys", k.Verifier.KeyIDs())
+	} else {
+		log.Warn("ConfigChanged is not authenticated: anyone who can write the requests topic can reconfigure this ledger; set " +
+			configsig.EnvPublicKey + " (docs/admin-api.md, Signed config changes)")
+	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: logger(*verbose)})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: log})
 }
 
 func runSink(ctx context.Context, args []string) error {
@@ -376,7 +465,8 @@ func runSim(ctx context.Context, args []string) error {
 }
 
 func runKeys(_ context.Context, args []string) error {
-	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)"
+	const usage = "usage: sluice keys hash KEY (print a key's SHA-256 for the config) | sluice keys new (make a key and its hash)" +
+		" | sluice keys admin-pair PREFIX (write the config-signing key pair PREFIX.key and PREFIX.pub; docs/admin-api.md)"
 	switch {
 	case helpAsked(args):
 		return usageHelp(usage)
@@ -389,8 +479,41 @@ func runKeys(_ context.Context, args []string) error {
 		k := "sk-sluice-" + hex.EncodeToString(b[:])
 		fmt.Printf("key:    %s\nsha256: %s\n", k, config.HashKey(k))
 		return nil
+	case len(args) == 2 && args[0] == "admin-pair":
+		return writeAdminPair(args[1])
 	}
 	return errors.New(usage)
+}
+
+// writeAdminPair writes a fresh Ed25519 config-signing key pair: PREFIX.key
+// (the admin writer's SLUICE_ADMIN_SIGNING_KEY, mode 0600) and PREFIX.pub
+// (every ledger's and gateway's SLUICE_ADMIN_PUBLIC_KEY). It never
+// overwrites a file.
+func writeAdminPair(prefix string) error {
+	s, err := configsig.Generate()
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		path string
+		b    []byte
+		mode os.FileMode
+	}{{prefix + ".key", s.PrivatePEM(), 0o600}, {prefix + ".pub", s.PublicPEM(), 0o644}} {
+		fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+		if err != nil {
+			return fmt.Errorf("admin-pair: %w", err)
+		}
+		_, err = fh.Write(f.b)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("admin-pair: write %s: %w", f.path, err)
+		}
+	}
+	fmt.Printf("%s=%s.key   # the admin writer only\n%s=%s.pub   # every ledger and gateway\nkey_id: %s\n",
+		configsig.EnvSigningKey, prefix, configsig.EnvPublicKey, prefix, s.KeyID())
+	return nil
 }
 
 // runEstimate prints the gateway's pre-flight estimate of the request on

@@ -262,7 +262,9 @@ func configHistory(hist []ledgerd.ConfigEntry) []historyEntry {
 	for _, h := range hist {
 		e := historyEntry{Version: h.Change.ConfigVersion, Offset: h.Offset, Time: time.UnixMilli(h.LogTimeMs).UTC().Format(time.RFC3339),
 			Source: h.Change.Source, Actor: h.Change.Actor, Reason: h.Change.Reason, Change: h.Change.Change}
-		if _, err := ledger.ParseConfig(h.Change.Ledger); err != nil {
+		if h.Refused != "" {
+			e.Refused = h.Refused // not signed by the admin writer: no diff
+		} else if _, err := ledger.ParseConfig(h.Change.Ledger); err != nil {
 			e.Refused = err.Error() // it changed nothing: no diff
 		} else {
 			e.Diff = ledger.DiffConfigs(prev, h.Change.Ledger)
