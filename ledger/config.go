@@ -806,15 +806,17 @@ type LearnConfig struct {
 	// DecreasePermille is the multiplicative decrease a refusal without
 	// rate-limit headers applies (default 700: ×0.7).
 	DecreasePermille int64 `json:"decrease_permille,omitempty"`
-	// IncreasePermille is the additive increase, in permille of the
-	// configured capacity, per IntervalMs of log time with successes and
-	// no refusal (default 100: back from the floor in ≤ 9 intervals).
+	// IncreasePermille is the additive increase each accepted attempt
+	// earns, in permille of the learned capacity, applied at most once
+	// per IntervalMs while no refusal is in the trailing window (default
+	// 5: ×0.7 back to ×1 in about 70 accepts, whatever the rate).
 	IncreasePermille int64 `json:"increase_permille,omitempty"`
 	// IntervalMs spaces the changes: at most one decrease and one
 	// increase per interval (default 1000).
 	IntervalMs int64 `json:"interval_ms,omitempty"`
 	// FloorPermille is the lowest learned capacity, in permille of the
-	// configured one (default 100; never below 1 unit per period).
+	// configured one (default 10: hand-written limits 10–50× the real
+	// one are met; never below 1 unit per period).
 	FloorPermille int64 `json:"floor_permille,omitempty"`
 	// RatioKPermille is Google SRE's K (client-side adaptive throttling),
 	// in permille: a refusal lowers the capacity only while requests >
@@ -834,9 +836,9 @@ type LearnConfig struct {
 }
 
 func (c LearnConfig) decrease() int64 { return defOr(c.DecreasePermille, 700, 1, 999) }
-func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 100, 1, 1000) }
+func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 5, 1, 1000) }
 func (c LearnConfig) interval() int64 { return defOr(c.IntervalMs, 1000, 1, dayMs) }
-func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 100, 1, 1000) }
+func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 10, 1, 1000) }
 func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }
 func (c LearnConfig) headroom() int64 { return defOr(c.HeadroomPermille, 970, 1, 1000) }
 

@@ -53,6 +53,9 @@ type learnedCap struct {
 	Eff   int64 `json:"e"`            // enforced: min(Conf, Hdr, Aimd)
 	DecMs int64 `json:"dm,omitempty"` // log time of the last decrease
 	IncMs int64 `json:"im,omitempty"` // log time of the last AIMD change
+	Grow  int64 `json:"g,omitempty"`  // additive increase earned since IncMs, in 1/1000 units
+	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
+	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -190,6 +193,10 @@ func learnableDim(d int) bool {
 	}
 	return false
 }
+
+// learnBoostMax bounds the doublings of the additive increase past the
+// last refusal's capacity (2^6 × 5 ‰ = 32 % per accept).
+const learnBoostMax = 6
 
 // headersPeriodMs and headersWindowMs shape a bucket the headers alone
 // set: the providers' per-minute limits, paced over the config's default
@@ -424,8 +431,10 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 
 // learnRefusal applies the multiplicative decrease after a refusal the
 // headers do not explain, to dimension d of node ni (every learnable
-// dimension when !dimKnown).
-func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
+// dimension when !dimKnown). bare: the response carried no rate-limit
+// header at all (a bare 429, a 529), so nothing says the provider had
+// room; otherwise its headers reported room for the attempt (fRoom).
+func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	if l.st.Config.Learn.Off {
 		return
 	}
@@ -434,11 +443,14 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 	q := &l.st.Scopes[si].Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
+	rej, acc := q.Rej[0]+q.Rej[1], q.Acc[0]+q.Acc[1]
 	// Google SRE's rule: act when requests > K × accepts over the
 	// trailing window. A provider that refuses a fixed share of whatever
 	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
-	// rate would not lower the share.
-	if ni < 0 || (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
+	// rate would not lower the share. That is what a refusal whose
+	// headers reported room looks like (the counter storm); a bare one
+	// says nothing of the kind and always counts.
+	if ni < 0 || (!bare && (rej+acc)*1000 <= lc.ratioK()*acc) {
 		return
 	}
 	for dd := range numDims {
@@ -449,20 +461,49 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 		if bi < 0 {
 			continue
 		}
+		// More than 2/3 refused: the capacity is about the share
+		// accepted of what was sent, far below ×0.7 when the configured
+		// limit is 10–50× the real one (TCP's slow start ends the same
+		// way: at what got through). The +1 keeps the estimate above
+		// zero while the accepts lag (a 2xx counts when it reconciles).
+		share := rej > 2*acc
 		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
-			continue // one decrease per interval: refusals of one overload count once
+			// One decrease per interval: the refusals of one overload
+			// count once, except that the share accepted, as more
+			// refusals of the same interval come in, may say less.
+			e := &l.st.Learned[i]
+			if !share || e.Aimd == 0 {
+				continue
+			}
+			next := max(1, e.scale()*lc.floor()/1000, mulSat(e.Peak, acc+1)/(rej+acc))
+			if next < e.Aimd {
+				e.Aimd = next
+				l.applyLearned(i, bi, schemas.LearnedRefusal)
+			}
+			continue
 		}
 		i := l.entry(ni, dd, bi)
 		e := &l.st.Learned[i]
 		floor := max(1, e.scale()*lc.floor()/1000)
-		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
-		e.DecMs, e.IncMs = max(1, now), now
+		next := e.Eff * lc.decrease() / 1000
+		if share {
+			next = min(next, mulSat(e.Eff, acc+1)/(rej+acc))
+		}
+		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+		e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
 	}
 }
 
 // learnSuccess applies the additive increase after an attempt through r's
-// path reconciled with a 2xx.
+// path reconciled with a 2xx: each such accept earns increase/1000 of the
+// current capacity, applied at most once per interval (one event), and
+// only while the trailing window holds no refusal. Growth per accept, not
+// per interval of time, makes the climb back to the last refusal take the
+// same number of calls whatever the rate (TCP grows its window per ACK):
+// at the default 5 ‰ about 70 accepts from ×0.7 back to where the
+// provider refused, so a provider whose real limit is below the bound
+// refuses about one call in 70 of a sustained overload.
 func (l *Ledger) learnSuccess(r *res) {
 	if l.st.Config.Learn.Off {
 		return
@@ -477,12 +518,25 @@ func (l *Ledger) learnSuccess(r *res) {
 	}
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
-		if e.Aimd == 0 || now-e.IncMs < lc.interval() || !r.onPath(e.Node) {
+		if e.Aimd == 0 || !r.onPath(e.Node) {
 			continue
 		}
-		e.Aimd += max(1, e.scale()*lc.increase()/1000)
+		e.Grow = min(maxAmount, e.Grow+max(1, mulSat(e.Eff, lc.increase())<<e.Boost))
+		if now-e.IncMs < lc.interval() || e.Grow < 1000 {
+			continue
+		}
+		e.Aimd += e.Grow / 1000
+		e.Grow %= 1000
+		if e.Aimd >= e.Peak && e.Boost < learnBoostMax {
+			// Past the capacity where the provider last refused, and
+			// accepted: it has more now (a storm has ended). Like
+			// CUBIC's convex phase, the step doubles each interval, so
+			// that the full rate is back within a few seconds instead of
+			// hundreds of accepts.
+			e.Boost++
+		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Grow, e.Boost = 0, 0, 0
 		}
 		e.IncMs = now
 		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
@@ -507,7 +561,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
