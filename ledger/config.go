@@ -804,7 +804,8 @@ type LearnConfig struct {
 	// written (the headers still lower levels, ProviderObserved).
 	Off bool `json:"off,omitempty"`
 	// DecreasePermille is the multiplicative decrease a refusal without
-	// rate-limit headers applies (default 700: ×0.7).
+	// rate-limit headers applies (default 700: ×0.7; a window mostly
+	// refused cuts further, to the share or the rate accepted).
 	DecreasePermille int64 `json:"decrease_permille,omitempty"`
 	// IncreasePermille is the additive increase each accepted attempt
 	// earns, in permille of the learned capacity, applied at most once
@@ -819,8 +820,9 @@ type LearnConfig struct {
 	// one are met; never below 1 unit per period).
 	FloorPermille int64 `json:"floor_permille,omitempty"`
 	// RatioKPermille is Google SRE's K (client-side adaptive throttling),
-	// in permille: a refusal lowers the capacity only while requests >
-	// K × accepts over the trailing two intervals (default 3000: more
+	// in permille: a refusal whose headers reported room for it lowers
+	// the capacity only while requests > K × accepts over the trailing
+	// two intervals (a bare refusal is not gated) (default 3000: more
 	// than 2/3 of the attempts refused; 1000: any refusal). SRE's K = 2
 	// lowered the rate in the counter storm (a provider refusing every
 	// second attempt whatever it is sent, where a lower rate only loses

@@ -194,6 +194,10 @@ func learnableDim(d int) bool {
 	return false
 }
 
+// learnRateMin is the number of attempts in the trailing window below
+// which the rate of accepts says too little to bound the capacity by.
+const learnRateMin = 8
+
 // learnBoostMax bounds the doublings of the additive increase past the
 // last refusal's capacity (2^6 × 5 ‰ = 32 % per accept).
 const learnBoostMax = 6
@@ -467,15 +471,34 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// way: at what got through). The +1 keeps the estimate above
 		// zero while the accepts lag (a 2xx counts when it reconciles).
 		share := rej > 2*acc
+		// At least half of a bare provider's attempts refused, and
+		// enough of them to show a rate (learnRateMin): the provider took
+		// about what it accepted, so the rate of accepts over the window
+		// (per the bucket's period) bounds the capacity too. It is what
+		// ends the first overload of a limit configured 10× too high in
+		// one step where the share sent, at a demand below the configured
+		// rate, overestimates it.
+		rate := int64(-1)
+		if bare && rej >= acc && rej+acc >= learnRateMin {
+			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
+			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+		}
 		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
 			// One decrease per interval: the refusals of one overload
 			// count once, except that the share accepted, as more
 			// refusals of the same interval come in, may say less.
 			e := &l.st.Learned[i]
-			if !share || e.Aimd == 0 {
+			if (!share && rate < 0) || e.Aimd == 0 {
 				continue
 			}
-			next := max(1, e.scale()*lc.floor()/1000, mulSat(e.Peak, acc+1)/(rej+acc))
+			next := e.Peak
+			if share {
+				next = mulSat(e.Peak, acc+1) / (rej + acc)
+			}
+			if rate >= 0 {
+				next = min(next, rate)
+			}
+			next = max(1, e.scale()*lc.floor()/1000, next)
 			if next < e.Aimd {
 				e.Aimd = next
 				l.applyLearned(i, bi, schemas.LearnedRefusal)
@@ -488,6 +511,9 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		next := e.Eff * lc.decrease() / 1000
 		if share {
 			next = min(next, mulSat(e.Eff, acc+1)/(rej+acc))
+		}
+		if rate >= 0 {
+			next = min(next, rate)
 		}
 		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
 		e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0

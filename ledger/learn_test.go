@@ -200,6 +200,42 @@ func TestLearnAIMD(t *testing.T) {
 	}
 }
 
+func TestLearnAcceptRate(t *testing.T) {
+	// A bare provider that refused at least half of 8 or more attempts in
+	// the window took about what it accepted: the capacity is cut to the
+	// accepts' rate over the window (+1), per the bucket's period. 4
+	// accepts, then bare refusals: the first is ×0.7; the fourth makes
+	// 4 of 8 refused, and 5 accepts in 1,103 ms of window are 271 a
+	// minute; the fifth says the same.
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("ok%d", i)
+		add(1000+int64(i), reserve(id), 6000)
+		add(1000+int64(i), reconcile(id, 100, 50), 6000)
+	}
+	for i := range 5 {
+		add(1100, reserve(fmt.Sprintf("r%d", i)), 6000)
+	}
+	for i, w := range []struct {
+		eff  int64
+		want []string
+	}{
+		{4200, []string{"requests 6000->4200 refusal"}},
+		{4200, nil},
+		{4200, nil},
+		{271, []string{"requests 4200->271 refusal"}},
+		{271, nil},
+	} {
+		add(1100+int64(i), rejected(fmt.Sprintf("r%d", i), 1, schemas.KindRateLimited, 0), w.eff, w.want...)
+	}
+	runLearn(t, cfg, steps)
+}
+
 func TestLearnHeadersBoundAIMD(t *testing.T) {
 	// Headers said 300; a refusal they do not explain (they reported room
 	// for it) lowers below that, and success grows back to the reported
