@@ -810,7 +810,7 @@ type LearnConfig struct {
 	// IncreasePermille is the additive increase each accepted attempt
 	// earns, in permille of the learned capacity, applied at most once
 	// per IntervalMs while no refusal is in the trailing window (default
-	// 5: ×0.7 back to ×1 in about 70 accepts, whatever the rate).
+	// 3: ×0.7 back to ×1 in about 120 accepts, whatever the rate).
 	IncreasePermille int64 `json:"increase_permille,omitempty"`
 	// IntervalMs spaces the changes: at most one decrease and one
 	// increase per interval (default 1000).
@@ -838,7 +838,7 @@ type LearnConfig struct {
 }
 
 func (c LearnConfig) decrease() int64 { return defOr(c.DecreasePermille, 700, 1, 999) }
-func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 5, 1, 1000) }
+func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 3, 1, 1000) }
 func (c LearnConfig) interval() int64 { return defOr(c.IntervalMs, 1000, 1, dayMs) }
 func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 10, 1, 1000) }
 func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }

@@ -199,7 +199,7 @@ func learnableDim(d int) bool {
 const learnRateMin = 8
 
 // learnBoostMax bounds the doublings of the additive increase past the
-// last refusal's capacity (2^6 × 5 ‰ = 32 % per accept).
+// last refusal's capacity (2^6 × 3 ‰ = 19 % per accept).
 const learnBoostMax = 6
 
 // headersPeriodMs and headersWindowMs shape a bucket the headers alone
@@ -527,9 +527,9 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 // only while the trailing window holds no refusal. Growth per accept, not
 // per interval of time, makes the climb back to the last refusal take the
 // same number of calls whatever the rate (TCP grows its window per ACK):
-// at the default 5 ‰ about 70 accepts from ×0.7 back to where the
+// at the default 3 ‰ about 120 accepts from ×0.7 back to where the
 // provider refused, so a provider whose real limit is below the bound
-// refuses about one call in 70 of a sustained overload.
+// refuses about one call in 120 of a sustained overload.
 func (l *Ledger) learnSuccess(r *res) {
 	if l.st.Config.Learn.Off {
 		return

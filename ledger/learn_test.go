@@ -126,7 +126,7 @@ func TestLearnAIMD(t *testing.T) {
 	// the share accepted ((accepts+1)/attempts of the capacity before the
 	// interval's first decrease), which later refusals of the same
 	// interval may lower further; never below the floor (1 % of the
-	// configured 600 by default, 60 here). Then each accept adds 5 ‰ of
+	// configured 600 by default, 60 here). Then each accept adds 3 ‰ of
 	// the capacity, applied once per interval, up to the capacity where
 	// the provider last refused (Peak); past it the step doubles each
 	// interval, until the configured bound. (Cooldowns of 1 ms keep the
@@ -170,7 +170,7 @@ func TestLearnAIMD(t *testing.T) {
 	add(6200, reserve("g"), 60)
 	add(6201, rejected("g", 1, schemas.KindRateLimited, 0), 60)
 	l := runLearn(t, cfg, steps)
-	// Then one accept a second: 5 ‰ of 60 is 0.3 units an accept (the
+	// Then one accept a second: 3 ‰ of 60 is 0.18 units an accept (the
 	// remainder is kept). The last decrease (g's, held at the floor) was
 	// from 60, so growth is already past the capacity where the provider
 	// last refused: the step doubles each interval up to 6 times (×64),
@@ -190,10 +190,11 @@ func TestLearnAIMD(t *testing.T) {
 		}
 	}
 	want := []string{
-		"requests 60->61 success", "requests 61->62 success", "requests 62->63 success", // +0.3 an accept, past 60: ×2 a second
-		"requests 63->66 success", "requests 66->71 success", "requests 71->82 success", "requests 82->109 success",
-		"requests 109->143 success", "requests 143->189 success", "requests 189->250 success", "requests 250->330 success", // ×64: +32 % an accept
-		"requests 330->435 success", "requests 435->574 success", "requests 574->600 success", // the configured bound: AIMD ends
+		"requests 60->61 success", "requests 61->62 success", "requests 62->63 success", // +0.18 an accept, past 60: ×2 a second
+		"requests 63->65 success", "requests 65->68 success", "requests 68->74 success", "requests 74->89 success",
+		"requests 89->106 success", "requests 106->126 success", "requests 126->150 success", "requests 150->179 success", // ×64: +19 % an accept
+		"requests 179->213 success", "requests 213->254 success", "requests 254->303 success", "requests 303->361 success",
+		"requests 361->430 success", "requests 430->513 success", "requests 513->600 success", // the configured bound: AIMD ends
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("growth:\n got  %q\n want %q", got, want)
@@ -300,16 +301,16 @@ func TestLearnRatioGate(t *testing.T) {
 	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
 	// A bare refusal among accepts: 3 accepted, 1 refused in the window.
 	at += 3000
-	// (The first accept with a clear window grows it by 5 ‰.)
+	// (The first accept with a clear window grows it by 3 ‰.)
 	add(at, reserve("y0"), 4200)
-	add(at, reconcile("y0", 100, 50), 4221, "requests 4200->4221 success")
+	add(at, reconcile("y0", 100, 50), 4212, "requests 4200->4212 success")
 	for i := 1; i < 3; i++ {
 		id := fmt.Sprintf("y%d", i)
-		add(at, reserve(id), 4221)
-		add(at, reconcile(id, 100, 50), 4221)
+		add(at, reserve(id), 4212)
+		add(at, reconcile(id, 100, 50), 4212)
 	}
-	add(at+1, reserve("z"), 4221)
-	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 2954, "requests 4221->2954 refusal")
+	add(at+1, reserve("z"), 4212)
+	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 2948, "requests 4212->2948 refusal")
 	runLearn(t, cfg, steps)
 }
 
