@@ -478,8 +478,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// ends the first overload of a limit configured 10× too high in
 		// one step where the share sent, at a demand below the configured
 		// rate, overestimates it.
+		// (Requests only: the window counts attempts, not tokens; a token
+		// bucket takes the other rows.)
 		rate := int64(-1)
-		if bare && rej >= acc && rej+acc >= learnRateMin {
+		if bare && dd == dRequests && rej >= acc && rej+acc >= learnRateMin {
 			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
