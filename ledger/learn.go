@@ -65,9 +65,10 @@ type learnedCap struct {
 // provider account) from the first 2xx on, so that a bucket's first
 // refusal is judged against the accepts before it.
 type refusalRatio struct {
-	Win int64    `json:"w,omitempty"`
-	Rej [2]int64 `json:"r,omitzero"`
-	Acc [2]int64 `json:"a,omitzero"`
+	Win  int64    `json:"w,omitempty"`
+	Rej  [2]int64 `json:"r,omitzero"`
+	Acc  [2]int64 `json:"a,omitzero"`
+	Room [2]int64 `json:"rm,omitzero"` // of Rej: not bare 429s (headers reported room, or an overload)
 }
 
 // roll moves the trailing window to log time now.
@@ -77,11 +78,11 @@ func (q *refusalRatio) roll(now, interval int64) {
 	case w == q.Win:
 		return
 	case w == q.Win+1:
-		q.Rej[1], q.Acc[1] = q.Rej[0], q.Acc[0]
+		q.Rej[1], q.Acc[1], q.Room[1] = q.Rej[0], q.Acc[0], q.Room[0]
 	default:
-		q.Rej[1], q.Acc[1] = 0, 0
+		q.Rej[1], q.Acc[1], q.Room[1] = 0, 0, 0
 	}
-	q.Rej[0], q.Acc[0] = 0, 0
+	q.Rej[0], q.Acc[0], q.Room[0] = 0, 0, 0
 	q.Win = w
 }
 
@@ -435,9 +436,10 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 
 // learnRefusal applies the multiplicative decrease after a refusal the
 // headers do not explain, to dimension d of node ni (every learnable
-// dimension when !dimKnown). bare: the response carried no rate-limit
-// header at all (a bare 429, a 529), so nothing says the provider had
-// room; otherwise its headers reported room for the attempt (fRoom).
+// dimension when !dimKnown). bare: a 429 whose response carried no
+// rate-limit header at all, so nothing says the provider had room;
+// otherwise its headers reported room for the attempt (fRoom), or it is an
+// overload (503, 529: the provider's own state as much as our rate).
 func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	if l.st.Config.Learn.Off {
 		return
@@ -447,13 +449,22 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	q := &l.st.Scopes[si].Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
+	if !bare {
+		q.Room[0]++
+	}
 	rej, acc := q.Rej[0]+q.Rej[1], q.Acc[0]+q.Acc[1]
 	// Google SRE's rule: act when requests > K × accepts over the
 	// trailing window. A provider that refuses a fixed share of whatever
 	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
 	// rate would not lower the share. That is what a refusal whose
-	// headers reported room looks like (the counter storm); a bare one
-	// says nothing of the kind and always counts.
+	// headers reported room looks like (the counter storm), and an
+	// overload may be (a 503 says the provider is busy, not that we
+	// sent too much: ungated, the storm scenario's three 503s cut the
+	// deployment to a third, TestModelStorm served 186 of 260). A bare
+	// 429 says nothing of the kind and counts ungated — unless the
+	// window also holds the others, when the provider is refusing for
+	// reasons of its own.
+	bare = bare && q.Room[0]+q.Room[1] == 0
 	if ni < 0 || (!bare && (rej+acc)*1000 <= lc.ratioK()*acc) {
 		return
 	}
@@ -518,6 +529,14 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			next = min(next, rate)
 		}
 		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+		if !bare {
+			// The headers said there was room, or the provider is
+			// overloaded: what it refuses is not shown to be our rate.
+			// Back off, and probe back at once (growth past Peak doubles
+			// each interval) instead of climbing for hundreds of accepts
+			// toward a limit that was never hit.
+			e.Peak = e.Aimd
+		}
 		e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
 	}
