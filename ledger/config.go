@@ -804,21 +804,25 @@ type LearnConfig struct {
 	// written (the headers still lower levels, ProviderObserved).
 	Off bool `json:"off,omitempty"`
 	// DecreasePermille is the multiplicative decrease a refusal without
-	// rate-limit headers applies (default 700: ×0.7).
+	// rate-limit headers applies (default 700: ×0.7; a window mostly
+	// refused cuts further, to the share or the rate accepted).
 	DecreasePermille int64 `json:"decrease_permille,omitempty"`
-	// IncreasePermille is the additive increase, in permille of the
-	// configured capacity, per IntervalMs of log time with successes and
-	// no refusal (default 100: back from the floor in ≤ 9 intervals).
+	// IncreasePermille is the additive increase each accepted attempt
+	// earns, in permille of the learned capacity, applied at most once
+	// per IntervalMs while no refusal is in the trailing window (default
+	// 3: ×0.7 back to ×1 in about 120 accepts, whatever the rate).
 	IncreasePermille int64 `json:"increase_permille,omitempty"`
 	// IntervalMs spaces the changes: at most one decrease and one
 	// increase per interval (default 1000).
 	IntervalMs int64 `json:"interval_ms,omitempty"`
 	// FloorPermille is the lowest learned capacity, in permille of the
-	// configured one (default 100; never below 1 unit per period).
+	// configured one (default 10: hand-written limits 10–50× the real
+	// one are met; never below 1 unit per period).
 	FloorPermille int64 `json:"floor_permille,omitempty"`
 	// RatioKPermille is Google SRE's K (client-side adaptive throttling),
-	// in permille: a refusal lowers the capacity only while requests >
-	// K × accepts over the trailing two intervals (default 3000: more
+	// in permille: a refusal whose headers reported room for it lowers
+	// the capacity only while requests > K × accepts over the trailing
+	// two intervals (a bare refusal is not gated) (default 3000: more
 	// than 2/3 of the attempts refused; 1000: any refusal). SRE's K = 2
 	// lowered the rate in the counter storm (a provider refusing every
 	// second attempt whatever it is sent, where a lower rate only loses
@@ -834,9 +838,9 @@ type LearnConfig struct {
 }
 
 func (c LearnConfig) decrease() int64 { return defOr(c.DecreasePermille, 700, 1, 999) }
-func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 100, 1, 1000) }
+func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 3, 1, 1000) }
 func (c LearnConfig) interval() int64 { return defOr(c.IntervalMs, 1000, 1, dayMs) }
-func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 100, 1, 1000) }
+func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 10, 1, 1000) }
 func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }
 func (c LearnConfig) headroom() int64 { return defOr(c.HeadroomPermille, 970, 1, 1000) }
 

@@ -118,7 +118,8 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 					}
 				}
 			}
-			l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited)
+			l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited,
+				pr.Kind == schemas.KindRateLimited && r.Flags&(fLimitSeen|fRoom) == 0)
 		}
 	}
 	if known {

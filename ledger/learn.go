@@ -53,6 +53,9 @@ type learnedCap struct {
 	Eff   int64 `json:"e"`            // enforced: min(Conf, Hdr, Aimd)
 	DecMs int64 `json:"dm,omitempty"` // log time of the last decrease
 	IncMs int64 `json:"im,omitempty"` // log time of the last AIMD change
+	Grow  int64 `json:"g,omitempty"`  // additive increase earned since IncMs, in 1/1000 units
+	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
+	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -62,9 +65,10 @@ type learnedCap struct {
 // provider account) from the first 2xx on, so that a bucket's first
 // refusal is judged against the accepts before it.
 type refusalRatio struct {
-	Win int64    `json:"w,omitempty"`
-	Rej [2]int64 `json:"r,omitzero"`
-	Acc [2]int64 `json:"a,omitzero"`
+	Win  int64    `json:"w,omitempty"`
+	Rej  [2]int64 `json:"r,omitzero"`
+	Acc  [2]int64 `json:"a,omitzero"`
+	Room [2]int64 `json:"rm,omitzero"` // of Rej: not bare 429s (headers reported room, or an overload)
 }
 
 // roll moves the trailing window to log time now.
@@ -74,11 +78,11 @@ func (q *refusalRatio) roll(now, interval int64) {
 	case w == q.Win:
 		return
 	case w == q.Win+1:
-		q.Rej[1], q.Acc[1] = q.Rej[0], q.Acc[0]
+		q.Rej[1], q.Acc[1], q.Room[1] = q.Rej[0], q.Acc[0], q.Room[0]
 	default:
-		q.Rej[1], q.Acc[1] = 0, 0
+		q.Rej[1], q.Acc[1], q.Room[1] = 0, 0, 0
 	}
-	q.Rej[0], q.Acc[0] = 0, 0
+	q.Rej[0], q.Acc[0], q.Room[0] = 0, 0, 0
 	q.Win = w
 }
 
@@ -190,6 +194,14 @@ func learnableDim(d int) bool {
 	}
 	return false
 }
+
+// learnRateMin is the number of attempts in the trailing window below
+// which the rate of accepts says too little to bound the capacity by.
+const learnRateMin = 8
+
+// learnBoostMax bounds the doublings of the additive increase past the
+// last refusal's capacity (2^6 × 3 ‰ = 19 % per accept).
+const learnBoostMax = 6
 
 // headersPeriodMs and headersWindowMs shape a bucket the headers alone
 // set: the providers' per-minute limits, paced over the config's default
@@ -424,8 +436,11 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 
 // learnRefusal applies the multiplicative decrease after a refusal the
 // headers do not explain, to dimension d of node ni (every learnable
-// dimension when !dimKnown).
-func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
+// dimension when !dimKnown). bare: a 429 whose response carried no
+// rate-limit header at all, so nothing says the provider had room;
+// otherwise its headers reported room for the attempt (fRoom), or it is an
+// overload (503, 529: the provider's own state as much as our rate).
+func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	if l.st.Config.Learn.Off {
 		return
 	}
@@ -434,11 +449,23 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 	q := &l.st.Scopes[si].Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
+	if !bare {
+		q.Room[0]++
+	}
+	rej, acc := q.Rej[0]+q.Rej[1], q.Acc[0]+q.Acc[1]
 	// Google SRE's rule: act when requests > K × accepts over the
 	// trailing window. A provider that refuses a fixed share of whatever
 	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
-	// rate would not lower the share.
-	if ni < 0 || (q.Rej[0]+q.Rej[1]+q.Acc[0]+q.Acc[1])*1000 <= lc.ratioK()*(q.Acc[0]+q.Acc[1]) {
+	// rate would not lower the share. That is what a refusal whose
+	// headers reported room looks like (the counter storm), and an
+	// overload may be (a 503 says the provider is busy, not that we
+	// sent too much: ungated, the storm scenario's three 503s cut the
+	// deployment to a third, TestModelStorm served 186 of 260). A bare
+	// 429 says nothing of the kind and counts ungated — unless the
+	// window also holds the others, when the provider is refusing for
+	// reasons of its own.
+	bare = bare && q.Room[0]+q.Room[1] == 0
+	if ni < 0 || (!bare && (rej+acc)*1000 <= lc.ratioK()*acc) {
 		return
 	}
 	for dd := range numDims {
@@ -449,20 +476,81 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 		if bi < 0 {
 			continue
 		}
+		// More than 2/3 refused: the capacity is about the share
+		// accepted of what was sent, far below ×0.7 when the configured
+		// limit is 10–50× the real one (TCP's slow start ends the same
+		// way: at what got through). The +1 keeps the estimate above
+		// zero while the accepts lag (a 2xx counts when it reconciles).
+		share := rej > 2*acc
+		// At least half of a bare provider's attempts refused, and
+		// enough of them to show a rate (learnRateMin): the provider took
+		// about what it accepted, so the rate of accepts over the window
+		// (per the bucket's period) bounds the capacity too. It is what
+		// ends the first overload of a limit configured 10× too high in
+		// one step where the share sent, at a demand below the configured
+		// rate, overestimates it.
+		// (Requests only: the window counts attempts, not tokens; a token
+		// bucket takes the other rows.)
+		rate := int64(-1)
+		if bare && dd == dRequests && rej >= acc && rej+acc >= learnRateMin {
+			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
+			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+		}
 		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
-			continue // one decrease per interval: refusals of one overload count once
+			// One decrease per interval: the refusals of one overload
+			// count once, except that the share accepted, as more
+			// refusals of the same interval come in, may say less.
+			e := &l.st.Learned[i]
+			if (!share && rate < 0) || e.Aimd == 0 {
+				continue
+			}
+			next := e.Peak
+			if share {
+				next = mulSat(e.Peak, acc+1) / (rej + acc)
+			}
+			if rate >= 0 {
+				next = min(next, rate)
+			}
+			next = max(1, e.scale()*lc.floor()/1000, next)
+			if next < e.Aimd {
+				e.Aimd = next
+				l.applyLearned(i, bi, schemas.LearnedRefusal)
+			}
+			continue
 		}
 		i := l.entry(ni, dd, bi)
 		e := &l.st.Learned[i]
 		floor := max(1, e.scale()*lc.floor()/1000)
-		e.Aimd = max(floor, e.Eff*lc.decrease()/1000)
-		e.DecMs, e.IncMs = max(1, now), now
+		next := e.Eff * lc.decrease() / 1000
+		if share {
+			next = min(next, mulSat(e.Eff, acc+1)/(rej+acc))
+		}
+		if rate >= 0 {
+			next = min(next, rate)
+		}
+		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+		if !bare {
+			// The headers said there was room, or the provider is
+			// overloaded: what it refuses is not shown to be our rate.
+			// Back off, and probe back at once (growth past Peak doubles
+			// each interval) instead of climbing for hundreds of accepts
+			// toward a limit that was never hit.
+			e.Peak = e.Aimd
+		}
+		e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
 	}
 }
 
 // learnSuccess applies the additive increase after an attempt through r's
-// path reconciled with a 2xx.
+// path reconciled with a 2xx: each such accept earns increase/1000 of the
+// current capacity, applied at most once per interval (one event), and
+// only while the trailing window holds no refusal. Growth per accept, not
+// per interval of time, makes the climb back to the last refusal take the
+// same number of calls whatever the rate (TCP grows its window per ACK):
+// at the default 3 ‰ about 120 accepts from ×0.7 back to where the
+// provider refused, so a provider whose real limit is below the bound
+// refuses about one call in 120 of a sustained overload.
 func (l *Ledger) learnSuccess(r *res) {
 	if l.st.Config.Learn.Off {
 		return
@@ -477,12 +565,25 @@ func (l *Ledger) learnSuccess(r *res) {
 	}
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
-		if e.Aimd == 0 || now-e.IncMs < lc.interval() || !r.onPath(e.Node) {
+		if e.Aimd == 0 || !r.onPath(e.Node) {
 			continue
 		}
-		e.Aimd += max(1, e.scale()*lc.increase()/1000)
+		e.Grow = min(maxAmount, e.Grow+max(1, mulSat(e.Eff, lc.increase())<<e.Boost))
+		if now-e.IncMs < lc.interval() || e.Grow < 1000 {
+			continue
+		}
+		e.Aimd += e.Grow / 1000
+		e.Grow %= 1000
+		if e.Aimd >= e.Peak && e.Boost < learnBoostMax {
+			// Past the capacity where the provider last refused, and
+			// accepted: it has more now (a storm has ended). Like
+			// CUBIC's convex phase, the step doubles each interval, so
+			// that the full rate is back within a few seconds instead of
+			// hundreds of accepts.
+			e.Boost++
+		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Grow, e.Boost = 0, 0, 0
 		}
 		e.IncMs = now
 		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
@@ -507,7 +608,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}

@@ -121,51 +121,119 @@ func TestLearnHeaders(t *testing.T) {
 
 func TestLearnAIMD(t *testing.T) {
 	// A bare 429 (no rate-limit header on its response) or an Anthropic
-	// 529: ×0.7, at most once per second, never below 10 % of the
-	// configured 600; each second with a 2xx and no refusal adds 60, up to
-	// the configured bound. (Cooldowns of 1 ms keep the requests flowing:
-	// this table is about the capacity.)
+	// 529: ×0.7, at most once per second — unless more than 2/3 of the
+	// trailing window's attempts were refused, when the capacity is cut to
+	// the share accepted ((accepts+1)/attempts of the capacity before the
+	// interval's first decrease), which later refusals of the same
+	// interval may lower further; never below the floor (1 % of the
+	// configured 600 by default, 60 here). Then each accept adds 3 ‰ of
+	// the capacity, applied once per interval, up to the capacity where
+	// the provider last refused (Peak); past it the step doubles each
+	// interval, until the configured bound. (Cooldowns of 1 ms keep the
+	// requests flowing: this table is about the capacity.)
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	cfg.Cooldown.RateLimitedMs, cfg.Cooldown.OverloadedMs = 1, 1
+	cfg.Learn.FloorPermille = 100
 	var steps []learnStep
 	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
 		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
 	}
-	add(0, reserve("a"), 600)
-	add(0, reserve("b"), 600)
-	add(10, rejected("a", 1, schemas.KindRateLimited, 0), 420, "requests 600->420 refusal")
+	// 8 accepted, then 2 refused: ×0.7; the second refusal of the same
+	// interval changes nothing (2 of 10 refused).
+	for i := range 8 {
+		id := fmt.Sprintf("ok%d", i)
+		add(int64(i), reserve(id), 600)
+		add(int64(i), reconcile(id, 100, 50), 600)
+	}
+	add(10, reserve("a"), 600)
+	add(10, reserve("b"), 600)
+	add(11, rejected("a", 1, schemas.KindRateLimited, 0), 420, "requests 600->420 refusal")
 	add(20, rejected("b", 1, schemas.KindRateLimited, 0), 420) // same overload: counted once
-	// Decrease down to the floor, one interval apart.
-	effs := []int64{294, 205, 143, 100, 70, 60, 60}
-	prev := int64(420)
-	for i, eff := range effs {
-		at := int64(2010 + 2000*i)
+	// 4 s later, nothing accepted in the window: each refusal says the
+	// provider takes less (1/1, 1/2, 1/3 of the 420 before them).
+	for i := range 4 {
+		add(4000+int64(i), reserve(fmt.Sprintf("r%d", i)), 420)
+	}
+	for i, want := range []string{"requests 420->294 refusal", "requests 294->210 refusal", "requests 210->140 refusal", "requests 140->105 refusal"} {
 		id := fmt.Sprintf("r%d", i)
-		add(at, reserve(id), prev)
-		var want []string
-		if eff != prev {
-			want = []string{fmt.Sprintf("requests %d->%d refusal", prev, eff)}
-		}
+		eff := []int64{294, 210, 140, 105}[i]
 		if i%2 == 1 {
-			add(at+1, overloaded(id, 1), eff, want...)
+			add(4010+int64(i), overloaded(id, 1), eff, want)
 		} else {
-			add(at+1, rejected(id, 1, schemas.KindRateLimited, 0), eff, want...)
+			add(4010+int64(i), rejected(id, 1, schemas.KindRateLimited, 0), eff, want)
 		}
-		prev = eff
 	}
-	// Then each interval with a success adds 60, until the bound.
-	at := int64(2010 + 2000*len(effs))
-	for i := 1; prev < 600; i++ {
+	// A second later, still no accept (5 refusals in the window): 1/5 of
+	// 105, held at the floor (60), where a further refusal changes nothing.
+	add(5100, reserve("f"), 105)
+	add(5101, rejected("f", 1, schemas.KindRateLimited, 0), 60, "requests 105->60 refusal")
+	add(6200, reserve("g"), 60)
+	add(6201, rejected("g", 1, schemas.KindRateLimited, 0), 60)
+	l := runLearn(t, cfg, steps)
+	// Then one accept a second: 3 ‰ of 60 is 0.18 units an accept (the
+	// remainder is kept). The last decrease (g's, held at the floor) was
+	// from 60, so growth is already past the capacity where the provider
+	// last refused: the step doubles each interval up to 6 times (×64),
+	// and at the configured 600 the AIMD term ends.
+	var got []string
+	off := int64(len(steps))
+	var out []Output
+	for i, at := 0, int64(9000); i < 100 && enforced(l, schemas.DimRequests) < 600; i++ {
 		id := fmt.Sprintf("s%d", i)
-		at += 2000
-		add(at, reserve(id), prev)
-		eff := min(600, prev+60)
-		add(at+1, reconcile(id, 100, 50), eff, fmt.Sprintf("requests %d->%d success", prev, eff))
-		prev = eff
+		at += 1000
+		for _, ev := range []*schemas.Event{reserve(id), reconcile(id, 100, 50)} {
+			out = l.Apply(at, off, ev, out[:0])
+			off++
+			for j := range l.LearnedOutputs() {
+				got = append(got, renderLearned(&l.LearnedOutputs()[j]))
+			}
+		}
 	}
-	at += 2000
-	add(at, reserve("z"), 600)
-	add(at+1, reconcile("z", 100, 50), 600) // at the bound: nothing more
+	want := []string{
+		"requests 60->61 success", "requests 61->62 success", "requests 62->63 success", // +0.18 an accept, past 60: ×2 a second
+		"requests 63->65 success", "requests 65->68 success", "requests 68->74 success", "requests 74->89 success",
+		"requests 89->106 success", "requests 106->126 success", "requests 126->150 success", "requests 150->179 success", // ×64: +19 % an accept
+		"requests 179->213 success", "requests 213->254 success", "requests 254->303 success", "requests 303->361 success",
+		"requests 361->430 success", "requests 430->513 success", "requests 513->600 success", // the configured bound: AIMD ends
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("growth:\n got  %q\n want %q", got, want)
+	}
+}
+
+func TestLearnAcceptRate(t *testing.T) {
+	// A bare provider that refused at least half of 8 or more attempts in
+	// the window took about what it accepted: the capacity is cut to the
+	// accepts' rate over the window (+1), per the bucket's period. 4
+	// accepts, then bare refusals: the first is ×0.7; the fourth makes
+	// 4 of 8 refused, and 5 accepts in 1,103 ms of window are 271 a
+	// minute; the fifth says the same.
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 4 {
+		id := fmt.Sprintf("ok%d", i)
+		add(1000+int64(i), reserve(id), 6000)
+		add(1000+int64(i), reconcile(id, 100, 50), 6000)
+	}
+	for i := range 5 {
+		add(1100, reserve(fmt.Sprintf("r%d", i)), 6000)
+	}
+	for i, w := range []struct {
+		eff  int64
+		want []string
+	}{
+		{4200, []string{"requests 6000->4200 refusal"}},
+		{4200, nil},
+		{4200, nil},
+		{271, []string{"requests 4200->271 refusal"}},
+		{271, nil},
+	} {
+		add(1100+int64(i), rejected(fmt.Sprintf("r%d", i), 1, schemas.KindRateLimited, 0), w.eff, w.want...)
+	}
 	runLearn(t, cfg, steps)
 }
 
@@ -176,6 +244,7 @@ func TestLearnHeadersBoundAIMD(t *testing.T) {
 	// exhausted is explained: no decrease.
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
+	cfg.Learn.IncreasePermille = 200  // +20 % of the capacity an accept, to keep the table short
 	runLearn(t, cfg, []learnStep{
 		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
 		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 300, 0), Want: []string{"requests 600->300 headers"}, Dim: schemas.DimRequests, Eff: 300},
@@ -184,20 +253,22 @@ func TestLearnHeadersBoundAIMD(t *testing.T) {
 		{At: 3001, Ev: limitObs("b", 1, schemas.DimRequests, 300, 200), Dim: schemas.DimRequests, Eff: 300},
 		{At: 3002, Ev: rejected("b", 1, schemas.KindRateLimited, 0), Want: []string{"requests 300->210 refusal"}, Dim: schemas.DimRequests, Eff: 210},
 		{At: 5100, Ev: reserve("c"), Dim: schemas.DimRequests, Eff: 210},
-		{At: 5101, Ev: reconcile("c", 100, 50), Want: []string{"requests 210->270 success"}, Dim: schemas.DimRequests, Eff: 270},
-		{At: 6200, Ev: reserve("d"), Dim: schemas.DimRequests, Eff: 270},
-		{At: 6201, Ev: reconcile("d", 100, 50), Want: []string{"requests 270->300 success"}, Dim: schemas.DimRequests, Eff: 300},
+		{At: 5101, Ev: reconcile("c", 100, 50), Want: []string{"requests 210->252 success"}, Dim: schemas.DimRequests, Eff: 252},
+		{At: 6200, Ev: reserve("d"), Dim: schemas.DimRequests, Eff: 252},
+		{At: 6201, Ev: reconcile("d", 100, 50), Want: []string{"requests 252->300 success"}, Dim: schemas.DimRequests, Eff: 300},
 		{At: 7300, Ev: reserve("e"), Dim: schemas.DimRequests, Eff: 300},
 		{At: 7301, Ev: reconcile("e", 100, 50), Dim: schemas.DimRequests, Eff: 300},
 	})
 }
 
 func TestLearnRatioGate(t *testing.T) {
-	// Google SRE's rule with the default K = 3: a refusal lowers the
-	// capacity only while requests > 3 × accepts over the trailing two
-	// intervals. A provider refusing every second attempt (20 accepts,
-	// then alternating) is not short of capacity: nothing is lowered.
-	// Once more than 2/3 of the attempts are refused, it is.
+	// Google SRE's rule with the default K = 3: a refusal whose headers
+	// reported room for it lowers the capacity only while requests > 3 ×
+	// accepts over the trailing two intervals. A provider refusing every
+	// second attempt with room (20 accepts, then alternating; the counter
+	// storm) is not short of capacity: nothing is lowered. A bare refusal
+	// (no header says there was room) is not gated; with no accept in the
+	// window either kind acts.
 	cfg := testConfig(rpm("scope", "*", 6000, 1000))
 	cfg.Cooldown.RateLimitedMs = 1
 	var steps []learnStep
@@ -215,6 +286,7 @@ func TestLearnRatioGate(t *testing.T) {
 		id := fmt.Sprintf("c%d", i)
 		add(at, reserve(id), 6000)
 		if i%2 == 0 {
+			add(at+1, limitObs(id, 1, schemas.DimRequests, 6000, 5000), 6000)
 			add(at+1, rejected(id, 1, schemas.KindRateLimited, 0), 6000)
 		} else {
 			add(at+1, reconcile(id, 100, 50), 6000)
@@ -225,7 +297,20 @@ func TestLearnRatioGate(t *testing.T) {
 	// accept in the window acts.
 	at += 3000
 	add(at, reserve("x"), 6000)
+	add(at+1, limitObs("x", 1, schemas.DimRequests, 6000, 5000), 6000)
 	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	// A bare refusal among accepts: 3 accepted, 1 refused in the window.
+	at += 3000
+	// (The first accept with a clear window grows it by 3 ‰.)
+	add(at, reserve("y0"), 4200)
+	add(at, reconcile("y0", 100, 50), 4212, "requests 4200->4212 success")
+	for i := 1; i < 3; i++ {
+		id := fmt.Sprintf("y%d", i)
+		add(at, reserve(id), 4212)
+		add(at, reconcile(id, 100, 50), 4212)
+	}
+	add(at+1, reserve("z"), 4212)
+	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 2948, "requests 4212->2948 refusal")
 	runLearn(t, cfg, steps)
 }
 
@@ -324,7 +409,7 @@ func TestLearnBoundProperty(t *testing.T) {
 					if (e.Conf > 0 && e.Eff > e.Conf) || (e.Conf == 0 && e.Eff > e.Hdr) || e.Eff < 1 || e.Eff != l.cc.specs[l.cc.nBase+k].capacity {
 						t.Fatalf("seed %d record %d: learned %+v, enforced %d", seed, i, *e, l.cc.specs[l.cc.nBase+k].capacity)
 					}
-					if e.Hdr == 0 && e.Aimd > 0 && e.Eff < max(1, e.scale()/10) {
+					if e.Hdr == 0 && e.Aimd > 0 && e.Eff < max(1, e.scale()/100) {
 						t.Fatalf("seed %d record %d: below the floor: %+v", seed, i, *e)
 					}
 					bi := l.learnBucket(e.Node, int(e.Dim))
@@ -390,6 +475,7 @@ func jsonMarshal(c Config) ([]byte, error) { return json.Marshal(c) }
 func TestExplainNamesALearnedLimit(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 600, 1000))
 	cfg.Learn.HeadroomPermille = 1000 // the reported limit itself (TestLearnHeadroom has the default)
+	cfg.Learn.IncreasePermille = 200  // +20 % of the capacity an accept, to keep the table short
 	x, _ := explainRun(t, cfg, "b",
 		reserve("a"), reserve("b", class("agent")), limitObs("a", 1, schemas.DimRequests, 60, 59), reserve("c", maxWait(0)))
 	var learnedStep, learnedBucket bool

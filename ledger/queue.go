@@ -267,6 +267,18 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	ri := sc.Queue[i]
 	r := &l.st.Res[ri]
 	r.walked = l.epoch
+	if r.Deadline > 0 && r.SvcMs == 0 {
+		// Its route's service time was not known when it arrived (too
+		// few samples): it is now, or the waiter would be granted up to
+		// its deadline. Under overload every grant is made at the last
+		// moment it may be, so the waiters queued while the route was
+		// new were the ones sent for nothing (noisy-neighbor-handwritten:
+		// 8 of 74 upstream calls cancelled in flight).
+		if svc := l.expectedService(r); svc > 0 {
+			r.SvcMs = svc
+			r.ExpireMs = min(r.ExpireMs, r.grantBy())
+		}
+	}
 	if ri != w.arrival && r.ExpireMs <= now {
 		l.removeAt(sc, i)
 		return l.expireQueued(ri, out), true

@@ -18,8 +18,8 @@ func TestServiceTimeDeadline(t *testing.T) {
 	// One attempt at a time per key, so that a held grant queues the next.
 	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
 	// The route answers its first byte at 400 ms and then 2 ms per output
-	// token. The p95 bin of 400 ms starts at 384, so 50 output tokens are
-	// expected to take 384 + 100 = 484 ms.
+	// token. The p95 bin of 400 ms is [384, 448), so 50 output tokens are
+	// expected to take its upper bound 448 + 100 = 548 ms.
 	var steps []step
 	for i := range 19 {
 		id := fmt.Sprintf("s%d", i)
@@ -42,17 +42,17 @@ func TestServiceTimeDeadline(t *testing.T) {
 		step{At: 200, Ev: reserve("early", deadline(100)), Want: []string{"early/1 granted admitted"}},
 		step{At: 205, Ev: served("early", 50, 400, 500)},
 		// 20: a deadline of 400 ms is refused at once, naming both times.
-		step{At: 300, Ev: reserve("short", deadline(400)), Want: []string{"short/1 denied deadline_below_service_time rejected_locally"}, Check: svc(484, 400)},
-		// No output expected: 384 ms of first byte fit in 400.
-		step{At: 300, Ev: reserve("noout", deadline(400), tokens(100, 0)), Want: []string{"noout/1 granted admitted"}},
+		step{At: 300, Ev: reserve("short", deadline(400)), Want: []string{"short/1 denied deadline_below_service_time rejected_locally"}, Check: svc(548, 400)},
+		// No output expected: 448 ms of first byte fit in 450.
+		step{At: 300, Ev: reserve("noout", deadline(450), tokens(100, 0)), Want: []string{"noout/1 granted admitted"}},
 		step{At: 305, Ev: served("noout", 0, 400, 400)},
-		step{At: 310, Ev: reserve("ok", deadline(484)), Want: []string{"ok/1 granted admitted"}},
+		step{At: 310, Ev: reserve("ok", deadline(548)), Want: []string{"ok/1 granted admitted"}},
 		// While ok holds the key, q waits; it may be granted until its
-		// deadline less 484 ms (1,000 + 1,500 − 484 = 2,016), and then
+		// deadline less 548 ms (1,000 + 1,500 − 548 = 1,952), and then
 		// expires with the same reason.
 		step{At: 1000, Ev: reserve("q", class("agent"), deadline(1500)), Want: []string{"q/1 queued capacity queued"}},
-		step{At: 2015, Ev: tick()},
-		step{At: 2016, Ev: tick(), Want: []string{"q/1 expired deadline_below_service_time queued_then_expired"}},
+		step{At: 1951, Ev: tick()},
+		step{At: 1952, Ev: tick(), Want: []string{"q/1 expired deadline_below_service_time queued_then_expired"}},
 		step{At: 2100, Ev: reserve("q2", class("agent"), deadline(5000)), Want: []string{"q2/1 queued capacity queued"}},
 		step{At: 2200, Ev: served("ok", 50, 400, 500), Want: []string{"q2/1 granted queued_then_admitted"}},
 		step{At: 2300, Ev: served("q2", 50, 400, 500)},
@@ -61,6 +61,52 @@ func TestServiceTimeDeadline(t *testing.T) {
 		step{At: 2405, Ev: served("st", 50, 40, 140)},
 		// Two minutes later the samples are forgotten: nothing is refused.
 		step{At: 120_000, Ev: reserve("later", deadline(100)), Want: []string{"later/1 granted admitted"}},
+	)
+	runSteps(t, cfg, steps)
+}
+
+// TestServiceTimeCountsDelivery: the log time from the grant to the
+// Reconciled beyond the call itself (the grant's delivery to the gateway,
+// the answer's record reaching the log) is part of the first byte's time:
+// calls of 500 ms reconciled 700 ms after their grant are expected to take
+// 700 ms, whose p95 bin [640, 768) gives 768.
+func TestServiceTimeCountsDelivery(t *testing.T) {
+	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	var steps []step
+	for i := range 20 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(1000 * i)
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 700, Ev: served(id, 0, 500, 500)})
+	}
+	steps = append(steps,
+		step{At: 30_000, Ev: reserve("short", deadline(767), tokens(100, 0)), Want: []string{"short/1 denied deadline_below_service_time rejected_locally"}},
+		step{At: 30_000, Ev: reserve("fits", deadline(768), tokens(100, 0)), Want: []string{"fits/1 granted admitted"}},
+	)
+	runSteps(t, cfg, steps)
+}
+
+// TestServiceTimeLearnedWhileQueued: a waiter that arrived while its route
+// had too few samples takes the service time once it is known. q arrives
+// with 19 samples (no time known: grantable to its deadline, 1,000); the
+// 20th sample, hold's, frees the key at 500 and makes the time about
+// 540 ms, so q could only have been granted until about 460: it expires instead of being
+// sent 500 ms before its client hangs up.
+func TestServiceTimeLearnedWhileQueued(t *testing.T) {
+	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	var steps []step
+	for i := range 19 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(10 * i)
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 5, Ev: served(id, 50, 400, 500)})
+	}
+	steps = append(steps,
+		step{At: 300, Ev: reserve("hold"), Want: []string{"hold/1 granted admitted"}},
+		step{At: 400, Ev: reserve("q", class("agent"), deadline(600)), Want: []string{"q/1 queued capacity queued"}},
+		step{At: 500, Ev: served("hold", 50, 200, 200), Want: []string{"q/1 expired deadline_below_service_time queued_then_expired"}},
 	)
 	runSteps(t, cfg, steps)
 }

@@ -201,7 +201,8 @@ type res struct {
 	Deadline  int64          `json:"dl,omitempty"` // absolute, 0 = none
 	// SvcMs is the route's expected service time when the attempt arrived
 	// (service.go), 0 unknown: it is granted only until Deadline − SvcMs
-	// (grantBy).
+	// (grantBy). A waiter that arrived unknown takes the route's time when
+	// the pump next visits it with the time known (visit).
 	SvcMs  int64 `json:"sv,omitempty"`
 	MaxAtt int32 `json:"ma,omitempty"`
 	Gen    int32 `json:"g,omitempty"`

@@ -67,6 +67,9 @@ type Report struct {
 	Simulator *sim.ProviderStats `json:"simulator,omitempty"`
 	// Stack is the ledger service's health in a --brokers run.
 	Stack *StackReport `json:"stack,omitempty"`
+	// CapacityStorm is what was served through the scenario's first
+	// capacity storm (absent without one).
+	CapacityStorm *StormReport `json:"capacity_storm,omitempty"`
 }
 
 // Wasted is the provider work nobody read: calls the simulator admitted
@@ -470,4 +473,74 @@ func computeGoodput(sc *Scenario, delta *sim.ProviderStats, window time.Duration
 		g.Note = strings.TrimSpace(g.Note + " no per-minute provider limit to measure goodput against")
 	}
 	return g
+}
+
+// StormReport measures a capacity storm (issue 20 item 4) by the
+// successes' completion times, from the start of the run (the simulator's
+// storms are re-based on it): what was served inside the storm against what
+// its reduced capacity allows, and how soon the full rate was back after it.
+type StormReport struct {
+	StartS   float64 `json:"start_s"`
+	EndS     float64 `json:"end_s"`
+	Fraction float64 `json:"fraction"`
+	// ServedPerS counts the successes completed in each second of the run.
+	ServedPerS []int `json:"served_per_s"`
+	// Served counts the successes completed inside the storm; Allowed is
+	// what its reduced capacity allows there: min(offered rate, fraction ×
+	// the provider's RPM ÷ 60) × its length; ServedRatio = Served ÷ Allowed.
+	Served      int     `json:"served"`
+	Allowed     float64 `json:"allowed"`
+	ServedRatio float64 `json:"served_ratio"`
+	// FullRPS is the full rate: min(offered rate, RPM ÷ 60). RecoveredS is
+	// the time after the storm's end until the first 2 s in which the
+	// successes' rate was at least 90 % of it (-1: not within the run).
+	FullRPS    float64 `json:"full_rps"`
+	RecoveredS float64 `json:"recovered_s"`
+}
+
+// stormReport builds the StormReport of sc's first capacity storm, or nil.
+func stormReport(sc *Scenario, records []record, dur time.Duration, offRPS float64) *StormReport {
+	var st *sim.Storm
+	for i := range sc.SimConfig.Storms {
+		if sc.SimConfig.Storms[i].Kind == sim.StormCapacity {
+			st = &sc.SimConfig.Storms[i]
+			break
+		}
+	}
+	lim := sc.ProviderLimits()
+	if st == nil || lim.RPM <= 0 {
+		return nil
+	}
+	start, end := st.Start.D(), st.End.D()
+	if end <= start {
+		end = dur
+	}
+	secs := int(dur/time.Second) + 1
+	for _, r := range records {
+		if r.outcome == "success" {
+			secs = max(secs, int(r.doneAt/time.Second)+1)
+		}
+	}
+	sr := &StormReport{StartS: start.Seconds(), EndS: end.Seconds(), Fraction: st.Fraction, ServedPerS: make([]int, secs)}
+	for _, r := range records {
+		if r.outcome != "success" {
+			continue
+		}
+		sr.ServedPerS[int(r.doneAt/time.Second)]++
+		if r.doneAt >= start && r.doneAt < end {
+			sr.Served++
+		}
+	}
+	full := float64(lim.RPM) / 60
+	sr.FullRPS = round3(min(offRPS, full))
+	sr.Allowed = round3(min(offRPS, st.Fraction*full) * (end - start).Seconds())
+	sr.ServedRatio = ratio(float64(sr.Served), sr.Allowed)
+	sr.RecoveredS = -1
+	for t := int(end / time.Second); t+1 < int(dur/time.Second)+1 && t+1 < secs; t++ {
+		if float64(sr.ServedPerS[t]+sr.ServedPerS[t+1]) >= 2*0.9*sr.FullRPS {
+			sr.RecoveredS = round3(float64(t) - end.Seconds())
+			break
+		}
+	}
+	return sr
 }

@@ -1061,5 +1061,6 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Goodput.Note = strings.TrimSpace(rep.Goodput.Note + " (" + statsErr.Error() + ")")
 	}
 	rep.GoodputRatio = rep.Goodput.Ratio
+	rep.CapacityStorm = stormReport(sc, records, dur, offRPS)
 	return rep
 }

@@ -174,6 +174,11 @@ type ProviderConfig struct {
 	DefaultMaxTokens int64 `yaml:"default_max_tokens,omitempty" json:"default_max_tokens,omitempty"`
 	// GeminiTier is the suffix of Gemini quota ids ("FreeTier" by default).
 	GeminiTier string `yaml:"gemini_tier,omitempty" json:"gemini_tier,omitempty"`
+	// NoRateLimitHeaders sends no rate-limit header and no Retry-After, on
+	// successes or 429s: a provider that only refuses (Vertex AI's bare
+	// RESOURCE_EXHAUSTED, Bedrock's ThrottlingException), whose limit a
+	// client can only learn from its refusals (issue 20 item 3).
+	NoRateLimitHeaders bool `yaml:"no_rate_limit_headers,omitempty" json:"no_rate_limit_headers,omitempty"`
 }
 
 // Capacity storm dialects: how a provider whose capacity fell refuses

@@ -34,6 +34,9 @@ func anthropicReset(now time.Time, d time.Duration) string {
 }
 
 func (s *Server) setRateHeaders(h http.Header, provider string, rv rateView) {
+	if s.cfg.Providers[provider].NoRateLimitHeaders {
+		return
+	}
 	i := func(n int64) string { return strconv.FormatInt(n, 10) }
 	switch provider {
 	case OpenAI:
@@ -99,7 +102,7 @@ func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection)
 	if rj.status == http.StatusTooManyRequests && !rj.bare {
 		s.setRateHeaders(h, ec.provider, rj.rv)
 	}
-	if rj.wait > 0 && ec.provider != Gemini {
+	if rj.wait > 0 && ec.provider != Gemini && !s.cfg.Providers[ec.provider].NoRateLimitHeaders {
 		h.Set("retry-after", retryAfterSeconds(rj.wait))
 		if ec.provider == Azure {
 			h.Set("retry-after-ms", retryAfterMillis(rj.wait))

@@ -246,3 +246,27 @@ func TestBadRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestNoRateLimitHeaders: a provider configured with no_rate_limit_headers
+// answers a success and a 429 with no rate-limit header and no
+// Retry-After, as Vertex AI's bare RESOURCE_EXHAUSTED does.
+func TestNoRateLimitHeaders(t *testing.T) {
+	for _, p := range []struct{ provider, path string }{{OpenAI, pOpenAI}, {Azure, pAzure}} {
+		s, _ := newSim(t, func(c *Config) {
+			setLimits(c, p.provider, Limits{RPM: 1})
+			pc := c.Providers[p.provider]
+			pc.NoRateLimitHeaders = true
+			c.Providers[p.provider] = pc
+		})
+		ok := do(t, s, "POST", p.path, openAIBody("gpt-4o-mini", "hello", 10))
+		limited := do(t, s, "POST", p.path, openAIBody("gpt-4o-mini", "hello", 10))
+		if ok.Code != 200 || limited.Code != 429 {
+			t.Fatalf("%s: statuses %d, %d; want 200, 429", p.provider, ok.Code, limited.Code)
+		}
+		for _, h := range []http.Header{ok.Header(), limited.Header()} {
+			if k := hasPrefixHeader(h, "x-ratelimit", "retry-after", "anthropic-"); k != "" {
+				t.Errorf("%s: header %s sent", p.provider, k)
+			}
+		}
+	}
+}
