@@ -354,11 +354,14 @@ func (b *budgetState) avail() int64 {
 	return max(0, a)
 }
 
-// shares sets every current holder's Target by max-min fairness: the
-// window's unused budget (avail) is divided among the holders with demand
-// (heard from within 2 terms), smallest demand first, each getting its
-// demand or an equal part of what is left, whichever is smaller, and at
-// least its need while that fits; ties go by name. A holder without
+// shares sets every current holder's Target. The rule: the window's
+// unused budget (avail) goes to the holders with demand (heard from
+// within 2 terms). First each gets its need (the smallest request it has
+// queued), smallest need first, while that fits: every scope can admit
+// something before any scope gets more. Then the rest is divided by
+// max-min fairness over the demands still unmet, smallest first: each
+// gets that demand or an equal part of what is left, whichever is
+// smaller. Ties go by holder name (the state's order). A holder without
 // demand gets a target of what it used: it returns the rest.
 func (p *Partition) shares(b *budgetState) {
 	rest := b.avail()
@@ -369,14 +372,19 @@ func (p *Partition) shares(b *budgetState) {
 			active = append(active, h)
 		}
 	}
-	sort.SliceStable(active, func(i, j int) bool { return active[i].Demand < active[j].Demand })
-	for i, h := range active {
-		give := min(h.Demand, rest/int64(len(active)-i))
-		if give < h.Need {
-			give = min(h.Need, rest)
-		}
+	sort.SliceStable(active, func(i, j int) bool { return active[i].Need < active[j].Need })
+	for _, h := range active {
+		give := min(max(0, h.Need), h.Demand, rest)
 		h.Target += give
 		rest -= give
+	}
+	sort.SliceStable(active, func(i, j int) bool {
+		return active[i].Demand-(active[i].Target-active[i].Used) < active[j].Demand-(active[j].Target-active[j].Used)
+	})
+	for i, h := range active {
+		give := min(h.Demand-(h.Target-h.Used), rest/int64(len(active)-i))
+		h.Target += max(0, give)
+		rest -= max(0, give)
 	}
 }
 

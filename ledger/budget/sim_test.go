@@ -85,11 +85,13 @@ type world struct {
 	// themselves: the figure the budget bounds.
 	spent    int64
 	spentMax int64
+	// byWindow is spent per window (or rolling slot) it was charged in.
+	byWindow map[int64]int64
 }
 
 func newWorld(t *testing.T, seed uint64, cfg Config, names []string, f faults) *world {
 	t.Helper()
-	w := &world{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, f: f}
+	w := &world{byWindow: map[int64]int64{}, t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), cfg: cfg, f: f}
 	var err error
 	if w.p, err = NewPartition(cfg); err != nil {
 		t.Fatal(err)
@@ -215,6 +217,7 @@ func (w *world) pump(s *scope) {
 		var win int64
 		s.do(func(h *Holder) []Msg { win = h.Charge(id, r.cost); return nil })
 		s.admit++
+		w.byWindow[win] += r.cost
 		w.spent += r.cost
 		w.spentMax = max(w.spentMax, w.spent)
 		s.holds = append(s.holds, held{r: r, windowMs: win, doneMs: w.nowMs + r.holdMs})
@@ -241,6 +244,7 @@ func (w *world) settle(s *scope) {
 		win, d := hd.windowMs, hd.r.actual-hd.r.cost
 		s.do(func(h *Holder) []Msg { h.Adjust("acme-daily", win, d); return nil })
 		w.spent += hd.r.actual - hd.r.cost
+		w.byWindow[win] += d
 	}
 	s.holds = keep
 }
@@ -297,10 +301,21 @@ func (w *world) audit() {
 	if out > limit {
 		w.fail("budget partition outstanding %d > limit %d", out, limit)
 	}
-	if w.spent > limit {
-		w.fail("spent %d > limit %d (overspend)", w.spent, limit)
-	}
 	b := w.p.st.Budgets[0]
+	for start, spent := range w.byWindow {
+		// Every window (or, rolling, every RollingMs of slots) within its limit.
+		sum := spent
+		if b.B.Window == WindowRolling {
+			for s2, sp2 := range w.byWindow {
+				if s2 < start && s2 > start-b.B.RollingMs {
+					sum += sp2
+				}
+			}
+		}
+		if sum > limit {
+			w.fail("spent %d in the window of %d > limit %d (overspend)", sum, start, limit)
+		}
+	}
 	var total int64
 	for _, s := range w.scopes {
 		l, _ := s.h.Lease("acme-daily")
@@ -407,23 +422,5 @@ func TestSimulation(t *testing.T) {
 			w.fail("spent %d > 3000", w.spent)
 		}
 		t.Logf("seed %d %s faults %+v: spent %d of 3000 (max %d), %+v", seed, unit, f, w.spent, w.spentMax, w.p.Stats())
-	}
-}
-
-func TestSimulationFigures(t *testing.T) {
-	for _, seed := range []uint64{1, 2, 3} {
-		w := newWorld(t, seed, simConfig(3000, UnitRequests), []string{"anthropic:acme", "openai:acme"}, faults{})
-		w.nowMs = t0
-		rate := func(i int, now int64) float64 {
-			if (i == 0) == (now-t0 < 30_000) {
-				return 150
-			}
-			return 0
-		}
-		w.run(60_000, rate, func(*rand.Rand) (int64, int64) { return 1, 1 })
-		t.Logf("seed %d: spent %d, %+v", seed, w.spent, w.p.Stats())
-		for _, s := range w.scopes {
-			t.Logf("  %s admitted %d denied %d expired %d queued %d", s.name, s.admit, s.denied, s.expire, len(s.queue))
-		}
 	}
 }
