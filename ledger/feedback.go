@@ -374,6 +374,10 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		List: noIdx, Prev: noIdx, Next: noIdx,
 	}
 	r.Flags |= fRetry
+	r.NBud, r.Bud = p.NBud, p.Bud // the same budgets, charged anew
+	for i := range r.Bud {
+		r.Bud[i].Win = 0
+	}
 	if r.Deadline > 0 {
 		r.SvcMs = l.expectedService(r)
 	}

@@ -417,6 +417,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
 	}
+	if l.st.Config.Budget != nil {
+		l.budgetsOf(r, rr.Path)
+	}
 	l.resIdx.put(rh, ri)
 	sc := &l.st.Scopes[si]
 	if att == 1 {
@@ -532,6 +535,11 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 		d.LimitDimension = dimension(v.limDim)
 		d.Needed, d.Available = v.needed, v.avail
 	}
+	if v.bud > 0 {
+		// The budget and the lease that limited it (budgets.go).
+		d.LimitPath = "budget:" + r.Bud[v.bud-1].ID + "/lease:" + l.st.Scopes[r.Scope].Name
+		d.Needed, d.Available = v.needed, v.avail
+	}
 	if v.fitMs > now {
 		d.RetryAfterMs = v.fitMs - now
 	}
@@ -547,6 +555,9 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 	switch {
 	case v.why == whyNever:
 		refuse(schemas.ReasonExceedsCapacity, schemas.RetryRequestError, schemas.GDRejectedLocally)
+		d.RetryAfterMs = 0
+	case v.why == whyBudgetOut:
+		refuse(schemas.ReasonBudgetExhausted, schemas.RetryPolicy, schemas.GDRejectedPolicy)
 		d.RetryAfterMs = 0
 	case v.why == whyPolicy || (v.policyKind && v.fitMs > r.ExpireMs):
 		refuse(schemas.ReasonQuotaExhausted, schemas.RetryPolicy, schemas.GDRejectedPolicy)
@@ -600,17 +611,21 @@ const (
 	whyBlocked
 	whyReclaim
 	whyBackoff
+	whyBudgetLease // a budget's lease cannot cover it yet (budgets.go)
+	whyBudgetOut   // a budget has less left than it costs
 )
 
 var whyReason = [...]schemas.Reason{
-	whyNone:     "",
-	whyCapacity: schemas.ReasonCapacity,
-	whyNever:    schemas.ReasonExceedsCapacity,
-	whyPolicy:   schemas.ReasonQuotaExhausted,
-	whyCooldown: schemas.ReasonCooldownLimited,
-	whyBlocked:  schemas.ReasonWaitingBehind,
-	whyReclaim:  schemas.ReasonReclaimed,
-	whyBackoff:  schemas.ReasonRetryBackoff,
+	whyNone:        "",
+	whyCapacity:    schemas.ReasonCapacity,
+	whyNever:       schemas.ReasonExceedsCapacity,
+	whyPolicy:      schemas.ReasonQuotaExhausted,
+	whyCooldown:    schemas.ReasonCooldownLimited,
+	whyBlocked:     schemas.ReasonWaitingBehind,
+	whyReclaim:     schemas.ReasonReclaimed,
+	whyBackoff:     schemas.ReasonRetryBackoff,
+	whyBudgetLease: schemas.ReasonBudgetLease,
+	whyBudgetOut:   schemas.ReasonBudgetExhausted,
 }
 
 type verdict struct {
@@ -624,6 +639,7 @@ type verdict struct {
 	needed     int64
 	avail      int64
 	fitMs      int64 // when it may fit; 0 = only an event can free capacity
+	bud        uint8 // 1 + the index of the budget that limited it (res.Bud); 0 none
 }
 
 // check evaluates whether r could be granted now. In a pump (marks=true),
@@ -723,6 +739,12 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.why = whyReclaim
 		return v
 	}
+	if r.NBud > 0 {
+		if bv, ok := l.budgetCheck(r); !ok {
+			bv.borrowed = v.borrowed
+			return bv
+		}
+	}
 	v.ok = true
 	return v
 }
@@ -797,6 +819,9 @@ func (l *Ledger) grant(ri int32, borrowed bool) {
 			}
 		}
 	}
+	if r.NBud > 0 {
+		l.budgetCharge(r)
+	}
 	l.granted(ri, borrowed)
 }
 
@@ -814,7 +839,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	sc := &l.st.Scopes[r.Scope]
-	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now {
+	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now || r.NBud > 0 {
 		return false
 	}
 	for d := range numDims {
@@ -929,6 +954,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
+	if r.NBud > 0 {
+		l.budgetSettle(r, actual, sent)
+	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
 	for _, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]

@@ -67,6 +67,7 @@ func (l *Ledger) install(cfg Config) {
 		}
 	}
 	l.rebaseLearned()
+	l.syncHolders()
 	// Classes may have been renamed, added or removed.
 	for si := range l.st.Scopes {
 		sc := &l.st.Scopes[si]
@@ -208,6 +209,7 @@ func (l *Ledger) Freeze() *Frozen {
 	st.Live = slices.Clone(l.st.Live)
 	st.Services = slices.Clone(l.st.Services)
 	st.Learned = slices.Clone(l.st.Learned)
+	st.BudgetHolders = l.freezeHolders()
 	st.Scopes = slices.Clone(l.st.Scopes)
 	nowUs := l.st.Now * 1000
 	for i := range st.Scopes {
@@ -303,6 +305,10 @@ func Restore(b []byte) (*Ledger, error) {
 		}
 		sc.Flows = nil
 	}
+	if err := l.restoreHolders(l.st.BudgetHolders); err != nil {
+		return nil, fmt.Errorf("ledger snapshot: %w", err)
+	}
+	l.st.BudgetHolders = nil
 	return l, nil
 }
 

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -205,9 +206,13 @@ type res struct {
 	SvcMs  int64 `json:"sv,omitempty"`
 	MaxAtt int32 `json:"ma,omitempty"`
 	Gen    int32 `json:"g,omitempty"`
-	List   int32 `json:"l,omitempty"` // hold list index
-	Prev   int32 `json:"pv,omitempty"`
-	Next   int32 `json:"nx,omitempty"`
+	// NBud and Bud are the cross-scope budgets the request spends
+	// (budgets.go).
+	NBud uint8              `json:"nb8,omitempty"`
+	Bud  [maxBudgets]budRef `json:"bd,omitzero"`
+	List int32              `json:"l,omitempty"` // hold list index
+	Prev int32              `json:"pv,omitempty"`
+	Next int32              `json:"nx,omitempty"`
 	// Pump scratch (see pumpPass), never in a snapshot: the pump epoch that
 	// visited r, and the one that found r aged ahead of an earlier-expiring
 	// waiter of a higher class.
@@ -323,4 +328,8 @@ type state struct {
 	// Learned holds the buckets whose capacity was learned from the
 	// provider (learn.go), in first-learned order.
 	Learned []learnedCap `json:"learned,omitempty"`
+	// BudgetHolders are the scopes' leases of cross-scope budgets
+	// (budgets.go), encoded by Freeze; nil in the live state, which keeps
+	// them in Ledger.bud.
+	BudgetHolders []json.RawMessage `json:"budget_holders,omitempty"`
 }

@@ -63,6 +63,11 @@ type lease struct {
 	// Queued and Need are the caller's last Want.
 	Queued int64 `json:"queued"`
 	Need   int64 `json:"need"`
+	// Dry: the last answer granted nothing. The holder then asks again
+	// only RetryMs after its last message (the budget partition sends
+	// unasked when returns elsewhere cover the need), so that a scope that
+	// pumps on every answer does not ask in a loop.
+	Dry bool `json:"dry,omitempty"`
 	// Prev is the previous window's counters, kept to answer a late grant
 	// for it with a return.
 	PrevStartMs  int64 `json:"prev_start_ms,omitempty"`
@@ -229,8 +234,32 @@ func (h *Holder) Want(nowMs int64, id string, queued, need int64, out []Msg) []M
 		return out
 	}
 	l.Queued, l.Need = max(0, queued), max(0, need)
-	if l.Need > 0 && l.free() < l.Need && l.Acked >= l.Seq {
+	if l.short() && (!l.Dry || h.st.NowMs-l.SentMs >= h.cfg.RetryMs) {
 		out = h.send(l, "", out)
+	}
+	return out
+}
+
+// short: requests wait that the lease cannot cover, and nothing is in
+// flight.
+func (l *lease) short() bool { return l.Need > 0 && l.free() < l.Need && l.Acked >= l.Seq }
+
+// WantAll states the queued demand of every budget at once: ids[i] has
+// sum[i] queued, need[i] the smallest; a budget not named has none.
+func (h *Holder) WantAll(nowMs int64, ids []string, sum, need []int64, out []Msg) []Msg {
+	out = h.clock(nowMs, out)
+	for _, l := range h.st.Leases {
+		q, n := int64(0), int64(0)
+		for i, id := range ids {
+			if id == l.B.ID {
+				q, n = sum[i], need[i]
+				break
+			}
+		}
+		if q == 0 && l.Queued == 0 && l.Need == 0 {
+			continue
+		}
+		out = h.Want(nowMs, l.B.ID, q, n, out)
 	}
 	return out
 }
@@ -287,6 +316,7 @@ func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
 		l.Granted = g.Granted
 	}
 	l.Target = g.Target
+	l.Dry = g.Amount == 0
 	l.Available, l.UsedThen, l.Told, l.ToldMs = g.Available, l.SentUsed, true, h.st.NowMs
 	if g.AckSeq < l.Seq {
 		l.UsedThen = 0 // it answered an older report: assume it knew nothing of ours
@@ -295,9 +325,14 @@ func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
 		l.TermEndMs = h.st.NowMs + g.TermMs
 		l.Charged = 0
 	}
-	// Above the share: give the excess back at once.
+	// Above the share: give the excess back at once. A share revised
+	// below what is used is answered too: the budget partition learns the
+	// use it did not know of (and may tell a waiting holder the budget is
+	// spent).
 	if excess := (l.Granted - l.Returned) - max(l.Target, l.Used); excess > 0 {
 		l.Returned += excess
+		out = h.send(l, schemas.LeaseShareRevised, out)
+	} else if l.Target < l.Granted-l.Returned && l.Used != l.SentUsed && l.Acked >= l.Seq {
 		out = h.send(l, schemas.LeaseShareRevised, out)
 	} else if l.Need > 0 && l.free() < l.Need && l.Acked >= l.Seq && g.Amount > 0 {
 		out = h.send(l, "", out) // still short: ask again
@@ -319,6 +354,8 @@ func (h *Holder) Tick(nowMs int64, out []Msg) []Msg {
 			// it never saw it, else answers it again.
 			l.Seq--
 			out = h.resend(l, out)
+		case l.Dry && l.short() && now-l.SentMs >= h.cfg.RetryMs:
+			out = h.send(l, "", out)
 		case l.TermEndMs > 0 && now >= l.TermEndMs && l.Acked >= l.Seq:
 			l.TermEndMs = 0
 			if l.demand() > 0 {
@@ -346,7 +383,7 @@ func (h *Holder) NextWakeMs() (int64, bool) {
 	var next int64
 	for _, l := range h.st.Leases {
 		t := int64(0)
-		if l.Acked < l.Seq {
+		if l.Acked < l.Seq || l.Dry && l.short() {
 			t = l.SentMs + h.cfg.RetryMs
 		} else if l.TermEndMs > 0 {
 			t = l.TermEndMs
