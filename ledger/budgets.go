@@ -32,18 +32,24 @@ type budRef struct {
 	Win  int64  `json:"w,omitempty"`
 }
 
-// budgetSide holds the leases of the partition's scopes: one Holder per
-// scope, by name. Not part of st: snapshots carry the holders' own
+// budgetSide holds the leases of the partition's scopes (one Holder per
+// scope, by name) and the budget partition of the budgets whose id keys
+// records into this partition of sluice.requests: a partition of the
+// request log is both a scope partition and a budget partition, so the
+// lease messages ride the same transactions, snapshots, takeovers and
+// replay as the decisions. Not part of st: snapshots carry their own
 // encodings (Freeze).
 type budgetSide struct {
 	holders []*budget.Holder
+	bp      *budget.Partition
 	cfgKey  string
 	out     []budget.Msg // lease messages of the current Apply
 }
 
 // LeaseOutput is one lease message produced by the last Apply: a
-// LeaseRequested or LeaseReturned for the budget partition (key: the
-// budget id). Index orders it among the Apply's lease messages.
+// LeaseRequested or LeaseReturned for a budget partition, or a
+// LeaseGranted for a holder. It goes to sluice.requests keyed by Key.
+// Index orders it among the Apply's lease messages.
 type LeaseOutput struct {
 	Msg   budget.Msg
 	Index int32
@@ -59,12 +65,16 @@ func (l *Ledger) LeaseOutputs() []LeaseOutput {
 	return out
 }
 
-// Key is the record key of o: its budget id (the budget partition's key).
+// Key is the record key of o: the budget id for the budget partition,
+// the holder's scope for a grant.
 func (o *LeaseOutput) Key() string {
-	if o.Msg.Requested != nil {
+	switch {
+	case o.Msg.Requested != nil:
 		return o.Msg.Requested.Budget
+	case o.Msg.Returned != nil:
+		return o.Msg.Returned.Budget
 	}
-	return o.Msg.Returned.Budget
+	return o.Msg.Granted.Holder
 }
 
 // Event converts o to a wire event with a deterministic id
@@ -78,10 +88,13 @@ func (o *LeaseOutput) Event(partition int32, offset, logTimeMs int64) *schemas.E
 	b = append(b, '-')
 	b = strconv.AppendInt(b, int64(o.Index), 10)
 	e := &schemas.Event{V: schemas.Version, ID: string(b), ProducedAtMs: logTimeMs}
-	if o.Msg.Requested != nil {
+	switch {
+	case o.Msg.Requested != nil:
 		e.Type, e.LeaseRequested, e.Scope = schemas.TypeLeaseRequested, o.Msg.Requested, o.Msg.Requested.Holder
-	} else {
+	case o.Msg.Returned != nil:
 		e.Type, e.LeaseReturned, e.Scope = schemas.TypeLeaseReturned, o.Msg.Returned, o.Msg.Returned.Holder
+	default:
+		e.Type, e.LeaseGranted, e.Scope = schemas.TypeLeaseGranted, o.Msg.Granted, o.Msg.Granted.Holder
 	}
 	return e
 }
@@ -99,7 +112,7 @@ func (l *Ledger) budgetConfig() *budget.Config {
 func (l *Ledger) syncHolders() {
 	cfg := l.budgetConfig()
 	if cfg == nil {
-		l.bud.holders, l.bud.cfgKey = nil, ""
+		l.bud.holders, l.bud.bp, l.bud.cfgKey = nil, nil, ""
 		return
 	}
 	key, _ := json.Marshal(cfg)
@@ -107,6 +120,13 @@ func (l *Ledger) syncHolders() {
 		return
 	}
 	l.bud.cfgKey = string(key)
+	if l.bud.bp == nil {
+		l.bud.bp, _ = budget.NewPartition(*cfg)
+	} else if snap, err := l.bud.bp.MarshalSnapshot(); err == nil {
+		if bp, err := budget.RestorePartition(*cfg, snap); err == nil {
+			l.bud.bp = bp
+		}
+	}
 	for i, h := range l.bud.holders {
 		snap, err := h.MarshalSnapshot()
 		if err == nil {
@@ -246,9 +266,34 @@ func (l *Ledger) leaseGranted(g *schemas.LeaseGranted) {
 	}
 }
 
+// budgetPartitionApply applies a LeaseRequested or LeaseReturned record:
+// this partition is the budget partition of its budget id.
+func (l *Ledger) budgetPartitionApply(ev *schemas.Event) {
+	if l.budgetConfig() == nil {
+		return
+	}
+	if l.bud.bp == nil {
+		l.syncHolders()
+	}
+	if l.bud.bp == nil {
+		return
+	}
+	for _, o := range l.bud.bp.Apply(l.st.Now, ev, nil) {
+		g := o.Grant
+		l.bud.out = append(l.bud.out, budget.Msg{Granted: &g})
+	}
+}
+
 // budgetTick advances every holder's clock (terms, window rolls,
-// resends); a holder that rolled a window may have room again.
+// resends); a holder that rolled a window may have room again. The
+// budget partition's clock moves too: stale demand frees shares.
 func (l *Ledger) budgetTick() {
+	if l.bud.bp != nil && l.bud.bp.Active() {
+		for _, o := range l.bud.bp.Apply(l.st.Now, nil, nil) {
+			g := o.Grant
+			l.bud.out = append(l.bud.out, budget.Msg{Granted: &g})
+		}
+	}
 	for _, h := range l.bud.holders {
 		n := len(l.bud.out)
 		l.bud.out = h.Tick(l.st.Now, l.bud.out)
@@ -308,6 +353,15 @@ func (l *Ledger) budgetWakeMs() (ms int64, ok bool) {
 	return ms, ok
 }
 
+// freezeBudgetPartition encodes the budget partition for a snapshot.
+func (l *Ledger) freezeBudgetPartition() json.RawMessage {
+	if l.bud.bp == nil || !l.bud.bp.Active() {
+		return nil
+	}
+	b, _ := l.bud.bp.MarshalSnapshot()
+	return b
+}
+
 // freezeHolders encodes the holders for a snapshot.
 func (l *Ledger) freezeHolders() []json.RawMessage {
 	var out []json.RawMessage
@@ -321,8 +375,9 @@ func (l *Ledger) freezeHolders() []json.RawMessage {
 	return out
 }
 
-// restoreHolders rebuilds the holders of a snapshot.
-func (l *Ledger) restoreHolders(raw []json.RawMessage) error {
+// restoreHolders rebuilds the holders and the budget partition of a
+// snapshot.
+func (l *Ledger) restoreHolders(raw []json.RawMessage, bp json.RawMessage) error {
 	cfg := l.budgetConfig()
 	l.bud = budgetSide{}
 	if cfg == nil {
@@ -330,6 +385,15 @@ func (l *Ledger) restoreHolders(raw []json.RawMessage) error {
 	}
 	key, _ := json.Marshal(cfg)
 	l.bud.cfgKey = string(key)
+	var err error
+	if len(bp) > 0 {
+		l.bud.bp, err = budget.RestorePartition(*cfg, bp)
+	} else {
+		l.bud.bp, err = budget.NewPartition(*cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("budget partition: %w", err)
+	}
 	for i, b := range raw {
 		h, err := budget.RestoreHolder(*cfg, b)
 		if err != nil {

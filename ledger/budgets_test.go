@@ -10,19 +10,33 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
-// budgetStack is two scope partitions (one provider each) and the budget
-// partition of their tenant's budget, joined by an in-order loopback:
-// every lease message a scope partition produces is applied by the
-// budget partition, and every grant lands in its holder's partition, as
-// the ledger service would produce them (budgets.go).
+// budgetStack is two partitions of the request log, one provider scope
+// each; the first is also the budget partition of the tenant's budget
+// (its id keys records there). They are joined by an in-order loopback
+// that delivers every lease output to the partition its key names, as
+// the ledger service produces them (budgets.go).
 type budgetStack struct {
 	t       *testing.T
 	nowMs   int64
 	parts   map[string]*Ledger // by scope
 	offsets map[string]int64
 	logs    map[string][]stackRec // every input of each scope partition, for replay
-	bp      *budget.Partition
 	out     map[string][]Output // decisions by scope
+	// dropEvery loses every n-th lease message (0: none); dropped counts them.
+	dropEvery, sent, dropped int
+}
+
+// route is the partition (named by its scope) that a record key lands in.
+func (s *budgetStack) route(key string) string {
+	if key == "acme-daily" {
+		return "openai:acme"
+	}
+	return key
+}
+
+func (s *budgetStack) outstanding() (int64, int64) {
+	out, lim, _ := s.parts["openai:acme"].bud.bp.Outstanding("acme-daily")
+	return out, lim
 }
 
 type stackRec struct {
@@ -53,10 +67,6 @@ func newBudgetStack(t *testing.T, cfg Config) *budgetStack {
 	for i, sc := range cfg.Scopes {
 		s.parts[sc.Name] = New(int32(i), cfg)
 	}
-	var err error
-	if s.bp, err = budget.NewPartition(*cfg.Budget); err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 
@@ -77,10 +87,12 @@ func (s *budgetStack) apply(scope string, ev *schemas.Event) {
 		s.logs[it.scope] = append(s.logs[it.scope], stackRec{s.nowMs, off, it.ev})
 		s.out[it.scope] = l.Apply(s.nowMs, off, it.ev, s.out[it.scope])
 		for _, lo := range l.LeaseOutputs() {
-			for _, g := range s.bp.Apply(s.nowMs, lo.Event(l.st.Partition, off, s.nowMs), nil) {
-				g := g.Grant
-				queue = append(queue, item{g.Holder, &schemas.Event{V: 1, Type: schemas.TypeLeaseGranted, ID: "g", Scope: g.Holder, LeaseGranted: &g}})
+			s.sent++
+			if s.dropEvery > 0 && s.sent%s.dropEvery == 0 {
+				s.dropped++
+				continue
 			}
+			queue = append(queue, item{s.route(lo.Key()), lo.Event(l.st.Partition, off, s.nowMs)})
 		}
 	}
 }
@@ -191,7 +203,7 @@ func TestBudgetSpansProviders(t *testing.T) {
 	if !sawLease {
 		t.Error("no request waited for its lease (budget_lease)")
 	}
-	out, lim, _ := s.bp.Outstanding("acme-daily")
+	out, lim := s.outstanding()
 	if out > lim {
 		t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
 	}
@@ -260,4 +272,46 @@ func envelopeFor(typ schemas.Type, id, scope string) *schemas.Event {
 		ev.Released = &schemas.Released{Reason: "cancel"}
 	}
 	return ev
+}
+
+// TestBudgetLostLeaseMessages: with every 3rd, 4th or 5th lease message
+// lost (requests, grants and returns alike), the budget is never
+// overspent, and the lost messages are healed by the next ones (the
+// counters are cumulative) so that the budget is still used.
+func TestBudgetLostLeaseMessages(t *testing.T) {
+	for _, every := range []int{3, 4, 5} {
+		const limit = 60
+		s := newBudgetStack(t, budgetLedgerConfig(limit, budget.UnitRequests))
+		s.dropEvery = every
+		scopes := []string{"openai:acme", "anthropic:acme"}
+		n := 0
+		for step := range 300 {
+			sc := scopes[step%2]
+			s.apply(sc, budgetReserve(fmt.Sprintf("q%d", n), sc, 0))
+			n++
+			s.tick(25)
+			granted := 0
+			for i := range n {
+				if d, _ := s.last(fmt.Sprintf("q%d", i)); d.Status == schemas.StatusGranted {
+					granted++
+				}
+			}
+			if granted > limit {
+				t.Fatalf("drop every %d: step %d: %d granted against a budget of %d", every, step, granted, limit)
+			}
+			if out, lim := s.outstanding(); out > lim {
+				t.Fatalf("drop every %d: step %d: outstanding %d > %d", every, step, out, lim)
+			}
+		}
+		granted := 0
+		for i := range n {
+			if d, _ := s.last(fmt.Sprintf("q%d", i)); d.Status == schemas.StatusGranted {
+				granted++
+			}
+		}
+		t.Logf("drop every %d: %d of %d lease messages lost, %d granted of a budget of %d", every, s.dropped, s.sent, granted, limit)
+		if granted < limit*9/10 {
+			t.Errorf("drop every %d: only %d granted of %d", every, granted, limit)
+		}
+	}
 }

@@ -109,7 +109,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 	out = l.expireHolds(out)
 	out = l.expireLostNodes(out)
 	l.evictDone()
-	if l.bud.holders != nil {
+	if l.bud.holders != nil || l.bud.bp != nil {
 		l.budgetTick()
 	}
 	if ev != nil {
@@ -154,6 +154,8 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 			if ev.LeaseGranted != nil {
 				l.leaseGranted(ev.LeaseGranted)
 			}
+		case schemas.TypeLeaseRequested, schemas.TypeLeaseReturned:
+			l.budgetPartitionApply(ev)
 		}
 	}
 	out = l.pumpAll(out)

@@ -210,6 +210,7 @@ func (l *Ledger) Freeze() *Frozen {
 	st.Services = slices.Clone(l.st.Services)
 	st.Learned = slices.Clone(l.st.Learned)
 	st.BudgetHolders = l.freezeHolders()
+	st.BudgetPartition = l.freezeBudgetPartition()
 	st.Scopes = slices.Clone(l.st.Scopes)
 	nowUs := l.st.Now * 1000
 	for i := range st.Scopes {
@@ -305,10 +306,10 @@ func Restore(b []byte) (*Ledger, error) {
 		}
 		sc.Flows = nil
 	}
-	if err := l.restoreHolders(l.st.BudgetHolders); err != nil {
+	if err := l.restoreHolders(l.st.BudgetHolders, l.st.BudgetPartition); err != nil {
 		return nil, fmt.Errorf("ledger snapshot: %w", err)
 	}
-	l.st.BudgetHolders = nil
+	l.st.BudgetHolders, l.st.BudgetPartition = nil, nil
 	return l, nil
 }
 

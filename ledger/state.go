@@ -332,4 +332,7 @@ type state struct {
 	// (budgets.go), encoded by Freeze; nil in the live state, which keeps
 	// them in Ledger.bud.
 	BudgetHolders []json.RawMessage `json:"budget_holders,omitempty"`
+	// BudgetPartition is the state of the budgets this partition of the
+	// request log is the budget partition of, encoded by Freeze.
+	BudgetPartition json.RawMessage `json:"budget_partition,omitempty"`
 }

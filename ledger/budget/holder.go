@@ -79,10 +79,12 @@ type lease struct {
 func (l *lease) free() int64 { return l.Granted - l.Returned - l.Used }
 
 // Msg is one lease message to send: exactly one of its fields is set.
-// Key it by its budget id (the budget partition's key).
+// Key Requested and Returned by their budget id (the budget partition's
+// key), Granted by its holder (the scope partition's key).
 type Msg struct {
 	Requested *schemas.LeaseRequested
 	Returned  *schemas.LeaseReturned
+	Granted   *schemas.LeaseGranted
 }
 
 // Verdict is Check's answer for one budget.

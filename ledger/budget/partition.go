@@ -109,6 +109,17 @@ func (p *Partition) reindex() {
 	}
 }
 
+// Active reports whether any holder has been heard of: before that, a
+// clock advance has nothing to do.
+func (p *Partition) Active() bool {
+	for _, b := range p.st.Budgets {
+		if len(b.Cur.Holders) > 0 || b.Prev != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // NowMs is the partition's clock: the greatest log time applied.
 func (p *Partition) NowMs() int64 { return p.st.NowMs }
 
