@@ -58,6 +58,9 @@ type LeaseOutput struct {
 // LeaseOutputs returns the lease messages of the last Apply (valid until
 // the next one).
 func (l *Ledger) LeaseOutputs() []LeaseOutput {
+	if len(l.bud.out) == 0 {
+		return nil
+	}
 	out := make([]LeaseOutput, len(l.bud.out))
 	for i, m := range l.bud.out {
 		out[i] = LeaseOutput{Msg: m, Index: int32(i)}

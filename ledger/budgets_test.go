@@ -21,7 +21,7 @@ type budgetStack struct {
 	parts   map[string]*Ledger // by scope
 	offsets map[string]int64
 	logs    map[string][]stackRec // every input of each scope partition, for replay
-	out     map[string][]Output // decisions by scope
+	out     map[string][]Output   // decisions by scope
 	// dropEvery loses every n-th lease message (0: none); dropped counts them.
 	dropEvery, sent, dropped int
 }
