@@ -315,3 +315,26 @@ func TestBudgetLostLeaseMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetExplainNamesBudgetAndLease: explaining a request that its
+// budget refused names the budget and the lease, replaying the scope
+// partition's log (lease records included) from its start.
+func TestBudgetExplainNamesBudgetAndLease(t *testing.T) {
+	s := newBudgetStack(t, budgetLedgerConfig(100, budget.UnitSpendMicros))
+	s.apply("anthropic:acme", budgetReserve("first", "anthropic:acme", 60))
+	s.tick(50)
+	s.apply("anthropic:acme", budgetReserve("second", "anthropic:acme", 60))
+	s.tick(50)
+	if d, _ := s.last("second"); d.Reason != schemas.ReasonBudgetExhausted {
+		t.Fatalf("second: %s %s, want denied budget_exhausted", d.Status, d.Reason)
+	}
+	x := NewExplainer(New(1, budgetLedgerConfig(100, budget.UnitSpendMicros)), "second")
+	var out []Output
+	for _, rec := range s.logs["anthropic:acme"] {
+		out = x.Apply(rec.atMs, rec.offset, rec.ev, out[:0])
+	}
+	e := x.Explanation()
+	if e.LimitPath != "budget:acme-daily/lease:anthropic:acme" {
+		t.Fatalf("explanation limit_path %q, outcome %q: want the budget and the lease", e.LimitPath, e.Outcome)
+	}
+}
