@@ -253,6 +253,50 @@ func (l *Ledger) budgetSettle(r *res, actual *[numDims]int64, sent bool) {
 	}
 }
 
+// budgetChargeUngranted charges usage this log never granted (debt.go)
+// to r's budgets: it was spent at the provider, so it counts, even past
+// the lease (an overdraft the budget partition learns of with the
+// holder's next report, and takes out of the next grants).
+func (l *Ledger) budgetChargeUngranted(r *res, actual *[numDims]int64) {
+	h := l.holderOf(r.Scope)
+	if h == nil {
+		return
+	}
+	for i := 0; i < int(r.NBud); i++ {
+		h.Charge(r.Bud[i].ID, budgetCost(h.Unit(r.Bud[i].ID), actual, 0))
+	}
+}
+
+// BudgetLease returns what scope holds of budget id in this partition
+// (the auditors' view; false: no such holder or budget).
+func (l *Ledger) BudgetLease(scope, id string) (budget.Lease, bool) {
+	for _, h := range l.bud.holders {
+		if h.Name() == scope {
+			return h.Lease(id)
+		}
+	}
+	return budget.Lease{}, false
+}
+
+// BudgetOutstanding returns, for budget id if this partition is its
+// budget partition, what its holders used or may still spend and its
+// limit (ok false: it has no state for it).
+func (l *Ledger) BudgetOutstanding(id string) (outstanding, limit int64, ok bool) {
+	if l.bud.bp == nil || !l.bud.bp.Active() {
+		return 0, 0, false
+	}
+	return l.bud.bp.Outstanding(id)
+}
+
+// BudgetGranted returns what the budget partition has granted holder of
+// budget id in its current window (ok false: not this partition's).
+func (l *Ledger) BudgetGranted(id, holder string) (granted int64, windowStartMs int64, ok bool) {
+	if l.bud.bp == nil {
+		return 0, 0, false
+	}
+	return l.bud.bp.Granted(id, holder)
+}
+
 // leaseGranted applies a LeaseGranted record to its holder and lets the
 // holder's scope pump again: its waiters may fit now, or be denied.
 func (l *Ledger) leaseGranted(g *schemas.LeaseGranted) {

@@ -437,6 +437,20 @@ func (p *Partition) Outstanding(id string) (outstanding, limit int64, ok bool) {
 	return outstanding, b.B.Limit, true
 }
 
+// Granted returns what the partition has granted holder of budget id in
+// its current window, and the window's start.
+func (p *Partition) Granted(id, holder string) (granted, windowStartMs int64, ok bool) {
+	i, ok := p.idx[id]
+	if !ok {
+		return 0, 0, false
+	}
+	b := p.st.Budgets[i]
+	if h := p.holder(&b.Cur, holder, false); h != nil {
+		return h.Granted, b.Cur.StartMs, true
+	}
+	return 0, b.Cur.StartMs, true
+}
+
 // MarshalSnapshot returns the partition's state; RestorePartition with
 // the same config continues exactly like an uninterrupted run.
 func (p *Partition) MarshalSnapshot() ([]byte, error) { return json.Marshal(&p.st) }
