@@ -839,7 +839,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	sc := &l.st.Scopes[r.Scope]
-	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now || r.NBud > 0 {
+	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now {
 		return false
 	}
 	for d := range numDims {
@@ -889,6 +889,18 @@ func (l *Ledger) grantFast(ri int32) bool {
 			}
 			b.Held += a
 		}
+	}
+	if r.NBud > 0 {
+		// Every bucket covered it; its budgets' leases must too, else
+		// the debits go back and check decides (budget_lease, exhausted).
+		if _, ok := l.budgetCheck(r); !ok {
+			if r.NPath > 0 {
+				last := int(r.NPath) - 1
+				l.ungrantFast(r, last, int(nodes[r.Path[last]].N))
+			}
+			return false
+		}
+		l.budgetCharge(r)
 	}
 	l.granted(ri, false)
 	return true

@@ -159,8 +159,11 @@ func (h *Holder) clock(nowMs int64, out []Msg) []Msg {
 		h.st.NowMs = nowMs
 	}
 	for _, l := range h.st.Leases {
-		if start, _ := windowOf(&l.B, h.st.NowMs); start > l.StartMs {
-			out = h.rollTo(l, start, out)
+		if h.st.NowMs < l.EndMs {
+			continue // the hot path: no calendar arithmetic
+		}
+		if start, _ := windowOf(&l.B, h.st.NowMs); start > l.StartMs || l.EndMs == 0 {
+			out = h.rollTo(l, start, out) // (EndMs 0: the first window, which may start at 0)
 		}
 	}
 	return out
@@ -380,7 +383,8 @@ func (h *Holder) resend(l *lease, out []Msg) []Msg {
 	return h.send(l, reason, out)
 }
 
-// NextWakeMs is when Tick next has work (0, false: none).
+// NextWakeMs is when Tick next has work (0, false: none): a resend, a
+// term's end, a retry after a dry answer.
 func (h *Holder) NextWakeMs() (int64, bool) {
 	var next int64
 	for _, l := range h.st.Leases {
@@ -393,9 +397,9 @@ func (h *Holder) NextWakeMs() (int64, bool) {
 		if t > 0 && (next == 0 || t < next) {
 			next = t
 		}
-		if l.Granted > 0 && (next == 0 || l.EndMs < next) {
-			next = l.EndMs
-		}
+		// No wake at the window's end: the first record after it rolls
+		// the lease (its unused part counts against the next window until
+		// then), and a day-long wake would keep an idle partition ticking.
 	}
 	return next, next > 0
 }

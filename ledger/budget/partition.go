@@ -157,6 +157,9 @@ func (p *Partition) Apply(logTimeMs int64, ev *schemas.Event, out []Output) []Ou
 // could spend (their clock is not ours), so its unused lease stays
 // counted against the new window until they return it.
 func (p *Partition) roll(b *budgetState, nowMs int64) {
+	if nowMs < b.Cur.EndMs && nowMs >= b.Cur.StartMs {
+		return // the hot path: no calendar arithmetic
+	}
 	start, end := windowOf(&b.B, nowMs)
 	if b.Cur.EndMs != 0 && start <= b.Cur.StartMs {
 		return
