@@ -55,6 +55,9 @@ type lease struct {
 	Seq      int64 `json:"seq"`
 	SentMs   int64 `json:"sent_ms"`
 	SentUsed int64 `json:"sent_used"`
+	// UsedAt is the Used each of our last messages carried, by Seq
+	// modulo its length: an answer to an older message knows that use.
+	UsedAt [8]int64 `json:"used_at"`
 	Acked    int64 `json:"acked"`
 	GrantSeq int64 `json:"grant_seq"`
 	// TermEndMs ends the lease term; Charged is what was charged in it.
@@ -278,6 +281,7 @@ func (l *lease) demand() int64 { return min(amountMax, l.Queued+l.Charged) }
 func (h *Holder) send(l *lease, reason string, out []Msg) []Msg {
 	l.Seq++
 	l.SentMs, l.SentUsed = h.st.NowMs, l.Used
+	l.UsedAt[l.Seq%int64(len(l.UsedAt))] = l.Used
 	if reason == "" {
 		return append(out, Msg{Requested: &schemas.LeaseRequested{Budget: l.B.ID, Holder: h.st.Name, WindowStartMs: l.StartMs,
 			Seq: l.Seq, Granted: l.Granted, Returned: l.Returned, Used: l.Used, Demand: l.demand(), Need: l.Need}})
@@ -307,6 +311,7 @@ func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
 			l.PrevReturned += g.Granted - l.PrevGranted
 			l.PrevGranted = g.Granted
 			l.Seq++
+			l.UsedAt[l.Seq%int64(len(l.UsedAt))] = 0 // says nothing of this window
 			out = append(out, Msg{Returned: &schemas.LeaseReturned{Budget: l.B.ID, Holder: h.st.Name, WindowStartMs: l.PrevStartMs,
 				Seq: l.Seq, Granted: l.PrevGranted, Returned: l.PrevReturned, Used: l.PrevUsed, Reason: schemas.LeaseWindowRolled}})
 		}
@@ -324,7 +329,12 @@ func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
 	l.Dry = g.Amount == 0
 	l.Available, l.UsedThen, l.Told, l.ToldMs = g.Available, l.SentUsed, true, h.st.NowMs
 	if g.AckSeq < l.Seq {
-		l.UsedThen = 0 // it answered an older report: assume it knew nothing of ours
+		// It answered an older report: the use that one carried, if it
+		// is still in the ring; else assume it knew nothing of ours.
+		l.UsedThen = 0
+		if g.AckSeq > 0 && l.Seq-g.AckSeq < int64(len(l.UsedAt)) {
+			l.UsedThen = l.UsedAt[g.AckSeq%int64(len(l.UsedAt))]
+		}
 	}
 	if l.TermEndMs <= h.st.NowMs || g.Amount > 0 {
 		l.TermEndMs = h.st.NowMs + g.TermMs
