@@ -219,6 +219,23 @@ func (l *Ledger) budgetCheck(r *res) (verdict, bool) {
 	return verdict{}, true
 }
 
+// budgetDimension is the dimension a budget counts, for limit_dimension
+// (so that the gateway's error says "quota exhausted on budget:… spend:
+// needed …, available …").
+func (l *Ledger) budgetDimension(r *res, id string) schemas.Dimension {
+	h := l.holderOf(r.Scope)
+	if h == nil {
+		return ""
+	}
+	switch h.Unit(id) {
+	case budget.UnitRequests:
+		return schemas.DimRequests
+	case budget.UnitTokens:
+		return schemas.DimTotalTokens
+	}
+	return schemas.DimSpend
+}
+
 // budgetCharge charges r's budgets when it is granted (an emergency
 // admission too, even past its lease: the overdraft is counted).
 func (l *Ledger) budgetCharge(r *res) {

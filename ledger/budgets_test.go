@@ -157,8 +157,10 @@ func TestBudgetConcurrentFirstRequests(t *testing.T) {
 			granted++
 		case d.Status == schemas.StatusDenied && d.Reason == schemas.ReasonBudgetExhausted:
 			denied++
-			if want := "budget:acme-daily/lease:" + scopes[i%2]; d.LimitPath != want || d.GatewayDecision != schemas.GDRejectedPolicy {
-				t.Errorf("%s: limit_path %q gateway_decision %s, want %q rejected_policy", id, d.LimitPath, d.GatewayDecision, want)
+			if want := "budget:acme-daily/lease:" + scopes[i%2]; d.LimitPath != want || d.GatewayDecision != schemas.GDRejectedPolicy ||
+				d.LimitDimension != schemas.DimSpend || d.Needed != 60 || d.Available >= 60 {
+				t.Errorf("%s: limit_path %q %s needed %d available %d, gateway_decision %s; want %q spend, 60 needed, < 60 available, rejected_policy",
+					id, d.LimitPath, d.LimitDimension, d.Needed, d.Available, d.GatewayDecision, want)
 			}
 		default:
 			t.Errorf("%s: %s %s", id, d.Status, d.Reason)

@@ -538,6 +538,7 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 	if v.bud > 0 {
 		// The budget and the lease that limited it (budgets.go).
 		d.LimitPath = "budget:" + r.Bud[v.bud-1].ID + "/lease:" + l.st.Scopes[r.Scope].Name
+		d.LimitDimension = l.budgetDimension(r, r.Bud[v.bud-1].ID)
 		d.Needed, d.Available = v.needed, v.avail
 	}
 	if v.fitMs > now {

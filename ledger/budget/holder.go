@@ -57,9 +57,9 @@ type lease struct {
 	SentUsed int64 `json:"sent_used"`
 	// UsedAt is the Used each of our last messages carried, by Seq
 	// modulo its length: an answer to an older message knows that use.
-	UsedAt [8]int64 `json:"used_at"`
-	Acked    int64 `json:"acked"`
-	GrantSeq int64 `json:"grant_seq"`
+	UsedAt   [8]int64 `json:"used_at"`
+	Acked    int64    `json:"acked"`
+	GrantSeq int64    `json:"grant_seq"`
 	// TermEndMs ends the lease term; Charged is what was charged in it.
 	TermEndMs int64 `json:"term_end_ms"`
 	Charged   int64 `json:"charged"`
