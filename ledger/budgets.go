@@ -166,18 +166,20 @@ func (l *Ledger) holderOf(si int32) *budget.Holder {
 // budget's unit: requests 1, tokens input plus the most output it may
 // charge (so that a reconcile never overdraws), spend its estimate.
 func (l *Ledger) budgetsOf(r *res, path []schemas.PathLevel) {
-	r.NBud = 0
+	r.Bud = nil
 	h := l.holderOf(r.Scope)
 	if h == nil {
 		return
 	}
 	var ids [maxBudgets]string
 	for _, id := range h.Budgets(path, ids[:0]) {
-		if int(r.NBud) == maxBudgets {
+		if len(r.Bud) == maxBudgets {
 			break
 		}
-		r.Bud[r.NBud] = budRef{ID: id, Cost: budgetCost(h.Unit(id), &r.Need, r.MaxOut)}
-		r.NBud++
+		if r.Bud == nil {
+			r.Bud = make([]budRef, 0, 1) // one allocation, for budgeted requests only
+		}
+		r.Bud = append(r.Bud, budRef{ID: id, Cost: budgetCost(h.Unit(id), &r.Need, r.MaxOut)})
 	}
 }
 
@@ -199,7 +201,7 @@ func (l *Ledger) budgetCheck(r *res) (verdict, bool) {
 		return verdict{}, true
 	}
 	now := l.st.Now
-	for i := 0; i < int(r.NBud); i++ {
+	for i := range r.Bud {
 		b := &r.Bud[i]
 		var bv budget.Verdict
 		bv, l.bud.out = h.Check(now, b.ID, b.Cost, l.bud.out)
@@ -243,7 +245,7 @@ func (l *Ledger) budgetCharge(r *res) {
 	if h == nil {
 		return
 	}
-	for i := 0; i < int(r.NBud); i++ {
+	for i := range r.Bud {
 		r.Bud[i].Win = h.Charge(r.Bud[i].ID, r.Bud[i].Cost)
 	}
 }
@@ -254,7 +256,7 @@ func (l *Ledger) budgetSettle(r *res, actual *[numDims]int64, sent bool) {
 	if h == nil {
 		return
 	}
-	for i := 0; i < int(r.NBud); i++ {
+	for i := range r.Bud {
 		b := &r.Bud[i]
 		if b.Win == 0 {
 			continue
@@ -279,7 +281,7 @@ func (l *Ledger) budgetChargeUngranted(r *res, actual *[numDims]int64) {
 	if h == nil {
 		return
 	}
-	for i := 0; i < int(r.NBud); i++ {
+	for i := range r.Bud {
 		h.Charge(r.Bud[i].ID, budgetCost(h.Unit(r.Bud[i].ID), actual, 0))
 	}
 }
@@ -385,7 +387,7 @@ func (l *Ledger) budgetWants() {
 		n := 0
 		for _, ri := range l.st.Scopes[si].Queue {
 			r := &l.st.Res[ri]
-			for i := 0; i < int(r.NBud); i++ {
+			for i := range r.Bud {
 				k := 0
 				for k < n && ids[k] != r.Bud[i].ID {
 					k++

@@ -67,7 +67,7 @@ func (l *Ledger) chargeUngranted(ri int32, rc *schemas.Reconciled) {
 			l.debit(b, sp, act, now)
 		}
 	}
-	if r.NBud > 0 {
+	if len(r.Bud) > 0 {
 		l.budgetChargeUngranted(r, &actual)
 	}
 	l.st.Scopes[r.Scope].Dirty = true

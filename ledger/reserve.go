@@ -740,7 +740,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.why = whyReclaim
 		return v
 	}
-	if r.NBud > 0 {
+	if len(r.Bud) > 0 {
 		if bv, ok := l.budgetCheck(r); !ok {
 			bv.borrowed = v.borrowed
 			return bv
@@ -820,7 +820,7 @@ func (l *Ledger) grant(ri int32, borrowed bool) {
 			}
 		}
 	}
-	if r.NBud > 0 {
+	if len(r.Bud) > 0 {
 		l.budgetCharge(r)
 	}
 	l.granted(ri, borrowed)
@@ -891,7 +891,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 			b.Held += a
 		}
 	}
-	if r.NBud > 0 {
+	if len(r.Bud) > 0 {
 		// Every bucket covered it; its budgets' leases must too, else
 		// the debits go back and check decides (budget_lease, exhausted).
 		if _, ok := l.budgetCheck(r); !ok {
@@ -967,7 +967,7 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
-	if r.NBud > 0 {
+	if len(r.Bud) > 0 {
 		l.budgetSettle(r, actual, sent)
 	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check

@@ -203,6 +203,11 @@ func (l *Ledger) Freeze() *Frozen {
 	}
 	st.Ramps = slices.Clone(l.st.Ramps)
 	st.Res = slices.Clone(l.st.Res)
+	for i := range st.Res {
+		if st.Res[i].Bud != nil {
+			st.Res[i].Bud = slices.Clone(st.Res[i].Bud) // Apply writes their windows
+		}
+	}
 	st.Free = slices.Clone(l.st.Free)
 	st.Lists = slices.Clone(l.st.Lists)
 	st.Done = slices.Clone(l.st.Done)

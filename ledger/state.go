@@ -206,13 +206,13 @@ type res struct {
 	SvcMs  int64 `json:"sv,omitempty"`
 	MaxAtt int32 `json:"ma,omitempty"`
 	Gen    int32 `json:"g,omitempty"`
-	// NBud and Bud are the cross-scope budgets the request spends
-	// (budgets.go).
-	NBud uint8              `json:"nb8,omitempty"`
-	Bud  [maxBudgets]budRef `json:"bd,omitzero"`
-	List int32              `json:"l,omitempty"` // hold list index
-	Prev int32              `json:"pv,omitempty"`
-	Next int32              `json:"nx,omitempty"`
+	// Bud lists the cross-scope budgets the request spends (budgets.go);
+	// nil for the requests of a document without budgets, so that a
+	// reservation slot grows by a slice header only.
+	Bud  []budRef `json:"bd,omitempty"`
+	List int32    `json:"l,omitempty"` // hold list index
+	Prev int32    `json:"pv,omitempty"`
+	Next int32    `json:"nx,omitempty"`
 	// Pump scratch (see pumpPass), never in a snapshot: the pump epoch that
 	// visited r, and the one that found r aged ahead of an earlier-expiring
 	// waiter of a higher class.
