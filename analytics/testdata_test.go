@@ -56,6 +56,15 @@ func sampleEvent(typ schemas.Type, producedAtMs int64) *schemas.Event {
 	case schemas.TypeCapacityLearned:
 		e.CapacityLearned = &schemas.CapacityLearned{Level: "deployment", ID: "gpt", Dimension: schemas.DimRequests, PeriodMs: 60000,
 			ConfiguredCapacity: 600, PreviousCapacity: 600, LearnedCapacity: 420, Source: schemas.LearnedRefusal}
+	case schemas.TypeLeaseRequested:
+		e.LeaseRequested = &schemas.LeaseRequested{Budget: "acme-daily", Holder: "openai:org1:gpt", WindowStartMs: producedAtMs,
+			Seq: 1, Demand: 100, Need: 10}
+	case schemas.TypeLeaseGranted:
+		e.LeaseGranted = &schemas.LeaseGranted{Budget: "acme-daily", Holder: "openai:org1:gpt", WindowStartMs: producedAtMs,
+			Seq: 1, AckSeq: 1, Granted: 100, Amount: 100, Target: 100, Available: 1000, TermMs: 2000}
+	case schemas.TypeLeaseReturned:
+		e.LeaseReturned = &schemas.LeaseReturned{Budget: "acme-daily", Holder: "openai:org1:gpt", WindowStartMs: producedAtMs,
+			Seq: 2, Granted: 100, Returned: 60, Used: 40, Reason: schemas.LeaseTermEnded}
 	}
 	return e
 }

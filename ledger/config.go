@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/problems"
+	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -144,6 +145,13 @@ type Config struct {
 	// Entitlements bound what requests of a tenant, team or key may ask
 	// for (entitle.go); absent: nothing is bounded.
 	Entitlements []EntitlementConfig `json:"entitlements,omitempty"`
+
+	// Budget holds the budgets across every provider scope (a tenant's
+	// daily spend, a key's monthly tokens) that the scopes of this
+	// partition spend through leases of their budget partitions
+	// (ledger/budget, budgets.go). The budget partitions run the same
+	// document. Absent: none.
+	Budget *budget.Config `json:"budget,omitempty"`
 }
 
 // ScopeConfig configures one provider scope.
@@ -403,6 +411,9 @@ func (c *Config) fillDefaults() {
 			c.Classes[i].Overload = OverloadDeny
 		}
 	}
+	if c.Budget != nil {
+		c.Budget.FillDefaults()
+	}
 	setDef(&c.HoldTTLMs, defaultHoldTTLMs)
 	setDef(&c.StreamHoldTTLMs, defaultStreamHoldTTLMs)
 	setDef(&c.DedupTTLMs, defaultDedupTTLMs)
@@ -487,6 +498,14 @@ func (c Config) Validate() error {
 // problem, not one more for every rule that mentions it.
 func (c Config) validate(p *problems.List) {
 	bad := func(loc, format string, a ...any) { p.Add(loc, format, a...) }
+	if c.Budget != nil {
+		if err := c.Budget.Validate(); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				loc, msg, _ := strings.Cut(line, ": ")
+				bad("budget."+loc, "%s", msg)
+			}
+		}
+	}
 	if len(c.Classes) == 0 {
 		bad("classes", "at least one class is required")
 	}

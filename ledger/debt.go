@@ -67,5 +67,8 @@ func (l *Ledger) chargeUngranted(ri int32, rc *schemas.Reconciled) {
 			l.debit(b, sp, act, now)
 		}
 	}
+	if len(r.Bud) > 0 {
+		l.budgetChargeUngranted(r, &actual)
+	}
 	l.st.Scopes[r.Scope].Dirty = true
 }

@@ -375,6 +375,12 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		List: noIdx, Prev: noIdx, Next: noIdx,
 	}
 	r.Flags |= fRetry
+	if len(p.Bud) > 0 {
+		r.Bud = make([]budRef, len(p.Bud)) // the same budgets, charged anew
+		for i, b := range p.Bud {
+			r.Bud[i] = budRef{ID: b.ID, Cost: b.Cost}
+		}
+	}
 	if r.Deadline > 0 {
 		r.SvcMs = l.expectedService(r)
 	}

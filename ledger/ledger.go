@@ -37,6 +37,8 @@ type Ledger struct {
 	start  int
 	// learnedOut holds the CapacityLearned records of the last Apply.
 	learnedOut []LearnedOutput
+	// bud holds the scopes' leases of cross-scope budgets (budgets.go).
+	bud budgetSide
 }
 
 const (
@@ -101,11 +103,15 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 	l.offset = offset
 	l.start = len(out)
 	l.learnedOut = l.learnedOut[:0]
+	l.bud.out = l.bud.out[:0]
 
 	l.liveStall(prevMs)
 	out = l.expireHolds(out)
 	out = l.expireLostNodes(out)
 	l.evictDone()
+	if l.bud.holders != nil || l.bud.bp != nil {
+		l.budgetTick()
+	}
 	if ev != nil {
 		switch ev.Type {
 		case schemas.TypeReserveRequested:
@@ -144,9 +150,19 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 			if ev.Heartbeat != nil {
 				l.heartbeat(ev)
 			}
+		case schemas.TypeLeaseGranted:
+			if ev.LeaseGranted != nil {
+				l.leaseGranted(ev.LeaseGranted)
+			}
+		case schemas.TypeLeaseRequested, schemas.TypeLeaseReturned:
+			l.budgetPartitionApply(ev)
 		}
 	}
-	return l.pumpAll(out)
+	out = l.pumpAll(out)
+	if l.bud.holders != nil {
+		l.budgetWants()
+	}
+	return out
 }
 
 // NextWakeMs reports the earliest log time at which a Tick could change
@@ -156,6 +172,9 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 // liveness.go). ok is false when nothing is pending.
 func (l *Ledger) NextWakeMs() (ms int64, ok bool) {
 	ms, ok = l.liveWakeMs()
+	if w, bok := l.budgetWakeMs(); bok && (!ok || w < ms) {
+		ms, ok = w, true
+	}
 	for i := range l.st.Scopes {
 		sc := &l.st.Scopes[i]
 		if len(sc.Queue) == 0 {

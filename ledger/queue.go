@@ -306,6 +306,11 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 		// same wait for the provider, bounded by its deadline.
 		l.waitOutCooldown(r, now)
 	}
+	if v.why == whyBudgetOut && ri != w.arrival {
+		// Its budget ran out while it waited: waiting cannot help.
+		l.removeAt(sc, i)
+		return l.denyQueued(ri, &v, out), true
+	}
 	if v.ok {
 		l.removeAt(sc, i)
 		l.grant(ri, v.borrowed)

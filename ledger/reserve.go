@@ -417,6 +417,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
 	}
+	if l.st.Config.Budget != nil {
+		l.budgetsOf(r, rr.Path)
+	}
 	l.resIdx.put(rh, ri)
 	sc := &l.st.Scopes[si]
 	if att == 1 {
@@ -532,6 +535,12 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 		d.LimitDimension = dimension(v.limDim)
 		d.Needed, d.Available = v.needed, v.avail
 	}
+	if v.bud > 0 {
+		// The budget and the lease that limited it (budgets.go).
+		d.LimitPath = "budget:" + r.Bud[v.bud-1].ID + "/lease:" + l.st.Scopes[r.Scope].Name
+		d.LimitDimension = l.budgetDimension(r, r.Bud[v.bud-1].ID)
+		d.Needed, d.Available = v.needed, v.avail
+	}
 	if v.fitMs > now {
 		d.RetryAfterMs = v.fitMs - now
 	}
@@ -547,6 +556,9 @@ func (l *Ledger) decide(r *res, v *verdict) (d schemas.Decision, deny bool) {
 	switch {
 	case v.why == whyNever:
 		refuse(schemas.ReasonExceedsCapacity, schemas.RetryRequestError, schemas.GDRejectedLocally)
+		d.RetryAfterMs = 0
+	case v.why == whyBudgetOut:
+		refuse(schemas.ReasonBudgetExhausted, schemas.RetryPolicy, schemas.GDRejectedPolicy)
 		d.RetryAfterMs = 0
 	case v.why == whyPolicy || (v.policyKind && v.fitMs > r.ExpireMs):
 		refuse(schemas.ReasonQuotaExhausted, schemas.RetryPolicy, schemas.GDRejectedPolicy)
@@ -600,17 +612,21 @@ const (
 	whyBlocked
 	whyReclaim
 	whyBackoff
+	whyBudgetLease // a budget's lease cannot cover it yet (budgets.go)
+	whyBudgetOut   // a budget has less left than it costs
 )
 
 var whyReason = [...]schemas.Reason{
-	whyNone:     "",
-	whyCapacity: schemas.ReasonCapacity,
-	whyNever:    schemas.ReasonExceedsCapacity,
-	whyPolicy:   schemas.ReasonQuotaExhausted,
-	whyCooldown: schemas.ReasonCooldownLimited,
-	whyBlocked:  schemas.ReasonWaitingBehind,
-	whyReclaim:  schemas.ReasonReclaimed,
-	whyBackoff:  schemas.ReasonRetryBackoff,
+	whyNone:        "",
+	whyCapacity:    schemas.ReasonCapacity,
+	whyNever:       schemas.ReasonExceedsCapacity,
+	whyPolicy:      schemas.ReasonQuotaExhausted,
+	whyCooldown:    schemas.ReasonCooldownLimited,
+	whyBlocked:     schemas.ReasonWaitingBehind,
+	whyReclaim:     schemas.ReasonReclaimed,
+	whyBackoff:     schemas.ReasonRetryBackoff,
+	whyBudgetLease: schemas.ReasonBudgetLease,
+	whyBudgetOut:   schemas.ReasonBudgetExhausted,
 }
 
 type verdict struct {
@@ -624,6 +640,7 @@ type verdict struct {
 	needed     int64
 	avail      int64
 	fitMs      int64 // when it may fit; 0 = only an event can free capacity
+	bud        uint8 // 1 + the index of the budget that limited it (res.Bud); 0 none
 }
 
 // check evaluates whether r could be granted now. In a pump (marks=true),
@@ -723,6 +740,12 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.why = whyReclaim
 		return v
 	}
+	if len(r.Bud) > 0 {
+		if bv, ok := l.budgetCheck(r); !ok {
+			bv.borrowed = v.borrowed
+			return bv
+		}
+	}
 	v.ok = true
 	return v
 }
@@ -797,6 +820,9 @@ func (l *Ledger) grant(ri int32, borrowed bool) {
 			}
 		}
 	}
+	if len(r.Bud) > 0 {
+		l.budgetCharge(r)
+	}
 	l.granted(ri, borrowed)
 }
 
@@ -865,6 +891,18 @@ func (l *Ledger) grantFast(ri int32) bool {
 			b.Held += a
 		}
 	}
+	if len(r.Bud) > 0 {
+		// Every bucket covered it; its budgets' leases must too, else
+		// the debits go back and check decides (budget_lease, exhausted).
+		if _, ok := l.budgetCheck(r); !ok {
+			if r.NPath > 0 {
+				last := int(r.NPath) - 1
+				l.ungrantFast(r, last, int(nodes[r.Path[last]].N))
+			}
+			return false
+		}
+		l.budgetCharge(r)
+	}
 	l.granted(ri, false)
 	return true
 }
@@ -929,6 +967,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	l.holdRemove(ri)
+	if len(r.Bud) > 0 {
+		l.budgetSettle(r, actual, sent)
+	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
 	for _, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]

@@ -67,6 +67,7 @@ func (l *Ledger) install(cfg Config) {
 		}
 	}
 	l.rebaseLearned()
+	l.syncHolders()
 	// Classes may have been renamed, added or removed.
 	for si := range l.st.Scopes {
 		sc := &l.st.Scopes[si]
@@ -202,12 +203,19 @@ func (l *Ledger) Freeze() *Frozen {
 	}
 	st.Ramps = slices.Clone(l.st.Ramps)
 	st.Res = slices.Clone(l.st.Res)
+	for i := range st.Res {
+		if st.Res[i].Bud != nil {
+			st.Res[i].Bud = slices.Clone(st.Res[i].Bud) // Apply writes their windows
+		}
+	}
 	st.Free = slices.Clone(l.st.Free)
 	st.Lists = slices.Clone(l.st.Lists)
 	st.Done = slices.Clone(l.st.Done)
 	st.Live = slices.Clone(l.st.Live)
 	st.Services = slices.Clone(l.st.Services)
 	st.Learned = slices.Clone(l.st.Learned)
+	st.BudgetHolders = l.freezeHolders()
+	st.BudgetPartition = l.freezeBudgetPartition()
 	st.Scopes = slices.Clone(l.st.Scopes)
 	nowUs := l.st.Now * 1000
 	for i := range st.Scopes {
@@ -303,6 +311,10 @@ func Restore(b []byte) (*Ledger, error) {
 		}
 		sc.Flows = nil
 	}
+	if err := l.restoreHolders(l.st.BudgetHolders, l.st.BudgetPartition); err != nil {
+		return nil, fmt.Errorf("ledger snapshot: %w", err)
+	}
+	l.st.BudgetHolders, l.st.BudgetPartition = nil, nil
 	return l, nil
 }
 

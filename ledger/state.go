@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -206,9 +207,13 @@ type res struct {
 	SvcMs  int64 `json:"sv,omitempty"`
 	MaxAtt int32 `json:"ma,omitempty"`
 	Gen    int32 `json:"g,omitempty"`
-	List   int32 `json:"l,omitempty"` // hold list index
-	Prev   int32 `json:"pv,omitempty"`
-	Next   int32 `json:"nx,omitempty"`
+	// Bud lists the cross-scope budgets the request spends (budgets.go);
+	// nil for the requests of a document without budgets, so that a
+	// reservation slot grows by a slice header only.
+	Bud  []budRef `json:"bd,omitempty"`
+	List int32    `json:"l,omitempty"` // hold list index
+	Prev int32    `json:"pv,omitempty"`
+	Next int32    `json:"nx,omitempty"`
 	// Pump scratch (see pumpPass), never in a snapshot: the pump epoch that
 	// visited r, and the one that found r aged ahead of an earlier-expiring
 	// waiter of a higher class.
@@ -324,4 +329,11 @@ type state struct {
 	// Learned holds the buckets whose capacity was learned from the
 	// provider (learn.go), in first-learned order.
 	Learned []learnedCap `json:"learned,omitempty"`
+	// BudgetHolders are the scopes' leases of cross-scope budgets
+	// (budgets.go), encoded by Freeze; nil in the live state, which keeps
+	// them in Ledger.bud.
+	BudgetHolders []json.RawMessage `json:"budget_holders,omitempty"`
+	// BudgetPartition is the state of the budgets this partition of the
+	// request log is the budget partition of, encoded by Freeze.
+	BudgetPartition json.RawMessage `json:"budget_partition,omitempty"`
 }

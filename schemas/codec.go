@@ -82,6 +82,9 @@ func (e *Event) payload() (n int, match bool) {
 	check(e.Snapshot != nil, TypeSnapshot)
 	check(e.Heartbeat != nil, TypeHeartbeat)
 	check(e.CapacityLearned != nil, TypeCapacityLearned)
+	check(e.LeaseRequested != nil, TypeLeaseRequested)
+	check(e.LeaseGranted != nil, TypeLeaseGranted)
+	check(e.LeaseReturned != nil, TypeLeaseReturned)
 	return n, match
 }
 

@@ -77,6 +77,18 @@ func goldenEvents() []Event {
 		ConfiguredCapacity: 120000, PreviousCapacity: 120000, LearnedCapacity: 30000, Source: LearnedHeaders, ReportedLimit: 30000,
 		InputPartition: 3, InputOffset: 1001, LogTimeMs: 1764460801000}
 	out = append(out, e)
+	e = env(TypeLeaseRequested)
+	e.LeaseRequested = &LeaseRequested{Budget: "tenant-acme-daily", Holder: "openai:org-1/proj-1", WindowStartMs: 1764460800000,
+		Seq: 7, Granted: 5000, Returned: 1000, Used: 3900, Demand: 2500, Need: 300}
+	out = append(out, e)
+	e = env(TypeLeaseGranted)
+	e.LeaseGranted = &LeaseGranted{Budget: "tenant-acme-daily", Holder: "openai:org-1/proj-1", WindowStartMs: 1764460800000,
+		Seq: 4, AckSeq: 7, Granted: 6500, Amount: 1500, Target: 6400, Available: 90000, TermMs: 2000, WindowEndMs: 1764547200000}
+	out = append(out, e)
+	e = env(TypeLeaseReturned)
+	e.LeaseReturned = &LeaseReturned{Budget: "tenant-acme-daily", Holder: "openai:org-1/proj-1", WindowStartMs: 1764460800000,
+		Seq: 8, Granted: 6500, Returned: 2600, Used: 3900, Reason: LeaseTermEnded}
+	out = append(out, e)
 	return out
 }
 
@@ -238,6 +250,7 @@ func TestDeriveCarriesTheEnvelopeOnly(t *testing.T) {
 		want.ReserveRequested, want.Decision, want.Dispatched, want.Reconciled = nil, nil, nil, nil
 		want.ProviderRejected, want.ProviderObserved, want.RetryRequested, want.Released = nil, nil, nil, d.Released
 		want.Outcome, want.ConfigChanged, want.Tick, want.Snapshot, want.Heartbeat, want.CapacityLearned = nil, nil, nil, nil, nil, nil
+		want.LeaseRequested, want.LeaseGranted, want.LeaseReturned = nil, nil, nil
 		if !reflect.DeepEqual(*d, want) {
 			t.Errorf("derived from %s:\n got  %+v\n want %+v", src.Type, *d, want)
 		}

@@ -33,6 +33,12 @@ const (
 	// TypeCapacityLearned is written by the ledger service, next to its
 	// decisions, when a bucket's learned capacity changes (CapacityLearned).
 	TypeCapacityLearned Type = "CapacityLearned"
+	// TypeLeaseRequested, TypeLeaseGranted and TypeLeaseReturned are the
+	// lease protocol between the scope partitions and the budget partitions
+	// that own cross-scope budgets (ledger/budget, README.md there).
+	TypeLeaseRequested Type = "LeaseRequested"
+	TypeLeaseGranted   Type = "LeaseGranted"
+	TypeLeaseReturned  Type = "LeaseReturned"
 )
 
 // Types lists every event type of this schema version, in a stable order.
@@ -41,6 +47,7 @@ var Types = []Type{
 	TypeProviderRejected, TypeProviderObserved, TypeRetryRequested,
 	TypeReleased, TypeOutcome, TypeConfigChanged, TypeTick, TypeSnapshot,
 	TypeHeartbeat, TypeCapacityLearned,
+	TypeLeaseRequested, TypeLeaseGranted, TypeLeaseReturned,
 }
 
 // Event is the envelope shared by all event types plus exactly one payload,
@@ -77,6 +84,9 @@ type Event struct {
 	Snapshot         *Snapshot         `json:"snapshot,omitempty"`
 	Heartbeat        *Heartbeat        `json:"heartbeat,omitempty"`
 	CapacityLearned  *CapacityLearned  `json:"capacity_learned,omitempty"`
+	LeaseRequested   *LeaseRequested   `json:"lease_requested,omitempty"`
+	LeaseGranted     *LeaseGranted     `json:"lease_granted,omitempty"`
+	LeaseReturned    *LeaseReturned    `json:"lease_returned,omitempty"`
 }
 
 // Dimension names a quota dimension (DESIGN.md §3).

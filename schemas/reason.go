@@ -17,6 +17,11 @@ const (
 	ReasonWaitingBehind Reason = "waiting_behind_earlier_request"
 	ReasonReclaimed     Reason = "borrowing_reclaimed" // borrowed capacity is being returned to guaranteed traffic
 	ReasonRetryBackoff  Reason = "retry_backoff"       // a retry waits out its backoff and Retry-After floor
+	// ReasonBudgetLease: a cross-scope budget on its path has room, but
+	// this scope's lease of it does not; the scope has asked the budget
+	// partition for more (ledger/budget). Decision.LimitPath names the
+	// budget and the lease ("budget:<id>/lease:<holder>").
+	ReasonBudgetLease Reason = "budget_lease"
 )
 
 // Reasons of a denied decision.
@@ -27,9 +32,14 @@ const (
 	// ReasonQuotaExhausted: a fixed or rolling window (daily quota, spend)
 	// is spent until after the request's wait.
 	ReasonQuotaExhausted Reason = "quota_exhausted"
-	ReasonNoCapacity     Reason = "no_capacity"      // no capacity and no time left to wait
-	ReasonQueueFull      Reason = "queue_full"       // the class queue is at its max depth
-	ReasonWaitExceedsMax Reason = "wait_exceeds_max" // it would fit only after the class's max wait
+	// ReasonBudgetExhausted: a cross-scope budget (a tenant's daily spend
+	// over every provider, say) has less left than the request costs, by
+	// its budget partition's last word. Decision.LimitPath names the
+	// budget and the lease that refused it.
+	ReasonBudgetExhausted Reason = "budget_exhausted"
+	ReasonNoCapacity      Reason = "no_capacity"      // no capacity and no time left to wait
+	ReasonQueueFull       Reason = "queue_full"       // the class queue is at its max depth
+	ReasonWaitExceedsMax  Reason = "wait_exceeds_max" // it would fit only after the class's max wait
 	// ReasonDeadlineExceeded: the request's deadline passes before it
 	// could be granted (also an expired queued request, see below).
 	ReasonDeadlineExceeded Reason = "deadline_exceeded"

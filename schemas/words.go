@@ -13,9 +13,11 @@ var reasonWords = map[Reason]string{
 	ReasonWaitingBehind:      "waiting behind an earlier or higher-priority request for the same capacity",
 	ReasonReclaimed:          "waiting: borrowed capacity is being given back to guaranteed traffic",
 	ReasonRetryBackoff:       "a retry waiting out its backoff and the provider's Retry-After",
+	ReasonBudgetLease:        "waiting: its budget has room, but this provider's share of it is used up until the budget partition sends more",
 
 	ReasonExceedsCapacity:        "larger than the limit can ever hold: no wait makes it fit",
 	ReasonQuotaExhausted:         "the daily quota or spend limit is used up until after the request's wait",
+	ReasonBudgetExhausted:        "its budget across every provider has less left than the request costs",
 	ReasonNoCapacity:             "no capacity now and no time left to wait for it",
 	ReasonQueueFull:              "the class's queue is full",
 	ReasonWaitExceedsMax:         "it would fit only after the longest wait its class allows",

@@ -73,6 +73,7 @@ var allowed = map[string]string{
 	"internal/pipesim → admission/lifecycle": "pipesim drives the real lifecycle",
 	"internal/pipesim → admission/reserve":   "pipesim drives the real lifecycle",
 	"internal/pipesim → ledger":              "pipesim drives the real ledger",
+	"internal/pipesim → ledger/budget":       "pipesim drives the real budget machine",
 	// the calibration loop, a harness, lives in analytics/.
 	"analytics/loop → services/dev":      "the loop runs the embedded stack",
 	"analytics/loop → services/loadtest": "the loop replays scenarios",

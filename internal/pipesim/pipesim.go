@@ -39,6 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -50,6 +51,13 @@ type Options struct {
 	// asks for priority 100, above t2's entitlement, as an event no
 	// gateway checked would; the ledger must refuse it (Stats.Forged).
 	ForgeEvery int
+	// Budget > 0 gives tenant t1 one budget of Budget requests over both
+	// scopes (ledger/budget): partition 0 is its budget partition, the
+	// lease messages travel the simulated bus in the partitions'
+	// transactions (delayed, aborted with a crash and re-derived by the
+	// new owner, stalled with their partition), and the auditor checks
+	// conservation after every pump (Stats.Budget*).
+	Budget int64
 }
 
 // Result is what a run saw; Problems is empty when the auditor found
@@ -79,6 +87,10 @@ type Stats struct {
 	// beyond its entitlement (Options.ForgeEvery); ForgedRefused those the
 	// ledger refused priority_not_entitled.
 	Forged, ForgedRefused int
+	// BudgetLeaseMsgs counts the lease messages committed; BudgetGranted
+	// the requests of t1 charged to its budget at the end of the run
+	// (Options.Budget), BudgetDenied those denied budget_exhausted.
+	BudgetLeaseMsgs, BudgetGranted, BudgetDenied int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -220,6 +232,10 @@ func (s *sim) setup() {
 	zero := int32(0)
 	cfg.Entitlements = []ledger.EntitlementConfig{{Tenant: "t2", AllowedClasses: []string{"interactive", "agent", "batch"}, MaxPriority: &zero},
 		{Tenant: "t2", Key: "k1", AllowedProfiles: []string{"p"}}} // every target's profile, fallbacks too
+	if s.opts.Budget > 0 {
+		cfg.Budget = &budget.Config{Budgets: []budget.Budget{{ID: budgetID, Level: "tenant", Subject: "t1",
+			Unit: budget.UnitRequests, Limit: s.opts.Budget, Window: budget.WindowDay}}}
+	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		panic(err)
@@ -269,6 +285,18 @@ func (s *sim) setup() {
 }
 
 func scopeName(i int) string { return fmt.Sprintf("s%d", i) }
+
+// budgetID is tenant t1's budget (Options.Budget); its records are keyed
+// into partition 0, its budget partition.
+const budgetID = "t1-budget"
+
+// leasePart is the partition a lease message keyed key lands in.
+func (s *sim) leasePart(key string) *partition {
+	if key == budgetID {
+		return s.parts[0]
+	}
+	return s.partOf(key)
+}
 
 func (s *sim) id() string {
 	s.nextID++
@@ -344,6 +372,7 @@ type partition struct {
 	// snapshot a new owner starts from. epoch invalidates a commit
 	// scheduled before a crash.
 	pending       []decRec
+	pendingLease  []*schemas.Event // lease messages of the open transaction
 	committed     map[[2]int64][]byte
 	committedOff  int64
 	committedSnap []byte
@@ -428,7 +457,7 @@ func (p *partition) input(off int64) *schemas.Event {
 // scheduleCommit ends the owner's transaction commitIntervalMs after its
 // first produced decision, as the service does.
 func (p *partition) scheduleCommit() {
-	if p.commitAt != 0 || len(p.pending) == 0 {
+	if p.commitAt != 0 || len(p.pending) == 0 && len(p.pendingLease) == 0 {
 		return
 	}
 	p.commitAt = p.s.now + commitIntervalMs
@@ -447,6 +476,17 @@ func (p *partition) scheduleCommit() {
 			p.committed[d.key] = d.b
 		}
 		p.pending = p.pending[:0]
+		// Lease messages become visible to the partitions that read them
+		// (read_committed) when their transaction commits, in order.
+		for _, ev := range p.pendingLease {
+			p.s.res.Stats.BudgetLeaseMsgs++
+			to := p.s.leasePart(leaseKey(ev))
+			key := "ledger" + fmt.Sprint(p.id) + "\x00" + to.scope
+			at := max(p.s.now+1+int64(p.s.rng.IntN(netMaxMs/2)), p.s.lastAppend[key])
+			p.s.lastAppend[key] = at
+			p.s.at(at, func() { to.append("ledger", ev, p.s.now) })
+		}
+		p.pendingLease = p.pendingLease[:0]
 		p.committedOff, p.committedSnap = p.led.Offset(), p.snap
 	})
 }
@@ -479,6 +519,9 @@ func (p *partition) pump() {
 		for i := range p.out {
 			p.decided(&p.out[i], true)
 		}
+		for _, lo := range p.led.LeaseOutputs() {
+			p.pendingLease = append(p.pendingLease, lo.Event(p.id, off, r.at))
+		}
 		if (off+1)%snapshotEvery == 0 {
 			b, err := p.led.MarshalSnapshot()
 			if err != nil {
@@ -488,6 +531,7 @@ func (p *partition) pump() {
 		}
 	}
 	p.checkConservation()
+	p.s.checkBudget()
 	p.scheduleCommit()
 	if ms, ok := p.led.NextWakeMs(); ok && (p.tickAt == 0 || ms < p.tickAt) {
 		p.tickAt = max(ms, p.s.now+1)
@@ -583,7 +627,7 @@ func (p *partition) crash(zombie, upgrade bool) {
 		}
 	}
 	p.epoch++
-	p.pending, p.commitAt = nil, 0
+	p.pending, p.pendingLease, p.commitAt = nil, nil, 0
 	p.snap = p.committedSnap
 	if p.snap == nil {
 		p.led = ledger.New(p.id, ledger.Config{})
@@ -624,6 +668,45 @@ func (p *partition) checkConservation() {
 	st := p.led.Stats()
 	if st.Granted < st.Reconciled+st.Released+st.Abandoned+st.NodeLost {
 		p.s.problem("partition %d: more grants settled than granted: %+v", p.id, st)
+	}
+}
+
+// leaseKey is the record key of a lease message (ledger.LeaseOutput.Key).
+func leaseKey(ev *schemas.Event) string {
+	switch {
+	case ev.LeaseRequested != nil:
+		return ev.LeaseRequested.Budget
+	case ev.LeaseReturned != nil:
+		return ev.LeaseReturned.Budget
+	}
+	return ev.LeaseGranted.Holder
+}
+
+// checkBudget is the budget's conservation auditor, after every pump: at
+// the budget partition, what its holders used or may still spend stays
+// within the limit; at every scope partition, the lease is never used
+// beyond what it holds (but for usage the log never granted, charged as
+// an overdraft), and never holds more than the budget partition granted
+// it (no lease granted twice).
+func (s *sim) checkBudget() {
+	if s.opts.Budget <= 0 {
+		return
+	}
+	bp := s.parts[0].led
+	if out, lim, ok := bp.BudgetOutstanding(budgetID); ok && out > lim && bp.Stats().UngrantedUsage == 0 {
+		s.problem("budget %s: outstanding %d > limit %d", budgetID, out, lim)
+	}
+	for _, p := range s.parts {
+		l, ok := p.led.BudgetLease(p.scope, budgetID)
+		if !ok || l.WindowStartMs == 0 {
+			continue
+		}
+		if l.Used > l.Granted-l.Returned && p.led.Stats().UngrantedUsage == 0 {
+			s.problem("partition %d: %s used %d beyond its lease %d−%d", p.id, p.scope, l.Used, l.Granted, l.Returned)
+		}
+		if g, win, ok := bp.BudgetGranted(budgetID, p.scope); ok && win == l.WindowStartMs && l.Granted > g {
+			s.problem("partition %d: %s holds a grant of %d, its budget partition granted %d (granted twice?)", p.id, p.scope, l.Granted, g)
+		}
 	}
 }
 
@@ -925,6 +1008,9 @@ func (s *sim) audit(ev *schemas.Event) {
 	if d.GatewayDecision == "" {
 		s.problem("decision without gateway_decision: %s/%d %s", ev.RequestID, ev.Attempt, d.Status)
 	}
+	if d.Reason == schemas.ReasonBudgetExhausted {
+		s.res.Stats.BudgetDenied++
+	}
 	if k := (resKey{ev.RequestID, ev.Attempt}); d.Status == schemas.StatusHoldExpired && d.Reason == schemas.ReasonHoldAbandoned &&
 		!((s.lost[k] || s.shadowed[k]) && !s.delivered[k]) {
 		// Every gateway here lives and settles what it was granted, even
@@ -959,6 +1045,12 @@ func (s *sim) final() {
 			}
 		}
 		p.replay()
+		if l, ok := p.led.BudgetLease(p.scope, budgetID); ok {
+			s.res.Stats.BudgetGranted += int(l.Used)
+		}
+	}
+	if s.opts.Budget > 0 && int64(s.res.Stats.BudgetGranted) > s.opts.Budget && s.parts[0].led.Stats().UngrantedUsage == 0 {
+		s.problem("budget %s: %d charged at the end, limit %d", budgetID, s.res.Stats.BudgetGranted, s.opts.Budget)
 	}
 	s.auditActed()
 }

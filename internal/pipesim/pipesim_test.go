@@ -125,3 +125,24 @@ func join(ps []string) string {
 	}
 	return out
 }
+
+// TestBudgetAcrossScopes runs the pipeline with tenant t1's budget over
+// both scopes (Options.Budget: leases between the scope partitions and the
+// budget partition, through crashes with aborted rounds, zombies, stalls
+// and late delivery) against the conservation auditor, and checks that
+// the budget was the limit: t1 got about its budget, no more.
+func TestBudgetAcrossScopes(t *testing.T) {
+	var total Stats
+	for seed := uint64(1); seed <= 20; seed++ {
+		res := Run(seed, Options{Budget: 30})
+		add(&total, res.Stats)
+		if len(res.Problems) > 0 {
+			t.Errorf("seed %d: %d problems; rerun: go test ./internal/pipesim -run TestBudgetAcrossScopes -count=1 -v\n  %s",
+				seed, len(res.Problems), join(res.Problems))
+		}
+	}
+	t.Logf("totals %+v", total)
+	if total.BudgetLeaseMsgs == 0 || total.BudgetDenied == 0 {
+		t.Errorf("no lease messages (%d) or no budget denials (%d): the run did not exercise the budget", total.BudgetLeaseMsgs, total.BudgetDenied)
+	}
+}

@@ -216,6 +216,9 @@ type Service struct {
 	// decisionParts is the partition count of sluice.decisions, read at
 	// start: a decision goes to bus.DecisionPartition of its node.
 	decisionParts int32
+	// requestParts is the partition count of sluice.requests: a lease
+	// message goes to the partition its key hashes to (lease.go).
+	requestParts int32
 
 	// parts is touched only by the poll loop, except that rebalance
 	// callbacks (which franz-go may run on another goroutine) record
@@ -285,13 +288,18 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	decisionParts, err := bus.PartitionCount(ctx, probe, cfg.Topics.Decisions)
+	var requestParts int32
+	if err == nil {
+		requestParts, err = bus.PartitionCount(ctx, probe, cfg.Topics.Requests)
+	}
 	probe.Close()
 	if err != nil {
 		return nil, err
 	}
 
 	s := &Service{cfg: cfg, log: cfg.Log, health: cfg.Health, parts: map[int32]*partState{}, dropped: map[int32]bool{},
-		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts}
+		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts,
+		requestParts: requestParts}
 	s.m = newMetrics(cfg.Registerer)
 	if err := s.openSession(); err != nil {
 		return nil, err
@@ -603,6 +611,9 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				}
 				ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Decisions,
 					partition: bus.DecisionPartition("", s.decisionParts), key: []byte(lo.Scope), value: b})
+			}
+			if applyErr = s.leaseOutputs(ps, fp.Partition, r.Offset, r.Timestamp.UnixMilli()); applyErr != nil {
+				return
 			}
 		}
 		if n := ps.l.Stats().UngrantedUsage; n > ps.ungranted {

@@ -27,8 +27,11 @@ type metrics struct {
 	// ungrantedUsage counts reconciles on reservations the log never
 	// granted, charged as debt (ledger/debt.go).
 	ungrantedUsage prometheus.Counter
-	ticks          prometheus.Counter
-	snapshots      prometheus.Counter
+	// leaseMessages counts the lease messages of cross-scope budgets
+	// produced (lease.go).
+	leaseMessages prometheus.Counter
+	ticks         prometheus.Counter
+	snapshots     prometheus.Counter
 	// snapshotsSkipped counts snapshots larger than bus.SnapshotMaxBytes.
 	snapshotsSkipped prometheus.Counter
 	lag              *prometheus.GaugeVec
@@ -57,6 +60,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		transactions:     prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_transactions_total", Help: "Committed ledger transactions."}),
 		rebuilds:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_partition_rebuilds_total", Help: "Partitions restored from snapshot and log (assignment or unknown transaction outcome)."}),
 		nodeLost:         prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_node_lost_reservations_total", Help: "Reservations expired because their gateway stopped heartbeating (node_lost)."}),
+		leaseMessages:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_lease_messages_total", Help: "Lease messages of cross-scope budgets produced (LeaseRequested, LeaseGranted, LeaseReturned)."}),
 		ungrantedUsage:   prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ungranted_usage_total", Help: "Reconciles on reservations the committed log never granted; their usage was charged as debt."}),
 		ticks:            prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_ticks_total", Help: "Tick records appended."}),
 		snapshots:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_snapshots_total", Help: "Snapshots committed."}),
@@ -80,6 +84,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.rebuilds = register(r, m.rebuilds)
 	m.nodeLost = register(r, m.nodeLost)
 	m.ungrantedUsage = register(r, m.ungrantedUsage)
+	m.leaseMessages = register(r, m.leaseMessages)
 	m.snapshots = register(r, m.snapshots)
 	m.snapshotsSkipped = register(r, m.snapshotsSkipped)
 	m.lag = register(r, m.lag)

@@ -1,0 +1,407 @@
+package ledger
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"testing"
+
+	"github.com/sluice-dev/sluice/ledger/budget"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// budgetStack is two partitions of the request log, one provider scope
+// each; the first is also the budget partition of the tenant's budget
+// (its id keys records there). They are joined by an in-order loopback
+// that delivers every lease output to the partition its key names, as
+// the ledger service produces them (budgets.go).
+type budgetStack struct {
+	t       *testing.T
+	nowMs   int64
+	parts   map[string]*Ledger // by scope
+	offsets map[string]int64
+	logs    map[string][]stackRec // every input of each scope partition, for replay
+	out     map[string][]Output   // decisions by scope
+	// dropEvery loses every n-th lease message (0: none); dropped counts them.
+	dropEvery, sent, dropped int
+}
+
+// route is the partition (named by its scope) that a record key lands in.
+func (s *budgetStack) route(key string) string {
+	if key == "acme-daily" {
+		return "openai:acme"
+	}
+	return key
+}
+
+func (s *budgetStack) outstanding() (int64, int64) {
+	out, lim, _ := s.parts["openai:acme"].bud.bp.Outstanding("acme-daily")
+	return out, lim
+}
+
+type stackRec struct {
+	atMs, offset int64
+	ev           *schemas.Event
+}
+
+const budgetT0 = int64(1764583200000) // 2025-12-01 10:00 UTC
+
+func budgetLedgerConfig(limit int64, unit budget.Unit) Config {
+	cfg := Config{
+		Scopes: []ScopeConfig{
+			{Name: "anthropic:acme", Buckets: []BucketConfig{{Level: "tenant", ID: "*", Dimension: schemas.DimRequests, Capacity: 10000, PeriodMs: 60000}}},
+			{Name: "openai:acme", Buckets: []BucketConfig{{Level: "tenant", ID: "*", Dimension: schemas.DimRequests, Capacity: 10000, PeriodMs: 60000}}},
+		},
+		Budget: &budget.Config{Budgets: []budget.Budget{{ID: "acme-daily", Level: "tenant", Subject: "acme", Unit: unit, Limit: limit, Window: budget.WindowDay}}},
+	}
+	cfg.fillDefaults()
+	return cfg
+}
+
+func newBudgetStack(t *testing.T, cfg Config) *budgetStack {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := &budgetStack{t: t, nowMs: budgetT0, parts: map[string]*Ledger{}, offsets: map[string]int64{}, logs: map[string][]stackRec{}, out: map[string][]Output{}}
+	for i, sc := range cfg.Scopes {
+		s.parts[sc.Name] = New(int32(i), cfg)
+	}
+	return s
+}
+
+// apply applies ev to scope's partition and runs the lease messages it
+// causes through the budget partition and back, until quiet.
+func (s *budgetStack) apply(scope string, ev *schemas.Event) {
+	type item struct {
+		scope string
+		ev    *schemas.Event
+	}
+	queue := []item{{scope, ev}}
+	for len(queue) > 0 {
+		it := queue[0]
+		queue = queue[1:]
+		l := s.parts[it.scope]
+		off := s.offsets[it.scope]
+		s.offsets[it.scope]++
+		s.logs[it.scope] = append(s.logs[it.scope], stackRec{s.nowMs, off, it.ev})
+		s.out[it.scope] = l.Apply(s.nowMs, off, it.ev, s.out[it.scope])
+		for _, lo := range l.LeaseOutputs() {
+			s.sent++
+			if s.dropEvery > 0 && s.sent%s.dropEvery == 0 {
+				s.dropped++
+				continue
+			}
+			queue = append(queue, item{s.route(lo.Key()), lo.Event(l.st.Partition, off, s.nowMs)})
+		}
+	}
+}
+
+// tick advances time by ms and ticks every partition.
+func (s *budgetStack) tick(ms int64) {
+	s.nowMs += ms
+	names := make([]string, 0, len(s.parts))
+	for n := range s.parts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s.apply(n, &schemas.Event{V: 1, Type: schemas.TypeTick, ID: "t", Tick: &schemas.Tick{Reason: "test"}})
+	}
+}
+
+func budgetReserve(id, scope string, spendMicros int64) *schemas.Event {
+	return reserve(id, func(ev *schemas.Event) {
+		ev.Scope, ev.Tenant = scope, "acme"
+		ev.ReserveRequested.Path = []schemas.PathLevel{{Level: "tenant", ID: "acme"}, {Level: "key", ID: "k1"}}
+		ev.ReserveRequested.SpendMicros = spendMicros
+	})
+}
+
+// last returns the last decision of request id.
+func (s *budgetStack) last(id string) (schemas.Decision, bool) {
+	var d schemas.Decision
+	found := false
+	for _, outs := range s.out {
+		for _, o := range outs {
+			if o.RequestID == id {
+				d, found = o.Decision, true
+			}
+		}
+	}
+	return d, found
+}
+
+// TestBudgetConcurrentFirstRequests is LiteLLM #40095 through the scope
+// partitions: 8 concurrent first requests, 4 on OpenAI and 4 on
+// Anthropic, against one tenant budget that one request exhausts. Exactly
+// one is granted; the other 7 are denied budget_exhausted, and their
+// decisions name the budget and the lease that refused them.
+func TestBudgetConcurrentFirstRequests(t *testing.T) {
+	s := newBudgetStack(t, budgetLedgerConfig(100, budget.UnitSpendMicros))
+	scopes := []string{"openai:acme", "anthropic:acme"}
+	for i := range 8 {
+		s.apply(scopes[i%2], budgetReserve(fmt.Sprintf("r%d", i), scopes[i%2], 60))
+	}
+	for range 5 {
+		s.tick(100)
+	}
+	granted, denied := 0, 0
+	for i := range 8 {
+		id := fmt.Sprintf("r%d", i)
+		d, ok := s.last(id)
+		switch {
+		case !ok:
+			t.Errorf("%s: no decision", id)
+		case d.Status == schemas.StatusGranted:
+			granted++
+		case d.Status == schemas.StatusDenied && d.Reason == schemas.ReasonBudgetExhausted:
+			denied++
+			if want := "budget:acme-daily/lease:" + scopes[i%2]; d.LimitPath != want || d.GatewayDecision != schemas.GDRejectedPolicy ||
+				d.LimitDimension != schemas.DimSpend || d.Needed != 60 || d.Available >= 60 {
+				t.Errorf("%s: limit_path %q %s needed %d available %d, gateway_decision %s; want %q spend, 60 needed, < 60 available, rejected_policy",
+					id, d.LimitPath, d.LimitDimension, d.Needed, d.Available, d.GatewayDecision, want)
+			}
+		default:
+			t.Errorf("%s: %s %s", id, d.Status, d.Reason)
+		}
+	}
+	if granted != 1 || denied != 7 {
+		t.Fatalf("granted %d, denied %d; want exactly 1 and 7", granted, denied)
+	}
+}
+
+// TestBudgetSpansProviders: traffic on two providers at 3× the budget
+// spends it exactly, never more; a release gives its charge back to the
+// budget; and a request waiting for its lease says so (budget_lease).
+func TestBudgetSpansProviders(t *testing.T) {
+	const limit = 50
+	s := newBudgetStack(t, budgetLedgerConfig(limit, budget.UnitRequests))
+	scopes := []string{"openai:acme", "anthropic:acme"}
+	n := 0
+	sawLease := false
+	for step := range 150 {
+		sc := scopes[step%2]
+		id := fmt.Sprintf("q%d", n)
+		n++
+		s.apply(sc, budgetReserve(id, sc, 0))
+		if d, _ := s.last(id); d.Status == schemas.StatusQueued && d.Reason == schemas.ReasonBudgetLease {
+			sawLease = true
+		}
+		s.tick(10)
+	}
+	for range 20 {
+		s.tick(200)
+	}
+	granted := 0
+	for i := range n {
+		if d, _ := s.last(fmt.Sprintf("q%d", i)); d.Status == schemas.StatusGranted {
+			granted++
+		}
+	}
+	if granted != limit {
+		t.Errorf("granted %d of 150 requests against a budget of %d requests", granted, limit)
+	}
+	if !sawLease {
+		t.Error("no request waited for its lease (budget_lease)")
+	}
+	out, lim := s.outstanding()
+	if out > lim {
+		t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
+	}
+}
+
+// TestBudgetReplayExact: a scope partition restored from a snapshot and
+// replaying its log after it produces the same decisions and the same
+// lease messages, byte for byte, and the same state.
+func TestBudgetReplayExact(t *testing.T) {
+	s := newBudgetStack(t, budgetLedgerConfig(40, budget.UnitRequests))
+	scopes := []string{"openai:acme", "anthropic:acme"}
+	var snap []byte
+	var snapAt int
+	for step := range 100 {
+		sc := scopes[step%2]
+		s.apply(sc, budgetReserve(fmt.Sprintf("x%d", step), sc, 0))
+		if step == 30 {
+			var err error
+			if snap, err = s.parts["openai:acme"].MarshalSnapshot(); err != nil {
+				t.Fatal(err)
+			}
+			snapAt = len(s.logs["openai:acme"])
+		}
+		if step%7 == 0 {
+			s.apply(sc, envelopeFor(schemas.TypeReleased, fmt.Sprintf("x%d", step-3), sc))
+		}
+		s.tick(15)
+	}
+	live := s.parts["openai:acme"]
+	r, err := Restore(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want []Output
+	var gotLease, wantLease []LeaseOutput
+	replay := func(l *Ledger, recs []stackRec) ([]Output, []LeaseOutput) {
+		var outs []Output
+		var leases []LeaseOutput
+		for _, rec := range recs {
+			outs = l.Apply(rec.atMs, rec.offset, rec.ev, outs)
+			leases = append(leases, l.LeaseOutputs()...)
+		}
+		return outs, leases
+	}
+	got, gotLease = replay(r, s.logs["openai:acme"][snapAt:])
+	fresh := New(1, budgetLedgerConfig(40, budget.UnitRequests))
+	_, _ = replay(fresh, s.logs["openai:acme"][:snapAt])
+	want, wantLease = replay(fresh, s.logs["openai:acme"][snapAt:])
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(gotLease, wantLease) {
+		t.Fatalf("replay from the snapshot differs: %d/%d decisions, %d/%d lease messages", len(got), len(want), len(gotLease), len(wantLease))
+	}
+	if len(gotLease) == 0 {
+		t.Fatal("no lease messages after the snapshot: the test does not test leases")
+	}
+	a, _ := r.MarshalSnapshot()
+	b, _ := live.MarshalSnapshot()
+	if string(a) != string(b) {
+		t.Fatal("restored+replayed state differs from the live one")
+	}
+}
+
+func envelopeFor(typ schemas.Type, id, scope string) *schemas.Event {
+	ev := envelope(typ, id, 1)
+	ev.Scope = scope
+	if typ == schemas.TypeReleased {
+		ev.Released = &schemas.Released{Reason: "cancel"}
+	}
+	return ev
+}
+
+// TestBudgetLostLeaseMessages: with every 3rd, 4th or 5th lease message
+// lost (requests, grants and returns alike), the budget is never
+// overspent, and the lost messages are healed by the next ones (the
+// counters are cumulative) so that the budget is still used.
+func TestBudgetLostLeaseMessages(t *testing.T) {
+	for _, every := range []int{3, 4, 5} {
+		const limit = 60
+		s := newBudgetStack(t, budgetLedgerConfig(limit, budget.UnitRequests))
+		s.dropEvery = every
+		scopes := []string{"openai:acme", "anthropic:acme"}
+		n := 0
+		for step := range 300 {
+			sc := scopes[step%2]
+			s.apply(sc, budgetReserve(fmt.Sprintf("q%d", n), sc, 0))
+			n++
+			s.tick(25)
+			granted := 0
+			for i := range n {
+				if d, _ := s.last(fmt.Sprintf("q%d", i)); d.Status == schemas.StatusGranted {
+					granted++
+				}
+			}
+			if granted > limit {
+				t.Fatalf("drop every %d: step %d: %d granted against a budget of %d", every, step, granted, limit)
+			}
+			if out, lim := s.outstanding(); out > lim {
+				t.Fatalf("drop every %d: step %d: outstanding %d > %d", every, step, out, lim)
+			}
+		}
+		granted := 0
+		for i := range n {
+			if d, _ := s.last(fmt.Sprintf("q%d", i)); d.Status == schemas.StatusGranted {
+				granted++
+			}
+		}
+		t.Logf("drop every %d: %d of %d lease messages lost, %d granted of a budget of %d", every, s.dropped, s.sent, granted, limit)
+		if granted < limit*9/10 {
+			t.Errorf("drop every %d: only %d granted of %d", every, granted, limit)
+		}
+	}
+}
+
+// TestBudgetExplainNamesBudgetAndLease: explaining a request that its
+// budget refused names the budget and the lease, replaying the scope
+// partition's log (lease records included) from its start.
+func TestBudgetExplainNamesBudgetAndLease(t *testing.T) {
+	s := newBudgetStack(t, budgetLedgerConfig(100, budget.UnitSpendMicros))
+	s.apply("anthropic:acme", budgetReserve("first", "anthropic:acme", 60))
+	s.tick(50)
+	s.apply("anthropic:acme", budgetReserve("second", "anthropic:acme", 60))
+	s.tick(50)
+	if d, _ := s.last("second"); d.Reason != schemas.ReasonBudgetExhausted {
+		t.Fatalf("second: %s %s, want denied budget_exhausted", d.Status, d.Reason)
+	}
+	x := NewExplainer(New(1, budgetLedgerConfig(100, budget.UnitSpendMicros)), "second")
+	var out []Output
+	for _, rec := range s.logs["anthropic:acme"] {
+		out = x.Apply(rec.atMs, rec.offset, rec.ev, out[:0])
+	}
+	e := x.Explanation()
+	if e.LimitPath != "budget:acme-daily/lease:anthropic:acme" {
+		t.Fatalf("explanation limit_path %q, outcome %q: want the budget and the lease", e.LimitPath, e.Outcome)
+	}
+}
+
+// BenchmarkReserveReconcile6x4Budget is BenchmarkReserveReconcile6x4 with
+// one org budget (requests, far above the traffic) on every request: what
+// the lease check, the charge and the per-Apply lease bookkeeping cost on
+// the hot path. The partition is its own budget partition: lease messages
+// are applied back to it at once, as the next records of its log.
+func BenchmarkReserveReconcile6x4Budget(b *testing.B) {
+	w := NewBenchWorkload()
+	cfg := BenchConfig()
+	cfg.Budget = &budget.Config{Budgets: []budget.Budget{{ID: "org-monthly", Level: "org", Subject: "org",
+		Unit: budget.UnitRequests, Limit: 1 << 40, Window: budget.WindowMonth}}}
+	w.out = w.l.Apply(w.nowMs, w.offset, configEv(b, cfg), w.out[:0])
+	w.offset++
+	if e := w.l.ConfigError(); e != "" {
+		b.Fatal(e)
+	}
+	var leaseMsgs int64
+	loop := func() {
+		for los := w.l.LeaseOutputs(); len(los) > 0; los = w.l.LeaseOutputs() {
+			evs := make([]*schemas.Event, len(los))
+			for i := range los {
+				evs[i] = los[i].Event(0, w.offset, w.nowMs)
+			}
+			leaseMsgs += int64(len(evs))
+			for _, ev := range evs {
+				w.out = w.l.Apply(w.nowMs, w.offset, ev, w.out[:0])
+				w.offset++
+			}
+		}
+	}
+	step := func() (decisions, granted int) {
+		i := w.next
+		w.next = (w.next + 1) % benchPool
+		w.nowMs++
+		w.out = w.l.Apply(w.nowMs, w.offset, w.reserves[i], w.out[:0])
+		w.offset++
+		decisions = len(w.out)
+		loop()
+		if d, ok := w.l.resFind(w.reserves[i].RequestID, 1); ok && w.l.st.Res[d].State == stGranted {
+			granted = 1
+		}
+		w.out = w.l.Apply(w.nowMs, w.offset, w.recons[i], w.out[:0])
+		w.offset++
+		loop()
+		return decisions + len(w.out), granted
+	}
+	for range 2 * benchPool {
+		step()
+	}
+	leaseMsgs = 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	var decisions, granted, n int64
+	for b.Loop() {
+		d, g := step()
+		decisions += int64(d)
+		granted += int64(g)
+		n++
+	}
+	if granted < n*9/10 {
+		b.Fatalf("%d of %d granted: the budget holds the workload back", granted, n)
+	}
+	b.ReportMetric(float64(decisions)/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(leaseMsgs)/float64(n), "lease_msgs/op")
+}
