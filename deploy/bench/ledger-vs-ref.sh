@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# ledger-vs-ref.sh — `sluice bench ledger` of this tree against a pinned
+# reference build, run alternately on the same machine, printed as JSON.
+#
+# Why alternately: on a shared or loaded machine the speed of one core moves
+# by tens of percent within a minute; running A, B, A, B, … and comparing the
+# medians of each side lets both see the same weather. Why a pinned build:
+# the target of issue 25 is relative ("at least as fast as the turn-2 build
+# 5361ece"), so the reference must be rebuilt from that commit, not taken
+# from a number written down on another machine.
+#
+# Usage: deploy/bench/ledger-vs-ref.sh            (REF=5361ece ROUNDS=7 N=2000000)
+#        REF=<commit> ROUNDS=9 deploy/bench/ledger-vs-ref.sh
+# Needs: go, git, jq. The reference is built once into bin/ref/<sha>/ from a
+# `git worktree` (removed afterwards) and reused by later runs.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REF=${REF:-5361ece}
+ROUNDS=${ROUNDS:-7}
+N=${N:-2000000}
+GO=${GO:-go}
+
+sha=$(git rev-parse --verify "$REF^{commit}")
+refbin=bin/ref/$sha/sluice
+if [[ ! -x $refbin ]]; then
+	wt=$(mktemp -d "${TMPDIR:-/tmp}/sluice-ref-XXXXXX")
+	git worktree add --detach "$wt" "$sha" >/dev/null 2>&1
+	mkdir -p "bin/ref/$sha"
+	(cd "$wt" && $GO build -o "$OLDPWD/$refbin" ./services/sluice)
+	git worktree remove --force "$wt"
+fi
+$GO build -o bin/sluice ./services/sluice
+
+run() { # run BIN → decisions/s and allocs/decision of one run
+	"$1" bench ledger -n "$N" | jq -c '{d: .decisions_per_sec, a: .allocs_per_decision}'
+}
+cur=() ref=() allocs=()
+for ((i = 0; i < ROUNDS; i++)); do
+	# Alternate which side goes first so that neither always gets the
+	# cooler (or hotter) half of a round.
+	if ((i % 2 == 0)); then
+		c=$(run bin/sluice); r=$(run "$refbin")
+	else
+		r=$(run "$refbin"); c=$(run bin/sluice)
+	fi
+	cur+=("$(jq .d <<<"$c")") ref+=("$(jq .d <<<"$r")") allocs+=("$(jq .a <<<"$c")")
+	echo "round $((i + 1))/$ROUNDS: current $(jq .d <<<"$c") ref $(jq .d <<<"$r") decisions/s" >&2
+done
+jq -n --arg refsha "$sha" --arg head "$(git rev-parse HEAD)" --arg dirty "$(git status --porcelain --untracked-files=no | head -c 1)" \
+	--arg load "$(cut -d' ' -f1-3 /proc/loadavg)" --argjson rounds "$ROUNDS" --argjson n "$N" \
+	--argjson cur "$(printf '%s\n' "${cur[@]}" | jq -s .)" --argjson ref "$(printf '%s\n' "${ref[@]}" | jq -s .)" \
+	--argjson allocs "$(printf '%s\n' "${allocs[@]}" | jq -s .)" '
+	def median: sort | if length % 2 == 1 then .[length/2|floor] else (.[length/2-1] + .[length/2]) / 2 end;
+	{bench: "ledger-vs-ref", reference: $refsha, head: $head, head_dirty: ($dirty != ""), rounds: $rounds, pairs_per_run: $n,
+	 loadavg: $load,
+	 current_decisions_per_sec: $cur, reference_decisions_per_sec: $ref,
+	 current_median: ($cur | median), reference_median: ($ref | median),
+	 ratio_median: (($cur | median) / ($ref | median)),
+	 ratio_per_round: [range(0; $rounds) as $i | $cur[$i] / $ref[$i]],
+	 current_allocs_per_decision_max: ($allocs | max)}'
