@@ -71,7 +71,10 @@ type compiled struct {
 	anyReserve    bool
 	anyShadow     bool
 	classIdx      map[string]int32
-	defClass      int32
+	// classNames are the class names in index order: a handful, compared
+	// one by one on the hot path instead of hashing the name (classOf).
+	classNames []string
+	defClass   int32
 	// nBase is the number of configured specs; specs[nBase+i] is the
 	// learned copy of Learned[i] (learn.go).
 	nBase int
@@ -82,6 +85,7 @@ func compile(c *Config) *compiled {
 	cc := &compiled{scopeByName: map[string]int{}, wildcard: -1, classIdx: map[string]int32{}}
 	for i, cl := range c.Classes {
 		cc.classIdx[cl.Name] = int32(i)
+		cc.classNames = append(cc.classNames, cl.Name)
 	}
 	cc.defClass = cc.classIdx[c.DefaultClass]
 	cc.ent = compileEntitlements(c, cc.classIdx)
@@ -274,6 +278,23 @@ func (sp *spec) amount(r *res) int64 {
 		}
 	}
 	return a
+}
+
+// classOf returns the index of the class named name. A document has a few
+// classes, so comparing the names (length first) beats hashing one for the
+// map; classIdx answers for a long list. Names are unique (validate), so
+// both find the same index.
+func (cc *compiled) classOf(name string) (int32, bool) {
+	if len(cc.classNames) > 8 {
+		ci, ok := cc.classIdx[name]
+		return ci, ok
+	}
+	for i, n := range cc.classNames {
+		if n == name {
+			return int32(i), true
+		}
+	}
+	return 0, false
 }
 
 // dimension returns the schemas name of a dimension index.

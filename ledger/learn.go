@@ -464,10 +464,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown bool) {
 // learnSuccess applies the additive increase after an attempt through r's
 // path reconciled with a 2xx.
 func (l *Ledger) learnSuccess(r *res) {
-	if l.st.Config.Learn.Off {
+	lc := &l.st.Config.Learn // a pointer: the copy showed in the profile
+	if lc.Off {
 		return
 	}
-	lc := l.st.Config.Learn
 	now := l.st.Now
 	q := &l.st.Scopes[r.Scope].Ratio
 	q.roll(now, lc.interval())

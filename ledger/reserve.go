@@ -339,7 +339,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	}
 	ci := l.cc.defClass
 	if ev.Class != "" {
-		c, ok := l.cc.classIdx[ev.Class]
+		c, ok := l.cc.classOf(ev.Class)
 		if !ok {
 			return l.refuseEv(ev, out, schemas.ReasonUnknownClass, schemas.RetryRequestError)
 		}
@@ -1085,7 +1085,11 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
-		l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
+		if rc.TotalMs > 0 {
+			// recordService ignores a reconcile without a timing; the
+			// test here saves the call on the hot path.
+			l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
+		}
 		if rc.HTTPStatus >= 200 && rc.HTTPStatus < 300 {
 			l.learnSuccess(r)
 		}
