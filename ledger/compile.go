@@ -70,7 +70,11 @@ type compiled struct {
 	anyRamp       bool
 	anyReserve    bool
 	anyShadow     bool
-	classIdx      map[string]int32
+	// anyArrivalRule: some spec is max_tokens_on_arrival or refunds
+	// unsent requests. Without one, settle and grantFast take the plain
+	// amount (amountPlain) and skip the rules' tests per bucket.
+	anyArrivalRule bool
+	classIdx       map[string]int32
 	// classNames are the class names in index order: a handful, compared
 	// one by one on the hot path instead of hashing the name (classOf).
 	classNames []string
@@ -230,6 +234,11 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	if sp.shadow {
 		cc.anyShadow = true
 	}
+	if sp.arrival || sp.refundUnsent {
+		// Learned specs are copies of these or of headersSpec (neither
+		// rule), so the flag covers them too.
+		cc.anyArrivalRule = true
+	}
 	cc.specs = append(cc.specs, sp)
 	return int32(len(cc.specs) - 1)
 }
@@ -266,6 +275,16 @@ func (sc *scopeCfg) weight(tenant string) int64 {
 // the bucket's dimension, with the max output tokens in place of the output
 // estimate on a max_tokens_on_arrival bucket, and without cached input on
 // a bucket that excludes it.
+// amountPlain is amount for a spec that is not max_tokens_on_arrival
+// (compiled.anyArrivalRule false).
+func (sp *spec) amountPlain(r *res) int64 {
+	a := r.Need[sp.dim]
+	if sp.exclCached {
+		a = max(0, a-r.Cached)
+	}
+	return a
+}
+
 func (sp *spec) amount(r *res) int64 {
 	a := r.Need[sp.dim]
 	if sp.arrival && r.MaxOut > r.Need[dOutput] {

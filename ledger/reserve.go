@@ -823,6 +823,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 		}
 	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	rules := l.cc.anyArrivalRule                                  // see settle
 	for i, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]
 		bs := buckets[n.First : n.First+n.N]
@@ -839,7 +840,12 @@ func (l *Ledger) grantFast(ri int32) bool {
 				l.ungrantFast(r, i, k)
 				return false
 			}
-			a := sp.amount(r)
+			var a int64
+			if rules {
+				a = sp.amount(r)
+			} else {
+				a = sp.amountPlain(r)
+			}
 			if a <= 0 {
 				continue
 			}
@@ -930,6 +936,7 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	now := l.st.Now
 	l.holdRemove(ri)
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	rules := l.cc.anyArrivalRule                                  // loop-invariant: the plain path skips the rules
 	for _, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]
 		bs := buckets[n.First : n.First+n.N]
@@ -939,7 +946,12 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 				continue // created after the grant: never debited
 			}
 			sp := &specs[b.Spec]
-			a := sp.amount(r)
+			var a int64
+			if rules {
+				a = sp.amount(r)
+			} else {
+				a = sp.amountPlain(r)
+			}
 			if a <= 0 {
 				continue
 			}
@@ -947,11 +959,13 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			if sp.exclCached {
 				act = max(0, act-cached)
 			}
-			if sp.arrival && sent {
-				act = max(act, a)
-			}
-			if sp.refundUnsent && !sent {
-				act = 0
+			if rules {
+				if sp.arrival && sent {
+					act = max(act, a)
+				}
+				if sp.refundUnsent && !sent {
+					act = 0
+				}
 			}
 			b.Held -= a
 			if sp.kind == kToken {
