@@ -255,6 +255,7 @@ type Service struct {
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
 	outs []ledger.Output
+	enc  decisionEncoder // the loop's decision encoder (encode.go)
 
 	// trace, when set (`sluice bench ledger-kafka --stages`), is told when
 	// each reserve was polled and when its decision was acknowledged;
@@ -580,7 +581,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			for i := range s.outs {
 				d := &s.outs[i]
 				s.m.decision(d)
-				b, err := schemas.Encode(d.Event())
+				b, err := s.enc.encode(d) // encode.go: no allocation but the id
 				if err != nil {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
@@ -596,7 +597,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			// re-derives and checks it like a decision.
 			for i := range ps.l.LearnedOutputs() {
 				lo := &ps.l.LearnedOutputs()[i]
-				b, err := schemas.Encode(lo.Event())
+				b, err := s.enc.encodeEvent(lo.Event())
 				if err != nil {
 					applyErr = fmt.Errorf("encode learned capacity of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
