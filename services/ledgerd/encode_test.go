@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluice-dev/sluice/ledger"
@@ -99,4 +100,42 @@ func BenchmarkDecisionEncode(b *testing.B) {
 			c.inc(&o.Decision)
 		}
 	})
+}
+
+// BenchmarkDecisionBatchSnappy is what snappy (franz-go's default
+// compression, s2.EncodeSnappy) would cost the ledger per decision, and
+// the gateway to undo, at the batch sizes an unlingered decision producer
+// makes: 1 record at an idle partition, a few at 1,000 req/s, tens in a
+// backlog. docs/ledger-service.md (Client settings) quotes it.
+func BenchmarkDecisionBatchSnappy(b *testing.B) {
+	outs := encodeOutputs()
+	for _, k := range []int{1, 4, 32} {
+		var batch []byte
+		for i := range k {
+			o := outs[i%len(outs)]
+			o.RequestID = "req-" + strconv.Itoa(1000+i)
+			o.Decision.InputOffset += int64(i)
+			v, err := schemas.Encode(o.Event())
+			if err != nil {
+				b.Fatal(err)
+			}
+			batch = append(batch, v...)
+		}
+		b.Run(strconv.Itoa(k)+"_records", func(b *testing.B) {
+			dst := make([]byte, s2.MaxEncodedLen(len(batch)))
+			back := make([]byte, len(batch))
+			var n int
+			b.ReportAllocs()
+			for b.Loop() {
+				c := s2.EncodeSnappy(dst, batch)
+				n = len(c)
+				if _, err := s2.Decode(back, c); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(k), "ns/decision")
+			b.ReportMetric(float64(len(batch)-n)/float64(k), "bytes_saved/decision")
+			b.ReportMetric(float64(len(batch))/float64(k), "bytes/decision")
+		})
+	}
 }

@@ -333,6 +333,11 @@ func (s *Service) openSession() error {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),
+		// Unlingered decision batches are a few records: snappy (franz-go's
+		// default) cost 0.9–2.1 µs per decision to compress and undo for
+		// 48–265 bytes saved (BenchmarkDecisionBatchSnappy), as much CPU
+		// as encoding the decision (docs/ledger-service.md, Client settings).
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		// A produce that the broker answers CONCURRENT_TRANSACTIONS (the
 		// previous transaction's markers still being written) is retried
 		// by franz-go only after a metadata refresh, and refreshes are at
