@@ -9,6 +9,11 @@
 # 5361ece"), so the reference must be rebuilt from that commit, not taken
 # from a number written down on another machine.
 #
+# Both the medians and the best runs are printed: on a loaded machine a
+# run is slowed by whatever else holds the core, so the best run of each
+# side is the better estimate of its own speed, and the median says how
+# often that holds.
+#
 # Usage: deploy/bench/ledger-vs-ref.sh            (REF=5361ece ROUNDS=7 N=2000000)
 #        REF=<commit> ROUNDS=9 deploy/bench/ledger-vs-ref.sh
 # Needs: go, git, jq. The reference is built once into bin/ref/<sha>/ from a
@@ -56,5 +61,7 @@ jq -n --arg refsha "$sha" --arg head "$(git rev-parse HEAD)" --arg dirty "$(git 
 	 current_decisions_per_sec: $cur, reference_decisions_per_sec: $ref,
 	 current_median: ($cur | median), reference_median: ($ref | median),
 	 ratio_median: (($cur | median) / ($ref | median)),
+	 current_best: ($cur | max), reference_best: ($ref | max),
+	 ratio_best: (($cur | max) / ($ref | max)),
 	 ratio_per_round: [range(0; $rounds) as $i | $cur[$i] / $ref[$i]],
 	 current_allocs_per_decision_max: ($allocs | max)}'
