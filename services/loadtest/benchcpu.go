@@ -29,8 +29,15 @@ type StackCPU struct {
 	// CoresPer1000 is TotalMsPerReq turned into sizing: cores busy at
 	// 1,000 requests per second (1,000 × ms per request / 1,000 ms).
 	CoresPer1000 float64 `json:"cores_per_1000_rps"`
-	BrokerPID    int     `json:"broker_pid"`
-	Loadavg      string  `json:"loadavg"`
+	// IdleCores is what the stack's gateway, ledgers and broker burn with
+	// no request at all (fetch polls, heartbeats, group and transaction
+	// upkeep), measured before the series; MarginalMsPerReq is
+	// TotalMsPerReq less that idle burn over the series: the cost of one
+	// more request, the figure that scales with the rate.
+	IdleCores        float64 `json:"idle_cores"`
+	MarginalMsPerReq float64 `json:"marginal_cpu_ms_per_request"`
+	BrokerPID        int     `json:"broker_pid"`
+	Loadavg          string  `json:"loadavg"`
 }
 
 // stackPIDs are the processes whose CPU time a series reads.
@@ -68,8 +75,12 @@ func (p stackPIDs) sample() (cpuSample, error) {
 	return s, nil
 }
 
-// perRequest turns two samples n requests apart into a StackCPU.
-func perRequest(a, b cpuSample, n int, brokerPID int) StackCPU {
+// total is the stack's CPU time less the simulator's.
+func (s cpuSample) total() time.Duration { return s.gateway + s.ledgers + s.broker }
+
+// perRequest turns two samples n requests and el apart into a StackCPU;
+// idle is the stack's CPU per second of wall time with no requests.
+func perRequest(a, b cpuSample, n int, el time.Duration, idle float64, brokerPID int) StackCPU {
 	ms := func(d time.Duration) float64 {
 		if n == 0 {
 			return 0
@@ -80,10 +91,29 @@ func perRequest(a, b cpuSample, n int, brokerPID int) StackCPU {
 		BrokerMsPerReq: ms(b.broker - a.broker), SimulatorMsPerRq: ms(b.sim - a.sim), BrokerPID: brokerPID}
 	c.TotalMsPerReq = c.GatewayMsPerReq + c.LedgersMsPerReq + c.BrokerMsPerReq
 	c.CoresPer1000 = c.TotalMsPerReq
+	c.IdleCores = idle
+	if n > 0 {
+		c.MarginalMsPerReq = max(0, c.TotalMsPerReq-idle*float64(el.Milliseconds())/float64(n))
+	}
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
 		c.Loadavg = strings.Join(strings.Fields(string(la))[:3], " ")
 	}
 	return c
+}
+
+// idleCores samples the stack for d with no requests: its CPU per second.
+func (p stackPIDs) idleCores(d time.Duration) (float64, error) {
+	a, err := p.sample()
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(d)
+	b, err := p.sample()
+	if err != nil {
+		return 0, err
+	}
+	return (b.total() - a.total()).Seconds() / time.Since(t0).Seconds(), nil
 }
 
 // listenerPID finds the process listening on the TCP port of addr

@@ -220,10 +220,16 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
 	metricsURL := st.gwMetricsURL
+	// The stack's burn with no request, to split fixed from marginal cost.
+	idle, err := pids.idleCores(3 * time.Second)
+	if err != nil {
+		return nil, err
+	}
 	direct, _ := sequential(directURL, nil)
 	var a0 answerTotals
 	var c0 time.Duration
 	var s0 cpuSample
+	var t0 time.Time
 	via, err := sequential(gwURL, func() (err error) {
 		if a0, err = ledgerAnswer(ctx, hc, metricsURL); err != nil {
 			return err
@@ -231,6 +237,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		if s0, err = pids.sample(); err != nil {
 			return err
 		}
+		t0 = time.Now()
 		c0, err = procCPU(gwPID)
 		return err
 	})
@@ -245,7 +252,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
-	res.CPU1 = perRequest(s0, s1, len(via), pids.broker)
+	res.CPU1 = perRequest(s0, s1, len(via), time.Since(t0), idle, pids.broker)
 	if c1 > c0 {
 		res.RequestsPerGatewayCPU1 = float64(len(via)) / (c1 - c0).Seconds()
 	}
@@ -284,7 +291,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
-	res.CPUN = perRequest(s2, s3, n, pids.broker)
+	res.CPUN = perRequest(s2, s3, n, el, idle, pids.broker)
 	a3, err := ledgerAnswer(ctx, hc, metricsURL)
 	if err != nil {
 		return nil, err
