@@ -36,9 +36,11 @@ import (
 //     far above the bound, so a waiting reconcile never meets an expired
 //     hold.
 //
-// Only Reconciled waits: a Released gives capacity back for a request that
-// was not served (cancel, timeout) and goes at once, as do reports of
-// provider feedback.
+// Only Reconciled and ProviderObserved wait: a Released gives capacity back
+// for a request that was not served (cancel, timeout) and goes at once, as
+// does a ProviderRejected (a 429 must close the scope before the next
+// grant). A ProviderObserved lowers a learned limit at most the linger
+// later, well inside the late-grant bound the ledger already allows for.
 
 // DefaultReconcileLinger is how long a Reconciled may wait for the next
 // event of its scope when Config.ReconcileLinger is zero: well under a
@@ -63,12 +65,15 @@ type coalescer struct {
 	rides, alone int64
 }
 
-// waits reports whether ev waits for a ride.
+// waits reports whether ev waits for a ride: a Reconciled, and the
+// ProviderObserved the gateway sends right behind it (a response's
+// rate-limit headers), which would otherwise carry the reconcile in a
+// produce request of their own, two per request again.
 func (co *coalescer) waits(ev *schemas.Event) bool {
-	return co.linger > 0 && ev.Type == schemas.TypeReconciled
+	return co.linger > 0 && (ev.Type == schemas.TypeReconciled || ev.Type == schemas.TypeProviderObserved)
 }
 
-// hold queues r (a Reconciled) for its scope; the first of a scope's batch
+// hold queues r (a Reconciled or ProviderObserved) for its scope; the first of a scope's batch
 // arms the linger timer that sends the batch should nothing else come.
 func (c *Client) hold(r *report) {
 	c.co.mu.Lock()

@@ -305,7 +305,7 @@ func (s *sim) send(node string, ev *schemas.Event, mayFail bool) bool {
 // reconcileLingerMs is admission/reserve's default ReconcileLinger.
 const reconcileLingerMs = 5
 
-// hold keeps a Reconciled until the node's next event of its scope carries
+// hold keeps a Reconciled (or ProviderObserved) until the node's next event of its scope carries
 // it, or reconcileLingerMs, whichever comes first (coalesce.go).
 func (s *sim) hold(node string, ev *schemas.Event) {
 	key := node + "\x00" + ev.Scope
@@ -856,7 +856,9 @@ func (s *sim) step(r *request, in lifecycle.Input) {
 		case lifecycle.Report:
 			if e.Event.Type == schemas.TypeReconciled {
 				s.reconciled[resKey{e.Event.RequestID, e.Event.Attempt}] = true
-				s.hold(r.node, e.Event)
+			}
+			if t := e.Event.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
+				s.hold(r.node, e.Event) // they wait for a ride, as in admission/reserve
 				break
 			}
 			s.send(r.node, e.Event, false)
