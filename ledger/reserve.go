@@ -174,7 +174,11 @@ func (l *Ledger) evictDone() {
 	for k < len(l.st.Done) && l.st.Res[l.st.Done[k]].DoneMs+ttl <= l.st.Now {
 		ri := l.st.Done[k]
 		r := &l.st.Res[ri]
-		l.resIdx.del(resHash(r.RequestID, r.Attempt), ri)
+		h := r.rh
+		if h == 0 {
+			h = resHash(r.RequestID, r.Attempt) // the same value if it really is 0
+		}
+		l.resIdx.del(h, ri)
 		*r = res{}
 		l.st.Free = append(l.st.Free, ri)
 		k++
@@ -391,7 +395,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	l.st.Seq++
 	now := l.st.Now
 	*r = res{
-		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
+		RequestID: ev.RequestID, Attempt: att, rh: rh, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
 		Route: ev.Route, Class: l.st.Config.Classes[ci].Name, Scope: si, ClassIdx: ci,
 		State: stQueued, NPath: uint8(np), Path: path, Cached: rr.CachedInputTokens, FP: fp,
 		Seq: l.st.Seq, Priority: max(-maxPriority, min(maxPriority, rr.Priority)),
