@@ -15,8 +15,10 @@ import (
 // on an unlingered producer. A Reconciled now waits, at most
 // Config.ReconcileLinger, for the next event this client produces into the
 // same scope, and is enqueued right before it: both reach the partition in
-// the same produce request (the producer drains what is buffered for a
-// partition into one batch), in the order they were sent. When no event of
+// the order they were sent and, nearly always, in the same produce request
+// (the producer drains what is buffered for a partition into one batch; it
+// may start draining the first before the second is buffered, which the
+// produce-request count, Stats.ProduceRequests, shows). When no event of
 // the scope follows in time, the scope's waiting reconciles go on their
 // own, together, when the first of them has waited the linger.
 //
@@ -26,7 +28,9 @@ import (
 //     retried report) first enqueues the scope's waiting reconciles, under
 //     one lock, so the partition holds the client's events in Send/Request
 //     order, exactly as before. A reserve sent after a reconcile is still
-//     applied after it.
+//     applied after it. (A reserve's own Produce, which may block on a full
+//     buffer, runs after the lock is released: what was sent before it has
+//     been enqueued by then, and Send never waits behind it.)
 //   - Nothing is lost or invented: a waiting reconcile is only delayed,
 //     and Close sends what waits before flushing the producer.
 //   - The delay is bounded (ReconcileLinger, default 5 ms, at most
@@ -103,9 +107,9 @@ func (c *Client) lingerExpired(scope string) {
 }
 
 // enqueueScope runs enqueue, which hands one event of scope to the request
-// producer, right after the scope's waiting reconciles, under the lock that
-// keeps the client's enqueues of a scope in order. enqueue must not block
-// (TryProduce) or must be bounded by its caller's context.
+// producer without blocking (TryProduce), right after the scope's waiting
+// reconciles, under the lock that keeps the client's enqueues of a scope in
+// order.
 func (c *Client) enqueueScope(scope string, enqueue func()) {
 	c.co.mu.Lock()
 	if n := len(c.co.pending[scope]); n > 0 {
@@ -113,6 +117,19 @@ func (c *Client) enqueueScope(scope string, enqueue func()) {
 		c.flushLocked(scope)
 	}
 	enqueue()
+	c.co.mu.Unlock()
+}
+
+// flushScope enqueues the scope's waiting reports ahead of an event the
+// caller enqueues right after, without the lock (a blocking Produce). The
+// order still holds: a report sent before the caller's event began is in
+// pending now, or already enqueued; one sent later waits for a later event.
+func (c *Client) flushScope(scope string) {
+	c.co.mu.Lock()
+	if n := len(c.co.pending[scope]); n > 0 {
+		c.co.rides += int64(n)
+		c.flushLocked(scope)
+	}
 	c.co.mu.Unlock()
 }
 

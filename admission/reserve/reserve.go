@@ -402,11 +402,10 @@ func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) e
 	}
 	acked := make(chan error, 1)
 	// Behind the scope's waiting reconciles, in the same produce request
-	// (coalesce.go). Produce blocks only while the producer's buffer is
-	// full, and then at most until ctx ends.
-	c.enqueueScope(ev.Scope, func() {
-		c.prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) { acked <- err })
-	})
+	// (coalesce.go). The lock is not held across Produce, which blocks
+	// while the producer's buffer is full: Send must not wait behind it.
+	c.flushScope(ev.Scope)
+	c.prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) { acked <- err })
 	select {
 	case err = <-acked:
 	case <-ctx.Done():
