@@ -20,7 +20,7 @@
 #
 # Usage: deploy/bench/ledger-vs-ref.sh            (REF=5361ece ROUNDS=7 N=2000000)
 #        REF=<commit> ROUNDS=9 deploy/bench/ledger-vs-ref.sh
-# Needs: go, git, jq. The reference is built once into bin/ref/<sha>/ from a
+# Needs: go, git, jq, /usr/bin/time. The reference is built once into bin/ref/<sha>/ from a
 # `git worktree` (removed afterwards) and reused by later runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
