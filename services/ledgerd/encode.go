@@ -2,6 +2,7 @@ package ledgerd
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -84,4 +85,19 @@ func (c *decisionCounters) inc(d *schemas.Decision) {
 		c.by[k] = ctr
 	}
 	ctr.Inc()
+}
+
+// lagOf is the lag gauge of partition p, looked up once: apply sets it for
+// every fetched partition of every poll, and WithLabelValues formatted the
+// partition number and hashed it each time. Loop only.
+func (m *metrics) lagOf(p int32) prometheus.Gauge {
+	g, ok := m.lagBy[p]
+	if !ok {
+		if m.lagBy == nil {
+			m.lagBy = map[int32]prometheus.Gauge{}
+		}
+		g = m.lag.WithLabelValues(strconv.Itoa(int(p)))
+		m.lagBy[p] = g
+	}
+	return g
 }

@@ -615,7 +615,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			s.m.ungrantedUsage.Add(float64(n - ps.ungranted))
 			ps.ungranted = n
 		}
-		s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))
+		s.m.lagOf(fp.Partition).Set(float64(fp.HighWatermark - ps.l.Offset())) // encode.go
 		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
 			s.snapshot(fp.Partition, ps)
 		}

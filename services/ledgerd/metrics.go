@@ -13,7 +13,8 @@ import (
 
 type metrics struct {
 	decisions *prometheus.CounterVec
-	decCtr    decisionCounters // decisions by label pair, cached (encode.go)
+	decCtr    decisionCounters           // decisions by label pair, cached (encode.go)
+	lagBy     map[int32]prometheus.Gauge // lag by partition, cached (encode.go)
 	applied   prometheus.Counter
 	invalid   prometheus.Counter
 	aborts    prometheus.Counter
