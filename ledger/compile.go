@@ -70,8 +70,15 @@ type compiled struct {
 	anyRamp       bool
 	anyReserve    bool
 	anyShadow     bool
-	classIdx      map[string]int32
-	defClass      int32
+	// anyArrivalRule: some spec is max_tokens_on_arrival or refunds
+	// unsent requests. Without one, settle and grantFast take the plain
+	// amount (amountPlain) and skip the rules' tests per bucket.
+	anyArrivalRule bool
+	classIdx       map[string]int32
+	// classNames are the class names in index order: a handful, compared
+	// one by one on the hot path instead of hashing the name (classOf).
+	classNames []string
+	defClass   int32
 	// nBase is the number of configured specs; specs[nBase+i] is the
 	// learned copy of Learned[i] (learn.go).
 	nBase int
@@ -82,6 +89,7 @@ func compile(c *Config) *compiled {
 	cc := &compiled{scopeByName: map[string]int{}, wildcard: -1, classIdx: map[string]int32{}}
 	for i, cl := range c.Classes {
 		cc.classIdx[cl.Name] = int32(i)
+		cc.classNames = append(cc.classNames, cl.Name)
 	}
 	cc.defClass = cc.classIdx[c.DefaultClass]
 	cc.ent = compileEntitlements(c, cc.classIdx)
@@ -226,6 +234,11 @@ func (cc *compiled) addSpec(b BucketConfig) int32 {
 	if sp.shadow {
 		cc.anyShadow = true
 	}
+	if sp.arrival || sp.refundUnsent {
+		// Learned specs are copies of these or of headersSpec (neither
+		// rule), so the flag covers them too.
+		cc.anyArrivalRule = true
+	}
 	cc.specs = append(cc.specs, sp)
 	return int32(len(cc.specs) - 1)
 }
@@ -262,6 +275,16 @@ func (sc *scopeCfg) weight(tenant string) int64 {
 // the bucket's dimension, with the max output tokens in place of the output
 // estimate on a max_tokens_on_arrival bucket, and without cached input on
 // a bucket that excludes it.
+// amountPlain is amount for a spec that is not max_tokens_on_arrival
+// (compiled.anyArrivalRule false).
+func (sp *spec) amountPlain(r *res) int64 {
+	a := r.Need[sp.dim]
+	if sp.exclCached {
+		a = max(0, a-r.Cached)
+	}
+	return a
+}
+
 func (sp *spec) amount(r *res) int64 {
 	a := r.Need[sp.dim]
 	if sp.arrival && r.MaxOut > r.Need[dOutput] {
@@ -274,6 +297,23 @@ func (sp *spec) amount(r *res) int64 {
 		}
 	}
 	return a
+}
+
+// classOf returns the index of the class named name. A document has a few
+// classes, so comparing the names (length first) beats hashing one for the
+// map; classIdx answers for a long list. Names are unique (validate), so
+// both find the same index.
+func (cc *compiled) classOf(name string) (int32, bool) {
+	if len(cc.classNames) > 8 {
+		ci, ok := cc.classIdx[name]
+		return ci, ok
+	}
+	for i, n := range cc.classNames {
+		if n == name {
+			return int32(i), true
+		}
+	}
+	return 0, false
 }
 
 // dimension returns the schemas name of a dimension index.

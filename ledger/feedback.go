@@ -368,7 +368,7 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 	l.st.Seq++
 	now := l.st.Now
 	*r = res{
-		RequestID: p.RequestID, Attempt: att, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Team: p.Team, Route: p.Route,
+		RequestID: p.RequestID, Attempt: att, rh: rh, Node: p.Node, Tenant: p.Tenant, KeyID: p.KeyID, Team: p.Team, Route: p.Route,
 		Class: p.Class, Scope: p.Scope, ClassIdx: p.ClassIdx, State: stQueued, Flags: p.Flags & (fStreaming | fFallback | fOwnWait),
 		NPath: p.NPath, Path: p.Path, Need: p.Need, Cached: p.Cached, MaxOut: p.MaxOut, FP: fp, Seq: l.st.Seq, Priority: p.Priority,
 		EnqMs: now, FirstMs: p.FirstMs, Deadline: p.Deadline, MaxAtt: p.MaxAtt, Gen: l.st.Gen,

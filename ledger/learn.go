@@ -552,10 +552,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 // provider refused, so a provider whose real limit is below the bound
 // refuses about one call in 120 of a sustained overload.
 func (l *Ledger) learnSuccess(r *res) {
-	if l.st.Config.Learn.Off {
+	lc := &l.st.Config.Learn // a pointer: the copy showed in the profile
+	if lc.Off {
 		return
 	}
-	lc := l.st.Config.Learn
 	now := l.st.Now
 	q := &l.st.Scopes[r.Scope].Ratio
 	q.roll(now, lc.interval())

@@ -41,8 +41,17 @@ func (o *Output) ID() string {
 // ProducedAtMs is the decision's log time, so replaying the same log yields
 // byte-identical encoded decisions.
 func (o *Output) Event() *schemas.Event {
-	d := o.Decision
-	return &schemas.Event{
+	ev := new(schemas.Event)
+	o.EventInto(ev, new(schemas.Decision))
+	return ev
+}
+
+// EventInto is Event into storage the caller reuses (the ledger service's
+// encoder, so that a decision costs no Event and Decision allocation): ev
+// and d are overwritten, and ev.Decision points to d.
+func (o *Output) EventInto(ev *schemas.Event, d *schemas.Decision) {
+	*d = o.Decision
+	*ev = schemas.Event{
 		V:            schemas.Version,
 		Type:         schemas.TypeDecision,
 		ID:           o.ID(),
@@ -55,6 +64,6 @@ func (o *Output) Event() *schemas.Event {
 		KeyID:        o.KeyID,
 		Route:        o.Route,
 		Class:        o.Class,
-		Decision:     &d,
+		Decision:     d,
 	}
 }

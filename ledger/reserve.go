@@ -174,7 +174,11 @@ func (l *Ledger) evictDone() {
 	for k < len(l.st.Done) && l.st.Res[l.st.Done[k]].DoneMs+ttl <= l.st.Now {
 		ri := l.st.Done[k]
 		r := &l.st.Res[ri]
-		l.resIdx.del(resHash(r.RequestID, r.Attempt), ri)
+		h := r.rh
+		if h == 0 {
+			h = resHash(r.RequestID, r.Attempt) // the same value if it really is 0
+		}
+		l.resIdx.del(h, ri)
 		*r = res{}
 		l.st.Free = append(l.st.Free, ri)
 		k++
@@ -339,7 +343,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	}
 	ci := l.cc.defClass
 	if ev.Class != "" {
-		c, ok := l.cc.classIdx[ev.Class]
+		c, ok := l.cc.classOf(ev.Class)
 		if !ok {
 			return l.refuseEv(ev, out, schemas.ReasonUnknownClass, schemas.RetryRequestError)
 		}
@@ -391,7 +395,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	l.st.Seq++
 	now := l.st.Now
 	*r = res{
-		RequestID: ev.RequestID, Attempt: att, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
+		RequestID: ev.RequestID, Attempt: att, rh: rh, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
 		Route: ev.Route, Class: l.st.Config.Classes[ci].Name, Scope: si, ClassIdx: ci,
 		State: stQueued, NPath: uint8(np), Path: path, Cached: rr.CachedInputTokens, FP: fp,
 		Seq: l.st.Seq, Priority: max(-maxPriority, min(maxPriority, rr.Priority)),
@@ -849,6 +853,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 		}
 	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	rules := l.cc.anyArrivalRule                                  // see settle
 	for i, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]
 		bs := buckets[n.First : n.First+n.N]
@@ -865,7 +870,12 @@ func (l *Ledger) grantFast(ri int32) bool {
 				l.ungrantFast(r, i, k)
 				return false
 			}
-			a := sp.amount(r)
+			var a int64
+			if rules {
+				a = sp.amount(r)
+			} else {
+				a = sp.amountPlain(r)
+			}
 			if a <= 0 {
 				continue
 			}
@@ -971,6 +981,7 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 		l.budgetSettle(r, actual, sent)
 	}
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	rules := l.cc.anyArrivalRule                                  // loop-invariant: the plain path skips the rules
 	for _, ni := range r.Path[:r.NPath] {
 		n := &nodes[ni]
 		bs := buckets[n.First : n.First+n.N]
@@ -980,7 +991,12 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 				continue // created after the grant: never debited
 			}
 			sp := &specs[b.Spec]
-			a := sp.amount(r)
+			var a int64
+			if rules {
+				a = sp.amount(r)
+			} else {
+				a = sp.amountPlain(r)
+			}
 			if a <= 0 {
 				continue
 			}
@@ -988,11 +1004,13 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 			if sp.exclCached {
 				act = max(0, act-cached)
 			}
-			if sp.arrival && sent {
-				act = max(act, a)
-			}
-			if sp.refundUnsent && !sent {
-				act = 0
+			if rules {
+				if sp.arrival && sent {
+					act = max(act, a)
+				}
+				if sp.refundUnsent && !sent {
+					act = 0
+				}
 			}
 			b.Held -= a
 			if sp.kind == kToken {
@@ -1126,7 +1144,11 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		if l.cc.anyRamp {
 			l.recordLatency(r, rc.TotalMs)
 		}
-		l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
+		if rc.TotalMs > 0 {
+			// recordService ignores a reconcile without a timing; the
+			// test here saves the call on the hot path.
+			l.recordService(r, rc.TotalMs, rc.FirstByteMs, o, rc.HTTPStatus, rc.Partial)
+		}
 		if rc.HTTPStatus >= 200 && rc.HTTPStatus < 300 {
 			l.learnSuccess(r)
 		}

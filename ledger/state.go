@@ -171,8 +171,12 @@ type resKey struct {
 
 // res is one reservation (one attempt of a logical request).
 type res struct {
-	RequestID string         `json:"rid,omitempty"`
-	Attempt   int32          `json:"a,omitempty"`
+	RequestID string `json:"rid,omitempty"`
+	Attempt   int32  `json:"a,omitempty"`
+	// rh is resHash(RequestID, Attempt) as reserve computed it, kept in
+	// what was padding so that evictDone need not hash the id again; 0
+	// (a restored snapshot, never in one) means "hash it".
+	rh        uint32
 	Node      string         `json:"nd,omitempty"`
 	Tenant    string         `json:"tn,omitempty"`
 	KeyID     string         `json:"k,omitempty"`

@@ -78,6 +78,7 @@ var Table = []Spec{
 	{Code: CodeAllotmentExceeded, Status: 400, Type: "invalid_request_error", Meaning: "a partner's sub-tenant limits would exceed its allotment"},
 	{Code: CodeEntitlementExceeded, Status: 403, Type: "permission_error", Meaning: "a partner tried to grant beyond its own entitlement"},
 	{Code: CodeInvalidConfig, Status: 400, Type: "invalid_request_error", Meaning: "the change would produce a config the gateway or the ledger refuses"},
+	{Code: CodeNotAdminWriter, Status: 403, Type: "permission_error", Meaning: "this gateway does not hold the config-signing key: send the change to the admin writer"},
 }
 
 // Lookup returns the table's row for code.

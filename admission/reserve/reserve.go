@@ -54,7 +54,12 @@ type Config struct {
 	// fails while it is full is dropped and counted
 	// (Stats.RetryDropped). Default 10,000.
 	RetryQueueMax int
-	Log           *slog.Logger
+	// ReconcileLinger bounds how long a Reconciled waits to ride in the
+	// produce request of the next event of its scope (coalesce.go).
+	// Default DefaultReconcileLinger (5 ms); negative sends each at once;
+	// at most 100 ms.
+	ReconcileLinger time.Duration
+	Log             *slog.Logger
 }
 
 // Decided is one decision delivered to a Watch: the attempt it answers and
@@ -97,9 +102,12 @@ type Client struct {
 	abandoned map[attemptKey]int64
 	sweptMs   int64
 
-	stats   stats
-	retry   retryQueue
-	closing atomic.Bool
+	stats stats
+	retry retryQueue
+	co    coalescer // reconciles waiting for a ride (coalesce.go)
+	// produceRequests counts the produce requests prod wrote.
+	produceRequests *atomic.Int64
+	closing         atomic.Bool
 
 	act    *activity
 	hbStop chan struct{}
@@ -140,7 +148,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.RetryQueueMax <= 0 {
 		cfg.RetryQueueMax = defaultRetryQueueMax
 	}
+	if cfg.ReconcileLinger == 0 {
+		cfg.ReconcileLinger = DefaultReconcileLinger
+	}
+	if cfg.ReconcileLinger > reconcileLingerMax {
+		return nil, fmt.Errorf("reserve: reconcile linger %v is above its bound %v (a waiting reconcile delays the capacity it returns)", cfg.ReconcileLinger, reconcileLingerMax)
+	}
 	cfg.Topics = cfg.Topics.OrDefault()
+	counter := &produceCounter{n: new(atomic.Int64)}
 	prod, err := bus.NewClient(ctx, cfg.Brokers, 10*time.Second,
 		kgo.ProducerLinger(0),
 		// Unlingered batches hold one or two events: snappy on each was
@@ -148,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// few hundred bytes saved per request.
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.WithHooks(counter),
 	)
 	if err != nil {
 		return nil, err
@@ -193,7 +209,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(), trips: newRoundTrips(),
 		watchers: map[string]chan *Decided{}, abandoned: map[attemptKey]int64{}, done: make(chan struct{}),
-		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{})}
+		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{}),
+		co: coalescer{linger: cfg.ReconcileLinger, pending: map[string][]*report{}}, produceRequests: counter.n}
 	go c.consume()
 	go c.retries(c.rtStop, c.rtDone)
 	if cfg.HeartbeatInterval > 0 {
@@ -220,6 +237,7 @@ func (c *Client) Close() {
 	close(c.rtStop)
 	<-c.rtDone
 	c.closing.Store(true)
+	c.flushAll()
 	due, expired := c.retry.take(time.Now().UnixMilli())
 	for _, r := range expired {
 		c.giveUp(r, errRetryExpired)
@@ -335,6 +353,10 @@ func (c *Client) Send(ev *schemas.Event, done func(error)) {
 		c.requeue(r, errBehindEarlier)
 		return
 	}
+	if c.co.waits(ev) {
+		c.hold(r) // rides with the scope's next event (coalesce.go)
+		return
+	}
 	c.sendReport(r)
 }
 
@@ -380,6 +402,10 @@ func (c *Client) produce(ctx context.Context, topic string, ev *schemas.Event) e
 		return err
 	}
 	acked := make(chan error, 1)
+	// Behind the scope's waiting reconciles, in the same produce request
+	// (coalesce.go). The lock is not held across Produce, which blocks
+	// while the producer's buffer is full: Send must not wait behind it.
+	c.flushScope(ev.Scope)
 	c.prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(ev.Scope), Value: b}, func(_ *kgo.Record, err error) { acked <- err })
 	select {
 	case err = <-acked:

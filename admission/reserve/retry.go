@@ -146,6 +146,12 @@ func retried(t schemas.Type) bool {
 // failure like any other, so that no request waits on a broker that does
 // not answer.
 func (c *Client) sendReport(r *report) {
+	c.enqueueScope(r.ev.Scope, func() { c.tryProduce(r) })
+}
+
+// tryProduce hands r to the request producer without waiting; the caller
+// holds the order lock (enqueueScope).
+func (c *Client) tryProduce(r *report) {
 	rec := &kgo.Record{Topic: c.cfg.Topics.Requests, Key: []byte(r.ev.Scope), Value: r.value}
 	c.prod.TryProduce(context.Background(), rec, func(_ *kgo.Record, err error) {
 		if err == nil {
@@ -287,6 +293,10 @@ type Stats struct {
 	// Abandoned counts produces the client stopped waiting for at the
 	// caller's bound, the broker still holding them.
 	Abandoned int64
+	// ProduceRequests counts the produce requests written to the brokers
+	// for sluice.requests (reserves, reports, heartbeats): with reconciles
+	// coalesced (coalesce.go) about one per request.
+	ProduceRequests int64
 }
 
 type stats struct {
@@ -297,5 +307,5 @@ type stats struct {
 func (c *Client) Stats() Stats {
 	return Stats{Reproduced: c.stats.reproduced.Load(), RetryQueued: int64(c.retry.len()), Retried: c.stats.retried.Load(),
 		RetryDropped: c.stats.retryDropped.Load(), RetryExpired: c.stats.retryExpired.Load(),
-		LateReleased: c.stats.lateReleased.Load(), Abandoned: c.stats.abandoned.Load()}
+		LateReleased: c.stats.lateReleased.Load(), Abandoned: c.stats.abandoned.Load(), ProduceRequests: c.produceRequests.Load()}
 }

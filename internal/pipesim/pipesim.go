@@ -91,6 +91,10 @@ type Stats struct {
 	// the requests of t1 charged to its budget at the end of the run
 	// (Options.Budget), BudgetDenied those denied budget_exhausted.
 	BudgetLeaseMsgs, BudgetGranted, BudgetDenied int
+	// Rides counts the reconciles sent ahead of the next event of their
+	// node and scope, Alone those sent when their linger ran out
+	// (admission/reserve's coalescing).
+	Rides, Alone int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -122,7 +126,7 @@ func Run(seed uint64, o Options) Result {
 	}
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), opts: o, reqs: map[string]*request{},
 		lost: map[resKey]bool{}, delivered: map[resKey]bool{}, dedup: map[string]*reserve.Dedup{},
-		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}, shadowed: map[resKey]bool{}}
+		nodeAt: map[string]int64{}, acted: map[actedKey][]byte{}, reconciled: map[resKey]bool{}, shadowed: map[resKey]bool{}, riding: map[string][]*schemas.Event{}}
 	s.res.Seed = seed
 	s.setup()
 	s.loop()
@@ -165,6 +169,9 @@ type sim struct {
 	acted      map[actedKey][]byte
 	actedOrder []actedKey
 	reconciled map[resKey]bool
+	// riding holds each node's reconciles waiting for a ride, by node and
+	// scope (hold).
+	riding map[string][]*schemas.Event
 }
 
 type actedKey struct {
@@ -310,12 +317,54 @@ func (s *sim) chance(permille int) bool { return s.rng.IntN(1000) < permille }
 
 // send appends ev to its scope's partition after a network delay, keeping
 // the order of this producer's events per partition. It returns false for
-// a produce that fails (produce only).
+// a produce that fails (produce only). As admission/reserve does
+// (coalesce.go), the node's reconciles waiting in ev's scope are sent
+// first, in the same produce: ahead of ev, whatever becomes of ev.
 func (s *sim) send(node string, ev *schemas.Event, mayFail bool) bool {
+	s.flushRides(node, ev.Scope, true)
 	if mayFail && s.chance(10) {
 		s.res.Stats.FailedProduces++
 		return false
 	}
+	s.transmit(node, ev)
+	return true
+}
+
+// reconcileLingerMs is admission/reserve's default ReconcileLinger.
+const reconcileLingerMs = 5
+
+// hold keeps a Reconciled (or ProviderObserved) until the node's next event of its scope carries
+// it, or reconcileLingerMs, whichever comes first (coalesce.go).
+func (s *sim) hold(node string, ev *schemas.Event) {
+	key := node + "\x00" + ev.Scope
+	if len(s.riding[key]) == 0 {
+		scope := ev.Scope
+		s.at(s.now+reconcileLingerMs, func() { s.flushRides(node, scope, false) })
+	}
+	s.riding[key] = append(s.riding[key], ev)
+}
+
+// flushRides sends the node's waiting reconciles of scope, in order:
+// ahead of another event (ride) or when the linger ran out.
+func (s *sim) flushRides(node, scope string, ride bool) {
+	key := node + "\x00" + scope
+	rs := s.riding[key]
+	if len(rs) == 0 {
+		return
+	}
+	delete(s.riding, key)
+	if ride {
+		s.res.Stats.Rides += len(rs)
+	} else {
+		s.res.Stats.Alone += len(rs)
+	}
+	for _, ev := range rs {
+		s.transmit(node, ev)
+	}
+}
+
+// transmit puts ev on the bus (send without the fault).
+func (s *sim) transmit(node string, ev *schemas.Event) {
 	ev.ID = s.id()
 	b, err := schemas.Encode(ev)
 	var back schemas.Event
@@ -325,14 +374,13 @@ func (s *sim) send(node string, ev *schemas.Event, mayFail bool) bool {
 	if err != nil {
 		// The real producer cannot send it either: the ledger never sees it.
 		s.problem("%s produced an invalid %s for %s/%d: %v", node, ev.Type, ev.RequestID, ev.Attempt, err)
-		return true
+		return
 	}
 	p := s.partOf(ev.Scope)
 	key := node + "\x00" + ev.Scope
 	at := max(s.now+1+int64(s.rng.IntN(netMaxMs/2)), s.lastAppend[key])
 	s.lastAppend[key] = at
 	s.at(at, func() { p.append(node, &back, s.now) })
-	return true
 }
 
 func (s *sim) partOf(scope string) *partition {
@@ -891,6 +939,10 @@ func (s *sim) step(r *request, in lifecycle.Input) {
 		case lifecycle.Report:
 			if e.Event.Type == schemas.TypeReconciled {
 				s.reconciled[resKey{e.Event.RequestID, e.Event.Attempt}] = true
+			}
+			if t := e.Event.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
+				s.hold(r.node, e.Event) // they wait for a ride, as in admission/reserve
+				break
 			}
 			s.send(r.node, e.Event, false)
 		case lifecycle.Telemetry:

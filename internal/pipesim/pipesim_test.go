@@ -38,6 +38,10 @@ func TestPipeline(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds, %d failed; totals %+v", len(seeds), failed, total)
+	if len(seeds) >= 5 && (total.Rides == 0 || total.Alone == 0) {
+		// The coalesced reconciles' two ways out must both be exercised.
+		t.Errorf("reconciles: %d rode with a later event, %d went when their linger ran out; want both > 0", total.Rides, total.Alone)
+	}
 }
 
 // TestForgedRequestsRefused: requests past tenant t2's entitlement

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,6 +162,12 @@ type KafkaBenchResult struct {
 	CommitMsMean             float64 `json:"commit_ms_mean"`
 	SustainEvents            int     `json:"sustain_events"`
 	SustainedDecisionsPerSec float64 `json:"sustained_decisions_per_sec_one_partition"`
+	// SustainedBufferedMax is the most decision records the member's
+	// producer held unacknowledged during the backlog (sampled every
+	// millisecond): what franz-go's max buffered records (50,000) must
+	// hold for the loop never to wait on it (docs/ledger-service.md,
+	// Client settings).
+	SustainedBufferedMax int64 `json:"sustained_producer_buffered_records_max"`
 }
 
 // BenchKafka measures the ledger service on a real broker: admission round
@@ -227,11 +234,11 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 
 	// Sustained: a backlog on one partition, decided by a fresh member.
 	fmt.Fprintf(o.Progress, "sustained: %d requests on one partition…\n", o.SustainEvents)
-	rate, err := sustained(ctx, o.Brokers, o.SustainEvents, o.CommitInterval, quiet)
+	rate, peak, err := sustained(ctx, o.Brokers, o.SustainEvents, o.CommitInterval, quiet)
 	if err != nil {
 		return nil, err
 	}
-	res.SustainedDecisionsPerSec = rate
+	res.SustainedDecisionsPerSec, res.SustainedBufferedMax = rate, peak
 	return res, nil
 }
 
@@ -343,15 +350,15 @@ func tripStats(lat []float64, errs int, el time.Duration) RoundTrip {
 // sustained pre-produces n requests onto a one-partition topic, then starts
 // a ledger member and measures its decision rate from the log append times
 // of the first and last decisions.
-func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Duration, log *slog.Logger) (float64, error) {
+func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Duration, log *slog.Logger) (rate float64, bufferedMax int64, err error) {
 	names, cleanup, err := benchTopics(ctx, brokers, 1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cleanup()
 	prod, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1<<20))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer prod.Close()
 	var perr error
@@ -359,7 +366,7 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 	for i := 0; i < n; i++ {
 		b, err := schemas.Encode(benchReserve(fmt.Sprintf("s-%d", i)))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		prod.Produce(ctx, &kgo.Record{Topic: names.Requests, Value: b}, func(_ *kgo.Record, err error) {
 			if err != nil {
@@ -370,26 +377,44 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 		})
 	}
 	if err := prod.Flush(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if perr != nil {
-		return 0, perr
+		return 0, 0, perr
 	}
 	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench-s", Log: log,
 		Registerer: prometheus.NewRegistry(), SnapshotEvery: 1 << 30, SnapshotInterval: time.Hour, CommitInterval: commitEvery})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = svc.Loop(lctx) }()
 	defer func() { stop(); wg.Wait(); svc.Close() }()
+	// The producer's buffer, sampled while the backlog is worked off.
+	var peak atomic.Int64
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+				if b := svc.sess.Client().BufferedProduceRecords(); b > peak.Load() {
+					peak.Store(b)
+				}
+			}
+		}
+	}()
 
 	cons, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ConsumeTopics(names.Decisions),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer cons.Close()
 	var first, last time.Time
@@ -407,9 +432,11 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 		})
 	}
 	if got < n {
-		return 0, fmt.Errorf("sustained run: only %d of %d decisions arrived", got, n)
+		return 0, 0, fmt.Errorf("sustained run: only %d of %d decisions arrived", got, n)
 	}
-	return float64(got-1) / last.Sub(first).Seconds(), nil
+	stop()
+	<-sampled
+	return float64(got-1) / last.Sub(first).Seconds(), peak.Load(), nil
 }
 
 // benchTopics creates a throwaway set of topics and publishes the bench

@@ -259,6 +259,7 @@ type Service struct {
 	// Scratch reused by every round of the poll loop.
 	ev   schemas.Event
 	outs []ledger.Output
+	enc  decisionEncoder // the loop's decision encoder (encode.go)
 
 	// trace, when set (`sluice bench ledger-kafka --stages`), is told when
 	// each reserve was polled and when its decision was acknowledged;
@@ -341,6 +342,11 @@ func (s *Service) openSession() error {
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.FetchMaxWait(10*time.Millisecond), // the broker minimum franz-go accepts
 		kgo.ProducerLinger(0),
+		// Unlingered decision batches are a few records: snappy (franz-go's
+		// default) cost 0.9–2.1 µs per decision to compress and undo for
+		// 48–265 bytes saved (BenchmarkDecisionBatchSnappy), as much CPU
+		// as encoding the decision (docs/ledger-service.md, Client settings).
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		// A produce that the broker answers CONCURRENT_TRANSACTIONS (the
 		// previous transaction's markers still being written) is retried
 		// by franz-go only after a metadata refresh, and refreshes are at
@@ -588,7 +594,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			for i := range s.outs {
 				d := &s.outs[i]
 				s.m.decision(d)
-				b, err := schemas.Encode(d.Event())
+				b, err := s.enc.encode(d) // encode.go: no allocation but the id
 				if err != nil {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
@@ -604,7 +610,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			// re-derives and checks it like a decision.
 			for i := range ps.l.LearnedOutputs() {
 				lo := &ps.l.LearnedOutputs()[i]
-				b, err := schemas.Encode(lo.Event())
+				b, err := s.enc.encodeEvent(lo.Event())
 				if err != nil {
 					applyErr = fmt.Errorf("encode learned capacity of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
@@ -620,7 +626,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			s.m.ungrantedUsage.Add(float64(n - ps.ungranted))
 			ps.ungranted = n
 		}
-		s.m.lag.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark - ps.l.Offset()))
+		s.m.lagOf(fp.Partition).Set(float64(fp.HighWatermark - ps.l.Offset())) // encode.go
 		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
 			s.snapshot(fp.Partition, ps)
 		}

@@ -13,6 +13,8 @@ import (
 
 type metrics struct {
 	decisions *prometheus.CounterVec
+	decCtr    decisionCounters           // decisions by label pair, cached (encode.go)
+	lagBy     map[int32]prometheus.Gauge // lag by partition, cached (encode.go)
 	applied   prometheus.Counter
 	invalid   prometheus.Counter
 	aborts    prometheus.Counter
@@ -126,7 +128,10 @@ func (m *metrics) observe(p int32, l *ledger.Ledger, sinceSnapshot time.Duration
 }
 
 func (m *metrics) decision(o *ledger.Output) {
-	m.decisions.WithLabelValues(string(o.Decision.Status), string(o.Decision.LimitDimension)).Inc()
+	if m.decCtr.vec == nil {
+		m.decCtr.vec = m.decisions
+	}
+	m.decCtr.inc(&o.Decision) // encode.go
 	if o.Decision.Reason == schemas.ReasonNodeLost {
 		m.nodeLost.Inc()
 	}

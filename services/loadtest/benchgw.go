@@ -87,6 +87,10 @@ type GatewayProcessResult struct {
 	GatewayCPUSeconds     float64 `json:"gateway_cpu_seconds"`
 	RequestsPerGatewayCPU float64 `json:"requests_per_gateway_cpu_second"`
 	Errors                int64   `json:"errors"`
+	// CPU per request of the gateway, the ledgers and the broker, and in
+	// total, over the 1-client and the concurrent series (benchcpu.go).
+	CPU1 StackCPU `json:"cpu_per_request_1_client"`
+	CPUN StackCPU `json:"cpu_per_request_concurrent"`
 }
 
 // BenchGatewayProcess measures a gateway process alone: the simulator, two
@@ -120,10 +124,20 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	}
 	defer st.Close()
 	var gwPID int
+	var pids stackPIDs
 	for _, p := range st.procs {
-		if p.name == "gateway" {
+		switch {
+		case p.name == "gateway":
 			gwPID = p.cmd.Process.Pid
+			pids.gateway = gwPID
+		case p.name == "sim":
+			pids.sim = p.cmd.Process.Pid
+		case strings.HasPrefix(p.name, "ledger"):
+			pids.ledgers = append(pids.ledgers, p.cmd.Process.Pid)
 		}
+	}
+	if len(o.Brokers) > 0 {
+		pids.broker = listenerPID(o.Brokers[0])
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
 	gwURL, directURL, key := st.gwURL+"/v1/chat/completions", st.simURL+"/openai/v1/chat/completions", keys["bench"]
@@ -208,13 +222,24 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
 	metricsURL := st.gwMetricsURL
+	// The stack's burn with no request, to split fixed from marginal cost.
+	idle, err := pids.idleCores(3 * time.Second)
+	if err != nil {
+		return nil, err
+	}
 	direct, _ := sequential(directURL, nil)
 	var a0 answerTotals
 	var c0 time.Duration
+	var s0 cpuSample
+	var t0 time.Time
 	via, err := sequential(gwURL, func() (err error) {
 		if a0, err = ledgerAnswer(ctx, hc, metricsURL); err != nil {
 			return err
 		}
+		if s0, err = pids.sample(); err != nil {
+			return err
+		}
+		t0 = time.Now()
 		c0, err = procCPU(gwPID)
 		return err
 	})
@@ -225,6 +250,11 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
+	s1, err := pids.sample()
+	if err != nil {
+		return nil, err
+	}
+	res.CPU1 = perRequest(s0, s1, len(via), time.Since(t0), idle, pids.broker)
 	if c1 > c0 {
 		res.RequestsPerGatewayCPU1 = float64(len(via)) / (c1 - c0).Seconds()
 	}
@@ -248,6 +278,10 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
+	s2, err := pids.sample()
+	if err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	viaN, n := concurrent(gwURL)
 	el := time.Since(start)
@@ -255,6 +289,11 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if err != nil {
 		return nil, err
 	}
+	s3, err := pids.sample()
+	if err != nil {
+		return nil, err
+	}
+	res.CPUN = perRequest(s2, s3, n, el, idle, pids.broker)
 	a3, err := ledgerAnswer(ctx, hc, metricsURL)
 	if err != nil {
 		return nil, err
