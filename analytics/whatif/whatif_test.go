@@ -165,8 +165,12 @@ func TestWhatIfTightenedMatchesDirectReplay(t *testing.T) {
 	if !maps.Equal(w.Denials, d.Denials) || w.Grants != d.Grants {
 		t.Fatalf("what-if denials %v (grants %d), direct replay %v (grants %d)", w.Denials, w.Grants, d.Denials, d.Grants)
 	}
-	if w.Denied <= r.Denied || pt.Differences == 0 {
-		t.Fatalf("a tighter key limit denied %d (recorded %d) with %d differences", w.Denied, r.Denied, pt.Differences)
+	// The tighter limit must change the decisions. It need not deny more in
+	// all: the recorded run learns its scope capacity down from the
+	// workload's bare 429s (ledger/learn.go), and the what-if, sending less,
+	// meets fewer of them (2,972 recorded denials against 2,534 at seed 2).
+	if pt.Differences == 0 || maps.Equal(w.Denials, r.Denials) {
+		t.Fatalf("a tighter key limit denied %v (recorded %v) with %d differences", w.Denials, r.Denials, pt.Differences)
 	}
 	t.Logf("recorded: %d grants, %d denied; what-if: %d grants, %d denied, %d differences", r.Grants, r.Denied, w.Grants, w.Denied, pt.Differences)
 }
