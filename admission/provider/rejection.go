@@ -92,8 +92,9 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 }
 
 // rejection is what an error body says, read once from whichever
-// provider's shape it has (errorBody): every later step looks at all of it,
-// since a field of one shape never appears in another's by accident.
+// provider's shape it has (errorBody, their union). The steps after it need
+// no provider kind: the values they look for (insufficient_quota,
+// overloaded_error, RESOURCE_EXHAUSTED…) each belong to one provider.
 type rejection struct {
 	msg, lmsg, etype, code string
 	// exhausted is Gemini's RESOURCE_EXHAUSTED status, a rejection even

@@ -316,8 +316,8 @@ func itoa(n int64) string {
 	return string(b[i:])
 }
 
-// apply folds one event into the view at now. Every five seconds of event
-// time it first prunes what fell out of the window, so that memory follows
+// apply folds one event into the view at now. Every five seconds of the
+// projection's clock it first prunes what fell out of the window, so that memory follows
 // the window and not the log. Each event type that does more than count
 // has a step of its own below.
 func (p *Projection) apply(ev *schemas.Event, now time.Time) {
@@ -355,8 +355,8 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 
 // reserveRequested counts the request and keeps its reserved estimate: the
 // stranded figures compare it with what the settled hold used. The first
-// estimate of a request id wins (a retry reserves again under the same id),
-// and the map is bounded like the in-flight set.
+// estimate of a request id wins, and the map is bounded like the
+// in-flight set.
 func (p *Projection) reserveRequested(ev *schemas.Event, sec, nowMs int64) {
 	p.add(ev, sec, cReceived, 1)
 	if r := ev.ReserveRequested; r != nil {
@@ -382,9 +382,10 @@ func (p *Projection) retryRequested(ev *schemas.Event, sec, nowMs int64) {
 }
 
 // reconciled counts the reconciliation, adds estimate and actual tokens to
-// the accuracy counters, and settles the hold. A partial reconciliation
-// (a stream cut short) and a dimension that was not estimated stay out of
-// the accuracy counters, which would otherwise read as misestimates.
+// the accuracy counters, and settles the hold. Usage counted from an
+// interrupted stream (Partial) and a dimension that was not estimated stay
+// out of the accuracy counters, which would otherwise read as
+// misestimates.
 func (p *Projection) reconciled(ev *schemas.Event, sec, nowMs int64) {
 	s := p.add(ev, sec, cReconciled, 1)
 	if r := ev.Reconciled; r != nil && s != nil && !r.Partial {
@@ -405,9 +406,10 @@ func (p *Projection) reconciled(ev *schemas.Event, sec, nowMs int64) {
 	p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, "reconciled")
 }
 
-// released counts the release and settles the hold; a grant released
-// because it arrived after the caller gave up is settled as late_grant, so
-// that the stranded figures tell it apart from an ordinary release.
+// released counts the release and settles the hold; a grant the gateway
+// did not dispatch because it arrived too late after the ledger's log time
+// (schemas.ReasonLateGrant) is settled as late_grant, so that the stranded
+// figures tell it apart from an ordinary release.
 func (p *Projection) released(ev *schemas.Event, sec, nowMs int64) {
 	p.add(ev, sec, cReleased, 1)
 	kind, in, out := "released", int64(0), int64(0)

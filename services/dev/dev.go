@@ -260,7 +260,8 @@ func (s *Stack) startLedgerMember(ctx context.Context, o Options) error {
 
 // startGateway starts the gateway with what it leans on (the reserve
 // client, the snapshot follower, the admin API) and its two listeners. It
-// runs after the ledger member, whose group the gateway's probe watches.
+// comes after the ledger member, whose group the gateway's ledger probe
+// watches, so that the first request finds a ledger to answer it.
 func (s *Stack) startGateway(ctx context.Context, o Options, cfg *config.Config) (*gateway.Server, error) {
 	rc, err := reserve.New(ctx, reserve.Config{Brokers: s.Brokers, Topics: o.Topics, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: o.Log})
 	if err != nil {
