@@ -488,6 +488,9 @@ func outcomeCounter(o *schemas.Outcome) int {
 	return cOutOther
 }
 
+// decision counts a ledger decision by status, moves the request between
+// the waits and the holds, and keeps its row for the recent decisions. Any
+// status but queued ends a wait.
 func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	d := ev.Decision
 	if d == nil {
@@ -499,30 +502,9 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	}
 	switch d.Status {
 	case schemas.StatusGranted:
-		if s := p.add(ev, sec, cGranted, 1); s != nil {
-			k := flightKey(ev)
-			grantMs := d.LogTimeMs
-			if grantMs <= 0 {
-				grantMs = nowMs
-			}
-			own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
-			if t, settled := p.tombs[k]; settled {
-				delete(p.tombs, k)
-				p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
-			} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
-				p.flights[k] = flight{s: s, atMs: nowMs, grantMs: grantMs, own: own}
-				s.inFlight++
-			}
-		}
+		p.granted(ev, d, sec, nowMs)
 	case schemas.StatusQueued:
-		if s := p.add(ev, sec, cQueued, 1); s != nil {
-			k := flightKey(ev)
-			if _, dup := p.waits[k]; !dup && len(p.waits) < maxWaits {
-				p.waits[k] = flight{s: s, atMs: nowMs}
-				s.queued++
-				p.newest(s, sec).depthEnd = s.queued
-			}
-		}
+		p.queued(ev, sec, nowMs)
 	case schemas.StatusDenied:
 		if s := p.add(ev, sec, cDenied, 1); s != nil {
 			i, ok := dimSlot[d.LimitDimension]
@@ -544,6 +526,51 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	case schemas.StatusCancelled:
 		p.add(ev, sec, cCancelled, 1)
 	}
+	p.remember(ev.Tenant, decisionRow(ev, d, nowMs))
+}
+
+// granted counts a grant and opens its hold, from the ledger's log time
+// that charged the bucket. Its settlement may have been seen first (the
+// topics are read independently): the tomb it left settles the hold at
+// once, so the late grant is still charged its stranded quota.
+func (p *Projection) granted(ev *schemas.Event, d *schemas.Decision, sec, nowMs int64) {
+	s := p.add(ev, sec, cGranted, 1)
+	if s == nil {
+		return
+	}
+	k := flightKey(ev)
+	grantMs := d.LogTimeMs
+	if grantMs <= 0 {
+		grantMs = nowMs
+	}
+	own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
+	if t, settled := p.tombs[k]; settled {
+		delete(p.tombs, k)
+		p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
+	} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
+		p.flights[k] = flight{s: s, atMs: nowMs, grantMs: grantMs, own: own}
+		s.inFlight++
+	}
+}
+
+// queued counts a queued request and adds it to the waits (once, and
+// bounded), recording the queue's depth at the end of this second.
+func (p *Projection) queued(ev *schemas.Event, sec, nowMs int64) {
+	s := p.add(ev, sec, cQueued, 1)
+	if s == nil {
+		return
+	}
+	k := flightKey(ev)
+	if _, dup := p.waits[k]; !dup && len(p.waits) < maxWaits {
+		p.waits[k] = flight{s: s, atMs: nowMs}
+		s.queued++
+		p.newest(s, sec).depthEnd = s.queued
+	}
+}
+
+// decisionRow is the recent-decisions row of a decision, with the words
+// that explain its codes to a reader of the view.
+func decisionRow(ev *schemas.Event, d *schemas.Decision, nowMs int64) DecisionRow {
 	row := DecisionRow{
 		AtMs: nowMs, LogTimeMs: d.LogTimeMs, RequestID: ev.RequestID, Attempt: ev.Attempt,
 		Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
@@ -562,14 +589,21 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	if d.RetryClass != "" {
 		row.RetryClassWords = d.RetryClass.Words()
 	}
+	return row
+}
+
+// remember keeps the row among the recent decisions and the tenant's own;
+// beyond maxTenantRings tenants a new tenant gets no ring of its own, so
+// that the memory of the view stays bounded.
+func (p *Projection) remember(tenant string, row DecisionRow) {
 	p.recent.push(row)
-	r := p.byTenant[ev.Tenant]
+	r := p.byTenant[tenant]
 	if r == nil {
 		if len(p.byTenant) >= maxTenantRings {
 			return
 		}
 		r = &ring{}
-		p.byTenant[ev.Tenant] = r
+		p.byTenant[tenant] = r
 	}
 	r.push(row)
 }
