@@ -287,27 +287,70 @@ func (e *benchEnv) close() {
 // limits far above what the bench sends, so every request is granted.
 func startBenchEnv(ctx context.Context, log *slog.Logger) (env *benchEnv, err error) {
 	env = &benchEnv{}
+	// The error returns below say `return nil, err`, which clears env
+	// before deferred calls run: close through a copy.
+	started := env
 	defer func() {
 		if err != nil {
-			env.close()
+			started.close()
 		}
 	}()
+	brokers, err := env.startBus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.startSim(); err != nil {
+		return nil, err
+	}
+	cfg, err := benchConfig(env.simURL)
+	if err != nil {
+		return nil, err
+	}
+	names := bus.DefaultNames()
+	if err := ledgerd.PublishConfig(ctx, brokers, names, cfg.LedgerJSON(), "bench"); err != nil {
+		return nil, err
+	}
+	if err := env.startLedger(ctx, brokers, log); err != nil {
+		return nil, err
+	}
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: cfg.Node, AnswerTimeout: 5 * time.Second, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, rc.Close)
+	env.gw = gateway.New(cfg, rc, log)
+	var stop func()
+	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, stop)
+	return env, nil
+}
+
+// startBus starts a one-broker kfake cluster with the default topics and
+// returns its address.
+func (e *benchEnv) startBus(ctx context.Context) ([]string, error) {
 	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
 	if err != nil {
 		return nil, fmt.Errorf("embedded kafka: %w", err)
 	}
-	env.closers = append(env.closers, cl.Close)
+	e.closers = append(e.closers, cl.Close)
 	brokers := cl.ListenAddrs()
-	names := bus.DefaultNames()
 	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	env.closers = append(env.closers, adm.Close)
+	e.closers = append(e.closers, adm.Close)
 	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), bus.DefaultTopics().Specs()); err != nil {
 		return nil, fmt.Errorf("topics: %w", err)
 	}
+	return brokers, nil
+}
 
+// startSim starts the simulator with no modelled latency (its sleeps
+// return at once) and OpenAI limits out of reach, so that the bench
+// measures the gateway and not the simulated provider.
+func (e *benchEnv) startSim() error {
 	sc := sim.DefaultConfig()
 	sc.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 	oa := sc.Providers[sim.OpenAI]
@@ -315,14 +358,21 @@ func startBenchEnv(ctx context.Context, log *slog.Logger) (env *benchEnv, err er
 	sc.Providers[sim.OpenAI] = oa
 	simSrv, err := sim.New(sc)
 	if err != nil {
-		return nil, fmt.Errorf("simulator: %w", err)
+		return fmt.Errorf("simulator: %w", err)
 	}
 	var stop func()
-	if env.simURL, stop, err = benchServe(simSrv); err != nil {
-		return nil, err
+	if e.simURL, stop, err = benchServe(simSrv); err != nil {
+		return err
 	}
-	env.closers = append(env.closers, stop)
+	e.closers = append(e.closers, stop)
+	return nil
+}
 
+// benchConfig is the gateway configuration of the bench: one route to the
+// simulator, one tenant with the bench key, and a ledger whose one bucket
+// is far above what the bench sends, so that every request is granted and
+// none waits.
+func benchConfig(simURL string) (*config.Config, error) {
 	lc := ledger.DefaultDevConfig()
 	lc.Scopes[0].Buckets = []ledger.BucketConfig{{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 1 << 40, PeriodMs: 60_000}}
 	led, err := json.Marshal(lc)
@@ -339,16 +389,20 @@ tenants:
     keys:
       - {id: bench-key, sha256: %s}
 ledger: %s
-`, env.simURL, config.HashKey(benchKey), led)))
+`, simURL, config.HashKey(benchKey), led)))
 	if err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	if err := ledgerd.PublishConfig(ctx, brokers, names, cfg.LedgerJSON(), "bench"); err != nil {
-		return nil, err
-	}
-	ld, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: "bench-ledger", Node: "ledger-bench", Log: log, Registerer: prometheus.NewRegistry()})
+	return cfg, nil
+}
+
+// startLedger runs a ledger member in the background until the env is
+// closed; its metrics go to a registry of its own, so that a second Run in
+// one process registers nothing twice.
+func (e *benchEnv) startLedger(ctx context.Context, brokers []string, log *slog.Logger) error {
+	ld, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: bus.DefaultNames(), Group: "bench-ledger", Node: "ledger-bench", Log: log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	ldDone := make(chan struct{})
@@ -356,18 +410,8 @@ ledger: %s
 		defer close(ldDone)
 		_ = ld.Loop(runCtx)
 	}()
-	env.closers = append(env.closers, func() { cancel(); <-ldDone; ld.Close() })
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: cfg.Node, AnswerTimeout: 5 * time.Second, Log: log})
-	if err != nil {
-		return nil, err
-	}
-	env.closers = append(env.closers, rc.Close)
-	env.gw = gateway.New(cfg, rc, log)
-	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
-		return nil, err
-	}
-	env.closers = append(env.closers, stop)
-	return env, nil
+	e.closers = append(e.closers, func() { cancel(); <-ldDone; ld.Close() })
+	return nil
 }
 
 func benchServe(h http.Handler) (string, func(), error) {
