@@ -66,104 +66,18 @@ type googleDetail struct {
 func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.Time, sec Secrets) (schemas.ProviderRejected, bool) {
 	var eb errorBody
 	parseErrorBody(body, &eb)
-	var msg, etype, code, gstatus string
-	var details json.RawMessage
-	if eb.Error != nil {
-		msg, etype, gstatus, details = eb.Error.Message, eb.Error.Type, eb.Error.Status, eb.Error.Details
-		code = rawString(eb.Error.Code)
-	}
-	exhausted := gstatus == "RESOURCE_EXHAUSTED"
-	if status < 400 && !exhausted {
+	s := readRejection(&eb)
+	if status < 400 && !s.exhausted {
 		return schemas.ProviderRejected{}, false
 	}
 	if status < 400 {
 		status = http.StatusTooManyRequests
 	}
 	r := schemas.ProviderRejected{HTTPStatus: int32(min(max(status, 0), 999))}
-
-	// Google details: QuotaFailure and RetryInfo.
-	var gd []googleDetail
-	if len(details) > 0 && bytes.TrimSpace(details)[0] == '[' {
-		_ = json.Unmarshal(details, &gd)
-	}
-	perDay := false
-	var retryInfoMs int64 = -1
-	for _, d := range gd {
-		switch {
-		case strings.HasSuffix(d.Type, "google.rpc.QuotaFailure"):
-			for _, v := range d.Violations {
-				dim, day := googleQuotaDim(v.QuotaID + " " + v.QuotaMetric)
-				perDay = perDay || day
-				if r.Limiter == "" || day {
-					r.Limiter = dim
-				}
-			}
-		case strings.HasSuffix(d.Type, "google.rpc.RetryInfo"):
-			if ms, ok := ParseDurationMs(d.RetryDelay); ok {
-				retryInfoMs = ms
-			}
-		case strings.HasSuffix(d.Type, "google.rpc.ErrorInfo"):
-			if q := d.Metadata["quota_limit"] + " " + d.Metadata["quota_metric"]; strings.TrimSpace(q) != "" {
-				dim, day := googleQuotaDim(q)
-				perDay = perDay || day
-				if r.Limiter == "" {
-					r.Limiter = dim
-				}
-			}
-		}
-	}
-	var spendLimit bool
-	if len(details) > 0 && bytes.TrimSpace(details)[0] == '{' {
-		var ad struct {
-			ErrorCode string `json:"error_code"`
-		}
-		_ = json.Unmarshal(details, &ad)
-		spendLimit = ad.ErrorCode == "enforced_spend_limit_reached"
-	}
-	lmsg := strings.ToLower(msg)
-
-	switch {
-	case status == http.StatusTooManyRequests || exhausted:
-		r.Kind = schemas.KindRateLimited
-		switch {
-		case code == "insufficient_quota" || etype == "insufficient_quota" || spendLimit || perDay ||
-			strings.Contains(lmsg, "per day") || strings.Contains(lmsg, "(rpd)") || strings.Contains(lmsg, "(tpd)"):
-			r.Kind = schemas.KindQuotaExhausted
-		case strings.HasPrefix(lmsg, "request too large"):
-			r.Kind = schemas.KindRequestError
-		}
-		if etype == "overloaded_error" {
-			r.Kind = schemas.KindOverloaded
-		}
-	case status == 529 || status >= 500 || etype == "overloaded_error":
-		r.Kind = schemas.KindOverloaded
-	default:
-		r.Kind = schemas.KindRequestError
-	}
-
-	if r.Limiter == "" {
-		r.Limiter = limiterFromMessage(etype, lmsg)
-	}
-	if r.Limiter == schemas.DimRequests && (strings.Contains(lmsg, "per day") || strings.Contains(lmsg, "(rpd)")) {
-		r.Limiter = schemas.DimRequestsPerDay
-	}
-
+	r.Kind = s.kind(status)
+	r.Limiter = s.limiter()
 	obs := ParseRateLimitHeaders(kind, h, now)
-	if ms, ok := ParseRetryAfter(h, now); ok {
-		r.RetryAfterMs = ms
-	} else if retryInfoMs >= 0 {
-		r.RetryAfterMs = retryInfoMs
-	} else if ms, ok := retryFromMessage(msg); ok {
-		r.RetryAfterMs = ms
-	} else if r.Kind == schemas.KindRateLimited {
-		// Anthropic-style fallback: wait for the latest reset of a dimension
-		// that is exhausted.
-		for _, o := range obs {
-			if o.Remaining == 0 && o.ResetMs > r.RetryAfterMs {
-				r.RetryAfterMs = o.ResetMs
-			}
-		}
-	}
+	r.RetryAfterMs = s.retryAfterMs(h, now, r.Kind, obs)
 	if r.Limiter == "" && r.Kind == schemas.KindRateLimited {
 		for _, o := range obs {
 			if o.Remaining == 0 {
@@ -172,17 +86,162 @@ func ParseRejection(kind Kind, status int, h http.Header, body []byte, now time.
 			}
 		}
 	}
-
 	r.ProviderRequestID = requestID(h, eb.RequestID, sec)
+	r.Message = rejectionMessage(&eb, s.msg, body, sec)
+	return r, true
+}
+
+// rejection is what an error body says, read once from whichever
+// provider's shape it has (errorBody, their union). The steps after it need
+// no provider kind: the values they look for (insufficient_quota,
+// overloaded_error, RESOURCE_EXHAUSTED…) each belong to one provider.
+type rejection struct {
+	msg, lmsg, etype, code string
+	// exhausted is Gemini's RESOURCE_EXHAUSTED status, a rejection even
+	// under a status below 400.
+	exhausted bool
+	// From Gemini's details: the QuotaFailure or ErrorInfo limiter, whether
+	// it is a per-day quota, and RetryInfo's delay (-1: none).
+	googleLimiter schemas.Dimension
+	perDay        bool
+	retryInfoMs   int64
+	// spendLimit is Anthropic's enforced_spend_limit_reached.
+	spendLimit bool
+}
+
+// readRejection reads the error body's fields and its details, which are
+// an array for Gemini and an object for Anthropic.
+func readRejection(eb *errorBody) rejection {
+	s := rejection{retryInfoMs: -1}
+	var gstatus string
+	var details json.RawMessage
+	if eb.Error != nil {
+		s.msg, s.etype, gstatus, details = eb.Error.Message, eb.Error.Type, eb.Error.Status, eb.Error.Details
+		s.code = rawString(eb.Error.Code)
+	}
+	s.exhausted = gstatus == "RESOURCE_EXHAUSTED"
+	s.lmsg = strings.ToLower(s.msg)
+	if len(details) > 0 && bytes.TrimSpace(details)[0] == '[' {
+		var gd []googleDetail
+		_ = json.Unmarshal(details, &gd)
+		s.readGoogleDetails(gd)
+	}
+	if len(details) > 0 && bytes.TrimSpace(details)[0] == '{' {
+		var ad struct {
+			ErrorCode string `json:"error_code"`
+		}
+		_ = json.Unmarshal(details, &ad)
+		s.spendLimit = ad.ErrorCode == "enforced_spend_limit_reached"
+	}
+	return s
+}
+
+// readGoogleDetails reads Gemini's QuotaFailure, RetryInfo and ErrorInfo
+// details. A per-day violation names the limiter over a per-minute one,
+// since it is the one that will not lift soon.
+func (s *rejection) readGoogleDetails(gd []googleDetail) {
+	for _, d := range gd {
+		switch {
+		case strings.HasSuffix(d.Type, "google.rpc.QuotaFailure"):
+			for _, v := range d.Violations {
+				dim, day := googleQuotaDim(v.QuotaID + " " + v.QuotaMetric)
+				s.perDay = s.perDay || day
+				if s.googleLimiter == "" || day {
+					s.googleLimiter = dim
+				}
+			}
+		case strings.HasSuffix(d.Type, "google.rpc.RetryInfo"):
+			if ms, ok := ParseDurationMs(d.RetryDelay); ok {
+				s.retryInfoMs = ms
+			}
+		case strings.HasSuffix(d.Type, "google.rpc.ErrorInfo"):
+			if q := d.Metadata["quota_limit"] + " " + d.Metadata["quota_metric"]; strings.TrimSpace(q) != "" {
+				dim, day := googleQuotaDim(q)
+				s.perDay = s.perDay || day
+				if s.googleLimiter == "" {
+					s.googleLimiter = dim
+				}
+			}
+		}
+	}
+}
+
+// kind classifies the rejection as ParseRejection's doc says. A 429 that
+// is really a quota (it will not lift within minutes) or a request that can
+// never fit must not be retried like a rate limit, and Anthropic's
+// overloaded_error is an overload whatever its status.
+func (s *rejection) kind(status int) schemas.RejectionKind {
+	switch {
+	case status == http.StatusTooManyRequests || s.exhausted:
+		k := schemas.KindRateLimited
+		switch {
+		case s.code == "insufficient_quota" || s.etype == "insufficient_quota" || s.spendLimit || s.perDay ||
+			strings.Contains(s.lmsg, "per day") || strings.Contains(s.lmsg, "(rpd)") || strings.Contains(s.lmsg, "(tpd)"):
+			k = schemas.KindQuotaExhausted
+		case strings.HasPrefix(s.lmsg, "request too large"):
+			k = schemas.KindRequestError
+		}
+		if s.etype == "overloaded_error" {
+			k = schemas.KindOverloaded
+		}
+		return k
+	case status == 529 || status >= 500 || s.etype == "overloaded_error":
+		return schemas.KindOverloaded
+	default:
+		return schemas.KindRequestError
+	}
+}
+
+// limiter is the dimension the body names: Gemini's details first, else
+// the error type or message; a requests limit the message calls per day is
+// the per-day dimension. Empty when the body does not say (the headers may).
+func (s *rejection) limiter() schemas.Dimension {
+	l := s.googleLimiter
+	if l == "" {
+		l = limiterFromMessage(s.etype, s.lmsg)
+	}
+	if l == schemas.DimRequests && (strings.Contains(s.lmsg, "per day") || strings.Contains(s.lmsg, "(rpd)")) {
+		l = schemas.DimRequestsPerDay
+	}
+	return l
+}
+
+// retryAfterMs is the wait the provider asks for, from the most explicit
+// source that has one: the headers, Gemini's RetryInfo, the message; for a
+// rate limit with none of those, Anthropic-style, the latest reset of an
+// exhausted dimension in the rate-limit headers. 0: none.
+func (s *rejection) retryAfterMs(h http.Header, now time.Time, k schemas.RejectionKind, obs []schemas.Observation) int64 {
+	if ms, ok := ParseRetryAfter(h, now); ok {
+		return ms
+	}
+	if s.retryInfoMs >= 0 {
+		return s.retryInfoMs
+	}
+	if ms, ok := retryFromMessage(s.msg); ok {
+		return ms
+	}
+	var ms int64
+	if k == schemas.KindRateLimited {
+		for _, o := range obs {
+			if o.Remaining == 0 && o.ResetMs > ms {
+				ms = o.ResetMs
+			}
+		}
+	}
+	return ms
+}
+
+// rejectionMessage is the message as it may leave Sluice. A body that is no
+// error document gives ScrubMessage's window of it, cut on no partial
+// secret; an error message is redacted of sec's credentials. Both are then
+// scrubbed of anything that looks like a credential.
+func rejectionMessage(eb *errorBody, msg string, body []byte, sec Secrets) string {
 	if msg == "" && eb.Error == nil && len(body) > 0 {
-		// A body that is no error document: ScrubMessage's window of it,
-		// cut on no partial secret.
 		msg = sec.Window(string(body[:min(len(body), 2*MaxMessageBytes+sec.maxLen())]), 2*MaxMessageBytes)
 	} else {
 		msg = sec.Redact(msg)
 	}
-	r.Message = ScrubMessage(msg)
-	return r, true
+	return ScrubMessage(msg)
 }
 
 func parseErrorBody(body []byte, eb *errorBody) {

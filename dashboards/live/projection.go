@@ -316,6 +316,10 @@ func itoa(n int64) string {
 	return string(b[i:])
 }
 
+// apply folds one event into the view at now. Every five seconds of the
+// projection's clock it first prunes what fell out of the window, so that memory follows
+// the window and not the log. Each event type that does more than count
+// has a step of its own below.
 func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 	nowMs := now.UnixMilli()
 	sec := now.Unix()
@@ -326,108 +330,167 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 	}
 	switch ev.Type {
 	case schemas.TypeReserveRequested:
-		p.add(ev, sec, cReceived, 1)
-		if r := ev.ReserveRequested; r != nil {
-			if _, seen := p.ests[ev.RequestID]; !seen && len(p.ests) < maxFlight {
-				p.ests[ev.RequestID] = reserveEst{in: r.InputTokens, out: r.OutputTokens, atMs: nowMs}
-			}
-		}
+		p.reserveRequested(ev, sec, nowMs)
 	case schemas.TypeDecision:
 		p.decision(ev, now)
 	case schemas.TypeDispatched:
 		p.add(ev, sec, cDispatched, 1)
 	case schemas.TypeRetryRequested:
-		p.add(ev, sec, cRetries, 1)
-		// The ledger releases a grant the previous attempt still holds
-		// (ledger/feedback.go retry).
-		if r := ev.RetryRequested; r != nil {
-			prev := *ev
-			prev.Attempt = r.PreviousAttempt
-			if _, held := p.flights[flightKey(&prev)]; held {
-				p.settleAs(&prev, nowMs, endMs(ev, nowMs), 0, 0, "retried")
-			}
-		}
+		p.retryRequested(ev, sec, nowMs)
 	case schemas.TypeReconciled:
-		s := p.add(ev, sec, cReconciled, 1)
-		if r := ev.Reconciled; r != nil && s != nil && !r.Partial {
-			v := &s.buckets[len(s.buckets)-1].v
-			if r.EstimatedInputTokens > 0 {
-				v[cEstIn] += r.EstimatedInputTokens
-				v[cActIn] += r.InputTokens
-			}
-			if r.EstimatedOutputTokens > 0 {
-				v[cEstOut] += r.EstimatedOutputTokens
-				v[cActOut] += r.OutputTokens
-			}
-		}
-		var in, out int64
-		if r := ev.Reconciled; r != nil {
-			in, out = r.InputTokens, r.OutputTokens
-		}
-		p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, "reconciled")
+		p.reconciled(ev, sec, nowMs)
 	case schemas.TypeReleased:
-		p.add(ev, sec, cReleased, 1)
-		kind, in, out := "released", int64(0), int64(0)
-		if r := ev.Released; r != nil {
-			in, out = r.InputTokens, r.OutputTokens
-			if r.Reason == schemas.ReasonLateGrant {
-				kind = "late_grant"
-			}
-		}
-		p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, kind)
+		p.released(ev, sec, nowMs)
 	case schemas.TypeProviderRejected:
-		c := cProvOther
-		if r := ev.ProviderRejected; r != nil {
-			switch r.HTTPStatus {
-			case 429:
-				c = cProv429
-			case 503:
-				c = cProv503
-			}
-		}
-		p.add(ev, sec, c, 1)
+		p.add(ev, sec, providerRejectedCounter(ev.ProviderRejected), 1)
 		p.settleAs(ev, nowMs, endMs(ev, nowMs), 0, 0, "provider_rejected")
 	case schemas.TypeCapacityLearned:
-		if c := ev.CapacityLearned; c != nil {
-			p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
-				Dimension: string(c.Dimension), PeriodMs: c.PeriodMs, Configured: c.ConfiguredCapacity, Learned: c.LearnedCapacity,
-				Reported: c.ReportedLimit, Source: c.Source, LogTimeMs: c.LogTimeMs}
-		}
+		p.capacityLearned(ev)
 	case schemas.TypeProviderObserved:
-		if o := ev.ProviderObserved; o != nil {
-			for _, ob := range o.Observations {
-				k := obsKey{ev.Scope, o.Deployment, ob.Dimension}
-				prev := p.observed[k]
-				h := prev.hist
-				if n := len(h); n > 0 && h[n-1].sec == sec {
-					h[n-1].remaining = ob.Remaining
-				} else {
-					h = append(trimHist(h, sec-p.window), obsPoint{sec: sec, remaining: ob.Remaining})
-				}
-				p.observed[k] = observed{tenant: ev.Tenant, hist: h, ObservedRow: ObservedRow{
-					Scope: ev.Scope, Deployment: o.Deployment, Dimension: string(ob.Dimension),
-					Limit: ob.Limit, Remaining: ob.Remaining, ResetMs: ob.ResetMs, ObservedAtMs: nowMs,
-				}}
-			}
-		}
+		p.providerObserved(ev, sec, nowMs)
 	case schemas.TypeOutcome:
-		c := cOutOther
-		if o := ev.Outcome; o != nil {
-			switch o.Status {
-			case "success":
-				c = cOutSuccess
-			case "cancelled":
-				c = cOutCancelled
-			case "timeout":
-				c = cOutTimeout
-			case "failure":
-				c = cOutFailure
-			}
-		}
-		p.add(ev, sec, c, 1)
+		p.add(ev, sec, outcomeCounter(ev.Outcome), 1)
 	}
 }
 
+// reserveRequested counts the request and keeps its reserved estimate: the
+// stranded figures compare it with what the settled hold used. The first
+// estimate of a request id wins, and the map is bounded like the
+// in-flight set.
+func (p *Projection) reserveRequested(ev *schemas.Event, sec, nowMs int64) {
+	p.add(ev, sec, cReceived, 1)
+	if r := ev.ReserveRequested; r != nil {
+		if _, seen := p.ests[ev.RequestID]; !seen && len(p.ests) < maxFlight {
+			p.ests[ev.RequestID] = reserveEst{in: r.InputTokens, out: r.OutputTokens, atMs: nowMs}
+		}
+	}
+}
+
+// retryRequested counts the retry and settles the previous attempt's hold
+// if the view still has it: the ledger releases a grant the previous
+// attempt still holds (ledger/feedback.go retry), and no other event says
+// so.
+func (p *Projection) retryRequested(ev *schemas.Event, sec, nowMs int64) {
+	p.add(ev, sec, cRetries, 1)
+	if r := ev.RetryRequested; r != nil {
+		prev := *ev
+		prev.Attempt = r.PreviousAttempt
+		if _, held := p.flights[flightKey(&prev)]; held {
+			p.settleAs(&prev, nowMs, endMs(ev, nowMs), 0, 0, "retried")
+		}
+	}
+}
+
+// reconciled counts the reconciliation, adds estimate and actual tokens to
+// the accuracy counters, and settles the hold. Usage counted from an
+// interrupted stream (Partial) and a dimension that was not estimated stay
+// out of the accuracy counters, which would otherwise read as
+// misestimates.
+func (p *Projection) reconciled(ev *schemas.Event, sec, nowMs int64) {
+	s := p.add(ev, sec, cReconciled, 1)
+	if r := ev.Reconciled; r != nil && s != nil && !r.Partial {
+		v := &s.buckets[len(s.buckets)-1].v
+		if r.EstimatedInputTokens > 0 {
+			v[cEstIn] += r.EstimatedInputTokens
+			v[cActIn] += r.InputTokens
+		}
+		if r.EstimatedOutputTokens > 0 {
+			v[cEstOut] += r.EstimatedOutputTokens
+			v[cActOut] += r.OutputTokens
+		}
+	}
+	var in, out int64
+	if r := ev.Reconciled; r != nil {
+		in, out = r.InputTokens, r.OutputTokens
+	}
+	p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, "reconciled")
+}
+
+// released counts the release and settles the hold; a grant the gateway
+// did not dispatch because it arrived too late after the ledger's log time
+// (schemas.ReasonLateGrant) is settled as late_grant, so that the stranded
+// figures tell it apart from an ordinary release.
+func (p *Projection) released(ev *schemas.Event, sec, nowMs int64) {
+	p.add(ev, sec, cReleased, 1)
+	kind, in, out := "released", int64(0), int64(0)
+	if r := ev.Released; r != nil {
+		in, out = r.InputTokens, r.OutputTokens
+		if r.Reason == schemas.ReasonLateGrant {
+			kind = "late_grant"
+		}
+	}
+	p.settleAs(ev, nowMs, endMs(ev, nowMs), in, out, kind)
+}
+
+// providerRejectedCounter picks the counter of a provider rejection: 429
+// and 503 have their own, as they are the two a quota governor is about.
+func providerRejectedCounter(r *schemas.ProviderRejected) int {
+	if r != nil {
+		switch r.HTTPStatus {
+		case 429:
+			return cProv429
+		case 503:
+			return cProv503
+		}
+	}
+	return cProvOther
+}
+
+// capacityLearned keeps the newest learned capacity per provider bucket;
+// older ones are of no use to the view.
+func (p *Projection) capacityLearned(ev *schemas.Event) {
+	if c := ev.CapacityLearned; c != nil {
+		p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
+			Dimension: string(c.Dimension), PeriodMs: c.PeriodMs, Configured: c.ConfiguredCapacity, Learned: c.LearnedCapacity,
+			Reported: c.ReportedLimit, Source: c.Source, LogTimeMs: c.LogTimeMs}
+	}
+}
+
+// providerObserved keeps the newest observation per deployment and
+// dimension and a per-second history of what remained over the window (the
+// last observation of a second wins), for the timeline's remaining lines.
+func (p *Projection) providerObserved(ev *schemas.Event, sec, nowMs int64) {
+	o := ev.ProviderObserved
+	if o == nil {
+		return
+	}
+	for _, ob := range o.Observations {
+		k := obsKey{ev.Scope, o.Deployment, ob.Dimension}
+		prev := p.observed[k]
+		h := prev.hist
+		if n := len(h); n > 0 && h[n-1].sec == sec {
+			h[n-1].remaining = ob.Remaining
+		} else {
+			h = append(trimHist(h, sec-p.window), obsPoint{sec: sec, remaining: ob.Remaining})
+		}
+		p.observed[k] = observed{tenant: ev.Tenant, hist: h, ObservedRow: ObservedRow{
+			Scope: ev.Scope, Deployment: o.Deployment, Dimension: string(ob.Dimension),
+			Limit: ob.Limit, Remaining: ob.Remaining, ResetMs: ob.ResetMs, ObservedAtMs: nowMs,
+		}}
+	}
+}
+
+// outcomeCounter picks the counter of a request's outcome; a status the
+// view does not know is counted as other rather than dropped.
+func outcomeCounter(o *schemas.Outcome) int {
+	if o != nil {
+		switch o.Status {
+		case "success":
+			return cOutSuccess
+		case "cancelled":
+			return cOutCancelled
+		case "timeout":
+			return cOutTimeout
+		case "failure":
+			return cOutFailure
+		}
+	}
+	return cOutOther
+}
+
+// decision counts a ledger decision by status, moves the request between
+// the waits and the holds, and keeps its row for the recent decisions. Any
+// status but queued ends a wait.
 func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	d := ev.Decision
 	if d == nil {
@@ -439,30 +502,9 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	}
 	switch d.Status {
 	case schemas.StatusGranted:
-		if s := p.add(ev, sec, cGranted, 1); s != nil {
-			k := flightKey(ev)
-			grantMs := d.LogTimeMs
-			if grantMs <= 0 {
-				grantMs = nowMs
-			}
-			own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
-			if t, settled := p.tombs[k]; settled {
-				delete(p.tombs, k)
-				p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
-			} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
-				p.flights[k] = flight{s: s, atMs: nowMs, grantMs: grantMs, own: own}
-				s.inFlight++
-			}
-		}
+		p.granted(ev, d, sec, nowMs)
 	case schemas.StatusQueued:
-		if s := p.add(ev, sec, cQueued, 1); s != nil {
-			k := flightKey(ev)
-			if _, dup := p.waits[k]; !dup && len(p.waits) < maxWaits {
-				p.waits[k] = flight{s: s, atMs: nowMs}
-				s.queued++
-				p.newest(s, sec).depthEnd = s.queued
-			}
-		}
+		p.queued(ev, sec, nowMs)
 	case schemas.StatusDenied:
 		if s := p.add(ev, sec, cDenied, 1); s != nil {
 			i, ok := dimSlot[d.LimitDimension]
@@ -484,6 +526,51 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	case schemas.StatusCancelled:
 		p.add(ev, sec, cCancelled, 1)
 	}
+	p.remember(ev.Tenant, decisionRow(ev, d, nowMs))
+}
+
+// granted counts a grant and opens its hold, from the ledger's log time
+// that charged the bucket. Its settlement may have been seen first (the
+// topics are read independently): the tomb it left settles the hold at
+// once, so the late grant is still charged its stranded quota.
+func (p *Projection) granted(ev *schemas.Event, d *schemas.Decision, sec, nowMs int64) {
+	s := p.add(ev, sec, cGranted, 1)
+	if s == nil {
+		return
+	}
+	k := flightKey(ev)
+	grantMs := d.LogTimeMs
+	if grantMs <= 0 {
+		grantMs = nowMs
+	}
+	own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
+	if t, settled := p.tombs[k]; settled {
+		delete(p.tombs, k)
+		p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
+	} else if _, dup := p.flights[k]; !dup && len(p.flights) < maxFlight {
+		p.flights[k] = flight{s: s, atMs: nowMs, grantMs: grantMs, own: own}
+		s.inFlight++
+	}
+}
+
+// queued counts a queued request and adds it to the waits (once, and
+// bounded), recording the queue's depth at the end of this second.
+func (p *Projection) queued(ev *schemas.Event, sec, nowMs int64) {
+	s := p.add(ev, sec, cQueued, 1)
+	if s == nil {
+		return
+	}
+	k := flightKey(ev)
+	if _, dup := p.waits[k]; !dup && len(p.waits) < maxWaits {
+		p.waits[k] = flight{s: s, atMs: nowMs}
+		s.queued++
+		p.newest(s, sec).depthEnd = s.queued
+	}
+}
+
+// decisionRow is the recent-decisions row of a decision, with the words
+// that explain its codes to a reader of the view.
+func decisionRow(ev *schemas.Event, d *schemas.Decision, nowMs int64) DecisionRow {
 	row := DecisionRow{
 		AtMs: nowMs, LogTimeMs: d.LogTimeMs, RequestID: ev.RequestID, Attempt: ev.Attempt,
 		Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
@@ -502,14 +589,21 @@ func (p *Projection) decision(ev *schemas.Event, now time.Time) {
 	if d.RetryClass != "" {
 		row.RetryClassWords = d.RetryClass.Words()
 	}
+	return row
+}
+
+// remember keeps the row among the recent decisions and the tenant's own;
+// beyond maxTenantRings tenants a new tenant gets no ring of its own, so
+// that the memory of the view stays bounded.
+func (p *Projection) remember(tenant string, row DecisionRow) {
 	p.recent.push(row)
-	r := p.byTenant[ev.Tenant]
+	r := p.byTenant[tenant]
 	if r == nil {
 		if len(p.byTenant) >= maxTenantRings {
 			return
 		}
 		r = &ring{}
-		p.byTenant[ev.Tenant] = r
+		p.byTenant[tenant] = r
 	}
 	r.push(row)
 }
@@ -913,6 +1007,11 @@ func (p *Projection) Snapshot() Snapshot { return p.snapshot("", false) }
 // other tenants' usage) and no stream statistics.
 func (p *Projection) TenantSnapshot(tenant string) Snapshot { return p.snapshot(tenant, true) }
 
+// snapshot builds a view under the lock: the series of the window with
+// their tenant sums and totals, the timeline and the stranded rows for
+// every view; the recent decisions of the view; and, for the operator view
+// only, the provider rows and the stream statistics (filter is the tenant
+// view, which must not see scope-wide figures).
 func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -926,27 +1025,55 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	if filter {
 		snap.View, snap.Tenant = "tenant", tenant
 	}
-	var total vec
-	var totalInFlight, totalQueued int64
-	tenants := map[string]*struct {
-		v                vec
-		inFlight, queued int64
-	}{}
 	tl := newTimelineBuilder(sec-p.window+1, int(p.window))
+	p.seriesRows(&snap, tl, tenant, filter, sec)
+	snap.Timeline = tl.finish(filter)
+	snap.Stranded = p.strandedRows(tenant, filter, sec)
+
+	if filter {
+		if r := p.byTenant[tenant]; r != nil {
+			snap.RecentDecisions = r.newestFirst()
+		}
+		return snap
+	}
+	snap.RecentDecisions = p.recent.newestFirst()
+	p.providerRows(&snap, tl)
+	snap.Stream = &StreamStats{
+		Events: p.events, InvalidRecords: p.invalid, DroppedEvents: p.dropped,
+		LastEventMs: p.lastEventMs, Series: len(p.series), InFlightHolds: len(p.flights),
+	}
+	return snap
+}
+
+// seriesSum is one tenant's (or every tenant's) counters over the window
+// and its holds now.
+type seriesSum struct {
+	v                vec
+	inFlight, queued int64
+}
+
+// add adds one series' window counters and holds.
+func (t *seriesSum) add(v *vec, s *series) {
+	for j := range v {
+		t.v[j] += v[j]
+	}
+	t.inFlight += s.inFlight
+	t.queued += s.queued
+}
+
+// seriesRows fills the series rows, the tenant rows and the totals of the
+// view and draws each series into the timeline. A series with nothing in
+// the window and no hold is left out: it is only waiting to be pruned.
+// Rows are sorted, as maps give them in no order and the view must not
+// jump between refreshes.
+func (p *Projection) seriesRows(snap *Snapshot, tl *timelineBuilder, tenant string, filter bool, sec int64) {
+	var total seriesSum
+	tenants := map[string]*seriesSum{}
 	for _, s := range p.series {
 		if filter && s.key.Tenant != tenant {
 			continue
 		}
-		var v vec
-		for i := range s.buckets {
-			b := &s.buckets[i]
-			if b.sec <= sec-p.window || b.sec > sec {
-				continue
-			}
-			for j := range v {
-				v[j] += b.v[j]
-			}
-		}
+		v := p.windowSum(s, sec)
 		if v == (vec{}) && s.inFlight == 0 && s.queued == 0 {
 			continue
 		}
@@ -957,20 +1084,11 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		})
 		t := tenants[s.key.Tenant]
 		if t == nil {
-			t = &struct {
-				v                vec
-				inFlight, queued int64
-			}{}
+			t = &seriesSum{}
 			tenants[s.key.Tenant] = t
 		}
-		for j := range v {
-			t.v[j] += v[j]
-			total[j] += v[j]
-		}
-		t.inFlight += s.inFlight
-		t.queued += s.queued
-		totalInFlight += s.inFlight
-		totalQueued += s.queued
+		t.add(&v, s)
+		total.add(&v, s)
 	}
 	sort.Slice(snap.Series, func(i, j int) bool {
 		a, b := snap.Series[i], snap.Series[j]
@@ -989,17 +1107,29 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		snap.Tenants = append(snap.Tenants, TenantRow{Tenant: name, Counters: counters(&t.v, t.inFlight, t.queued)})
 	}
 	sort.Slice(snap.Tenants, func(i, j int) bool { return snap.Tenants[i].Tenant < snap.Tenants[j].Tenant })
-	snap.Totals = counters(&total, totalInFlight, totalQueued)
-	snap.Timeline = tl.finish(filter)
-	snap.Stranded = p.strandedRows(tenant, filter, sec)
+	snap.Totals = counters(&total.v, total.inFlight, total.queued)
+}
 
-	if filter {
-		if r := p.byTenant[tenant]; r != nil {
-			snap.RecentDecisions = r.newestFirst()
+// windowSum sums a series' buckets of the window ending at sec; buckets
+// not yet pruned and any ahead of the clock are left out.
+func (p *Projection) windowSum(s *series, sec int64) vec {
+	var v vec
+	for i := range s.buckets {
+		b := &s.buckets[i]
+		if b.sec <= sec-p.window || b.sec > sec {
+			continue
 		}
-		return snap
+		for j := range v {
+			v[j] += b.v[j]
+		}
 	}
-	snap.RecentDecisions = p.recent.newestFirst()
+	return v
+}
+
+// providerRows fills the operator view's provider observations, their
+// remaining lines on the timeline and the learned capacities, each sorted
+// for a steady view.
+func (p *Projection) providerRows(snap *Snapshot, tl *timelineBuilder) {
 	for _, o := range p.observed {
 		snap.ProviderObserved = append(snap.ProviderObserved, o.ObservedRow)
 		snap.Timeline.ProviderRemaining = append(snap.Timeline.ProviderRemaining, tl.remaining(o))
@@ -1040,11 +1170,6 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 		}
 		return a.Dimension < b.Dimension
 	})
-	snap.Stream = &StreamStats{
-		Events: p.events, InvalidRecords: p.invalid, DroppedEvents: p.dropped,
-		LastEventMs: p.lastEventMs, Series: len(p.series), InFlightHolds: len(p.flights),
-	}
-	return snap
 }
 
 // strandedRows sums each owner's buckets of the window (one tenant's

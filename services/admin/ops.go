@@ -170,6 +170,9 @@ func Apply(s State, a Actor, op Op) (State, *apierr.Error) {
 	return n, nil
 }
 
+// apply applies op to s in place (Apply works on a clone). Changes that
+// belong to no tenant come first; every other change needs a tenant the
+// actor may see and a partner's grant to make it (applyTenant).
 func apply(s *State, a Actor, op Op) *apierr.Error {
 	switch op.Kind {
 	case OpPartnerCreate, OpPartnerAllot, OpPartnerRotate, OpPartnerEntitle:
@@ -196,6 +199,14 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 	if e := partnerGrants(s, a, op); e != nil {
 		return e
 	}
+	return applyTenant(s, a, t, op)
+}
+
+// applyTenant applies a change to tenant t, one of its teams
+// (applyTeam) or, failing those, one of its keys (applyKey). An unknown
+// kind is refused there, after the tenant and the key are looked up, as it
+// always was.
+func applyTenant(s *State, a Actor, t *Tenant, op Op) *apierr.Error {
 	switch op.Kind {
 	case OpTenantDelete:
 		return deleteTenant(s, t)
@@ -213,21 +224,7 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 		if !slices.Contains(t.Teams, op.Team) {
 			return notFound("team", op.Team)
 		}
-		if op.Kind == OpTeamLimits {
-			return setLimits(s, ledger.LevelTeam, op.Team, op.Limits)
-		}
-		if op.Kind == OpTeamEntitle {
-			setTeamEntitlement(t, op.Team, op.Entitlement)
-			return nil
-		}
-		for _, k := range t.Keys {
-			if k.Team == op.Team && !k.Revoked {
-				return apierr.New(http.StatusConflict, apierr.CodeInvalidValue, fmt.Sprintf("team %q still has key %q: revoke it or move it first", op.Team, k.ID))
-			}
-		}
-		t.Teams = slices.DeleteFunc(t.Teams, func(x string) bool { return x == op.Team })
-		setTeamEntitlement(t, op.Team, config.Entitlement{})
-		return dropBuckets(s, ledger.LevelTeam, op.Team)
+		return applyTeam(s, t, op)
 	case OpKeyCreate:
 		return createKey(s, a, t, op)
 	}
@@ -235,6 +232,34 @@ func apply(s *State, a Actor, op Op) *apierr.Error {
 	if k == nil {
 		return notFound("key", op.Key)
 	}
+	return applyKey(s, k, op)
+}
+
+// applyTeam applies a change to an existing team of t. A team is deleted
+// only once none of its keys is live (revoke or move them first); its
+// entitlement and its buckets go with it.
+func applyTeam(s *State, t *Tenant, op Op) *apierr.Error {
+	if op.Kind == OpTeamLimits {
+		return setLimits(s, ledger.LevelTeam, op.Team, op.Limits)
+	}
+	if op.Kind == OpTeamEntitle {
+		setTeamEntitlement(t, op.Team, op.Entitlement)
+		return nil
+	}
+	for _, k := range t.Keys {
+		if k.Team == op.Team && !k.Revoked {
+			return apierr.New(http.StatusConflict, apierr.CodeInvalidValue, fmt.Sprintf("team %q still has key %q: revoke it or move it first", op.Team, k.ID))
+		}
+	}
+	t.Teams = slices.DeleteFunc(t.Teams, func(x string) bool { return x == op.Team })
+	setTeamEntitlement(t, op.Team, config.Entitlement{})
+	return dropBuckets(s, ledger.LevelTeam, op.Team)
+}
+
+// applyKey applies a change to an existing key. A revoked key is not
+// rotated back to life (create a new one), and a new secret must be unique
+// across the state, as a key is found by its hash.
+func applyKey(s *State, k *Key, op Op) *apierr.Error {
 	switch op.Kind {
 	case OpKeyRotate:
 		if k.Revoked {

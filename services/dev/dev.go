@@ -136,6 +136,47 @@ func (s *Stack) Close() {
 
 // Start brings the stack up and returns when the gateway accepts requests.
 func Start(ctx context.Context, o Options) (st *Stack, err error) {
+	o = o.withDefaults()
+	st = &Stack{APIKey: o.APIKey}
+	// The error returns below say `return nil, err`, which clears st
+	// before deferred calls run: close through a copy.
+	started := st
+	defer func() {
+		if err != nil {
+			started.Close()
+		}
+	}()
+	if err := st.startBus(ctx, o); err != nil {
+		return nil, err
+	}
+	cfg, err := st.startSim(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureKeys(); err != nil {
+		return nil, err
+	}
+	if err := ledgerd.PublishConfigChange(ctx, st.Brokers, o.Topics, schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: "sluice dev",
+		Actor: "sluice dev", Reason: "start-up: the ledger section of the stack's configuration"}); err != nil {
+		return nil, err
+	}
+	if err := st.startLedgerMember(ctx, o); err != nil {
+		return nil, err
+	}
+	gw, err := st.startGateway(ctx, o, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.startView(ctx, o, gw); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// withDefaults fills what the caller left out, before anything starts, so
+// that every later step reads one settled set of options (the demo key in
+// particular is drawn once and shared by the Stack and DevConfig).
+func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -148,37 +189,41 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		_, _ = rand.Read(b[:])
 		o.APIKey = "sk-sluice-demo-" + hex.EncodeToString(b[:])
 	}
-	st = &Stack{APIKey: o.APIKey}
-	// The error returns below say `return nil, err`, which clears st
-	// before deferred calls run: close through a copy.
-	started := st
-	defer func() {
-		if err != nil {
-			started.Close()
-		}
-	}()
-	st.Brokers = o.Brokers
-	if len(st.Brokers) == 0 {
+	return o
+}
+
+// startBus settles the brokers (an embedded kfake cluster when none are
+// given) and creates the stack's topics, first: every later member reads or
+// writes them, and a member that starts before its topic exists fails.
+func (s *Stack) startBus(ctx context.Context, o Options) error {
+	s.Brokers = o.Brokers
+	if len(s.Brokers) == 0 {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
 		if err != nil {
-			return nil, fmt.Errorf("embedded kafka: %w", err)
+			return fmt.Errorf("embedded kafka: %w", err)
 		}
-		st.closers = append(st.closers, c.Close)
-		st.Brokers = c.ListenAddrs()
+		s.closers = append(s.closers, c.Close)
+		s.Brokers = c.ListenAddrs()
 	}
-	admCl, err := bus.NewClient(ctx, st.Brokers, 10*time.Second)
+	admCl, err := bus.NewClient(ctx, s.Brokers, 10*time.Second)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	st.closers = append(st.closers, admCl.Close)
+	s.closers = append(s.closers, admCl.Close)
 	tc := bus.DefaultTopics()
 	tc.RequestPartitions = o.Partitions
 	tc.Names = o.Topics
 	if _, err := bus.Ensure(ctx, kadm.NewClient(admCl), tc.Specs()); err != nil {
-		return nil, fmt.Errorf("topics: %w", err)
+		return fmt.Errorf("topics: %w", err)
 	}
+	return nil
+}
 
-	// Provider simulator.
+// startSim starts the provider simulator and builds the gateway
+// configuration from its URL: the configuration names the simulator as
+// every provider's upstream, so it cannot be built before the simulator
+// listens.
+func (s *Stack) startSim(ctx context.Context, o Options) (*config.Config, error) {
 	simCfg := sim.DefaultConfig()
 	if o.Sim != nil {
 		simCfg = *o.Sim
@@ -191,55 +236,63 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulator: %w", err)
 	}
-	st.closers = append(st.closers, stopSim)
-	st.SimURL = simURL
+	s.closers = append(s.closers, stopSim)
+	s.SimURL = simURL
 
 	build := o.Config
 	if build == nil {
 		build = func(u string) (*config.Config, error) { return DevConfig(u, o.APIKey) }
 	}
-	cfg, err := build(simURL)
-	if err != nil {
-		return nil, err
-	}
-	if err := ensureKeys(); err != nil {
-		return nil, err
-	}
-	if err := ledgerd.PublishConfigChange(ctx, st.Brokers, o.Topics, schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: "sluice dev",
-		Actor: "sluice dev", Reason: "start-up: the ledger section of the stack's configuration"}); err != nil {
-		return nil, err
-	}
+	return build(simURL)
+}
 
-	// Ledger member.
-	// The node names the transactional id: two stacks on one broker (tests
-	// of several packages run at once) must not fence each other, so it
-	// follows the topics, as the group does.
-	st.LedgerGroup = LedgerGroup(o.Topics)
-	group := st.LedgerGroup
-	st.ledgerCfg = ledgerd.Config{Brokers: st.Brokers, Topics: o.Topics, Group: group, Node: "ledger-dev-" + o.Topics.Requests,
+// startLedgerMember starts the ledger member. The node names the
+// transactional id: two stacks on one broker (tests of several packages run
+// at once) must not fence each other, so it follows the topics, as the
+// group does.
+func (s *Stack) startLedgerMember(ctx context.Context, o Options) error {
+	s.LedgerGroup = LedgerGroup(o.Topics)
+	s.ledgerCfg = ledgerd.Config{Brokers: s.Brokers, Topics: o.Topics, Group: s.LedgerGroup, Node: "ledger-dev-" + o.Topics.Requests,
 		SnapshotEvery: o.SnapshotEvery, Log: o.Log}
-	if err := st.StartLedger(ctx); err != nil {
-		return nil, err
+	if err := s.StartLedger(ctx); err != nil {
+		return err
 	}
-	st.closers = append(st.closers, st.StopLedger)
+	s.closers = append(s.closers, s.StopLedger)
+	return nil
+}
 
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: st.Brokers, Topics: o.Topics, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: o.Log})
+// startGateway starts the gateway with what it leans on (the reserve
+// client, the snapshot follower, the admin API) and its two listeners. It
+// comes after the ledger member, whose group the gateway's ledger probe
+// watches, so that the first request finds a ledger to answer it.
+func (s *Stack) startGateway(ctx context.Context, o Options, cfg *config.Config) (*gateway.Server, error) {
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: s.Brokers, Topics: o.Topics, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
-	st.closers = append(st.closers, rc.Close)
-	levels, err := gateway.FollowSnapshots(ctx, st.Brokers, o.Topics, o.Log)
+	s.closers = append(s.closers, rc.Close)
+	levels, err := gateway.FollowSnapshots(ctx, s.Brokers, o.Topics, o.Log)
 	if err != nil {
 		return nil, err
 	}
-	st.closers = append(st.closers, levels.Close)
-	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels), gateway.WithExplainer(Explainer(st.Brokers, o.Topics)),
-		gateway.WithLedgerProbe(group), gateway.WithAdminState())
-	adm, err := admin.Start(ctx, gw, cfg, st.Brokers, o.Topics, o.AdminToken, o.Log)
+	s.closers = append(s.closers, levels.Close)
+	gw := gateway.New(cfg, rc, o.Log, gateway.WithLevels(levels), gateway.WithExplainer(Explainer(s.Brokers, o.Topics)),
+		gateway.WithLedgerProbe(s.LedgerGroup), gateway.WithAdminState())
+	adm, err := admin.Start(ctx, gw, cfg, s.Brokers, o.Topics, o.AdminToken, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	st.closers = append(st.closers, adm.Close)
+	s.closers = append(s.closers, adm.Close)
+	if err := s.listenGateway(o, gw); err != nil {
+		return nil, err
+	}
+	return gw, nil
+}
+
+// listenGateway opens the API listener (the default port falls back to a
+// free one, a chosen address does not) and the metrics listener, on a
+// loopback port of its own because metrics list every tenant.
+func (s *Stack) listenGateway(o Options, gw *gateway.Server) error {
 	addr := o.Addr
 	if addr == "" {
 		addr = "127.0.0.1:8080"
@@ -249,21 +302,24 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 		url, stopGW, err = serve("127.0.0.1:0", gw)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("gateway listen on %s: %w", addr, err)
+		return fmt.Errorf("gateway listen on %s: %w", addr, err)
 	}
-	st.closers = append(st.closers, stopGW)
-	st.GatewayURL = url
-	// Metrics on a listener of their own (they list every tenant), loopback.
+	s.closers = append(s.closers, stopGW)
+	s.GatewayURL = url
 	murl, stopMetrics, err := serve("127.0.0.1:0", gw.MetricsHandler())
 	if err != nil {
-		return nil, fmt.Errorf("metrics listen: %w", err)
+		return fmt.Errorf("metrics listen: %w", err)
 	}
-	st.closers = append(st.closers, stopMetrics)
-	st.MetricsURL = murl + "/metrics"
+	s.closers = append(s.closers, stopMetrics)
+	s.MetricsURL = murl + "/metrics"
+	return nil
+}
 
-	// Live quota view: open operator view on loopback; an API key narrows
-	// it to the key's tenant.
-	viewURL, stopView, err := live.Listen(ctx, live.Config{Brokers: st.Brokers, Topics: o.Topics, Addr: "127.0.0.1:0", Log: o.Log,
+// startView starts the live quota view: an open operator view on loopback;
+// an API key narrows it to the key's tenant. Keys are looked up in the
+// gateway's current configuration, so admin changes count.
+func (s *Stack) startView(ctx context.Context, o Options, gw *gateway.Server) error {
+	viewURL, stopView, err := live.Listen(ctx, live.Config{Brokers: s.Brokers, Topics: o.Topics, Addr: "127.0.0.1:0", Log: o.Log,
 		Lookup: func(key string) (string, bool) {
 			if id := gw.Config().Lookup(key); id != nil && !id.Disabled { // admin changes included
 				return id.Tenant, true
@@ -271,11 +327,11 @@ func Start(ctx context.Context, o Options) (st *Stack, err error) {
 			return "", false
 		}})
 	if err != nil {
-		return nil, fmt.Errorf("live view: %w", err)
+		return fmt.Errorf("live view: %w", err)
 	}
-	st.closers = append(st.closers, stopView)
-	st.ViewURL = viewURL
-	return st, nil
+	s.closers = append(s.closers, stopView)
+	s.ViewURL = viewURL
+	return nil
 }
 
 // DefaultLedgerGroup is the ledger's default consumer group (that of

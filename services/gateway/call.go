@@ -93,108 +93,136 @@ type candidate struct {
 // a grant is always followed by Reconciled, Released or ProviderRejected.
 func (s *Server) handle(a provider.API) http.HandlerFunc {
 	latency := s.m.latency.WithLabelValues(a.String()) // looked up once, not per request
+	anth := a == provider.APIMessages
 	return func(hw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		cfg := s.cfg.Load()
 		w := &recorder{ResponseWriter: hw}
 		defer func() { latency.Observe(time.Since(start).Seconds()) }()
-		anth := a == provider.APIMessages
-		reject := func(e *apierr.Error) {
-			s.m.count(e.Code)
-			if e.Sluice.Tenant != "" {
-				s.m.countTenant(e.Sluice.Tenant, e.Code)
-			}
-			httperr.Write(w, e, anth)
-		}
-		id, e := s.identify(cfg, r)
+		// Built here rather than returned by prepare, so that escape
+		// analysis keeps it on the stack (go build -gcflags=-m).
+		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start}
+		idemKey, e := c.prepare()
 		if e != nil {
-			reject(e)
+			s.reject(w, e, anth)
 			return
 		}
-		adm, e := parseAdmission(r.Header, id, cfg)
-		if e == nil {
-			e = entitled(id, adm)
-		}
-		if e != nil {
-			reject(withIdentity(e, id))
-			return
-		}
-		idemKey, e := parseIdempotencyKey(r.Header)
-		if e != nil {
-			reject(withIdentity(e, id))
-			return
-		}
-		body, e := readBody(w, r, cfg.BodyLimitBytes)
-		if e != nil {
-			reject(withIdentity(e, id))
-			return
-		}
-		req, err := parse(a, body)
-		if err != nil {
-			reject(withIdentity(requestError(err), id))
-			return
-		}
-		route := cfg.Route(req.Model)
-		if route == nil {
-			e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("the model %q does not exist or is not routed by this gateway", req.Model))
-			e.Param = "model"
-			reject(withIdentity(e, id))
-			return
-		}
-		if e := modelAllowed(id, req.Model); e != nil {
-			reject(e)
-			return
-		}
-		c := &call{s: s, cfg: cfg, api: a, w: w, r: r, start: start, id: id, adm: adm, route: route, body: body, req: req, reqID: requestID(hw)}
-		c.est = s.est.EstimateRoute(req, s.routeEstimate(route, req.MaxTokens))
-		if a == provider.APIEmbeddings {
-			c.est.OutputTokens = 0
-		}
-
-		c.cands = c.candidates()
-		c.lreq = c.lifecycleRequest()
-		if len(lifecycle.Eligible(&c.lreq)) == 0 {
-			e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, c.unsupported())
-			e.Param = "model"
-			reject(withIdentity(e, id))
-			return
-		}
-
 		if idemKey != "" {
-			ie, st := s.idem.begin(id.Tenant+"\x00"+idemKey, idemFingerprint(r.URL.Path, body), start)
-			switch st {
-			case idemReplay:
-				for k, v := range ie.header {
-					w.Header()[k] = v
-				}
-				w.Header().Set("Idempotent-Replayed", "true")
-				w.WriteHeader(ie.status)
-				_, _ = w.Write(ie.body)
-				s.m.count("idempotent_replay")
-				return
-			case idemInFlight:
-				reject(withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyInFlight, "a request with this Idempotency-Key is still in progress"), id))
-				return
-			case idemMismatch:
-				reject(withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyReused, "this Idempotency-Key was used with a different request body"), id))
-				return
-			case idemTooLarge:
-				reject(withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyReused, "this Idempotency-Key's request finished but its response was too large to keep for replay"), id))
+			ie, ok := s.beginIdempotent(c, idemKey, anth)
+			if !ok {
 				return
 			}
 			w.capture = s.idem.bodyMax
 			defer func() { s.idem.complete(ie, w.status, w.savedHeader(), w.buf.Bytes(), w.truncated) }()
 		}
-
 		ctx := r.Context()
-		if adm.DeadlineMs > 0 {
+		if c.adm.DeadlineMs > 0 {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, time.Duration(adm.DeadlineMs)*time.Millisecond)
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(c.adm.DeadlineMs)*time.Millisecond)
 			defer cancel()
 		}
 		c.ctx = ctx
 		c.run()
 	}
+}
+
+// reject answers a request the gateway refuses before it reaches the
+// lifecycle, and counts it by code (and by tenant once the key is known),
+// in the error contract of the API called.
+func (s *Server) reject(w http.ResponseWriter, e *apierr.Error, anth bool) {
+	s.m.count(e.Code)
+	if e.Sluice.Tenant != "" {
+		s.m.countTenant(e.Sluice.Tenant, e.Code)
+	}
+	httperr.Write(w, e, anth)
+}
+
+// prepare takes a request from its headers to a call ready to run, or to
+// the error that refuses it, in the order that tells the client the most:
+// who is calling, what they may ask for, the body, the model and its
+// route, and whether any candidate can serve this API. It returns the
+// Idempotency-Key (empty when none was sent). Nothing is reserved
+// yet, so a refusal here leaves nothing to give back. The errors after the
+// key is known carry its identity (withIdentity); a model the key may not
+// use carries it already.
+func (c *call) prepare() (string, *apierr.Error) {
+	cfg := c.cfg
+	id, e := c.s.identify(cfg, c.r)
+	if e != nil {
+		return "", e
+	}
+	adm, e := parseAdmission(c.r.Header, id, cfg)
+	if e == nil {
+		e = entitled(id, adm)
+	}
+	if e != nil {
+		return "", withIdentity(e, id)
+	}
+	idemKey, e := parseIdempotencyKey(c.r.Header)
+	if e != nil {
+		return "", withIdentity(e, id)
+	}
+	body, e := readBody(c.w, c.r, cfg.BodyLimitBytes)
+	if e != nil {
+		return "", withIdentity(e, id)
+	}
+	req, err := parse(c.api, body)
+	if err != nil {
+		return "", withIdentity(requestError(err), id)
+	}
+	route := cfg.Route(req.Model)
+	if route == nil {
+		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("the model %q does not exist or is not routed by this gateway", req.Model))
+		e.Param = "model"
+		return "", withIdentity(e, id)
+	}
+	if e := modelAllowed(id, req.Model); e != nil {
+		return "", e
+	}
+	c.id, c.adm, c.route, c.body, c.req, c.reqID = id, adm, route, body, req, requestID(c.w.ResponseWriter)
+	c.est = c.s.est.EstimateRoute(req, c.s.routeEstimate(route, req.MaxTokens))
+	if c.api == provider.APIEmbeddings {
+		c.est.OutputTokens = 0
+	}
+	c.cands = c.candidates()
+	c.lreq = c.lifecycleRequest()
+	if len(lifecycle.Eligible(&c.lreq)) == 0 {
+		e := apierr.New(http.StatusBadRequest, apierr.CodeUnsupportedAPI, c.unsupported())
+		e.Param = "model"
+		return "", withIdentity(e, id)
+	}
+	return idemKey, nil
+}
+
+// beginIdempotent claims the call's Idempotency-Key before anything is
+// reserved. A key already answered is replayed from the store and one in
+// progress, reused with another body or whose answer was too large to keep
+// is refused: in all four the request is answered here (ok false) and
+// never reaches the ledger, so a client's retry cannot be charged twice.
+func (s *Server) beginIdempotent(c *call, idemKey string, anth bool) (ie *idemEntry, ok bool) {
+	w, id := c.w, c.id
+	ie, st := s.idem.begin(id.Tenant+"\x00"+idemKey, idemFingerprint(c.r.URL.Path, c.body), c.start)
+	switch st {
+	case idemReplay:
+		for k, v := range ie.header {
+			w.Header()[k] = v
+		}
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(ie.status)
+		_, _ = w.Write(ie.body)
+		s.m.count("idempotent_replay")
+		return nil, false
+	case idemInFlight:
+		s.reject(w, withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyInFlight, "a request with this Idempotency-Key is still in progress"), id), anth)
+		return nil, false
+	case idemMismatch:
+		s.reject(w, withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyReused, "this Idempotency-Key was used with a different request body"), id), anth)
+		return nil, false
+	case idemTooLarge:
+		s.reject(w, withIdentity(apierr.New(http.StatusConflict, apierr.CodeIdempotencyReused, "this Idempotency-Key's request finished but its response was too large to keep for replay"), id), anth)
+		return nil, false
+	}
+	return ie, true
 }
 
 // requestID is the id ServeHTTP gave the request (a new one when the

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"net/http"
 )
 
@@ -15,6 +16,9 @@ type chatCompletion struct {
 	id, model    string
 	created      int64
 	includeUsage bool
+	// The stream's writer and the output tokens sent so far (stream).
+	out  *sse
+	sent int64
 }
 
 // jsonChunkBytes is how much of a tool call's arguments or a structured
@@ -90,11 +94,10 @@ func (c *chatCompletion) chunk(index int64, delta map[string]any, fin any) map[s
 // [DONE]. A client that goes away is charged what was sent.
 func (c *chatCompletion) stream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	sse := newSSE(w)
-	var sent, reasoning int64
-	fail := func() { c.s.finish(c.t, sent, true) }
+	c.out = newSSE(w)
+	var reasoning int64
 	if err := c.s.sleep(ctx, c.s.cfg.Latency.TimeToFirstToken.D()); err != nil {
-		fail()
+		c.fail()
 		return
 	}
 	for i := range c.n {
@@ -103,65 +106,92 @@ func (c *chatCompletion) stream(w http.ResponseWriter, r *http.Request) {
 			first["content"] = nil
 			first["tool_calls"] = c.toolCalls("", true)
 		}
-		if sse.data(c.chunk(i, first, nil)) != nil {
-			fail()
+		if !c.send(c.chunk(i, first, nil)) {
 			return
 		}
-		sent += c.a.reasoning
+		c.sent += c.a.reasoning
 		reasoning += c.a.reasoning
 		if c.a.filler {
-			// Filler text: chunks of stream_chunk_tokens tokens.
-			var off int64
-			for _, k := range chunks(c.a.tokens-c.a.reasoning, c.s.cfg.StreamChunkTokens) {
-				if off > 0 {
-					if err := c.s.sleep(ctx, c.s.perToken(k)); err != nil {
-						fail()
-						return
-					}
-				}
-				if sse.data(c.chunk(i, map[string]any{"content": c.a.text[4*off : 4*(off+k)]}, nil)) != nil {
-					fail()
-					return
-				}
-				off += k
-				sent += k
+			if !c.streamFiller(ctx, i) {
+				return
 			}
-		} else {
-			body := c.a.text
-			if c.a.tool != nil {
-				body = c.a.tool.arguments
-			}
-			for off := 0; off < len(body); off += jsonChunkBytes {
-				piece := body[off:min(off+jsonChunkBytes, len(body))]
-				delta := map[string]any{"content": piece}
-				if c.a.tool != nil {
-					delta = map[string]any{"tool_calls": c.toolCalls(piece, false)}
-				}
-				if sse.data(c.chunk(i, delta, nil)) != nil {
-					sent += ceilDiv4(int64(off))
-					fail()
-					return
-				}
-			}
-			sent += c.a.tokens - c.a.reasoning
+		} else if !c.streamJSON(i) {
+			return
 		}
-		if sse.data(c.chunk(i, map[string]any{}, c.finishReason())) != nil {
-			fail()
+		if !c.send(c.chunk(i, map[string]any{}, c.finishReason())) {
 			return
 		}
 	}
 	if c.includeUsage {
-		if sse.data(map[string]any{
+		if !c.send(map[string]any{
 			"id": c.id, "object": "chat.completion.chunk", "created": c.created, "model": c.model,
-			"system_fingerprint": "fp_sim", "choices": []any{}, "usage": c.usage(sent, reasoning),
-		}) != nil {
-			fail()
+			"system_fingerprint": "fp_sim", "choices": []any{}, "usage": c.usage(c.sent, reasoning),
+		}) {
 			return
 		}
 	}
-	if sse.raw("data: [DONE]\n\n") != nil {
-		fail()
+	if c.out.raw("data: [DONE]\n\n") != nil {
+		c.fail()
 		return
 	}
-	c.s.finish(c.t, sent, false)
+	c.s.finish(c.t, c.sent, false)
+}
+
+// fail finishes the ticket as cancelled, charged the tokens sent so far.
+func (c *chatCompletion) fail() { c.s.finish(c.t, c.sent, true) }
+
+// send sends one chunk; a failed write (the client is gone) fails the
+// stream, and the caller stops (false).
+func (c *chatCompletion) send(chunk map[string]any) bool {
+	if c.out.data(chunk) != nil {
+		c.fail()
+		return false
+	}
+	return true
+}
+
+// streamFiller streams choice i's filler text in chunks of
+// stream_chunk_tokens tokens at the configured pace, each counted as sent
+// once written.
+func (c *chatCompletion) streamFiller(ctx context.Context, i int64) bool {
+	var off int64
+	for _, k := range chunks(c.a.tokens-c.a.reasoning, c.s.cfg.StreamChunkTokens) {
+		if off > 0 {
+			if err := c.s.sleep(ctx, c.s.perToken(k)); err != nil {
+				c.fail()
+				return false
+			}
+		}
+		if !c.send(c.chunk(i, map[string]any{"content": c.a.text[4*off : 4*(off+k)]}, nil)) {
+			return false
+		}
+		off += k
+		c.sent += k
+	}
+	return true
+}
+
+// streamJSON streams choice i's JSON answer or tool arguments in pieces of
+// jsonChunkBytes, without pauses. A client that goes away midway is
+// charged the bytes before the failed piece (four to a token); a whole
+// answer, its token count.
+func (c *chatCompletion) streamJSON(i int64) bool {
+	body := c.a.text
+	if c.a.tool != nil {
+		body = c.a.tool.arguments
+	}
+	for off := 0; off < len(body); off += jsonChunkBytes {
+		piece := body[off:min(off+jsonChunkBytes, len(body))]
+		delta := map[string]any{"content": piece}
+		if c.a.tool != nil {
+			delta = map[string]any{"tool_calls": c.toolCalls(piece, false)}
+		}
+		if c.out.data(c.chunk(i, delta, nil)) != nil {
+			c.sent += ceilDiv4(int64(off))
+			c.fail()
+			return false
+		}
+	}
+	c.sent += c.a.tokens - c.a.reasoning
+	return true
 }

@@ -93,42 +93,17 @@ func (s *Server) openAIChat(provider string) http.HandlerFunc {
 	}
 }
 
+// openAIEmbeddings answers POST /embeddings: one vector per input, each
+// derived from its text (embedding), so that the same input always gets
+// the same vector; usage counts the input tokens.
 func (s *Server) openAIEmbeddings(provider string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ec, body, ok := s.openAIScope(w, r, provider, "Embeddings_Create")
 		if !ok {
 			return
 		}
-		var inputs []string // one per embedding returned
-		var total int64     // input tokens
-		bad := false
-		addText := func(x string) {
-			inputs = append(inputs, x)
-			total += max(1, ceilDiv4(int64(len(x))))
-		}
-		switch in := body["input"].(type) {
-		case string:
-			addText(in)
-		case []any:
-			if len(in) > 0 {
-				if _, isNum := in[0].(float64); isNum { // one pre-tokenized input
-					inputs, total = []string{fmt.Sprint(in)}, int64(len(in))
-					break
-				}
-			}
-			for _, e := range in {
-				switch x := e.(type) {
-				case string:
-					addText(x)
-				case []any:
-					inputs = append(inputs, fmt.Sprint(x))
-					total += int64(len(x))
-				default:
-					bad = true
-				}
-			}
-		}
-		if len(inputs) == 0 || bad {
+		inputs, total, ok := embeddingInputs(body["input"])
+		if !ok {
 			s.writeBadRequest(w, provider, "'input' is a required property (string, array of strings, or token arrays)")
 			return
 		}
@@ -151,16 +126,7 @@ func (s *Server) openAIEmbeddings(provider string) http.HandlerFunc {
 		}
 		data := make([]any, 0, len(inputs))
 		for i, in := range inputs {
-			vec := embedding(in, int(dims))
-			var e any = vec
-			if b64 {
-				buf := make([]byte, 4*len(vec))
-				for j, f := range vec {
-					binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(f))
-				}
-				e = base64.StdEncoding.EncodeToString(buf)
-			}
-			data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": e})
+			data = append(data, map[string]any{"object": "embedding", "index": i, "embedding": embeddingValue(in, int(dims), b64)})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"object": "list", "data": data, "model": ec.model,
@@ -168,6 +134,57 @@ func (s *Server) openAIEmbeddings(provider string) http.HandlerFunc {
 		})
 		s.finish(t, 0, false)
 	}
+}
+
+// embeddingInputs reads the input field as OpenAI accepts it: a string, an
+// array of strings, one token array or an array of token arrays. It
+// returns one entry per embedding to return and the input tokens (a
+// text's at four bytes to a token, at least one; a token array's its
+// length); ok is false for no input or an element of another type.
+func embeddingInputs(input any) (inputs []string, total int64, ok bool) {
+	bad := false
+	addText := func(x string) {
+		inputs = append(inputs, x)
+		total += max(1, ceilDiv4(int64(len(x))))
+	}
+	switch in := input.(type) {
+	case string:
+		addText(in)
+	case []any:
+		if len(in) > 0 {
+			if _, isNum := in[0].(float64); isNum { // one pre-tokenized input
+				inputs, total = []string{fmt.Sprint(in)}, int64(len(in))
+				break
+			}
+		}
+		for _, e := range in {
+			switch x := e.(type) {
+			case string:
+				addText(x)
+			case []any:
+				inputs = append(inputs, fmt.Sprint(x))
+				total += int64(len(x))
+			default:
+				bad = true
+			}
+		}
+	}
+	return inputs, total, len(inputs) > 0 && !bad
+}
+
+// embeddingValue is one input's vector of dims floats, or with b64 its
+// little-endian float32 bytes in base64, as encoding_format "base64"
+// asks.
+func embeddingValue(in string, dims int, b64 bool) any {
+	vec := embedding(in, dims)
+	if !b64 {
+		return vec
+	}
+	buf := make([]byte, 4*len(vec))
+	for j, f := range vec {
+		binary.LittleEndian.PutUint32(buf[4*j:], math.Float32bits(f))
+	}
+	return base64.StdEncoding.EncodeToString(buf)
 }
 
 // embedding is a deterministic unit vector derived from the text.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"net/http"
 )
 
@@ -85,6 +86,9 @@ type responseStream struct {
 	id, model string
 	maxTokens int64
 	seq       int64
+	// The stream's writer and the output tokens sent so far (stream).
+	out  *sse
+	sent int64
 }
 
 func (rs *responseStream) status() string {
@@ -180,99 +184,122 @@ func (rs *responseStream) event(sse *sse, typ string, fields map[string]any) err
 func (rs *responseStream) stream(w http.ResponseWriter, r *http.Request) {
 	s, a := rs.s, rs.a
 	ctx := r.Context()
-	sse := newSSE(w)
-	var sent int64
-	fail := func() { s.finish(rs.t, sent, true) }
+	rs.out = newSSE(w)
 	if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
-		fail()
+		rs.fail()
 		return
 	}
-	send := func(typ string, fields map[string]any) bool {
-		if rs.event(sse, typ, fields) != nil {
-			fail()
-			return false
-		}
-		return true
-	}
-	if !send("response.created", map[string]any{"response": rs.response("in_progress", []any{}, 0, 0)}) ||
-		!send("response.in_progress", map[string]any{"response": rs.response("in_progress", []any{}, 0, 0)}) {
+	if !rs.send("response.created", map[string]any{"response": rs.response("in_progress", []any{}, 0, 0)}) ||
+		!rs.send("response.in_progress", map[string]any{"response": rs.response("in_progress", []any{}, 0, 0)}) {
 		return
 	}
 	idx := int64(0)
 	if a.reasoning > 0 {
-		if !send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.reasoningItem()}) ||
-			!send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.reasoningItem()}) {
+		if !rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.reasoningItem()}) ||
+			!rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.reasoningItem()}) {
 			return
 		}
-		sent += a.reasoning
+		rs.sent += a.reasoning
 		idx++
 	}
 	if a.tool != nil {
-		item := rs.toolItem("", "in_progress")
-		if !send("response.output_item.added", map[string]any{"output_index": idx, "item": item}) {
+		if !rs.streamTool(idx) {
 			return
 		}
-		args := a.tool.arguments
-		for off := 0; off < len(args); off += jsonChunkBytes {
-			if !send("response.function_call_arguments.delta", map[string]any{"item_id": item["id"], "output_index": idx,
-				"delta": args[off:min(off+jsonChunkBytes, len(args))]}) {
-				return
-			}
-		}
-		sent += a.tokens - a.reasoning
-		if !send("response.function_call_arguments.done", map[string]any{"item_id": item["id"], "output_index": idx, "arguments": args}) ||
-			!send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.toolItem(args, "completed")}) {
-			return
-		}
-	} else {
-		msgID := "msg_sim" + rs.t.id
-		part := func(text string) map[string]any {
-			return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
-		}
-		at := map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0}
-		with := func(k string, v any) map[string]any {
-			m := map[string]any{k: v}
-			for kk, vv := range at {
-				m[kk] = vv
-			}
-			return m
-		}
-		if !send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.messageItem("", "in_progress")}) ||
-			!send("response.content_part.added", with("part", part(""))) {
-			return
-		}
-		pieces, tokens := rs.textPieces()
-		for i, p := range pieces {
-			if i > 0 {
-				if err := s.sleep(ctx, s.perToken(tokens[i])); err != nil {
-					fail()
-					return
-				}
-			}
-			d := with("delta", p)
-			d["logprobs"] = []any{}
-			if !send("response.output_text.delta", d) {
-				return
-			}
-			sent += tokens[i]
-		}
-		done := with("text", a.text)
-		done["logprobs"] = []any{}
-		if !send("response.output_text.done", done) ||
-			!send("response.content_part.done", with("part", part(a.text))) ||
-			!send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.messageItem(a.text, rs.status())}) {
-			return
-		}
-		sent = a.tokens // JSON answers: their whole count once done
+	} else if !rs.streamMessage(ctx, idx) {
+		return
 	}
 	final := "response.completed"
 	if rs.status() == "incomplete" {
 		final = "response.incomplete"
 	}
-	if !send(final, map[string]any{"response": rs.response(rs.status(), rs.output(), sent, a.reasoning)}) {
+	if !rs.send(final, map[string]any{"response": rs.response(rs.status(), rs.output(), rs.sent, a.reasoning)}) {
 		return
 	}
-	s.finish(rs.t, sent, false)
+	s.finish(rs.t, rs.sent, false)
+}
+
+// fail finishes the ticket as cancelled, charged the tokens sent so far.
+func (rs *responseStream) fail() { rs.s.finish(rs.t, rs.sent, true) }
+
+// send sends one event; a failed write (the client is gone) fails the
+// stream, and the caller stops (false).
+func (rs *responseStream) send(typ string, fields map[string]any) bool {
+	if rs.event(rs.out, typ, fields) != nil {
+		rs.fail()
+		return false
+	}
+	return true
+}
+
+// streamTool streams the function call at output index idx: the item, its
+// arguments in deltas of jsonChunkBytes, and the done events. The
+// arguments' tokens count as sent once the deltas are out, before the done
+// events, as a client that read them has them.
+func (rs *responseStream) streamTool(idx int64) bool {
+	a := rs.a
+	item := rs.toolItem("", "in_progress")
+	if !rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": item}) {
+		return false
+	}
+	args := a.tool.arguments
+	for off := 0; off < len(args); off += jsonChunkBytes {
+		if !rs.send("response.function_call_arguments.delta", map[string]any{"item_id": item["id"], "output_index": idx,
+			"delta": args[off:min(off+jsonChunkBytes, len(args))]}) {
+			return false
+		}
+	}
+	rs.sent += a.tokens - a.reasoning
+	return rs.send("response.function_call_arguments.done", map[string]any{"item_id": item["id"], "output_index": idx, "arguments": args}) &&
+		rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.toolItem(args, "completed")})
+}
+
+// streamMessage streams the message at output index idx: the item and its
+// content part, the text in deltas at the configured pace, and the done
+// events. Once they are out, the answer's whole token count counts as
+// sent, whatever the deltas added up to (JSON answers too).
+func (rs *responseStream) streamMessage(ctx context.Context, idx int64) bool {
+	s, a := rs.s, rs.a
+	msgID := "msg_sim" + rs.t.id
+	part := func(text string) map[string]any {
+		return map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
+	}
+	at := map[string]any{"item_id": msgID, "output_index": idx, "content_index": 0}
+	with := func(k string, v any) map[string]any {
+		m := map[string]any{k: v}
+		for kk, vv := range at {
+			m[kk] = vv
+		}
+		return m
+	}
+	if !rs.send("response.output_item.added", map[string]any{"output_index": idx, "item": rs.messageItem("", "in_progress")}) ||
+		!rs.send("response.content_part.added", with("part", part(""))) {
+		return false
+	}
+	pieces, tokens := rs.textPieces()
+	for i, p := range pieces {
+		if i > 0 {
+			if err := s.sleep(ctx, s.perToken(tokens[i])); err != nil {
+				rs.fail()
+				return false
+			}
+		}
+		d := with("delta", p)
+		d["logprobs"] = []any{}
+		if !rs.send("response.output_text.delta", d) {
+			return false
+		}
+		rs.sent += tokens[i]
+	}
+	done := with("text", a.text)
+	done["logprobs"] = []any{}
+	if !rs.send("response.output_text.done", done) ||
+		!rs.send("response.content_part.done", with("part", part(a.text))) ||
+		!rs.send("response.output_item.done", map[string]any{"output_index": idx, "item": rs.messageItem(a.text, rs.status())}) {
+		return false
+	}
+	rs.sent = a.tokens // JSON answers: their whole count once done
+	return true
 }
 
 // textPieces splits the message text into deltas and their tokens:

@@ -87,6 +87,31 @@ const benchKey = "sk-sluice-bench"
 // simulator (no modelled latency, limits out of the way) and the gateway,
 // all on loopback. Timings belong here, never in tests.
 func Run(ctx context.Context, o Options) (*Result, error) {
+	o = o.withDefaults()
+	res := &Result{Bench: "gateway", Requests: o.Requests, GoMaxProcs: runtime.GOMAXPROCS(0), Go: runtime.Version(), Concurrency: o.Concurrency,
+		Description: "small non-streaming chat completion; in-process kfake Kafka, ledger, simulator without modelled latency; loopback HTTP"}
+
+	env, err := startBenchEnv(ctx, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+
+	c := newBenchCaller(ctx)
+	if err := c.latency(env, o.Requests, res); err != nil {
+		return nil, err
+	}
+	c.throughput(env, o, res)
+	res.EstimatePromptTokens, res.EstimateUsPerOp, res.EstimateAllocsPerOp, err = benchEstimate(env.gw.Estimator())
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// withDefaults fills the options left at zero; the concurrency follows the
+// cores so that the throughput phase keeps every one of them busy.
+func (o Options) withDefaults() Options {
 	if o.Requests <= 0 {
 		o.Requests = 2000
 	}
@@ -99,66 +124,91 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	res := &Result{Bench: "gateway", Requests: o.Requests, GoMaxProcs: runtime.GOMAXPROCS(0), Go: runtime.Version(), Concurrency: o.Concurrency,
-		Description: "small non-streaming chat completion; in-process kfake Kafka, ledger, simulator without modelled latency; loopback HTTP"}
+	return o
+}
 
-	env, err := startBenchEnv(ctx, o.Log)
-	if err != nil {
-		return nil, err
-	}
-	defer env.close()
+// benchCaller sends the bench's one request, the same body to the
+// simulator and to the gateway so that the difference is the gateway's,
+// over one client whose idle pool is large enough that the throughput
+// phase does not measure connection set-up.
+type benchCaller struct {
+	ctx    context.Context
+	client *http.Client
+	body   []byte
+}
 
-	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to Sluice in five words."}]}`)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
-	call := func(url, key string) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		return nil
-	}
-	series := func(url, key string) ([]time.Duration, error) {
-		for i := 0; i < 50; i++ { // warm connections, tokenizer, ledger nodes
-			if err := call(url, key); err != nil {
-				return nil, fmt.Errorf("warm-up %s: %w", url, err)
-			}
-		}
-		out := make([]time.Duration, 0, o.Requests)
-		for i := 0; i < o.Requests; i++ {
-			t0 := time.Now()
-			if err := call(url, key); err != nil {
-				return nil, fmt.Errorf("%s: %w", url, err)
-			}
-			out = append(out, time.Since(t0))
-		}
-		return out, nil
-	}
-	direct, err := series(env.simURL+"/openai/v1/chat/completions", "unused")
+func newBenchCaller(ctx context.Context) *benchCaller {
+	return &benchCaller{ctx: ctx,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}},
+		body:   []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to Sluice in five words."}]}`)}
+}
+
+// call sends the request to url with key and reads the whole answer; any
+// status but 200 is an error.
+func (c *benchCaller) call(url, key string) error {
+	req, err := http.NewRequestWithContext(c.ctx, http.MethodPost, url, bytes.NewReader(c.body))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	viaGW, err := series(env.gwURL+"/v1/chat/completions", benchKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := c.client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// series times n requests one after another, after 50 untimed ones that
+// warm the connections, the tokenizer and the ledger's nodes.
+func (c *benchCaller) series(url, key string, n int) ([]time.Duration, error) {
+	for i := 0; i < 50; i++ {
+		if err := c.call(url, key); err != nil {
+			return nil, fmt.Errorf("warm-up %s: %w", url, err)
+		}
+	}
+	out := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := c.call(url, key); err != nil {
+			return nil, fmt.Errorf("%s: %w", url, err)
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
+
+// latency measures one request at a time, straight to the simulator and
+// then through the gateway, and records the latency the gateway adds.
+// Sequential requests see no queueing, so the difference is the path's.
+func (c *benchCaller) latency(env *benchEnv, n int, res *Result) error {
+	direct, err := c.series(env.simURL+"/openai/v1/chat/completions", "unused", n)
+	if err != nil {
+		return err
+	}
+	viaGW, err := c.series(env.gwURL+"/v1/chat/completions", benchKey, n)
+	if err != nil {
+		return err
 	}
 	res.DirectP50Ms, res.DirectP99Ms = quantileMs(direct, 0.50), quantileMs(direct, 0.99)
 	res.GatewayP50Ms, res.GatewayP99Ms = quantileMs(viaGW, 0.50), quantileMs(viaGW, 0.99)
 	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
+	return nil
+}
 
+// throughput runs o.Concurrency callers against the gateway for
+// o.Duration and records requests per second, per core and per CPU second
+// of the process (the stack is in-process, so that is the whole stack's
+// cost). Errors after the deadline are the deadline's, not counted.
+func (c *benchCaller) throughput(env *benchEnv, o Options, res *Result) {
 	var done, errs atomic.Int64
 	cpu0 := processCPU()
-	runCtx, cancel := context.WithTimeout(ctx, o.Duration)
+	runCtx, cancel := context.WithTimeout(c.ctx, o.Duration)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := 0; i < o.Concurrency; i++ {
@@ -166,7 +216,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		go func() {
 			defer wg.Done()
 			for runCtx.Err() == nil {
-				if err := call(env.gwURL+"/v1/chat/completions", benchKey); err != nil {
+				if err := c.call(env.gwURL+"/v1/chat/completions", benchKey); err != nil {
 					if runCtx.Err() == nil {
 						errs.Add(1)
 					}
@@ -185,12 +235,6 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		res.RequestsPerCPUSecond = float64(done.Load()) / cpu.Seconds()
 	}
 	res.Errors = errs.Load()
-
-	res.EstimatePromptTokens, res.EstimateUsPerOp, res.EstimateAllocsPerOp, err = benchEstimate(env.gw.Estimator())
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
 }
 
 // benchEstimate times the estimate of a chat prompt of about 4,000 tokens.
@@ -243,27 +287,70 @@ func (e *benchEnv) close() {
 // limits far above what the bench sends, so every request is granted.
 func startBenchEnv(ctx context.Context, log *slog.Logger) (env *benchEnv, err error) {
 	env = &benchEnv{}
+	// The error returns below say `return nil, err`, which clears env
+	// before deferred calls run: close through a copy.
+	started := env
 	defer func() {
 		if err != nil {
-			env.close()
+			started.close()
 		}
 	}()
+	brokers, err := env.startBus(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := env.startSim(); err != nil {
+		return nil, err
+	}
+	cfg, err := benchConfig(env.simURL)
+	if err != nil {
+		return nil, err
+	}
+	names := bus.DefaultNames()
+	if err := ledgerd.PublishConfig(ctx, brokers, names, cfg.LedgerJSON(), "bench"); err != nil {
+		return nil, err
+	}
+	if err := env.startLedger(ctx, brokers, log); err != nil {
+		return nil, err
+	}
+	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: cfg.Node, AnswerTimeout: 5 * time.Second, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, rc.Close)
+	env.gw = gateway.New(cfg, rc, log)
+	var stop func()
+	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
+		return nil, err
+	}
+	env.closers = append(env.closers, stop)
+	return env, nil
+}
+
+// startBus starts a one-broker kfake cluster with the default topics and
+// returns its address.
+func (e *benchEnv) startBus(ctx context.Context) ([]string, error) {
 	cl, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(0))
 	if err != nil {
 		return nil, fmt.Errorf("embedded kafka: %w", err)
 	}
-	env.closers = append(env.closers, cl.Close)
+	e.closers = append(e.closers, cl.Close)
 	brokers := cl.ListenAddrs()
-	names := bus.DefaultNames()
 	adm, err := bus.NewClient(ctx, brokers, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	env.closers = append(env.closers, adm.Close)
+	e.closers = append(e.closers, adm.Close)
 	if _, err := bus.Ensure(ctx, kadm.NewClient(adm), bus.DefaultTopics().Specs()); err != nil {
 		return nil, fmt.Errorf("topics: %w", err)
 	}
+	return brokers, nil
+}
 
+// startSim starts the simulator with no modelled latency (its sleeps
+// return at once) and OpenAI limits out of reach, so that the bench
+// measures the gateway and not the simulated provider.
+func (e *benchEnv) startSim() error {
 	sc := sim.DefaultConfig()
 	sc.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
 	oa := sc.Providers[sim.OpenAI]
@@ -271,14 +358,21 @@ func startBenchEnv(ctx context.Context, log *slog.Logger) (env *benchEnv, err er
 	sc.Providers[sim.OpenAI] = oa
 	simSrv, err := sim.New(sc)
 	if err != nil {
-		return nil, fmt.Errorf("simulator: %w", err)
+		return fmt.Errorf("simulator: %w", err)
 	}
 	var stop func()
-	if env.simURL, stop, err = benchServe(simSrv); err != nil {
-		return nil, err
+	if e.simURL, stop, err = benchServe(simSrv); err != nil {
+		return err
 	}
-	env.closers = append(env.closers, stop)
+	e.closers = append(e.closers, stop)
+	return nil
+}
 
+// benchConfig is the gateway configuration of the bench: one route to the
+// simulator, one tenant with the bench key, and a ledger whose one bucket
+// is far above what the bench sends, so that every request is granted and
+// none waits.
+func benchConfig(simURL string) (*config.Config, error) {
 	lc := ledger.DefaultDevConfig()
 	lc.Scopes[0].Buckets = []ledger.BucketConfig{{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 1 << 40, PeriodMs: 60_000}}
 	led, err := json.Marshal(lc)
@@ -295,16 +389,20 @@ tenants:
     keys:
       - {id: bench-key, sha256: %s}
 ledger: %s
-`, env.simURL, config.HashKey(benchKey), led)))
+`, simURL, config.HashKey(benchKey), led)))
 	if err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)
 	}
-	if err := ledgerd.PublishConfig(ctx, brokers, names, cfg.LedgerJSON(), "bench"); err != nil {
-		return nil, err
-	}
-	ld, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: names, Group: "bench-ledger", Node: "ledger-bench", Log: log, Registerer: prometheus.NewRegistry()})
+	return cfg, nil
+}
+
+// startLedger runs a ledger member in the background until the env is
+// closed; its metrics go to a registry of its own, so that a second Run in
+// one process registers nothing twice.
+func (e *benchEnv) startLedger(ctx context.Context, brokers []string, log *slog.Logger) error {
+	ld, err := ledgerd.New(ctx, ledgerd.Config{Brokers: brokers, Topics: bus.DefaultNames(), Group: "bench-ledger", Node: "ledger-bench", Log: log, Registerer: prometheus.NewRegistry()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	ldDone := make(chan struct{})
@@ -312,18 +410,8 @@ ledger: %s
 		defer close(ldDone)
 		_ = ld.Loop(runCtx)
 	}()
-	env.closers = append(env.closers, func() { cancel(); <-ldDone; ld.Close() })
-	rc, err := reserve.New(ctx, reserve.Config{Brokers: brokers, Topics: names, Node: cfg.Node, AnswerTimeout: 5 * time.Second, Log: log})
-	if err != nil {
-		return nil, err
-	}
-	env.closers = append(env.closers, rc.Close)
-	env.gw = gateway.New(cfg, rc, log)
-	if env.gwURL, stop, err = benchServe(env.gw); err != nil {
-		return nil, err
-	}
-	env.closers = append(env.closers, stop)
-	return env, nil
+	e.closers = append(e.closers, func() { cancel(); <-ldDone; ld.Close() })
+	return nil
 }
 
 func benchServe(h http.Handler) (string, func(), error) {
