@@ -164,7 +164,7 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 	near := func(what string, got, want float64) {
 		t.Helper()
 		if *oracleTable != "" {
-			fmt.Fprintf(&table, "| %s | %v | %v | equal |\n", what, got, want)
+			fmt.Fprintf(&table, "| %s | %v | %v | equal |\n", strings.ReplaceAll(what, "|", " / "), got, want)
 		}
 		if math.Abs(got-want) > eps*math.Max(1, math.Abs(want)) {
 			t.Errorf("%s = %v, want %v", what, got, want)
@@ -174,7 +174,7 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 		t.Helper()
 		lo, at, hi := quantileRank(xs, level)
 		if *oracleTable != "" {
-			fmt.Fprintf(&table, "| %s | %v | %v | within one rank [%v, %v] |\n", what, got, at, lo, hi)
+			fmt.Fprintf(&table, "| %s | %v | %v | within one rank [%v, %v] |\n", strings.ReplaceAll(what, "|", " / "), got, at, lo, hi)
 		}
 		if got < lo-eps || got > hi+eps {
 			t.Errorf("%s = %v, want %v (within [%v, %v])", what, got, at, lo, hi)
