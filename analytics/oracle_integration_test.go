@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -138,14 +139,33 @@ func TestIntegrationOracle(t *testing.T) {
 
 // checkOracle compares the queries' results with Go over the same records.
 // synthetic adds checks that only the generated log is built to meet.
+var oracleTable = flag.String("oracle-table", "", "append every figure the oracle compares (report, oracle) as a markdown table to this file")
+
 func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng Range, synthetic bool) {
 	o := newOracle(recs)
 	if o.streamDisagree > 0 {
 		t.Logf("%d attempts whose ReserveRequested and Reconciled disagree on streaming", o.streamDisagree)
 	}
 	const eps = 1e-9
+	var table strings.Builder // every compared figure, for -oracle-table
+	if *oracleTable != "" {
+		fmt.Fprintf(&table, "\n### %s\n\n| figure | report (18.16) | oracle | rule |\n| --- | --- | --- | --- |\n", t.Name())
+		t.Cleanup(func() {
+			f, err := os.OpenFile(*oracleTable, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err == nil {
+				_, err = f.WriteString(table.String())
+				f.Close()
+			}
+			if err != nil {
+				t.Errorf("-oracle-table: %v", err)
+			}
+		})
+	}
 	near := func(what string, got, want float64) {
 		t.Helper()
+		if *oracleTable != "" {
+			fmt.Fprintf(&table, "| %s | %v | %v | equal |\n", strings.ReplaceAll(what, "|", " / "), got, want)
+		}
 		if math.Abs(got-want) > eps*math.Max(1, math.Abs(want)) {
 			t.Errorf("%s = %v, want %v", what, got, want)
 		}
@@ -153,6 +173,9 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 	inBand := func(what string, got float64, xs []float64, level float64) {
 		t.Helper()
 		lo, at, hi := quantileRank(xs, level)
+		if *oracleTable != "" {
+			fmt.Fprintf(&table, "| %s | %v | %v | within one rank [%v, %v] |\n", strings.ReplaceAll(what, "|", " / "), got, at, lo, hi)
+		}
 		if got < lo-eps || got > hi+eps {
 			t.Errorf("%s = %v, want %v (within [%v, %v])", what, got, at, lo, hi)
 		}
@@ -197,9 +220,7 @@ func checkOracle(t *testing.T, recs []synth.Record, got map[string]*Result, rng 
 				t.Errorf("bucket %s missing", k)
 				continue
 			}
-			if got := row[res.Col("stranded_token_ms")].(int64); got != want {
-				t.Errorf("%s stranded_token_ms = %d, want %d", k, got, want)
-			}
+			near(k+" stranded_token_ms", float64(row[res.Col("stranded_token_ms")].(int64)), float64(want))
 			near(k+" refused", num(t, res, row, "refused"), float64(refused[k]))
 			near(k+" pct", num(t, res, row, "pct_of_capacity"), 100*float64(want)/(o.held[k]*float64(rng.To.Unix()-rng.From.Unix())*1000))
 		}

@@ -211,30 +211,26 @@ func normalize(v any) any {
 // GROUP BY). CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
 // native protocol. drop removes the tables; call it when done.
 func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, drop func(), err error) {
-	suffix := strconv.FormatInt(r.From.Unix(), 10) + "_" + strconv.FormatInt(r.To.Unix(), 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
-	db := quoteIdent(database)
-	t = Tables{Attempts: db + ".tmp_report_attempts_" + suffix, Requests: db + ".tmp_report_requests_" + suffix}
-	drop = func() {
-		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Attempts)
-		_ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+t.Requests)
+	t, creates, drops, err := SnapshotSQL(ctx, conn, database, r)
+	if err != nil {
+		return Tables{}, func() {}, err
 	}
-	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
+	drop = func() {
+		for _, q := range drops {
+			_ = conn.Exec(context.Background(), q)
+		}
+	}
 	// The two tables are built at once, on two connections: merging the
 	// facts is most of a report's work, and the two views merge different
 	// tables.
-	views := []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}}
-	errs := make([]error, len(views))
+	errs := make([]error, len(creates))
 	var wg sync.WaitGroup
-	for i, c := range views {
-		cols, err := queriedColumns(ctx, conn, database, c.view)
-		if err != nil {
-			return Tables{}, func() {}, err
-		}
+	for i, q := range creates {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := conn.Exec(ctx, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+db+"."+c.view+where); err != nil {
-				errs[i] = fmt.Errorf("snapshot %s: %w", c.view, err)
+			if err := conn.Exec(ctx, q); err != nil {
+				errs[i] = fmt.Errorf("snapshot %s: %w", []string{"attempts", "requests"}[i], err)
 			}
 		}()
 	}
@@ -244,6 +240,26 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 		return Tables{}, func() {}, err
 	}
 	return t, drop, nil
+}
+
+// SnapshotSQL is the SQL of Snapshot: the tables, the two CREATE TABLE …
+// AS SELECT statements that take them (attempts, requests; Snapshot runs
+// them at once) and the DROP statements. `sluice bench report` runs the
+// same statements through clickhouse-client as its reference.
+func SnapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, creates, drops []string, err error) {
+	suffix := strconv.FormatInt(r.From.Unix(), 10) + "_" + strconv.FormatInt(r.To.Unix(), 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
+	db := quoteIdent(database)
+	t = Tables{Attempts: db + ".tmp_report_attempts_" + suffix, Requests: db + ".tmp_report_requests_" + suffix}
+	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
+	for _, c := range []struct{ table, view string }{{t.Attempts, "attempts"}, {t.Requests, "requests"}} {
+		cols, err := queriedColumns(ctx, conn, database, c.view)
+		if err != nil {
+			return Tables{}, nil, nil, err
+		}
+		creates = append(creates, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+db+"."+c.view+where)
+		drops = append(drops, "DROP TABLE IF EXISTS "+c.table)
+	}
+	return t, creates, drops, nil
 }
 
 // queriedColumns lists the columns of view that some embedded query names,

@@ -7,17 +7,22 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/analytics/synth"
@@ -47,12 +52,48 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 	keys := loadtest.NewKeys(sc)
 	simCfg := sc.SimConfig
 	ctx := context.Background()
+	f := faultsOf[scenario]
 	st, err := dev.Start(ctx, dev.Options{Addr: "127.0.0.1:0", Sim: &simCfg, APIKey: "sk-oracle-unused",
-		Config: func(simURL string) (*config.Config, error) { return loadtest.GatewayConfig(sc, simURL, keys) }})
+		Config: func(simURL string) (*config.Config, error) {
+			y, err := faultConfigYAML(sc, simURL, keys, "", f)
+			if err != nil {
+				return nil, err
+			}
+			return config.Load(bytes.NewReader(y))
+		}})
 	if err != nil {
 		t.Fatalf("embedded stack: %v", err)
 	}
 	defer st.Close()
+	killedURL, kill := "", func() {}
+	onKilled := map[string]bool{}
+	for _, id := range f.Killed {
+		onKilled[id] = true
+	}
+	if len(f.Killed) > 0 {
+		y, err := faultConfigYAML(sc, st.SimURL, keys, "gw-killed", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killedURL, kill = startGatewayProcess(t, st, y)
+		defer kill()
+	}
+	var killed sync.WaitGroup
+	if f.KillAt > 0 {
+		killed.Add(1)
+		time.AfterFunc(f.KillAt, func() { defer killed.Done(); kill(); t.Logf("gw-killed: SIGKILL at %s", f.KillAt) })
+	}
+	if f.StallFor > 0 {
+		killed.Add(1)
+		time.AfterFunc(f.StallAt, func() {
+			defer killed.Done()
+			st.StopLedger()
+			time.Sleep(f.StallFor)
+			if err := st.StartLedger(ctx); err != nil {
+				t.Errorf("ledger restart: %v", err)
+			}
+		})
+	}
 	hc := &http.Client{Timeout: 30 * time.Second}
 	defer hc.CloseIdleConnections()
 	var wg sync.WaitGroup
@@ -74,6 +115,7 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Duration(i)*interval < dur; i++ {
+				at := time.Duration(i) * interval
 				time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
 				wg.Add(1)
 				cancelled := tn.CancelFraction > 0 && i%int(math.Ceil(1/tn.CancelFraction)) == 0
@@ -85,7 +127,11 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 						rctx, cancel = context.WithTimeout(rctx, tn.CancelAfter.D())
 						defer cancel()
 					}
-					req, _ := http.NewRequestWithContext(rctx, http.MethodPost, st.GatewayURL+"/v1/chat/completions", bytes.NewReader(body))
+					url := st.GatewayURL
+					if onKilled[tn.ID] && at < f.KillAt {
+						url = killedURL // until the kill; then it fails over
+					}
+					req, _ := http.NewRequestWithContext(rctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
 					req.Header.Set("Authorization", "Bearer "+keys[tn.ID])
 					req.Header.Set("Content-Type", "application/json")
 					if resp, err := hc.Do(req); err == nil {
@@ -97,6 +143,7 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 		}()
 	}
 	wg.Wait()
+	killed.Wait()
 	// Let the gateway's last Reconciled/Outcome events and the ledger's
 	// expiries land.
 	time.Sleep(3 * time.Second)
@@ -158,7 +205,111 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 }
 
 // recordedScenarios are the loads recorded from the embedded stack.
-var recordedScenarios = []string{"oracle-load.yaml", "oracle-storm.yaml"}
+var recordedScenarios = []string{"oracle-load.yaml", "oracle-storm.yaml", "oracle-faults.yaml"}
+
+// recordFaults are the faults a recorded scenario adds to its load, on
+// the real code paths: a gateway process killed, a ledger stalled.
+type recordFaults struct {
+	// Killed names the tenants whose clients talk to a second gateway, a
+	// `sluice gateway` process on the same broker, until KillAt, when it
+	// gets SIGKILL (no Released, no Reconciled, no more heartbeats) and
+	// they fail over to the stack's gateway.
+	Killed []string
+	KillAt time.Duration
+	// StallAt and StallFor stop the ledger member and start it again:
+	// the inputs of the stall are decided at their own log time, later
+	// than the late-grant bound, so their grants are released as
+	// late_grant and asked again.
+	StallAt, StallFor time.Duration
+	// NodeLivenessMs is the ledger's node_liveness_ms (default 10 s,
+	// longer than the run's tail).
+	NodeLivenessMs int64
+}
+
+var faultsOf = map[string]recordFaults{
+	"oracle-faults.yaml": {Killed: []string{"jobs"}, KillAt: 7 * time.Second,
+		StallAt: 3 * time.Second, StallFor: 1500 * time.Millisecond, NodeLivenessMs: 2000},
+}
+
+// faultConfigYAML is the load tester's gateway config for sc, named node
+// (empty: as generated) and with the ledger's node_liveness_ms of f.
+func faultConfigYAML(sc *loadtest.Scenario, simURL string, keys loadtest.Keys, node string, f recordFaults) ([]byte, error) {
+	y, err := loadtest.GatewayConfigYAML(sc, simURL, keys)
+	if err != nil || (node == "" && f.NodeLivenessMs == 0) {
+		return y, err
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(y, &doc); err != nil {
+		return nil, err
+	}
+	if node != "" {
+		doc["node"] = node
+	}
+	if f.NodeLivenessMs > 0 {
+		led, ok := doc["ledger"].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("generated gateway config: no ledger section")
+		}
+		led["node_liveness_ms"] = f.NodeLivenessMs
+	}
+	return yaml.Marshal(doc)
+}
+
+// startGatewayProcess runs `sluice gateway` (built from this tree) with
+// config cfg on st's broker and ledger group, and returns its URL once
+// it is ready, and a kill that sends it SIGKILL.
+func startGatewayProcess(t *testing.T, st *dev.Stack, cfg []byte) (string, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluice")
+	build := exec.Command("go", "build", "-o", bin, "./services/sluice")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build sluice: %v\n%s", err, out)
+	}
+	path := filepath.Join(dir, "gateway.yaml")
+	if err := os.WriteFile(path, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "gateway", "--brokers", strings.Join(st.Brokers, ","), "--config", path,
+		"--addr", addr, "--metrics-addr", "", "--ledger-group", st.LedgerGroup)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			_ = cmd.Wait()
+			logf.Close()
+		})
+	}
+	url := "http://" + addr
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if resp, err := http.Get(url + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url, kill
+			}
+		}
+		if time.Now().After(deadline) {
+			kill()
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("sluice gateway not ready in 90 s:\n%s", b)
+		}
+	}
+}
 
 // TestIntegrationOracleRecordedLoad: the load tester's scenarios against
 // the embedded stack, recorded, then through the real Kafka and sink into

@@ -3,6 +3,7 @@ package analytics
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,11 @@ var eventColumns = []string{
 	"queue_ms", "first_byte_ms", "total_ms", "attempts", "streaming", "borrowed",
 	"payload", "decode_error",
 }
+
+// EventColumns are the columns of database.events the sink inserts, in
+// its order (the MATERIALIZED ones are computed by the server). `sluice
+// bench sink` dumps and re-inserts these as its clickhouse-client reference.
+func EventColumns() []string { return slices.Clone(eventColumns) }
 
 // insertEventsSQL returns the batch insert statement for database.events.
 func insertEventsSQL(database string) string {

@@ -581,3 +581,34 @@ func shadowEvaluated(res *analytics.Result) float64 {
 	}
 	return t
 }
+
+// Script is the SQL that Build runs on ClickHouse over a range, in the
+// same order and with the same parallelism: Setup takes the snapshot of
+// both weeks (its statements at once), Weeks[0] are this week's queries
+// and Weeks[1] the previous week's (the two weeks side by side), and
+// Teardown drops the snapshot. `sluice bench report` runs it through
+// clickhouse-client as the fixed reference its timing is a ratio of.
+type Script struct {
+	Setup, Teardown []string
+	Weeks           [2][]string
+}
+
+// SQL returns the Script of a report over r on database.
+func SQL(ctx context.Context, conn driver.Conn, database string, r analytics.Range) (*Script, error) {
+	prev := analytics.Range{From: r.From.Add(-r.To.Sub(r.From)), To: r.From}
+	t, creates, drops, err := analytics.SnapshotSQL(ctx, conn, database, analytics.Range{From: prev.From, To: r.To})
+	if err != nil {
+		return nil, err
+	}
+	sc := &Script{Setup: creates, Teardown: drops}
+	for i, rr := range []analytics.Range{r, prev} {
+		for _, s := range specs {
+			q, err := analytics.QueryByName(s.name)
+			if err != nil {
+				return nil, err
+			}
+			sc.Weeks[i] = append(sc.Weeks[i], q.RenderIn(database, rr, t))
+		}
+	}
+	return sc, nil
+}

@@ -51,4 +51,22 @@ func TestIntegrationStormReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The committed sample is this report: regenerated, byte for byte,
+	// with the storm's advice and neither a capacity cut nor an input
+	// correction in it.
+	committed, err := os.ReadFile("testdata/storm-report.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(committed, b.Bytes()) {
+		t.Errorf("testdata/storm-report.html is not the report of the recorded storm (regenerate with -update after review)")
+	}
+	for _, kind := range []string{string(KindRouteInputCorrection), string(KindBucketCapacity)} {
+		if bytes.Contains(committed, []byte("<li><b>"+kind+"</b>")) {
+			t.Errorf("the sample report recommends %s", kind)
+		}
+	}
+	if !bytes.Contains(committed, []byte("<li><b>"+string(KindProviderStorm)+"</b>")) {
+		t.Errorf("the sample report has no %s advice for the storm", KindProviderStorm)
+	}
 }

@@ -12,9 +12,8 @@ import (
 // so the queries see them.
 var unrecorded = map[string]string{
 	"decision:denied outcome:failure reserve":                      "a first attempt denied locally (a request above its bucket, or a full queue): the recorded loads stay under max_depth",
-	"decision:granted decision:hold_expired reserve":               "a gateway killed holding a grant: the ledger expires the hold (hold_ttl_abandoned, node_lost; ledger/liveness.go)",
-	"decision:granted decision:hold_expired retry":                 "the same, on a retry",
-	"decision:granted outcome:timeout released:late_grant reserve": "a grant that reached the gateway too late (a stalled ledger or broker): released unused (admission/reserve)",
+	"decision:granted decision:hold_expired retry":                 "a gateway killed holding the grant of a retry: the ledger expires the hold (recorded-oracle-faults has it on first attempts)",
+	"decision:granted outcome:timeout released:late_grant reserve": "a late grant whose deadline leaves no time to ask again: the request fails late_grant (recorded-oracle-faults has only grants asked again)",
 }
 
 // canon drops "decision:queued": whether the ledger queued an attempt
@@ -76,6 +75,11 @@ func TestShapesMatchRecorded(t *testing.T) {
 		case strings.Contains(s, "retry") && recorded[asFirst(s)] > 0:
 		default:
 			t.Errorf("synth writes %d attempts %q, which no recorded log has", n, s)
+		}
+	}
+	for s := range unrecorded {
+		if recorded[s] > 0 {
+			t.Errorf("%q is listed as unrecorded, but the recorded logs have %d such attempts: drop it from the list", s, recorded[s])
 		}
 	}
 	for _, m := range []map[string]int{recorded, generated} {

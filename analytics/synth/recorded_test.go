@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"path/filepath"
 	"testing"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // TestLogRoundTrip: WriteLog then ReadLog gives the records back, byte
@@ -45,4 +47,43 @@ func FuzzReadLines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRecordedFaultsHasTheFaults: the log recorded with a killed gateway
+// and a stalled ledger (../testdata/recorded-oracle-faults.jsonl.gz) has
+// what it was recorded for, so a re-recording that lost a fault fails
+// here rather than silently thinning the oracle: holds and queued
+// reservations the ledger ended as node_lost, grants released late_grant
+// and asked again, and events of both gateways.
+func TestRecordedFaultsHasTheFaults(t *testing.T) {
+	recs, err := ReadLog("../testdata/recorded-oracle-faults.jsonl.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	nodes := map[string]bool{}
+	for _, r := range recs {
+		e := r.Event
+		if e.ReserveRequested != nil {
+			nodes[e.Node] = true
+			if e.Attempt > 1 {
+				n["reserve again"]++
+			}
+		}
+		if d := e.Decision; d != nil && d.Reason == schemas.ReasonNodeLost {
+			n[string(d.Status)+" node_lost"]++
+		}
+		if rel := e.Released; rel != nil && rel.Reason == schemas.ReasonLateGrant {
+			n["late_grant"]++
+		}
+	}
+	t.Logf("%v, gateways %v", n, nodes)
+	for _, k := range []string{"hold_expired node_lost", "expired node_lost", "late_grant", "reserve again"} {
+		if n[k] == 0 {
+			t.Errorf("no %s in the recorded faults", k)
+		}
+	}
+	if !nodes["gw-killed"] || len(nodes) < 2 {
+		t.Errorf("gateways %v, want the killed one and another", nodes)
+	}
 }

@@ -243,6 +243,10 @@ func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32
 		OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
 		MaxAttempts: maxAttempts, PromptFamily: family, ClientRetryCount: clientRetries, IdempotencyKey: key}
 	g.emit(e, r.partition, t)
+	// fresh: the attempt was announced by a ReserveRequested (the first,
+	// or one the gateway asked again after a late grant), not by a
+	// RetryRequested.
+	fresh := true
 	for attempt := int32(1); ; attempt++ {
 		t += 1 + g.rng.Int64N(3)
 		roll := g.rng.IntN(100)
@@ -253,7 +257,7 @@ func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32
 			return d
 		}
 		gd := schemas.GDAdmitted
-		if attempt > 1 {
+		if !fresh {
 			// The ledger answers a retry: denied when the attempts or
 			// the scope's retry budget are spent, otherwise queued
 			// until its backoff passes, then granted.
@@ -291,6 +295,15 @@ func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32
 				g.emitDecision(d, r.partition, t)
 				wait := 5 + g.rng.Int64N(deadline/2)
 				switch {
+				case roll == 6 && attempt == 1: // its gateway died (kill -9) while it
+					// waited: the ledger drops it as node_lost once the
+					// node is silent for node_liveness_ms; nobody writes
+					// an Outcome (ledger/liveness.go)
+					t += wait
+					x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
+					x.Decision.Reason = schemas.ReasonNodeLost
+					g.emitDecision(x, r.partition, t)
+					return
 				case roll < 9: // expired in the queue
 					t += deadline / 2
 					x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
@@ -317,22 +330,37 @@ func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32
 		gr.Decision.Shadow = shadowVerdict(r, tn, estIn, estOut, t)
 		switch g.rng.IntN(200) {
 		case 0: // a late grant: it reached the gateway seconds after the
-			// ledger charged the bucket; the gateway released it unused
+			// ledger charged the bucket (a stalled ledger); the gateway
+			// releases it unused and, when the deadline allows, asks
+			// again with a new ReserveRequested (admission/lifecycle
+			// decided); otherwise the request fails late_grant
 			lag := 3000 + g.rng.Int64N(2000)
 			g.emit(gr, r.partition, t+lag)
 			t += lag + 1
 			rel := env(schemas.TypeReleased, attempt)
 			rel.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
 			g.emit(rel, r.partition, t)
+			if tn.class != "interactive" && attempt < maxAttempts {
+				again := env(schemas.TypeReserveRequested, attempt+1)
+				rr := *e.ReserveRequested
+				again.ReserveRequested = &rr
+				g.emit(again, r.partition, t)
+				fresh = true
+				continue
+			}
 			g.outcome(env, attempt, t, received, "timeout", 504, "late_grant", schemas.GDLateGrant, firstQueueMs, 0, 0)
 			return
 		case 1: // the gateway died holding the grant: the ledger expires
-			// the hold after its TTL; nobody writes an Outcome
+			// the hold after its TTL, or (a gateway that heartbeats,
+			// as every current one does) once the node is silent for
+			// node_liveness_ms; nobody writes an Outcome
 			g.emitDecision(gr, r.partition, t)
 			x := dec(schemas.StatusHoldExpired, gd)
-			x.Decision.Reason = schemas.ReasonHoldAbandoned
-			x.Decision.LogTimeMs = t + gr.Decision.HoldTTLMs
-			g.emitDecision(x, r.partition, t+gr.Decision.HoldTTLMs)
+			x.Decision.Reason, x.Decision.LogTimeMs = schemas.ReasonHoldAbandoned, t+gr.Decision.HoldTTLMs
+			if tn.class != "interactive" {
+				x.Decision.Reason, x.Decision.LogTimeMs = schemas.ReasonNodeLost, t+10_000
+			}
+			g.emitDecision(x, r.partition, x.Decision.LogTimeMs)
 			return
 		}
 		g.emitDecision(gr, r.partition, t)
@@ -356,6 +384,7 @@ func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32
 			rr := env(schemas.TypeRetryRequested, attempt+1)
 			rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: pr.ProviderRejected.RetryAfterMs}
 			g.emit(rr, r.partition, t)
+			fresh = false
 			continue
 		}
 		rc := env(schemas.TypeReconciled, attempt)

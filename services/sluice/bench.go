@@ -43,6 +43,8 @@ func runBench(ctx context.Context, args []string) error {
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
+	rounds := fs.Int("rounds", 2, "report: rounds of the report and its clickhouse-client reference, alternated (the best of each is reported)")
+	reuse := fs.String("database", "", "report: measure over this database of an earlier --keep run instead of loading one")
 	process := fs.Bool("process", false, "gateway: a gateway process alone against a separate simulator and two ledgers on --brokers (real broker)")
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	stages := fs.Bool("stages", false, "ledger-kafka: split each round trip into send, fetch, decide and deliver (p50/p99 of each)")
@@ -88,7 +90,7 @@ func runBench(ctx context.Context, args []string) error {
 	case "sink":
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":
-		res, err = benchReport(ctx, *chAddr, *n, *keep)
+		res, err = benchReport(ctx, *chAddr, *n, *keep, *rounds, *reuse)
 	case "whatif":
 		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n),
 			Progress: os.Stderr, CPUProfile: whatIfProfile})
