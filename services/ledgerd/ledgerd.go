@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,8 +82,17 @@ type Config struct {
 	// wedge it either.
 	RecreateAttempts int
 	AbortsMax        int
-	Log              *slog.Logger
-	Registerer       prometheus.Registerer
+	// PeerHeartbeat is how often the member appends a heartbeat to the
+	// members topic (default DefaultPeerHeartbeat, 200 ms); PeerDeadAfter
+	// how long a peer may be silent, counted in our own heartbeats in the
+	// log, before this member fences its transactions and removes it from
+	// the group (default DefaultPeerDeadAfter, 1 s; negative: never, and
+	// a crash is found after SessionTimeout only). See liveness.go and
+	// docs/ledger-service.md, Takeover.
+	PeerHeartbeat time.Duration
+	PeerDeadAfter time.Duration
+	Log           *slog.Logger
+	Registerer    prometheus.Registerer
 }
 
 // ErrSessionUnusable is returned by Loop when a fatal error made the
@@ -140,6 +150,15 @@ func (c *Config) defaults() error {
 	if c.AbortsMax <= 0 {
 		c.AbortsMax = 20
 	}
+	if c.PeerHeartbeat <= 0 {
+		c.PeerHeartbeat = DefaultPeerHeartbeat
+	}
+	if c.PeerDeadAfter == 0 {
+		c.PeerDeadAfter = DefaultPeerDeadAfter
+	}
+	if c.PeerDeadAfter > 0 && c.PeerDeadAfter < 2*c.PeerHeartbeat {
+		return fmt.Errorf("ledger: peer dead-after %v must be at least twice the peer heartbeat %v", c.PeerDeadAfter, c.PeerHeartbeat)
+	}
 	if c.TickMinGap <= 0 {
 		c.TickMinGap = 5 * time.Millisecond
 	}
@@ -193,12 +212,15 @@ type output struct {
 
 // Service is a running ledger member.
 type Service struct {
-	cfg      Config
-	sess     *kgo.GroupTransactSession
-	tickProd *kgo.Client // non-transactional: see ticks
-	m        *metrics
-	log      *slog.Logger
-	health   *Health
+	cfg  Config
+	sess *kgo.GroupTransactSession
+	// sessClient is sess's client, for the liveness goroutines (the poll
+	// loop replaces sess on recreate).
+	sessClient atomic.Pointer[kgo.Client]
+	tickProd   *kgo.Client // non-transactional: see ticks
+	m          *metrics
+	log        *slog.Logger
+	health     *Health
 	// fatal, the poll loop's, is the first fatal error (classify) of the
 	// session: the loop recreates the session before anything else.
 	// abortsInRow counts transactions ended without a commit since the
@@ -292,6 +314,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	s := &Service{cfg: cfg, log: cfg.Log, health: cfg.Health, parts: map[int32]*partState{}, dropped: map[int32]bool{},
 		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts}
 	s.m = newMetrics(cfg.Registerer)
+	if cfg.PeerDeadAfter > 0 {
+		// The members topic, where an installation created before it
+		// existed lacks it (`sluice topics ensure` creates it too).
+		ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := ensureMembersTopic(ectx, cfg.Brokers, cfg.Topics)
+		cancel()
+		if err != nil {
+			s.log.Warn("peer liveness off: members topic unavailable; a crashed member is found after the session timeout", "topic", cfg.Topics.Members, "err", err)
+			s.cfg.PeerDeadAfter = -1
+		}
+	}
 	if err := s.openSession(); err != nil {
 		return nil, err
 	}
@@ -324,7 +357,7 @@ func (s *Service) openSession() error {
 		}
 	}
 	sess, err := kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
-		kgo.TransactionalID("sluice-ledger-"+cfg.Node),
+		kgo.TransactionalID(transactionalID(cfg.Node)),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumerGroup(cfg.Group),
@@ -340,7 +373,10 @@ func (s *Service) openSession() error {
 		kgo.MetadataMinAge(10*time.Millisecond),
 		kgo.ProducerBatchMaxBytesFn(batchMaxBytes(cfg.Topics)),
 		kgo.SessionTimeout(cfg.SessionTimeout),
-		kgo.HeartbeatInterval(500*time.Millisecond),
+		// Survivors see the rebalance that a peer's eviction starts
+		// (liveness.go) at their next heartbeat: 100 ms of the 2 s
+		// takeover budget (docs/ledger-service.md, Takeover).
+		kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.OnPartitionsRevoked(drop),
 		kgo.OnPartitionsLost(drop),
@@ -349,6 +385,7 @@ func (s *Service) openSession() error {
 		return fmt.Errorf("ledger transactional session: %w", err)
 	}
 	s.sess = sess
+	s.sessClient.Store(sess.Client())
 	return nil
 }
 
@@ -400,6 +437,8 @@ func (s *Service) Health() *Health { return s.health }
 // abortable, whereas a produce in that window is retried by the broker and
 // the client until the previous transaction is complete.
 func (s *Service) Loop(ctx context.Context) error {
+	stopLiveness := s.startLiveness(ctx)
+	defer stopLiveness()
 	var lastObserve time.Time
 	var qbuf []ledger.QueueStat
 	for {

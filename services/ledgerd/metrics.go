@@ -43,6 +43,9 @@ type metrics struct {
 	// recreates the sessions recreated after one.
 	fatalErrors prometheus.Counter
 	recreates   prometheus.Counter
+	// peerEvictions counts silent peers this member fenced and removed
+	// from the group (liveness.go).
+	peerEvictions prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -63,6 +66,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		oldest:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
 		fatalErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_fatal_errors_total", Help: "Errors that made the transactional session unusable (fenced producer, refused authorization, aborts without end)."}),
 		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
+		peerEvictions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_peer_evictions_total", Help: "Silent peers this member fenced and removed from the group (a crashed member found before the session timeout)."}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		commitSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_commit_seconds", Help: "Time to end a ledger transaction (flush, offset commit, heartbeat, EndTxn).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -86,6 +90,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.snapAge = register(r, m.snapAge)
 	m.fatalErrors = register(r, m.fatalErrors)
 	m.recreates = register(r, m.recreates)
+	m.peerEvictions = register(r, m.peerEvictions)
 	return m
 }
 
