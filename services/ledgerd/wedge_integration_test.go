@@ -62,7 +62,12 @@ func startPrivateBroker(t *testing.T) *privateBroker {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-		return &privateBroker{addr: addr, pid: pid}
+		// kafka.sh finds the broker to restart by SLUICE_STATE and
+		// SLUICE_KAFKA_PORT: they must name this one.
+		if port := os.Getenv("SLUICE_KAFKA_PORT"); port == "" || !strings.HasSuffix(addr, ":"+port) {
+			t.Fatalf("SLUICE_TEST_PRIVATE_KAFKA=%s needs SLUICE_KAFKA_PORT (and SLUICE_KAFKA_CONTROLLER_PORT) of its kafka.sh, got %q", addr, port)
+		}
+		return &privateBroker{addr: addr, pid: pid, env: os.Environ()}
 	}
 	state := t.TempDir()
 	port, cport := freePort(t), freePort(t)
@@ -90,6 +95,28 @@ func startPrivateBroker(t *testing.T) *privateBroker {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// restart restarts the broker with kafka.sh (a stop, then a start that
+// waits until it answers) and notes its new pid.
+func (b *privateBroker) restart(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(kafkaScript(), "restart")
+	cmd.Env = b.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart the private broker: %v\n%s", err, out)
+	}
+	state := ""
+	for _, kv := range b.env { // the last one counts, as for exec
+		if v, ok := strings.CutPrefix(kv, "SLUICE_STATE="); ok {
+			state = v
+		}
+	}
+	if raw, err := os.ReadFile(filepath.Join(state, "kafka", "kafka.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil {
+			b.pid = pid
+		}
+	}
 }
 
 // timeline notes what happened when, relative to the test's start.
