@@ -97,6 +97,8 @@ func MembersSpec(n Names, replication int16) TopicSpec {
 		"cleanup.policy": "delete",
 		"retention.ms":   "600000",
 		"segment.ms":     "300000",
+		// The liveness judgement compares append times, one clock.
+		"message.timestamp.type": "LogAppendTime",
 	}}
 }
 

@@ -24,10 +24,14 @@ import (
 // Every member appends a small heartbeat to the members topic every
 // Config.PeerHeartbeat, from its own goroutine, and tails that topic. A peer
 // is presumed dead when our own heartbeats have spanned Config.PeerDeadAfter
-// in the log since its last one: both go through the one partition, so a
-// broker that is slow or frozen for everybody holds back our own heartbeats
-// too and judges no one, and a stall of our own process does not make a
-// peer look silent (what counts is the log order, not when we read it).
+// of log append time since its last one: all go through the one partition
+// and are stamped by its leader, so a broker that is slow or frozen for
+// everybody holds back our own heartbeats too and judges no one, and what
+// counts is the log order, not when we read it. When our own heartbeats
+// stop for a while (the broker was down or frozen, or our process was
+// paused), no peer is judged for a grace of 5 × PeerDeadAfter after they
+// resume: peers reconnect at their own pace after an outage, and one that
+// is slower than we are is not dead.
 //
 // A dead peer is then evicted the way the broker would evict it after the
 // session timeout, only at once: its transactional id is fenced
@@ -56,7 +60,9 @@ type memberBeat struct {
 	Group      string `json:"group"`
 	MemberID   string `json:"member_id,omitempty"`
 	Generation int32  `json:"generation"`
-	SentMs     int64  `json:"sent_ms"`
+	// SentMs is the sender's clock, for people reading the topic; the
+	// judgement uses the broker's append time.
+	SentMs int64 `json:"sent_ms"`
 	// Leaving is set by a member that stops cleanly: peers forget it
 	// instead of evicting it (it has left the group and committed).
 	Leaving bool `json:"leaving,omitempty"`
@@ -66,8 +72,8 @@ type memberBeat struct {
 type peer struct {
 	memberID   string
 	generation int32
-	// ownAfter is the SentMs of the first of our own heartbeats that
-	// followed the peer's last one in the log (0: none yet).
+	// ownAfter is the append time (ms) of the first of our own heartbeats
+	// that followed the peer's last one in the log (0: none yet).
 	ownAfter int64
 	// evicted: we evicted this member id already.
 	evicted bool
@@ -84,9 +90,12 @@ type liveness struct {
 	// not in the group).
 	group func() (string, int32)
 
-	peers   map[string]*peer // the tail's only
-	ownLast int64            // SentMs of our newest heartbeat read back
-	wg      sync.WaitGroup
+	peers map[string]*peer // the tail's only
+	// ownLast is the append time (ms) of our newest heartbeat read back;
+	// graceUntil the append time before which no peer is judged (after a
+	// stall of our own heartbeats).
+	ownLast, graceUntil int64
+	wg                  sync.WaitGroup
 }
 
 // startLiveness starts the member's heartbeat and tail; the returned func
@@ -189,14 +198,18 @@ func (lv *liveness) read(r *kgo.Record) {
 	if json.Unmarshal(r.Value, &b) != nil || b.Group != lv.s.cfg.Group || b.Node == "" {
 		return
 	}
+	at := r.Timestamp.UnixMilli()
 	if b.Node == lv.s.cfg.Node {
 		if b.Leaving {
 			return
 		}
-		lv.ownLast = b.SentMs
+		if lv.ownLast != 0 && at-lv.ownLast > lv.deadAfter.Milliseconds()/2 {
+			lv.graceUntil = at + 5*lv.deadAfter.Milliseconds()
+		}
+		lv.ownLast = at
 		for _, p := range lv.peers {
 			if p.ownAfter == 0 {
-				p.ownAfter = b.SentMs
+				p.ownAfter = at
 			}
 		}
 		return
@@ -221,6 +234,9 @@ func (lv *liveness) read(r *kgo.Record) {
 // after its eviction is not evicted twice; one with a new member id (it
 // rejoined) is judged afresh.
 func (lv *liveness) judge() []evictee {
+	if lv.ownLast < lv.graceUntil {
+		return nil
+	}
 	var out []evictee
 	for node, p := range lv.peers {
 		if p.ownAfter == 0 || lv.ownLast-p.ownAfter < lv.deadAfter.Milliseconds() {

@@ -21,32 +21,60 @@ func TestLivenessJudge(t *testing.T) {
 		leaving             bool
 	}
 	own := func(ms int64) beat { return beat{node: "a", sentMs: ms} }
+	// owns is our heartbeats every 200 ms over [from, to].
+	owns := func(from, to int64) []beat {
+		var bs []beat
+		for ms := from; ms <= to; ms += 200 {
+			bs = append(bs, own(ms))
+		}
+		return bs
+	}
 	peerB := func(member string) beat { return beat{node: "b", member: member} }
+	cat := func(parts ...any) []beat {
+		var bs []beat
+		for _, p := range parts {
+			switch p := p.(type) {
+			case beat:
+				bs = append(bs, p)
+			case []beat:
+				bs = append(bs, p...)
+			}
+		}
+		return bs
+	}
 	cases := []struct {
 		name  string
 		log   []beat
-		evict []string // node/member ids evicted after the log, in order of judge calls
+		evict []string // node/member ids evicted, in order
+		// An own beat's time is the record's (the broker's append time);
+		// a peer's record carries the time of the own beat before it.
 	}{
 		{"peer heard recently", []beat{own(0), peerB("m1"), own(200), own(400), peerB("m1"), own(600), own(1000)}, nil},
 		{"peer silent for 1 s of own heartbeats", []beat{own(0), peerB("m1"), own(200), own(400), own(800), own(1200)}, []string{"b/m1"}},
-		{"our own pause is no peer's silence", []beat{own(0), peerB("m1"), peerB("m1"), own(2000)}, nil},
+		{"our own pause is no peer's silence", []beat{own(0), peerB("m1"), peerB("m1"), own(2000), own(2200), own(2400)}, nil},
+		{"after our own stall, a grace of 5 s", cat(own(0), peerB("m1"), own(200), owns(5000, 9800)), nil},
+		{"a peer not back after the grace is dead", cat(own(0), peerB("m1"), own(200), owns(5000, 10000)), []string{"b/m1"}},
 		{"no own heartbeats, no judgement (broker frozen)", []beat{own(0), peerB("m1")}, nil},
 		{"a leaving peer is forgotten", []beat{own(0), peerB("m1"), {node: "b", leaving: true}, own(200), own(1500)}, nil},
 		{"another group's member is not ours", []beat{own(0), {node: "c", member: "x", group: "other"}, own(200), own(1500)}, nil},
-		{"evicted once per member id", []beat{own(0), peerB("m1"), own(100), own(1200), own(1400)}, []string{"b/m1"}},
-		{"a rejoined peer is judged afresh", []beat{own(0), peerB("m1"), own(100), own(1200), peerB("m2"), own(1300), own(2400)}, []string{"b/m1", "b/m2"}},
+		{"evicted once per member id", cat(own(0), peerB("m1"), owns(200, 3000)), []string{"b/m1"}},
+		{"a rejoined peer is judged afresh", cat(own(0), peerB("m1"), owns(200, 1200), peerB("m2"), owns(1400, 2400)), []string{"b/m1", "b/m2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			lv := &liveness{s: &Service{cfg: Config{Node: "a", Group: "g"}}, deadAfter: time.Second, peers: map[string]*peer{}}
 			var got []string
+			var at int64
 			for _, b := range c.log {
+				if b.node == "a" {
+					at = b.sentMs
+				}
 				g := b.group
 				if g == "" {
 					g = "g"
 				}
 				v, _ := json.Marshal(memberBeat{Node: b.node, Group: g, MemberID: b.member, SentMs: b.sentMs, Leaving: b.leaving})
-				lv.read(&kgo.Record{Value: v})
+				lv.read(&kgo.Record{Value: v, Timestamp: time.UnixMilli(at)})
 				for _, e := range lv.judge() {
 					got = append(got, e.node+"/"+e.memberID)
 				}
