@@ -529,7 +529,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		t := time.AfterFunc(tg.killLedgerAt, func() {
 			name, err := tg.stack.killBusiestLedger()
 			faultMu.Lock()
-			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), err))
+			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err))
 			faultMu.Unlock()
 		})
 		defer t.Stop()
