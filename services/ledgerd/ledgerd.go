@@ -566,6 +566,7 @@ func (s *Service) installRebuilt() {
 		}
 		s.m.catchUp.Observe(res.took.Seconds())
 		s.m.rebuilds.Inc()
+		s.log.Info("partition rebuilt; deciding", "partition", res.p, "took", res.took, "replayed", res.r.replayed)
 		s.uncommitted = false // it reads the broker again; what it must decide shows as pending
 		// The snapshot clock continues from the snapshot that was read:
 		// a rebuild does not postpone the next snapshot, so the tail a

@@ -230,7 +230,9 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 		}
 		name := "ledger-" + strconv.Itoa(i)
 		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr)
+			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
+			// Info: rebuilds and evictions, a few lines per takeover.
+			"-v")
 		if err != nil {
 			return st, err
 		}
