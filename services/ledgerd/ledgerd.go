@@ -83,10 +83,10 @@ type Config struct {
 	RecreateAttempts int
 	AbortsMax        int
 	// PeerHeartbeat is how often the member appends a heartbeat to the
-	// members topic (default DefaultPeerHeartbeat, 200 ms); PeerDeadAfter
+	// members topic (default DefaultPeerHeartbeat, 100 ms); PeerDeadAfter
 	// how long a peer may be silent, counted in our own heartbeats in the
 	// log, before this member fences its transactions and removes it from
-	// the group (default DefaultPeerDeadAfter, 1 s; negative: never, and
+	// the group (default DefaultPeerDeadAfter, 800 ms; negative: never, and
 	// a crash is found after SessionTimeout only). See liveness.go and
 	// docs/ledger-service.md, Takeover.
 	PeerHeartbeat time.Duration

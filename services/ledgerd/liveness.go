@@ -50,8 +50,8 @@ import (
 
 // Defaults of Config.PeerHeartbeat and Config.PeerDeadAfter.
 const (
-	DefaultPeerHeartbeat = 200 * time.Millisecond
-	DefaultPeerDeadAfter = time.Second
+	DefaultPeerHeartbeat = 100 * time.Millisecond
+	DefaultPeerDeadAfter = 800 * time.Millisecond
 )
 
 // memberBeat is one record of the members topic (JSON, keyed by node).
