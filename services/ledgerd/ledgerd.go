@@ -436,9 +436,11 @@ func (s *Service) Health() *Health { return s.health }
 // being written fails with CONCURRENT_TRANSACTIONS, which franz-go treats as
 // abortable, whereas a produce in that window is retried by the broker and
 // the client until the previous transaction is complete.
-func (s *Service) Loop(ctx context.Context) error {
+func (s *Service) Loop(ctx context.Context) (err error) {
 	stopLiveness := s.startLiveness(ctx)
-	defer stopLiveness()
+	// Only a clean stop says goodbye: a member giving up on an unusable
+	// session may leave a transaction open, which a peer's fence aborts.
+	defer func() { stopLiveness(err == nil) }()
 	var lastObserve time.Time
 	var qbuf []ledger.QueueStat
 	for {

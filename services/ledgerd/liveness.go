@@ -99,12 +99,12 @@ type liveness struct {
 }
 
 // startLiveness starts the member's heartbeat and tail; the returned func
-// publishes a leaving record and stops them. With PeerDeadAfter < 0, or a
+// stops them and, if the stop is clean, publishes a leaving record. With PeerDeadAfter < 0, or a
 // members topic that cannot be used, it returns a no-op: takeover then
 // falls back to the group session timeout.
-func (s *Service) startLiveness(ctx context.Context) func() {
+func (s *Service) startLiveness(ctx context.Context) func(clean bool) {
 	if s.cfg.PeerDeadAfter < 0 {
-		return func() {}
+		return func(bool) {}
 	}
 	cl, err := kgo.NewClient(bus.Opts(s.cfg.Brokers,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topics.Members: {0: kgo.NewOffset().AtEnd()}}),
@@ -117,7 +117,7 @@ func (s *Service) startLiveness(ctx context.Context) func() {
 	)...)
 	if err != nil {
 		s.log.Warn("peer liveness off: no client", "err", err)
-		return func() {}
+		return func(bool) {}
 	}
 	lv := &liveness{s: s, cl: cl, topic: s.cfg.Topics.Members, every: s.cfg.PeerHeartbeat, deadAfter: s.cfg.PeerDeadAfter,
 		group: s.groupMember, peers: map[string]*peer{}}
@@ -125,14 +125,17 @@ func (s *Service) startLiveness(ctx context.Context) func() {
 	lv.wg.Add(2)
 	go lv.beat(lctx)
 	go lv.tail(lctx)
-	return func() {
+	return func(clean bool) {
 		cancel()
 		lv.wg.Wait()
-		// Tell peers we are gone on purpose, so that none fences the
-		// transactional id a restarted member of this node will use.
-		pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-		defer pcancel()
-		_ = lv.cl.ProduceSync(pctx, lv.record(memberBeat{Leaving: true})).FirstErr()
+		if clean {
+			// Tell peers we are gone on purpose, so that none fences
+			// the transactional id a restarted member of this node
+			// will use.
+			pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
+			_ = lv.cl.ProduceSync(pctx, lv.record(memberBeat{Leaving: true})).FirstErr()
+			pcancel()
+		}
 		cl.Close()
 	}
 }
