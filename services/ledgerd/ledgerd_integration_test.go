@@ -397,8 +397,16 @@ func TestBrokerRestart(t *testing.T) {
 	if int64(after) <= sentBefore.Load() {
 		t.Errorf("no request was accepted after the restart (%d before, %d after)", sentBefore.Load(), after)
 	}
-	t.Logf("broker restart: down and up again in %v; longest decision gap on any partition after it began = %v",
-		back.Sub(restartAt).Round(time.Millisecond), r.longestGapAfter(restartAt).Round(time.Millisecond))
+	r.mu.Lock()
+	var firstAfter time.Time
+	for _, d := range r.decisions {
+		if d.at.After(back) && (firstAfter.IsZero() || d.at.Before(firstAfter)) {
+			firstAfter = d.at
+		}
+	}
+	r.mu.Unlock()
+	t.Logf("broker restart: down and up again in %v; first decision %v after it answered; longest decision gap on any partition after the restart began = %v",
+		back.Sub(restartAt).Round(time.Millisecond), firstAfter.Sub(back).Round(time.Millisecond), r.longestGapAfter(restartAt).Round(time.Millisecond))
 	r.verifyReplay()
 }
 

@@ -643,6 +643,12 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		faultMu.Lock()
 		sr.Faults = faults
 		faultMu.Unlock()
+		for _, r := range records {
+			if r.class == "interactive" && r.outcome != OutSuccess {
+				sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
+					r.outcome, (r.doneAt - r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
+			}
+		}
 		rep.Stack = sr
 		if err != nil {
 			return rep, fmt.Errorf("audit the run's log: %w", err)

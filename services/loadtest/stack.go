@@ -68,6 +68,10 @@ type StackReport struct {
 	// BusiestSnapshots the snapshots committed of it.
 	BusiestPartition int32 `json:"busiest_partition"`
 	BusiestSnapshots int   `json:"busiest_partition_snapshots"`
+	// InteractiveFailed lists the interactive requests not served: when
+	// each was sent (from the run start), how long it took and how it
+	// ended, to tell a fault's casualties from the steady state's.
+	InteractiveFailed []string `json:"interactive_failed,omitempty"`
 	// Faults lists the faults injected, with their wall time from the
 	// run start.
 	Faults []string `json:"faults,omitempty"`
