@@ -28,10 +28,10 @@ import (
 // and are stamped by its leader, so a broker that is slow or frozen for
 // everybody holds back our own heartbeats too and judges no one, and what
 // counts is the log order, not when we read it. When our own heartbeats
-// stop for a while (the broker was down or frozen, or our process was
-// paused), no peer is judged for a grace of 5 × PeerDeadAfter after they
-// resume: peers reconnect at their own pace after an outage, and one that
-// is slower than we are is not dead.
+// stop for longer than PeerDeadAfter (the broker was down or frozen, or our
+// process was paused), no peer is judged for a grace of 5 × PeerDeadAfter
+// after they resume: peers reconnect at their own pace after an outage,
+// and one that is slower than we are is not dead.
 //
 // A dead peer is then evicted the way the broker would evict it after the
 // session timeout, only at once: its transactional id is fenced
@@ -206,7 +206,12 @@ func (lv *liveness) read(r *kgo.Record) {
 		if b.Leaving {
 			return
 		}
-		if lv.ownLast != 0 && at-lv.ownLast > lv.deadAfter.Milliseconds()/2 {
+		// A stall of our own heartbeats longer than the bound (an outage,
+		// or this process paused): peers reconnect at their own pace.
+		// Shorter hiccups (hundreds of ms on a loaded machine) keep the
+		// connections and need no grace; with half the bound as the
+		// trigger, one of them hid a crash for 2.8 s (issue 19).
+		if lv.ownLast != 0 && at-lv.ownLast > lv.deadAfter.Milliseconds() {
 			lv.graceUntil = at + 5*lv.deadAfter.Milliseconds()
 		}
 		lv.ownLast = at
