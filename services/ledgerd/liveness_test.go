@@ -86,3 +86,23 @@ func TestLivenessJudge(t *testing.T) {
 		})
 	}
 }
+
+// FuzzMemberBeat: a members record of any bytes neither panics the tail
+// nor makes it evict anyone (a record that does not decode is ignored).
+func FuzzMemberBeat(f *testing.F) {
+	for _, b := range []string{`{"node":"b","group":"g","member_id":"m","generation":3,"sent_ms":1}`, `{"node":"b","group":"g","leaving":true}`, `{}`, `null`, ``} {
+		f.Add([]byte(b), int64(0))
+	}
+	f.Fuzz(func(t *testing.T, v []byte, at int64) {
+		lv := &liveness{s: &Service{cfg: Config{Node: "a", Group: "g"}}, deadAfter: time.Second, peers: map[string]*peer{}}
+		own, _ := json.Marshal(memberBeat{Node: "a", Group: "g"})
+		lv.read(&kgo.Record{Value: own, Timestamp: time.UnixMilli(0)})
+		lv.read(&kgo.Record{Value: v, Timestamp: time.UnixMilli(at)})
+		for ms := int64(100); ms <= 900; ms += 100 {
+			lv.read(&kgo.Record{Value: own, Timestamp: time.UnixMilli(ms)})
+			if got := lv.judge(); len(got) != 0 {
+				t.Fatalf("evicted %v within the bound after %q", got, v)
+			}
+		}
+	})
+}
