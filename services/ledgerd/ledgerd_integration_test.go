@@ -357,6 +357,18 @@ func TestFailoverKill9(t *testing.T) {
 	r.check()
 
 	gapMax := r.longestGapAfter(killAt)
+	// The survivor's account of the takeover (eviction, rebuilds).
+	r.mu.Lock()
+	for _, p := range r.logs["ledger-b"] {
+		raw, _ := os.ReadFile(p)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "peer") || strings.Contains(line, "partition rebuilt") || strings.Contains(line, "session") || strings.Contains(line, "level=WARN") {
+				t.Logf("ledger-b: %s", line)
+			}
+		}
+	}
+	r.mu.Unlock()
+	t.Logf("killed ledger-a at %s", killAt.UTC().Format("15:04:05.000"))
 	t.Logf("takeover: longest decision gap on any partition after kill -9 = %v", gapMax.Round(time.Millisecond))
 	r.verifyReplay()
 }
