@@ -132,9 +132,15 @@ func (s *Service) startLiveness(ctx context.Context) func(clean bool) {
 			// Tell peers we are gone on purpose, so that none fences
 			// the transactional id a restarted member of this node
 			// will use.
-			pctx, pcancel := context.WithTimeout(context.Background(), time.Second)
-			_ = lv.cl.ProduceSync(pctx, lv.record(memberBeat{Leaving: true})).FirstErr()
-			pcancel()
+			// Not ProduceSync: a record already buffered is not failed
+			// by its context, and with the brokers gone the wait never
+			// ended (a kfake test hung for minutes); Close fails it.
+			sent := make(chan struct{})
+			lv.cl.Produce(context.Background(), lv.record(memberBeat{Leaving: true}), func(*kgo.Record, error) { close(sent) })
+			select {
+			case <-sent:
+			case <-time.After(time.Second):
+			}
 		}
 		cl.Close()
 	}
