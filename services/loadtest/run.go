@@ -646,7 +646,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		for _, r := range records {
 			if r.class == "interactive" && r.outcome != OutSuccess {
 				sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
-					r.outcome, (r.doneAt - r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
+					r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
 			}
 		}
 		rep.Stack = sr
