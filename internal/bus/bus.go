@@ -27,6 +27,10 @@ type Names struct {
 	// not in All(): the sink copies All() to analytics, and this topic
 	// holds key hashes and partner token hashes.
 	Admin string
+	// Members is the ledger members' heartbeat topic (services/ledgerd
+	// liveness.go): how a crashed member is found within a second. Not in
+	// All(): it is no event log.
+	Members string
 }
 
 // DefaultNames are the production topic names.
@@ -40,6 +44,7 @@ func NamesWithPrefix(prefix string) Names {
 		Snapshots: prefix + "sluice.snapshots",
 		Telemetry: prefix + "sluice.telemetry",
 		Admin:     prefix + "sluice.admin",
+		Members:   prefix + "sluice.ledger.members",
 	}
 }
 
@@ -56,7 +61,7 @@ func (n Names) All() []string { return []string{n.Requests, n.Decisions, n.Snaps
 
 // Created lists every topic that Ensure creates, the admin topic included:
 // what a test or a bench deletes when it is done with its prefix.
-func (n Names) Created() []string { return append(n.All(), n.Admin) }
+func (n Names) Created() []string { return append(n.All(), n.Admin, n.Members) }
 
 // SplitBrokers turns "a:1,b:2" into a seed list.
 func SplitBrokers(s string) []string {

@@ -85,7 +85,21 @@ func (c TopicsConfig) Specs() []TopicSpec {
 			// the ledger document).
 			"max.message.bytes": strconv.Itoa(AdminMaxBytes),
 		}},
+		MembersSpec(n, c.Replication),
 	}
+}
+
+// MembersSpec is the ledger members' heartbeat topic: one partition, since
+// the liveness judgement reads the log order of every member's heartbeats,
+// and records that matter for seconds only (a member reads it from its end).
+func MembersSpec(n Names, replication int16) TopicSpec {
+	return TopicSpec{Name: n.OrDefault().Members, Partitions: 1, Replication: replication, Configs: map[string]string{
+		"cleanup.policy": "delete",
+		"retention.ms":   "600000",
+		"segment.ms":     "300000",
+		// The liveness judgement compares append times, one clock.
+		"message.timestamp.type": "LogAppendTime",
+	}}
 }
 
 // EnsureResult says what Ensure did to one topic.

@@ -19,6 +19,7 @@ import (
 type PrivateBroker struct {
 	Addr string
 	Pid  int
+	env  []string // kafka.sh's: SLUICE_STATE and the ports name this broker
 }
 
 // StartPrivateBroker starts deploy/local/kafka.sh on free loopback ports
@@ -36,7 +37,12 @@ func StartPrivateBroker(t *testing.T) *PrivateBroker {
 			t.Fatalf("SLUICE_TEST_PRIVATE_KAFKA needs the SLUICE_STATE of its kafka.sh: %v", err)
 		}
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-		return &PrivateBroker{Addr: addr, Pid: pid}
+		// Restart finds the broker by SLUICE_STATE and SLUICE_KAFKA_PORT:
+		// they must name this one.
+		if port := os.Getenv("SLUICE_KAFKA_PORT"); port == "" || !strings.HasSuffix(addr, ":"+port) {
+			t.Fatalf("SLUICE_TEST_PRIVATE_KAFKA=%s needs SLUICE_KAFKA_PORT (and SLUICE_KAFKA_CONTROLLER_PORT) of its kafka.sh, got %q", addr, port)
+		}
+		return &PrivateBroker{Addr: addr, Pid: pid, env: os.Environ()}
 	}
 	state := t.TempDir()
 	port, cport := FreePort(t), FreePort(t)
@@ -47,7 +53,7 @@ func StartPrivateBroker(t *testing.T) *PrivateBroker {
 		cmd.Env = env
 		return cmd.CombinedOutput()
 	}
-	b := &PrivateBroker{Addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	b := &PrivateBroker{Addr: fmt.Sprintf("127.0.0.1:%d", port), env: env}
 	t.Cleanup(func() {
 		if b.Pid == 0 { // up failed before writing its pid: kill what it may have started
 			if pid, err := readPid(state); err == nil {
@@ -70,6 +76,26 @@ func StartPrivateBroker(t *testing.T) *PrivateBroker {
 	}
 	b.Pid = pid
 	return b
+}
+
+// Restart restarts the broker with kafka.sh (a stop, then a start that
+// waits until it answers) and notes its new pid.
+func (b *PrivateBroker) Restart(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(kafkaScript(), "restart")
+	cmd.Env = b.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart the private broker: %v\n%s", err, out)
+	}
+	state := ""
+	for _, kv := range b.env { // the last one counts, as for exec
+		if v, ok := strings.CutPrefix(kv, "SLUICE_STATE="); ok {
+			state = v
+		}
+	}
+	if pid, err := readPid(state); err == nil {
+		b.Pid = pid
+	}
 }
 
 func readPid(state string) (int, error) {

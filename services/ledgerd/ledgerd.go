@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,8 +83,17 @@ type Config struct {
 	// wedge it either.
 	RecreateAttempts int
 	AbortsMax        int
-	Log              *slog.Logger
-	Registerer       prometheus.Registerer
+	// PeerHeartbeat is how often the member appends a heartbeat to the
+	// members topic (default DefaultPeerHeartbeat, 100 ms); PeerDeadAfter
+	// how long a peer may be silent, counted in our own heartbeats in the
+	// log, before this member fences its transactions and removes it from
+	// the group (default DefaultPeerDeadAfter, 800 ms; negative: never, and
+	// a crash is found after SessionTimeout only). See liveness.go and
+	// docs/ledger-service.md, Takeover.
+	PeerHeartbeat time.Duration
+	PeerDeadAfter time.Duration
+	Log           *slog.Logger
+	Registerer    prometheus.Registerer
 }
 
 // ErrSessionUnusable is returned by Loop when a fatal error made the
@@ -141,6 +151,15 @@ func (c *Config) defaults() error {
 	if c.AbortsMax <= 0 {
 		c.AbortsMax = 20
 	}
+	if c.PeerHeartbeat <= 0 {
+		c.PeerHeartbeat = DefaultPeerHeartbeat
+	}
+	if c.PeerDeadAfter == 0 {
+		c.PeerDeadAfter = DefaultPeerDeadAfter
+	}
+	if c.PeerDeadAfter > 0 && c.PeerDeadAfter < 2*c.PeerHeartbeat {
+		return fmt.Errorf("ledger: peer dead-after %v must be at least twice the peer heartbeat %v", c.PeerDeadAfter, c.PeerHeartbeat)
+	}
 	if c.TickMinGap <= 0 {
 		c.TickMinGap = 5 * time.Millisecond
 	}
@@ -194,12 +213,15 @@ type output struct {
 
 // Service is a running ledger member.
 type Service struct {
-	cfg      Config
-	sess     *kgo.GroupTransactSession
-	tickProd *kgo.Client // non-transactional: see ticks
-	m        *metrics
-	log      *slog.Logger
-	health   *Health
+	cfg  Config
+	sess *kgo.GroupTransactSession
+	// sessClient is sess's client, for the liveness goroutines (the poll
+	// loop replaces sess on recreate).
+	sessClient atomic.Pointer[kgo.Client]
+	tickProd   *kgo.Client // non-transactional: see ticks
+	m          *metrics
+	log        *slog.Logger
+	health     *Health
 	// fatal, the poll loop's, is the first fatal error (classify) of the
 	// session: the loop recreates the session before anything else.
 	// abortsInRow counts transactions ended without a commit since the
@@ -302,6 +324,17 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts,
 		requestParts: requestParts}
 	s.m = newMetrics(cfg.Registerer)
+	if cfg.PeerDeadAfter > 0 {
+		// The members topic, where an installation created before it
+		// existed lacks it (`sluice topics ensure` creates it too).
+		ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := ensureMembersTopic(ectx, cfg.Brokers, cfg.Topics)
+		cancel()
+		if err != nil {
+			s.log.Warn("peer liveness off: members topic unavailable; a crashed member is found after the session timeout", "topic", cfg.Topics.Members, "err", err)
+			s.cfg.PeerDeadAfter = -1
+		}
+	}
 	if err := s.openSession(); err != nil {
 		return nil, err
 	}
@@ -334,7 +367,7 @@ func (s *Service) openSession() error {
 		}
 	}
 	sess, err := kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
-		kgo.TransactionalID("sluice-ledger-"+cfg.Node),
+		kgo.TransactionalID(transactionalID(cfg.Node)),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumerGroup(cfg.Group),
@@ -355,7 +388,10 @@ func (s *Service) openSession() error {
 		kgo.MetadataMinAge(10*time.Millisecond),
 		kgo.ProducerBatchMaxBytesFn(batchMaxBytes(cfg.Topics)),
 		kgo.SessionTimeout(cfg.SessionTimeout),
-		kgo.HeartbeatInterval(500*time.Millisecond),
+		// Survivors see the rebalance that a peer's eviction starts
+		// (liveness.go) at their next heartbeat: 100 ms of the 2 s
+		// takeover budget (docs/ledger-service.md, Takeover).
+		kgo.HeartbeatInterval(100*time.Millisecond),
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.OnPartitionsRevoked(drop),
 		kgo.OnPartitionsLost(drop),
@@ -364,6 +400,7 @@ func (s *Service) openSession() error {
 		return fmt.Errorf("ledger transactional session: %w", err)
 	}
 	s.sess = sess
+	s.sessClient.Store(sess.Client())
 	return nil
 }
 
@@ -414,7 +451,11 @@ func (s *Service) Health() *Health { return s.health }
 // being written fails with CONCURRENT_TRANSACTIONS, which franz-go treats as
 // abortable, whereas a produce in that window is retried by the broker and
 // the client until the previous transaction is complete.
-func (s *Service) Loop(ctx context.Context) error {
+func (s *Service) Loop(ctx context.Context) (err error) {
+	stopLiveness := s.startLiveness(ctx)
+	// Only a clean stop says goodbye: a member giving up on an unusable
+	// session may leave a transaction open, which a peer's fence aborts.
+	defer func() { stopLiveness(err == nil) }()
 	var lastObserve time.Time
 	var qbuf []ledger.QueueStat
 	for {
@@ -542,6 +583,7 @@ func (s *Service) installRebuilt() {
 		}
 		s.m.catchUp.Observe(res.took.Seconds())
 		s.m.rebuilds.Inc()
+		s.log.Info("partition rebuilt; deciding", "partition", res.p, "took", res.took, "replayed", res.r.replayed)
 		s.uncommitted = false // it reads the broker again; what it must decide shows as pending
 		// The snapshot clock continues from the snapshot that was read:
 		// a rebuild does not postpone the next snapshot, so the tail a

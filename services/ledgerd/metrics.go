@@ -51,6 +51,9 @@ type metrics struct {
 	// configRefused counts ConfigChanged records refused for their
 	// signature (configauth.go), by reason.
 	configRefused *prometheus.CounterVec
+	// peerEvictions counts silent peers this member fenced and removed
+	// from the group (liveness.go).
+	peerEvictions prometheus.Counter
 }
 
 func newMetrics(r prometheus.Registerer) *metrics {
@@ -72,6 +75,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		oldest:           prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_queue_oldest_wait_seconds", Help: "Log-time wait of the oldest queued request per partition and class."}, []string{"partition", "class"}),
 		fatalErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_fatal_errors_total", Help: "Errors that made the transactional session unusable (fenced producer, refused authorization, aborts without end)."}),
 		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
+		peerEvictions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_peer_evictions_total", Help: "Silent peers this member fenced and removed from the group (a crashed member found before the session timeout)."}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
 		configRefused:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_config_refused_total", Help: "ConfigChanged records not applied because they carry no valid admin signature (unsigned, unknown_key, bad_signature)."}, []string{"reason"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
@@ -98,6 +102,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.fatalErrors = register(r, m.fatalErrors)
 	m.recreates = register(r, m.recreates)
 	m.configRefused = register(r, m.configRefused)
+	m.peerEvictions = register(r, m.peerEvictions)
 	return m
 }
 

@@ -108,6 +108,7 @@ func (s *Service) closeSession() {
 		return
 	}
 	s.sess = nil
+	s.sessClient.Store(nil)
 	s.mu.Lock()
 	s.gen++ // the old session's revoke during Close drops nothing of ours
 	s.mu.Unlock()

@@ -166,7 +166,7 @@ func TestFrozenBrokerNoWedge(t *testing.T) {
 		for i, p := range paths {
 			raw, _ := os.ReadFile(p)
 			for _, msg := range []string{"ledger session unusable", "ledger session recreated", `msg="begin transaction"`,
-				"outcome unknown", "transaction aborted", "partition caught up", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"} {
+				"outcome unknown", "transaction aborted", "partition caught up", "ledger peer silent", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"} {
 				counts[msg] += strings.Count(string(raw), msg)
 			}
 			if dir := os.Getenv("SLUICE_TEST_KEEP_LOGS"); dir != "" {

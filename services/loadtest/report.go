@@ -374,8 +374,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	if st := r.Stack; st != nil {
 		fmt.Fprintf(&b, "  stack on %s (%d ledgers, prefix %s): transaction_aborts %d · snapshots_written %d · partition_rebuilds %d · ledger_unavailable %d\n",
 			st.Brokers, st.Ledgers, st.TopicPrefix, st.TransactionAborts, st.SnapshotsWritten, st.Rebuilds, st.LedgerUnavailable)
-		fmt.Fprintf(&b, "  decisions %d · longest gap %d ms · doubled %d · undecided %d · snapshots of busiest partition %d: %d · logs %s\n",
-			st.Decisions, st.LongestDecisionGapMs, st.DecisionsDoubled, st.RequestsUndecided, st.BusiestPartition, st.BusiestSnapshots, st.LogsDir)
+		fmt.Fprintf(&b, "  decisions %d · longest gap %d ms (as acted on: %d ms) · doubled %d · undecided %d · snapshots of busiest partition %d: %d · logs %s\n",
+			st.Decisions, st.LongestDecisionGapMs, st.ActedDecisionGapMs, st.DecisionsDoubled, st.RequestsUndecided, st.BusiestPartition, st.BusiestSnapshots, st.LogsDir)
 		for _, f := range st.Faults {
 			fmt.Fprintf(&b, "  fault: %s\n", f)
 		}

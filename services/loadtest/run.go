@@ -529,7 +529,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		t := time.AfterFunc(tg.killLedgerAt, func() {
 			name, err := tg.stack.killBusiestLedger()
 			faultMu.Lock()
-			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), err))
+			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err))
 			faultMu.Unlock()
 		})
 		defer t.Stop()
@@ -643,6 +643,12 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		faultMu.Lock()
 		sr.Faults = faults
 		faultMu.Unlock()
+		for _, r := range records {
+			if r.class == "interactive" && r.outcome != OutSuccess {
+				sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
+					r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
+			}
+		}
 		rep.Stack = sr
 		if err != nil {
 			return rep, fmt.Errorf("audit the run's log: %w", err)

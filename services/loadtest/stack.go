@@ -53,6 +53,13 @@ type StackReport struct {
 	// window.
 	Decisions            int   `json:"decisions"`
 	LongestDecisionGapMs int64 `json:"longest_decision_gap_ms"`
+	// ActedDecisionGapMs is the same gap in the stream that gateways act
+	// on (read_uncommitted: every decision record as produced, a decision
+	// counted at its first appearance, aborted transactions included):
+	// how long clients waited for a decision. After a ledger crash the
+	// committed view adds up to a commit interval before the kill, whose
+	// decisions the crash aborted and the next owner re-derived.
+	ActedDecisionGapMs int64 `json:"acted_decision_gap_ms"`
 	// DecisionsDoubled counts decision ids committed more than once;
 	// RequestsUndecided counts reserve requests with no decision at all.
 	DecisionsDoubled  int `json:"decisions_doubled"`
@@ -61,6 +68,10 @@ type StackReport struct {
 	// BusiestSnapshots the snapshots committed of it.
 	BusiestPartition int32 `json:"busiest_partition"`
 	BusiestSnapshots int   `json:"busiest_partition_snapshots"`
+	// InteractiveFailed lists the interactive requests not served: when
+	// each was sent (from the run start), how long it took and how it
+	// ended, to tell a fault's casualties from the steady state's.
+	InteractiveFailed []string `json:"interactive_failed,omitempty"`
 	// Faults lists the faults injected, with their wall time from the
 	// run start.
 	Faults []string `json:"faults,omitempty"`
@@ -223,7 +234,9 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 		}
 		name := "ledger-" + strconv.Itoa(i)
 		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr)
+			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
+			// Info: rebuilds and evictions, a few lines per takeover.
+			"-v")
 		if err != nil {
 			return st, err
 		}
@@ -481,6 +494,9 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		return sr, err
 	}
 	sr.Decisions, sr.LongestDecisionGapMs, sr.DecisionsDoubled, sr.RequestsUndecided = a.decisions, a.longestGapMs, a.doubled, a.undecided
+	if sr.ActedDecisionGapMs, err = st.actedGap(ctx, a.busiest, runStart, arrivalsEnd); err != nil {
+		return sr, err
+	}
 	sr.BusiestPartition, sr.BusiestSnapshots = a.busiest, a.busiestSnapshots
 	for _, w := range windows {
 		w.StartMs, w.EndMs = w.Start.Sub(runStart).Milliseconds(), w.End.Sub(runStart).Milliseconds()
@@ -591,6 +607,67 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 		}
 	}
 	return a, nil
+}
+
+// actedGap returns the longest gap between consecutive decisions of input
+// partition busiest in [runStart, arrivalsEnd), as gateways see them: the
+// decisions topic read uncommitted, each decision id at its first record.
+func (st *stack) actedGap(ctx context.Context, busiest int32, runStart, arrivalsEnd time.Time) (int64, error) {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, st.names.Decisions)
+	if err != nil {
+		return 0, fmt.Errorf("list end offsets of %s: %w", st.names.Decisions, err)
+	}
+	seen := map[string]bool{}
+	var ts []int64
+	var readErr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if readErr != nil || o.Err != nil || o.Offset <= 0 {
+			readErr = errors.Join(readErr, o.Err)
+			return
+		}
+		rc, err := bus.NewClient(ctx, st.brokers, 10*time.Second,
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{o.Topic: {o.Partition: kgo.NewOffset().AtStart()}}),
+			kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.KeepControlRecords())
+		if err != nil {
+			readErr = err
+			return
+		}
+		defer rc.Close()
+		var ev schemas.Event
+		for next := int64(0); next < o.Offset; {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			fs := rc.PollFetches(pctx)
+			cancel()
+			if ctx.Err() != nil || fs.NumRecords() == 0 {
+				readErr = fmt.Errorf("read %s/%d uncommitted: stopped at %d of %d: %w", o.Topic, o.Partition, next, o.Offset, errors.Join(ctx.Err(), fs.Err0()))
+				return
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				next = r.Offset + 1
+				if r.Attrs.IsControl() || schemas.Decode(r.Value, &ev) != nil || ev.Decision == nil || seen[ev.ID] {
+					return
+				}
+				seen[ev.ID] = true
+				if ev.Decision.InputPartition == busiest && !r.Timestamp.Before(runStart) && r.Timestamp.Before(arrivalsEnd) {
+					ts = append(ts, r.Timestamp.UnixMilli())
+				}
+			})
+		}
+	})
+	if readErr != nil {
+		return 0, readErr
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+	var gap int64
+	for i := 1; i < len(ts); i++ {
+		gap = max(gap, ts[i]-ts[i-1])
+	}
+	return gap, nil
 }
 
 // Close stops every process (SIGTERM, then SIGKILL after 5 s) and deletes

@@ -96,9 +96,15 @@ func TestStackNoisyNeighborRealBroker(t *testing.T) {
 // caught in the takeover may be answered ledger_unavailable or late_grant.
 func TestStackKillLedgerRealBroker(t *testing.T) {
 	rep := runStack(t, Options{KillLedgerAt: 20 * time.Second})
-	if len(rep.Stack.Faults) != 1 {
-		t.Errorf("faults = %v, want the one kill", rep.Stack.Faults)
+	st := rep.Stack
+	if len(st.Faults) != 1 {
+		t.Errorf("faults = %v, want the one kill", st.Faults)
 	}
+	// The takeover's figures (docs/ledger-service.md, Takeover), logged,
+	// not asserted: they are timings on a shared machine.
+	ic := rep.Classes["interactive"]
+	t.Logf("takeover: decision gap as acted on %d ms, committed %d ms; ledger_unavailable %d; rebuilds %d; interactive %d/%d served (%+v)",
+		st.ActedDecisionGapMs, st.LongestDecisionGapMs, st.LedgerUnavailable, st.Rebuilds, ic.Outcomes.Success, ic.Requests, ic.Outcomes)
 }
 
 type testWriter struct{ t *testing.T }

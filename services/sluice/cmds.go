@@ -369,6 +369,7 @@ func runLedger(ctx context.Context, args []string) error {
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
 	commitEvery := fs.Duration("commit-interval", ledgerd.DefaultCommitInterval, "end the open transaction after this long; decisions are produced, and acted on, before it commits (each commit delays the decisions of a few ms)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics and the liveness check /healthz on this address (e.g. 127.0.0.1:9101)")
+	peerDeadAfter := fs.Duration("peer-dead-after", ledgerd.DefaultPeerDeadAfter, "fence and evict a peer member whose heartbeats stopped this long ago (negative: leave it to the group session timeout)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -391,7 +392,7 @@ func runLedger(ctx context.Context, args []string) error {
 			configsig.EnvPublicKey + " (docs/admin-api.md, Signed config changes)")
 	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, Health: health, Log: log})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, PeerDeadAfter: *peerDeadAfter, Health: health, Log: log})
 }
 
 func runSink(ctx context.Context, args []string) error {
