@@ -1,7 +1,15 @@
 package gateway
 
 import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
 	"slices"
+	"time"
+
+	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/admission/apierr/httperr"
+	"github.com/sluice-dev/sluice/internal/httpmux"
 
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/ledger/budget"
@@ -21,11 +29,12 @@ type BudgetSource interface {
 // the leases each provider scope holds of it (shares it may spend
 // without asking the budget partition).
 type UsageBudget struct {
-	ID     string `json:"id"`
-	Level  string `json:"level"`
-	Unit   string `json:"unit"`
-	Window string `json:"window"`
-	Limit  int64  `json:"limit"`
+	ID      string `json:"id"`
+	Level   string `json:"level"`
+	Subject string `json:"subject"`
+	Unit    string `json:"unit"`
+	Window  string `json:"window"`
+	Limit   int64  `json:"limit"`
 	// Spent is the sum over scopes of what their leases report used;
 	// Remaining is Limit − Spent (absent with Spent, when no snapshot
 	// holds a lease of the budget).
@@ -56,19 +65,27 @@ type UsageLease struct {
 // level (never org: an org's budget is shared by tenants that must not
 // see each other's use), observed through s.levels when it can.
 func (s *Server) usageBudgets(doc *ledger.Config, tenant, team, key string, scopes []string) []UsageBudget {
+	return s.budgets(doc, scopes, func(b *budget.Budget) bool {
+		return b.Level == ledger.LevelTenant && b.Subject == tenant ||
+			b.Level == ledger.LevelTeam && team != "" && b.Subject == team ||
+			b.Level == ledger.LevelKey && b.Subject == key
+	})
+}
+
+// budgets lists doc's budgets that keep selects, observed through
+// s.levels when it can.
+func (s *Server) budgets(doc *ledger.Config, scopes []string, keep func(*budget.Budget) bool) []UsageBudget {
 	out := []UsageBudget{}
 	if doc.Budget == nil {
 		return out
 	}
 	src, _ := s.levels.(BudgetSource)
-	for _, b := range doc.Budget.Budgets {
-		mine := b.Level == ledger.LevelTenant && b.Subject == tenant ||
-			b.Level == ledger.LevelTeam && team != "" && b.Subject == team ||
-			b.Level == ledger.LevelKey && b.Subject == key
-		if !mine {
+	for i := range doc.Budget.Budgets {
+		b := &doc.Budget.Budgets[i]
+		if !keep(b) {
 			continue
 		}
-		ub := UsageBudget{ID: b.ID, Level: b.Level, Unit: string(b.Unit), Window: string(b.Window), Limit: b.Limit, Leases: []UsageLease{}, Source: "unobserved"}
+		ub := UsageBudget{ID: b.ID, Level: b.Level, Subject: b.Subject, Unit: string(b.Unit), Window: string(b.Window), Limit: b.Limit, Leases: []UsageLease{}, Source: "unobserved"}
 		if src != nil && s.levels != nil {
 			outstanding, leases, ls, at, ok := src.Budget(b.ID, scopes)
 			if ok {
@@ -97,6 +114,43 @@ func (s *Server) usageBudgets(doc *ledger.Config, tenant, team, key string, scop
 		out = append(out, ub)
 	}
 	return out
+}
+
+// AdminBudgets is the body of GET /admin/v1/budgets.
+type AdminBudgets struct {
+	Object  string        `json:"object"` // "sluice.budgets"
+	NowMs   int64         `json:"now_ms"`
+	Budgets []UsageBudget `json:"budgets"`
+}
+
+// handleAdminBudgets answers GET /admin/v1/budgets to the operator: every
+// budget across providers (any level, org included), with its leases per
+// scope, as /v1/sluice/usage shows a tenant its own.
+func (s *Server) handleAdminBudgets(w http.ResponseWriter, r *http.Request) {
+	tok := s.operatorToken.Load()
+	if tok == nil || *tok == "" {
+		httperr.Write(w, apierr.New(http.StatusNotFound, apierr.CodeNotFound,
+			"the admin API is off on this gateway: start it with an operator token (SLUICE_ADMIN_TOKEN or --admin-token-file)"), false)
+		return
+	}
+	got, ok := httpmux.BearerToken(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+		httperr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeMissingAdminToken, "the budgets need the operator token: send Authorization: Bearer <operator token>"), false)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(*tok)) != 1 {
+		httperr.Write(w, apierr.New(http.StatusUnauthorized, apierr.CodeInvalidAdminToken, "invalid operator token"), false)
+		return
+	}
+	cfg := s.cfg.Load()
+	out := AdminBudgets{Object: "sluice.budgets", NowMs: time.Now().UnixMilli(), Budgets: []UsageBudget{}}
+	if doc := ledgerDoc(cfg); doc != nil {
+		out.Budgets = s.budgets(doc, (&Usage{}).scopesSeen(cfg), func(*budget.Budget) bool { return true })
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(out)
 }
 
 // Budget implements BudgetSource over the newest snapshot of every

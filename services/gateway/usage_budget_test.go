@@ -114,3 +114,39 @@ func TestUsageShowsTheCallersBudgets(t *testing.T) {
 		t.Errorf("without observations: %s", rec.Body.String())
 	}
 }
+
+// TestAdminBudgetsOperatorOnly: GET /admin/v1/budgets lists every budget
+// to the operator, and nothing without the operator token.
+func TestAdminBudgetsOperatorOnly(t *testing.T) {
+	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u"),
+		"ledger:\n", "ledger:\n  budget:\n    budgets:\n"+
+			"      - {id: t-daily, level: tenant, subject: t, unit: requests, limit: 10, window: day}\n"+
+			"      - {id: org-month, level: org, subject: shared-org, unit: spend_micros, limit: 5000000, window: month}\n").Replace(usageYAML)
+	s := New(mustLoad(t, y), nil, nil)
+	get := func(auth string) (int, string) {
+		req := httptest.NewRequest("GET", "/admin/v1/budgets", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	if code, _ := get("operator-token-0123456789"); code != 404 {
+		t.Errorf("without an operator token configured: %d, want 404", code)
+	}
+	s.SetOperatorToken("operator-token-0123456789")
+	for _, auth := range []string{"", "sk-t", "wrong-token-0123456789"} {
+		if code, body := get(auth); code != 401 {
+			t.Errorf("auth %q: %d %s, want 401", auth, code, body)
+		}
+	}
+	code, body := get("operator-token-0123456789")
+	var ab AdminBudgets
+	if err := json.Unmarshal([]byte(body), &ab); err != nil || code != 200 || len(ab.Budgets) != 2 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if ab.Budgets[1].ID != "org-month" || ab.Budgets[1].Subject != "shared-org" || ab.Budgets[1].Source != "unobserved" {
+		t.Errorf("org budget %+v", ab.Budgets[1])
+	}
+}
