@@ -222,6 +222,10 @@ type Projection struct {
 	ests     map[string]reserveEst
 	recent   ring
 	byTenant map[string]*ring
+	// budgetDefs are the budgets of the newest ConfigChanged, leases the
+	// lease counters per (budget, holder scope) (budgets.go).
+	budgetDefs map[string]budgetDef
+	leases     map[[2]string]*leaseState
 
 	events, invalid, dropped int64
 	lastEventMs              int64
@@ -252,6 +256,7 @@ func NewProjection(window time.Duration, now func() time.Time) *Projection {
 		observed: map[obsKey]observed{},
 		learned:  map[learnedKey]LearnedRow{},
 		byTenant: map[string]*ring{},
+		leases:   map[[2]string]*leaseState{},
 	}
 }
 
@@ -329,6 +334,8 @@ func (p *Projection) apply(ev *schemas.Event, now time.Time) {
 		p.prune(now)
 	}
 	switch ev.Type {
+	case schemas.TypeConfigChanged, schemas.TypeLeaseRequested, schemas.TypeLeaseGranted, schemas.TypeLeaseReturned:
+		p.budgetEvent(ev)
 	case schemas.TypeReserveRequested:
 		p.reserveRequested(ev, sec, nowMs)
 	case schemas.TypeDecision:
@@ -996,6 +1003,9 @@ type Snapshot struct {
 	Stranded []StrandedRow `json:"stranded"`
 	Timeline Timeline      `json:"timeline"`
 	Stream   *StreamStats  `json:"stream,omitempty"`
+	// Budgets are the budgets across providers and their leases per
+	// scope (budgets.go); a tenant's view holds its tenant budgets only.
+	Budgets []BudgetRow `json:"budgets"`
 }
 
 // Snapshot returns the operator view: every tenant, provider observations
@@ -1029,6 +1039,7 @@ func (p *Projection) snapshot(tenant string, filter bool) Snapshot {
 	p.seriesRows(&snap, tl, tenant, filter, sec)
 	snap.Timeline = tl.finish(filter)
 	snap.Stranded = p.strandedRows(tenant, filter, sec)
+	snap.Budgets = p.budgetRows(tenant, filter)
 
 	if filter {
 		if r := p.byTenant[tenant]; r != nil {

@@ -98,6 +98,7 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
 	s.mux.HandleFunc("/admin/v1/", s.serveAdmin)
+	s.mux.HandleFunc("GET /admin/v1/budgets", s.handleAdminBudgets) // usage_budget.go: reads ledger snapshots, which the admin store does not hold
 	s.mux.HandleFunc("GET /v1/sluice/requests/{id}", s.handleExplain)
 	s.routeOps()
 	s.startProbe()

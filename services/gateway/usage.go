@@ -55,6 +55,9 @@ type Usage struct {
 	// configured capacity against the one the ledger learned from the
 	// provider (ledger/README.md, "Capacity learned from the provider").
 	ProviderCapacity []ProviderCapacity `json:"provider_capacity"`
+	// Budgets are the budgets across every provider (ledger.budget) of
+	// the caller's tenant, team or key, with their leases per scope.
+	Budgets []UsageBudget `json:"budgets"`
 }
 
 // ProviderCapacity is one provider bucket, configured against learned.
@@ -159,6 +162,18 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(u)
 }
 
+// scopesSeen are the provider scopes of cfg, sorted.
+func (u *Usage) scopesSeen(cfg *config.Config) []string {
+	var scopes []string
+	for _, p := range cfg.Providers {
+		if !slices.Contains(scopes, p.Scope) {
+			scopes = append(scopes, p.Scope)
+		}
+	}
+	slices.Sort(scopes)
+	return scopes
+}
+
 func bearerKey(r *http.Request) string {
 	if k, ok := httpmux.BearerToken(r.Header.Get("Authorization")); ok {
 		return k
@@ -166,14 +181,15 @@ func bearerKey(r *http.Request) string {
 	return r.Header.Get("x-api-key")
 }
 
-func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) Usage {
-	u := Usage{Object: "sluice.usage", Tenant: id.Tenant, KeyID: id.KeyID, Team: id.Team, Class: id.Class,
+func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u Usage) {
+	u = Usage{Object: "sluice.usage", Tenant: id.Tenant, KeyID: id.KeyID, Team: id.Team, Class: id.Class,
 		Paused: id.Paused || id.TenantPaused, NowMs: nowMs, Limits: []UsageLimit{}, DailyHeadroom: []Headroom{}, Staleness: UsageStaleness,
-		ProviderCapacity: []ProviderCapacity{}}
+		ProviderCapacity: []ProviderCapacity{}, Budgets: []UsageBudget{}}
 	doc := ledgerDoc(cfg)
 	if doc == nil {
 		return u
 	}
+	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, u.scopesSeen(cfg)) }()
 	var scopes []string
 	for _, p := range cfg.Providers {
 		if !slices.Contains(scopes, p.Scope) {

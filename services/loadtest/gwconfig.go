@@ -290,6 +290,11 @@ func resetOffsetMs(hhmm string) (int64, error) {
 // the simulator as the one OpenAI provider, the scenario's model as the
 // route, one key per tenant (stored as its SHA-256) and the ledger document.
 func GatewayConfigYAML(sc *Scenario, simURL string, keys Keys) ([]byte, error) {
+	for _, t := range sc.Tenants {
+		if t.Model != "" && t.Model != sc.Model || t.Tenant != "" && t.Tenant != t.ID {
+			return nil, fmt.Errorf("tenant %s: model and tenant other than the scenario's need a hand-written gateway config (--config): the generated one routes %s alone", t.ID, sc.Model)
+		}
+	}
 	led, err := LedgerConfig(sc)
 	if err != nil {
 		return nil, err

@@ -83,8 +83,8 @@ func HandwrittenConfigYAML(sc *Scenario, file []byte, simURL string, keys Keys) 
 		}
 		p.BaseURL, p.APIKeyEnv = simURL+path, ""
 	}
-	addKey := func(tenant, class string) {
-		k := config.Key{ID: tenant + "-loadtest", SHA256: config.HashKey(keys[tenant]), Class: class}
+	addKey := func(id, tenant, class string) {
+		k := config.Key{ID: id + "-loadtest", SHA256: config.HashKey(keys[id]), Class: class}
 		for i := range c.Tenants {
 			if c.Tenants[i].ID == tenant {
 				c.Tenants[i].Keys = append(c.Tenants[i].Keys, k)
@@ -93,9 +93,13 @@ func HandwrittenConfigYAML(sc *Scenario, file []byte, simURL string, keys Keys) 
 		}
 		c.Tenants = append(c.Tenants, config.Tenant{ID: tenant, Org: "loadtest", Keys: []config.Key{k}})
 	}
-	addKey(warmupTenant, "")
+	addKey(warmupTenant, warmupTenant, "")
 	for _, t := range sc.Tenants {
-		addKey(t.ID, t.Class)
+		tenant := t.Tenant
+		if tenant == "" { // a scenario built in Go, not parsed
+			tenant = t.ID
+		}
+		addKey(t.ID, tenant, t.Class)
 	}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
@@ -109,6 +113,11 @@ func HandwrittenConfigYAML(sc *Scenario, file []byte, simURL string, keys Keys) 
 	}
 	if lc.Route(sc.Model) == nil {
 		return nil, fmt.Errorf("no route for the scenario's model %q (routes: %s)", sc.Model, strings.Join(lc.Models(), ", "))
+	}
+	for _, t := range sc.Tenants {
+		if t.Model != "" && lc.Route(t.Model) == nil {
+			return nil, fmt.Errorf("no route for tenant %s's model %q (routes: %s)", t.ID, t.Model, strings.Join(lc.Models(), ", "))
+		}
 	}
 	return buf.Bytes(), nil
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -487,7 +488,7 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	sched := Schedule(sc, sc.Seed, dur)
 	bodies := make([][]byte, len(sc.Tenants))
 	for i, t := range sc.Tenants {
-		bodies[i] = requestBody(sc.Model, &t)
+		bodies[i] = requestBody(t.Model, &t)
 	}
 	if tg.ownSim {
 		if err := resetSim(ctx, hc, tg.simURL); err != nil {
@@ -588,13 +589,13 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		}
 		if interrupted {
 			for j := i; j < len(sched); j++ {
-				records[j] = record{tenant: sched[j].Tenant, class: sc.Tenants[sched[j].Tenant].Class, route: tg.routeTag, outcome: OutUnfinished}
+				records[j] = record{tenant: sched[j].Tenant, class: sc.Tenants[sched[j].Tenant].Class, route: tg.route(sc, sched[j].Tenant), outcome: OutUnfinished}
 			}
 			break
 		}
 		pr.sent.Add(1)
 		if int(inflight.Load()) >= maxInFlight {
-			records[i] = record{tenant: a.Tenant, class: sc.Tenants[a.Tenant].Class, route: tg.routeTag, outcome: OutDropped}
+			records[i] = record{tenant: a.Tenant, class: sc.Tenants[a.Tenant].Class, route: tg.route(sc, a.Tenant), outcome: OutDropped}
 			pr.done.Add(1)
 			continue
 		}
@@ -730,11 +731,24 @@ const (
 	backoffCap  = 8 * time.Second
 )
 
+// route is the route tag of tenant i's requests: the scenario's route,
+// or the tenant's own model's when it has one.
+func (tg target) route(sc *Scenario, i int) string {
+	m := sc.Tenants[i].Model
+	if m == "" || m == sc.Model {
+		return tg.routeTag
+	}
+	if tg.mode == "baseline" {
+		return "sim:" + sc.Provider + "/" + m
+	}
+	return m
+}
+
 // doRequest runs one logical request with its own deadline, optional
 // client cancel and the client retry policy.
 func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client, body []byte, a Arrival, runStart time.Time, pr *progress) (rec record) {
 	t := &sc.Tenants[a.Tenant]
-	rec = record{tenant: a.Tenant, class: t.Class, route: tg.routeTag}
+	rec = record{tenant: a.Tenant, class: t.Class, route: tg.route(sc, a.Tenant)}
 	deadline := sc.Classes[t.Class].Deadline.D()
 	cctx, cancel := context.WithCancelCause(runCtx)
 	defer cancel(nil)
@@ -946,6 +960,11 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 	c.DurationS, c.DrainS = round3(dur.Seconds()), round3(drain.Seconds())
 	c.Target, c.SimURL = tg.chatURL, tg.simURL
 	c.Routes = []string{tg.routeTag}
+	for i := range sc.Tenants {
+		if r := tg.route(sc, i); !slices.Contains(c.Routes, r) {
+			c.Routes = append(c.Routes, r)
+		}
+	}
 	c.Model, c.Provider = sc.Model, sc.Provider
 	c.Streaming = sc.Streaming()
 	c.Arrivals = "open-loop Poisson per tenant (non-homogeneous by thinning for ramps and bursts)"

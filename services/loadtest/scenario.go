@@ -110,7 +110,14 @@ type ClassSpec struct {
 
 // TenantSpec is one tenant's offered load.
 type TenantSpec struct {
-	ID     string `yaml:"id"`
+	ID string `yaml:"id"`
+	// Model is the model this tenant's traffic requests (default: the
+	// scenario's model), so that one run drives several routes.
+	Model string `yaml:"model"`
+	// Tenant is the gateway config's tenant whose key the traffic uses
+	// (with --config; default: ID), so that several traffic streams can
+	// be one tenant's: one tenant budget over two routes.
+	Tenant string `yaml:"tenant"`
 	Weight int64  `yaml:"weight"`
 	Class  string `yaml:"class"`
 	// Rate is the mean arrival rate (requests per second) of a Poisson
@@ -411,6 +418,14 @@ func (sc *Scenario) validate(pe *ProblemsError) {
 			bad(at("id"), "duplicate tenant %q", t.ID)
 		}
 		seen[t.ID] = true
+		if t.Model == "" {
+			t.Model = sc.Model
+		}
+		if t.Tenant == "" {
+			t.Tenant = t.ID
+		} else if !idRE.MatchString(t.Tenant) {
+			bad(at("tenant"), "%q must be lower-case letters, digits, '-', '_' or '.'", t.Tenant)
+		}
 		if t.Weight == 0 {
 			t.Weight = 1
 		}

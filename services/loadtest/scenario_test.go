@@ -26,7 +26,15 @@ func TestShippedScenariosParse(t *testing.T) {
 			t.Errorf("%s: name %q does not match the file name", f, sc.Name)
 		}
 		got[sc.Name] = true
-		// The generated configs must be accepted by the ledger and gateway.
+		// A scenario with its own gateway config (deploy/scenarios/gateway/
+		// NAME.yaml) must run through it; the others through the generated
+		// one. Either must be accepted by the ledger and gateway.
+		if hw, err := os.ReadFile(filepath.Join(filepath.Dir(f), "gateway", sc.Name+".yaml")); err == nil {
+			if _, err := HandwrittenConfigYAML(sc, hw, "http://127.0.0.1:1", NewKeys(sc)); err != nil {
+				t.Errorf("%s: its gateway config: %v", f, err)
+			}
+			continue
+		}
 		if _, err := GatewayConfig(sc, "http://127.0.0.1:1", NewKeys(sc)); err != nil {
 			t.Errorf("%s: generated gateway config: %v", f, err)
 		}

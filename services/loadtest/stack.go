@@ -82,6 +82,9 @@ type StackReport struct {
 	// (Options.VerifyReplay): every committed input re-derived and
 	// compared with its recorded decisions.
 	Replay *ReplaySummary `json:"replay,omitempty"`
+	// Budgets are the run's cross-scope budgets (ledger.budget of the
+	// gateway config), read from the committed log (BudgetReport).
+	Budgets []BudgetReport `json:"budgets,omitempty"`
 }
 
 // ReplaySummary is the outcome of verifying a run's log by replay.
@@ -498,6 +501,7 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		return sr, err
 	}
 	sr.BusiestPartition, sr.BusiestSnapshots = a.busiest, a.busiestSnapshots
+	sr.Budgets = a.budgets
 	for _, w := range windows {
 		w.StartMs, w.EndMs = w.Start.Sub(runStart).Milliseconds(), w.End.Sub(runStart).Milliseconds()
 		w.LongestDecisionGapMs, w.Decisions = gapAround(a.busiestTimes, w.Start.UnixMilli(), w.End.UnixMilli())
@@ -521,6 +525,7 @@ type auditResult struct {
 	// busiestTimes are the busiest partition's decision times (ms,
 	// sorted) in the arrival window.
 	busiestTimes []int64
+	budgets      []BudgetReport
 }
 
 // audit reads the run's committed requests and decisions.
@@ -540,6 +545,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 	decided := map[attempt]bool{}
 	seen := map[string]bool{}
 	times := map[int32][]int64{}
+	ba := newBudgetAudit(runStart)
 	for _, topic := range []string{st.names.Requests, st.names.Decisions} {
 		td, err := adm.ListTopics(ctx, topic)
 		if err != nil {
@@ -551,6 +557,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 				if schemas.Decode(r.Value, &ev) != nil {
 					return nil
 				}
+				ba.add(&ev, r.Timestamp)
 				switch {
 				case ev.ReserveRequested != nil:
 					reserved[attempt{ev.RequestID, ev.Attempt}] = true
@@ -577,6 +584,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 			}
 		}
 	}
+	a.budgets = ba.reports()
 	for k := range reserved {
 		if !decided[k] {
 			a.undecided++

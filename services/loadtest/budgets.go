@@ -1,0 +1,251 @@
+package loadtest
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// BudgetReport is one cross-scope budget (ledger.budget) over a --brokers
+// run, read from the committed log: the budget's config (the last
+// ConfigChanged), the lease messages between its budget partition and the
+// scope partitions that hold it, and the granted decisions of the requests
+// it covers. It answers issue 23's questions: spent against the limit (0
+// overspend), the share of the budget used, and how long each scope waited
+// for its first lease after its first request (a demand shift's follow
+// time).
+type BudgetReport struct {
+	ID    string `json:"id"`
+	Unit  string `json:"unit"`
+	Limit int64  `json:"limit"`
+	// Spent is what the budget's holders last reported as used (the sum
+	// over holders of Used in their newest lease message, by Seq).
+	Spent int64 `json:"spent"`
+	// GrantedAttempts counts the granted attempts whose path names the
+	// budget's level and subject and that were not given back (released
+	// without usage, or their hold expired): with unit requests, each is
+	// one unit spent, a check on Spent that does not depend on the
+	// holders' reports.
+	GrantedAttempts int64 `json:"granted_attempts"`
+	// Overspend is max(0, max(Spent, GrantedAttempts for unit requests) −
+	// Limit): must be 0.
+	Overspend int64 `json:"overspend"`
+	// UsedPct is 100 × Spent ÷ Limit.
+	UsedPct float64 `json:"used_pct"`
+	// Granted and Returned are the sums over holders of their cumulative
+	// lease counters at the end of the log.
+	Granted  int64 `json:"granted"`
+	Returned int64 `json:"returned"`
+	// LeaseMessages counts LeaseRequested, LeaseGranted, LeaseReturned.
+	LeaseMessages int            `json:"lease_messages"`
+	Holders       []BudgetHolder `json:"holders"`
+}
+
+// BudgetHolder is one scope's side of a budget.
+type BudgetHolder struct {
+	Scope           string `json:"scope"`
+	Spent           int64  `json:"spent"`
+	GrantedAttempts int64  `json:"granted_attempts"`
+	Granted         int64  `json:"granted"`
+	Returned        int64  `json:"returned"`
+	// FirstRequestMs is the first attempt of the budget's subject on the
+	// scope, FirstLeaseMs the first LeaseGranted with an amount to it,
+	// both from the run start (log time); FollowMs is their difference:
+	// how long the scope's new demand waited for a share of the budget
+	// (-1: no lease).
+	FirstRequestMs int64 `json:"first_request_ms"`
+	FirstLeaseMs   int64 `json:"first_lease_ms"`
+	FollowMs       int64 `json:"follow_ms"`
+}
+
+// budgetAudit collects a run's budget records while the log is read.
+type budgetAudit struct {
+	start   time.Time
+	ledger  []byte // the newest ConfigChanged's ledger document
+	holders map[[2]string]*holderSeen
+	msgs    map[string]int
+	// paths of the run's attempts (request id, attempt) and their scope.
+	paths   map[attemptKey]attemptPath
+	granted map[attemptKey]bool
+	// givenBack are granted attempts released without usage (or whose
+	// hold expired): their charge went back to the lease.
+	givenBack map[attemptKey]bool
+	// retries are attempts that carry no path of their own: they take
+	// their previous attempt's.
+	retries []retryOf
+}
+
+type retryOf struct {
+	key  attemptKey
+	prev int32
+	at   attemptPath
+}
+
+type attemptKey struct {
+	id string
+	n  int32
+}
+
+type attemptPath struct {
+	scope string
+	path  []schemas.PathLevel
+	ms    int64
+}
+
+type holderSeen struct {
+	seq                    int64
+	used, returned, grantd int64
+	firstLeaseMs           int64
+}
+
+func newBudgetAudit(start time.Time) *budgetAudit {
+	return &budgetAudit{start: start, holders: map[[2]string]*holderSeen{}, msgs: map[string]int{},
+		paths: map[attemptKey]attemptPath{}, granted: map[attemptKey]bool{},
+		givenBack: map[attemptKey]bool{}}
+}
+
+func (b *budgetAudit) holder(budget, scope string) *holderSeen {
+	k := [2]string{budget, scope}
+	h := b.holders[k]
+	if h == nil {
+		h = &holderSeen{firstLeaseMs: -1}
+		b.holders[k] = h
+	}
+	return h
+}
+
+// add takes one committed record (its log time ts).
+func (b *budgetAudit) add(ev *schemas.Event, ts time.Time) {
+	ms := ts.Sub(b.start).Milliseconds()
+	switch {
+	case ev.ConfigChanged != nil:
+		b.ledger = ev.ConfigChanged.Ledger
+	case ev.ReserveRequested != nil:
+		b.paths[attemptKey{ev.RequestID, ev.Attempt}] = attemptPath{scope: ev.Scope, path: ev.ReserveRequested.Path, ms: ms}
+	case ev.Released != nil:
+		// A release without usage gives the attempt's charge back
+		// (Holder.Adjust); one with partial usage keeps it.
+		if ev.Released.InputTokens == 0 && ev.Released.OutputTokens == 0 {
+			b.givenBack[attemptKey{ev.RequestID, ev.Attempt}] = true
+		}
+	case ev.RetryRequested != nil:
+		b.retries = append(b.retries, retryOf{attemptKey{ev.RequestID, ev.Attempt}, ev.RetryRequested.PreviousAttempt, attemptPath{scope: ev.Scope, ms: ms}})
+	case ev.Decision != nil:
+		switch k := (attemptKey{ev.RequestID, ev.Attempt}); ev.Decision.Status {
+		case schemas.StatusGranted:
+			b.granted[k] = true
+		case schemas.StatusHoldExpired:
+			b.givenBack[k] = true
+		}
+	case ev.LeaseRequested != nil:
+		m := ev.LeaseRequested
+		b.msgs[m.Budget]++
+		if h := b.holder(m.Budget, m.Holder); m.Seq > h.seq {
+			h.seq, h.used, h.returned = m.Seq, m.Used, m.Returned
+		}
+	case ev.LeaseReturned != nil:
+		m := ev.LeaseReturned
+		b.msgs[m.Budget]++
+		if h := b.holder(m.Budget, m.Holder); m.Seq > h.seq {
+			h.seq, h.used, h.returned = m.Seq, m.Used, m.Returned
+		}
+	case ev.LeaseGranted != nil:
+		m := ev.LeaseGranted
+		b.msgs[m.Budget]++
+		h := b.holder(m.Budget, m.Holder)
+		h.grantd = max(h.grantd, m.Granted)
+		if m.Amount > 0 && (h.firstLeaseMs < 0 || ms < h.firstLeaseMs) {
+			h.firstLeaseMs = ms
+		}
+	}
+}
+
+// reports builds the budget reports (nil when the run has no budget).
+func (b *budgetAudit) reports() []BudgetReport {
+	var doc struct {
+		Budget *struct {
+			Budgets []struct {
+				ID      string `json:"id"`
+				Level   string `json:"level"`
+				Subject string `json:"subject"`
+				Unit    string `json:"unit"`
+				Limit   int64  `json:"limit"`
+			} `json:"budgets"`
+		} `json:"budget"`
+	}
+	if len(b.ledger) == 0 || json.Unmarshal(b.ledger, &doc) != nil || doc.Budget == nil {
+		return nil
+	}
+	for _, r := range b.retries {
+		if prev, ok := b.paths[attemptKey{r.key.id, r.prev}]; ok {
+			r.at.path = prev.path
+			b.paths[r.key] = r.at
+		}
+	}
+	b.retries = nil
+	var out []BudgetReport
+	for _, bc := range doc.Budget.Budgets {
+		r := BudgetReport{ID: bc.ID, Unit: bc.Unit, Limit: bc.Limit, LeaseMessages: b.msgs[bc.ID]}
+		hs := map[string]*BudgetHolder{}
+		get := func(scope string) *BudgetHolder {
+			h := hs[scope]
+			if h == nil {
+				h = &BudgetHolder{Scope: scope, FirstRequestMs: -1, FirstLeaseMs: -1, FollowMs: -1}
+				hs[scope] = h
+			}
+			return h
+		}
+		for k, h := range b.holders {
+			if k[0] != bc.ID {
+				continue
+			}
+			bh := get(k[1])
+			bh.Spent, bh.Granted, bh.Returned, bh.FirstLeaseMs = h.used, h.grantd, h.returned, h.firstLeaseMs
+		}
+		for k, ap := range b.paths {
+			if !pathNames(ap.path, bc.Level, bc.Subject) {
+				continue
+			}
+			bh := get(ap.scope)
+			if bh.FirstRequestMs < 0 || ap.ms < bh.FirstRequestMs {
+				bh.FirstRequestMs = ap.ms
+			}
+			if b.granted[k] && !b.givenBack[k] {
+				bh.GrantedAttempts++
+			}
+		}
+		for _, h := range hs {
+			if h.FirstLeaseMs >= 0 && h.FirstRequestMs >= 0 {
+				h.FollowMs = max(0, h.FirstLeaseMs-h.FirstRequestMs)
+			}
+			r.Spent += h.Spent
+			r.GrantedAttempts += h.GrantedAttempts
+			r.Granted += h.Granted
+			r.Returned += h.Returned
+			r.Holders = append(r.Holders, *h)
+		}
+		sort.Slice(r.Holders, func(i, j int) bool { return r.Holders[i].Scope < r.Holders[j].Scope })
+		spent := r.Spent
+		if bc.Unit == "requests" {
+			spent = max(spent, r.GrantedAttempts)
+		}
+		r.Overspend = max(0, spent-r.Limit)
+		if r.Limit > 0 {
+			r.UsedPct = 100 * float64(r.Spent) / float64(r.Limit)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// pathNames reports whether a request's path names level/subject.
+func pathNames(path []schemas.PathLevel, level, subject string) bool {
+	for _, l := range path {
+		if string(l.Level) == level && l.ID == subject {
+			return true
+		}
+	}
+	return false
+}
