@@ -73,19 +73,21 @@ type chatToolCallOut struct {
 	Function chatFunction `json:"function"`
 }
 
-// ClaudeToOpenAI translates a Messages response to chat.completion for
-// the client's model under id "chatcmpl-"+reqID; jsonTool: the request's
-// response_format was sent as a forced tool, whose input is the content.
-func ClaudeToOpenAI(body []byte, model, reqID string, jsonTool bool) ([]byte, error) {
+// readClaudeMessage decodes a Messages response and walks its content
+// once for both answer shapes (chat completion, Responses): the text, with
+// a forced response_format tool's input taken as text (jsonTool), and each
+// other tool_use handed to call with its arguments ("{}" when empty).
+// thinking and redacted_thinking blocks have no place in either answer;
+// their tokens are in the output count.
+func readClaudeMessage(body []byte, jsonTool bool, call func(id, name, args string)) (claudeResponse, string, error) {
 	var r claudeResponse
 	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("anthropic response: %w", err)
+		return r, "", fmt.Errorf("anthropic response: %w", err)
 	}
 	if r.Type != "message" {
-		return nil, fmt.Errorf("anthropic response of type %q, not a message", r.Type)
+		return r, "", fmt.Errorf("anthropic response of type %q, not a message", r.Type)
 	}
 	var text strings.Builder
-	var calls []chatToolCallOut
 	for _, b := range r.Content {
 		switch b.Type {
 		case "text":
@@ -99,10 +101,22 @@ func ClaudeToOpenAI(body []byte, model, reqID string, jsonTool bool) ([]byte, er
 				text.WriteString(args)
 				continue
 			}
-			calls = append(calls, chatToolCallOut{ID: b.ID, Type: "function", Function: chatFunction{Name: b.Name, Arguments: args}})
+			call(b.ID, b.Name, args)
 		}
-		// thinking and redacted_thinking blocks have no place in a chat
-		// completion; their tokens are in the output count.
+	}
+	return r, text.String(), nil
+}
+
+// ClaudeToOpenAI translates a Messages response to chat.completion for
+// the client's model under id "chatcmpl-"+reqID; jsonTool: the request's
+// response_format was sent as a forced tool, whose input is the content.
+func ClaudeToOpenAI(body []byte, model, reqID string, jsonTool bool) ([]byte, error) {
+	var calls []chatToolCallOut
+	r, text, err := readClaudeMessage(body, jsonTool, func(id, name, args string) {
+		calls = append(calls, chatToolCallOut{ID: id, Type: "function", Function: chatFunction{Name: name, Arguments: args}})
+	})
+	if err != nil {
+		return nil, err
 	}
 	msg := struct {
 		Role      string            `json:"role"`
@@ -110,8 +124,8 @@ func ClaudeToOpenAI(body []byte, model, reqID string, jsonTool bool) ([]byte, er
 		Refusal   *string           `json:"refusal"`
 		ToolCalls []chatToolCallOut `json:"tool_calls,omitempty"`
 	}{Role: "assistant", ToolCalls: calls}
-	if s := text.String(); s != "" || len(calls) == 0 {
-		msg.Content = &s
+	if text != "" || len(calls) == 0 {
+		msg.Content = &text
 	}
 	type choice struct {
 		Index        int    `json:"index"`

@@ -83,35 +83,17 @@ func (r *responseObject) finish(stop string, u Usage) {
 // ClaudeToResponse translates a Messages response to the Responses API's
 // response object under id "resp_"+reqID; jsonTool as for ClaudeToOpenAI.
 func ClaudeToResponse(body []byte, model, reqID string, jsonTool bool) ([]byte, error) {
-	var r claudeResponse
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("anthropic response: %w", err)
-	}
-	if r.Type != "message" {
-		return nil, fmt.Errorf("anthropic response of type %q, not a message", r.Type)
+	var calls []responsesOutputItem
+	r, text, err := readClaudeMessage(body, jsonTool, func(id, name, args string) {
+		calls = append(calls, responsesOutputItem{ID: "fc_" + id, Type: "function_call", Status: "completed", CallID: id, Name: name, Arguments: &args})
+	})
+	if err != nil {
+		return nil, err
 	}
 	resp := newResponseObject("resp_"+reqID, model)
-	var text strings.Builder
-	var calls []responsesOutputItem
-	for _, b := range r.Content {
-		switch b.Type {
-		case "text":
-			text.WriteString(b.Text)
-		case "tool_use":
-			args := string(b.Input)
-			if args == "" || args == "null" {
-				args = "{}"
-			}
-			if jsonTool {
-				text.WriteString(args)
-				continue
-			}
-			calls = append(calls, responsesOutputItem{ID: "fc_" + b.ID, Type: "function_call", Status: "completed", CallID: b.ID, Name: b.Name, Arguments: &args})
-		}
-	}
-	if text.Len() > 0 || len(calls) == 0 {
+	if text != "" || len(calls) == 0 {
 		resp.Output = append(resp.Output, responsesOutputItem{ID: "msg_" + reqID, Type: "message", Status: "completed", Role: "assistant",
-			Content: &[]responsesContentPart{{Type: "output_text", Text: text.String(), Annotations: []any{}}}})
+			Content: &[]responsesContentPart{{Type: "output_text", Text: text, Annotations: []any{}}}})
 	}
 	resp.Output = append(resp.Output, calls...)
 	var u Usage
