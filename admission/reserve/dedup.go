@@ -13,7 +13,7 @@ import (
 // transaction aborts, the same decisions — same ids, byte for byte — are
 // produced again, by the same ledger or by the partition's next owner, after
 // the first copies. Dedup drops the second copies. It is exported for the
-// pipeline simulation (internal/pipesim), which runs the gateways' own
+// pipeline simulation (services/loadtest/pipesim), which runs the gateways' own
 // dedup over its simulated decisions partitions.
 //
 // It needs no set of ids: the ledger produces the decisions of one input

@@ -1,10 +1,10 @@
-// Package loop closes the calibration loop end to end: it runs a load
+// Package calibration closes the calibration loop end to end: it runs a load
 // scenario whose route reserves about 4× the output it uses against the
 // embedded stack (gateway, ledger, provider simulator on kfake), sinks the
 // run's events into a real ClickHouse, builds the calibration report,
 // applies its patch to the gateway configuration exactly as `sluice config
 // apply` does, and reruns the scenario with the patched configuration.
-package loop
+package calibration
 
 import (
 	"bytes"

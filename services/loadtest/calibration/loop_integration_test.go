@@ -1,6 +1,6 @@
 //go:build integration
 
-package loop
+package calibration
 
 import (
 	"context"
