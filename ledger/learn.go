@@ -130,6 +130,26 @@ func (w *sentWindow) add(r *res, now int64) {
 	s[dTotal] = min(maxAmount, s[dTotal]+r.Need[dTotal]-r.Need[dOutput]+out)
 }
 
+// refused takes back the tokens of grant r, which the provider refused
+// (at log time now), from the slot it was counted in, if still in the
+// window: the ledger's own accounting holds that a refused attempt
+// reached no token counter (settle, sent = false) but still counts as a
+// request, so its request stays. Without this, the refusals of a first
+// burst into a limit configured far too high (most of the burst) would
+// inflate the bound by their tokens.
+func (w *sentWindow) refused(r *res, now int64) {
+	w.roll(now)
+	g := r.GrantMs / sentSlotMs
+	if g > w.Cur || g < w.Cur-sentSlots {
+		return
+	}
+	s := &w.Ring[g%(sentSlots+1)]
+	out := max(r.Need[dOutput], r.MaxOut)
+	s[dInput] = max(0, s[dInput]-r.Need[dInput])
+	s[dOutput] = max(0, s[dOutput]-out)
+	s[dTotal] = max(0, s[dTotal]-(r.Need[dTotal]-r.Need[dOutput]+out))
+}
+
 // sum is what the window counts for dimension d at log time now.
 func (w *sentWindow) sum(d int, now int64) int64 {
 	w.roll(now)

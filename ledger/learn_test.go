@@ -719,3 +719,25 @@ func TestLearnRemaining(t *testing.T) {
 		{At: 70_000, Ev: rem("a", 30), Want: []string{"requests 600->30 remaining"}, Dim: schemas.DimRequests, Eff: 30},
 	})
 }
+
+// TestLearnRemainingRefused: a grant the provider refused reached no token
+// counter (settle's rule), so its tokens leave the trailing minute's count
+// and do not loosen the bound: three grants of 150 tokens, one refused
+// (a 500: no capacity signal of its own), 3,700 remaining → 4,000, not
+// 4,150. Its request still counts.
+func TestLearnRemainingRefused(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 10_000), tpmWindow(100_000, 10_000))
+	cfg.Learn.HeadroomPermille = 1000
+	fail := rejected("c", 1, schemas.KindOverloaded, 0)
+	fail.ProviderRejected.HTTPStatus = 500
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a")},
+		{At: 1, Ev: reserve("b")},
+		{At: 2, Ev: reserve("c")},
+		{At: 3, Ev: fail},
+		{At: 4, Ev: limitObs("a", 1, schemas.DimTotalTokens, 0, 3_700), Want: []string{"total_tokens 100000->4000 remaining"},
+			Dim: schemas.DimTotalTokens, Eff: 4_000},
+		{At: 5, Ev: limitObs("a", 1, schemas.DimRequests, 0, 37), Want: []string{"requests 600->40 remaining"},
+			Dim: schemas.DimRequests, Eff: 40},
+	})
+}
