@@ -125,6 +125,9 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	if known {
 		if r.State == stGranted {
 			l.rampReject(r)
+			if !l.st.Config.Learn.Off {
+				l.st.Scopes[r.Scope].Sent.refused(r, l.st.Now)
+			}
 			actual := [numDims]int64{dRequests: 1, dRequestsPerDay: 1, dRamp: 1}
 			l.settle(ri, &actual, 0, stReleased, false)
 			l.st.Stats.Released++

@@ -86,6 +86,80 @@ func (q *refusalRatio) roll(now, interval int64) {
 	q.Win = w
 }
 
+// sentSlotMs and sentSlots shape a scope's trailing minute of grants
+// (sentWindow): 12 slots of 5 s, plus the current one, which is counted
+// whole, so the sum never under-counts the last minute.
+const (
+	sentSlotMs = 5_000
+	sentSlots  = 12
+)
+
+// sentWindow is what a scope's grants charged the provider over the
+// trailing minute, per learnable dimension (requests, input, output,
+// total tokens), in slots of sentSlotMs: Ring[Cur % len] is the current
+// slot. A grant counts what the provider counts on arrival: one request,
+// its input estimate, and for output and total tokens its max_tokens
+// (MaxOut) when that is larger than the output estimate. It counts every
+// grant, also those the provider will refuse or never see: an over-count
+// only loosens the bound learnRemaining derives, never breaks it.
+type sentWindow struct {
+	Cur  int64                   `json:"c,omitempty"`
+	Ring [sentSlots + 1][4]int64 `json:"r,omitzero"`
+}
+
+// roll moves the window to log time now, clearing the slots it passes.
+func (w *sentWindow) roll(now int64) {
+	c := now / sentSlotMs
+	if c <= w.Cur {
+		return
+	}
+	for k := w.Cur + 1; k <= c && k <= w.Cur+sentSlots+1; k++ {
+		w.Ring[k%(sentSlots+1)] = [4]int64{}
+	}
+	w.Cur = c
+}
+
+// add counts grant r at log time now.
+func (w *sentWindow) add(r *res, now int64) {
+	w.roll(now)
+	s := &w.Ring[w.Cur%(sentSlots+1)]
+	out := max(r.Need[dOutput], r.MaxOut)
+	s[dRequests] = min(maxAmount, s[dRequests]+1)
+	s[dInput] = min(maxAmount, s[dInput]+r.Need[dInput])
+	s[dOutput] = min(maxAmount, s[dOutput]+out)
+	s[dTotal] = min(maxAmount, s[dTotal]+r.Need[dTotal]-r.Need[dOutput]+out)
+}
+
+// refused takes back the tokens of grant r, which the provider refused
+// (at log time now), from the slot it was counted in, if still in the
+// window: the ledger's own accounting holds that a refused attempt
+// reached no token counter (settle, sent = false) but still counts as a
+// request, so its request stays. Without this, the refusals of a first
+// burst into a limit configured far too high (most of the burst) would
+// inflate the bound by their tokens.
+func (w *sentWindow) refused(r *res, now int64) {
+	w.roll(now)
+	g := r.GrantMs / sentSlotMs
+	if g > w.Cur || g < w.Cur-sentSlots {
+		return
+	}
+	s := &w.Ring[g%(sentSlots+1)]
+	out := max(r.Need[dOutput], r.MaxOut)
+	s[dInput] = max(0, s[dInput]-r.Need[dInput])
+	s[dOutput] = max(0, s[dOutput]-out)
+	s[dTotal] = max(0, s[dTotal]-(r.Need[dTotal]-r.Need[dOutput]+out))
+}
+
+// sum is what the window counts for dimension d at log time now.
+func (w *sentWindow) sum(d int, now int64) int64 {
+	w.roll(now)
+	var t int64
+	for k := range w.Ring {
+		t = min(maxAmount, t+w.Ring[k][d])
+	}
+	return t
+}
+
 // bound is the capacity AIMD grows back to.
 //
 // A reported limit is enforced at headroom/1000 of itself (a reported
@@ -374,7 +448,7 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	c := schemas.CapacityLearned{Level: levelNames[n.Lvl], ID: n.ID, Dimension: schemas.Dimensions[e.Dim],
 		PeriodMs: sp.period, ConfiguredCapacity: e.Conf, PreviousCapacity: e.Eff, LearnedCapacity: eff, Source: source,
 		InputPartition: l.st.Partition, InputOffset: l.offset, LogTimeMs: l.st.Now}
-	if source == schemas.LearnedHeaders {
+	if source == schemas.LearnedHeaders || source == schemas.LearnedRemaining {
 		c.ReportedLimit = e.Hdr
 	}
 	e.Eff = eff
@@ -393,7 +467,13 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 	}
 	for _, ob := range obs {
 		d, ok := dimIndex(ob.Dimension)
-		if !ok || ob.Limit <= 0 || !learnableDim(d) {
+		if !ok || !learnableDim(d) {
+			continue
+		}
+		if ob.Limit <= 0 {
+			if ob.Remaining >= 0 && enf >= 0 {
+				l.learnRemaining(si, enf, d, ob.Remaining)
+			}
 			continue
 		}
 		ni, bi := enf, noIdx
@@ -432,6 +512,63 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		}
 		l.applyLearned(i, bi, schemas.LearnedHeaders)
 	}
+}
+
+// learnRemaining bounds the capacity of node ni's provider bucket of
+// dimension d by a report of what remains without a limit (Azure OpenAI
+// sends x-ratelimit-remaining-* only). Whatever the provider's per-minute
+// counter (a bucket refilled continuously, a fixed or a sliding minute),
+// its limit is at most what it reports remaining plus what arrived in
+// its last minute, which is at most what the scope granted in the
+// trailing minute (sentWindow): if its bucket was full at some time in
+// that minute, it has lost at most the arrivals since; if it never was,
+// the minute refilled a whole limit and the level did not fall below 0.
+// Each such report is an upper bound, so the ledger keeps the least
+// (Hdr, enforced at the headroom as a reported limit is); it is tight
+// at the start of a burst into a full bucket, which is when a fallback's
+// first answers come. A report of more remaining than the bound proves
+// the limit has risen: the bound becomes that remaining count (a lower
+// bound on the new limit), and the next reports tighten it again. Only a
+// configured bucket is bounded (the configured capacity caps it);
+// without a limit a headers-only bucket has nothing to set it.
+func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
+	bi := l.learnBucket(ni, d)
+	if bi < 0 {
+		return
+	}
+	i := l.learnedIdx(ni, d)
+	sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+	conf := sp.capacity
+	if i >= 0 {
+		conf = l.st.Learned[i].Conf
+	}
+	if conf <= 0 {
+		return
+	}
+	rem := min(remaining, maxAmount)
+	est := min(maxAmount, rem+l.st.Scopes[si].Sent.sum(d, l.st.Now))
+	// Per minute, scaled to the bucket's period (as a header limit is).
+	rep := min(conf, max(1, mulSat(est, sp.period)/60_000))
+	remP := min(conf, mulSat(rem, sp.period)/60_000)
+	if i < 0 {
+		if rep >= conf {
+			return // at the configured bound: nothing learned
+		}
+		i = l.entry(ni, d, bi)
+	}
+	e := &l.st.Learned[i]
+	switch {
+	case e.Hdr == 0 || rep < e.Hdr:
+		e.Hdr = rep
+	case remP > e.Hdr:
+		e.Hdr = remP
+	default:
+		return
+	}
+	if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
+		e.Aimd = 0
+	}
+	l.applyLearned(i, bi, schemas.LearnedRemaining)
 }
 
 // learnRefusal applies the multiplicative decrease after a refusal the

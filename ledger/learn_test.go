@@ -358,7 +358,11 @@ func learnLog(seed uint64, n int) (Config, []*schemas.Event, []int64) {
 			// requests and total_tokens are configured (scope root);
 			// input_tokens is not: the headers alone set it, on d1.
 			dim := []schemas.Dimension{schemas.DimRequests, schemas.DimTotalTokens, schemas.DimInputTokens}[rng.IntN(3)]
-			ev = limitObs(id, 1, dim, 1+rng.Int64N(200_000), rng.Int64N(1000))
+			limit := 1 + rng.Int64N(200_000)
+			if rng.IntN(3) == 0 {
+				limit = 0 // remaining without a limit (Azure): learnRemaining
+			}
+			ev = limitObs(id, 1, dim, limit, rng.Int64N(1000))
 			ev.ProviderObserved.Deployment = "d1"
 		case k < 7:
 			ev = rejected(id, 1, schemas.KindRateLimited, rng.Int64N(500))
@@ -679,4 +683,61 @@ func TestLearnHeadroom(t *testing.T) {
 			}},
 		})
 	}
+}
+
+// TestLearnRemaining: headers that report what remains but no limit (Azure
+// OpenAI) bound the capacity by remaining + what the scope granted in the
+// trailing minute (README, "Remaining without a limit"). Each report is an
+// upper bound on the provider's limit, so the least is kept; a report of
+// more remaining than the bound proves the limit rose, and the bound
+// becomes that remaining count; the configured capacity caps it; grants
+// older than the minute (and its current 5 s slot) no longer count.
+func TestLearnRemaining(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Learn.HeadroomPermille = 1000 // the bound itself (the default shaves 3 %)
+	rem := func(id string, remaining int64) *schemas.Event {
+		return limitObs(id, 1, schemas.DimRequests, 0, remaining)
+	}
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a"), Dim: schemas.DimRequests, Eff: 600},
+		// 59 remaining + 1 granted: the limit is at most 60.
+		{At: 1, Ev: rem("a", 59), Want: []string{"requests 600->60 remaining"}, Dim: schemas.DimRequests, Eff: 60},
+		{At: 2, Ev: reserve("b"), Dim: schemas.DimRequests, Eff: 60},
+		// 58 + 2 = 60: the same bound, nothing new; 57 + 2 is tighter.
+		{At: 3, Ev: rem("b", 58), Dim: schemas.DimRequests, Eff: 60},
+		{At: 4, Ev: rem("b", 57), Want: []string{"requests 60->59 remaining"}, Dim: schemas.DimRequests, Eff: 59},
+		// 65 remaining proves the limit is at least 65: the bound becomes 65.
+		{At: 5, Ev: rem("b", 65), Want: []string{"requests 59->65 remaining"}, Dim: schemas.DimRequests, Eff: 65},
+		// A looser bound (64 + 2) that proves nothing more: kept.
+		{At: 6, Ev: rem("a", 64), Dim: schemas.DimRequests, Eff: 65},
+		// 500 remaining: the limit rose to at least 500.
+		{At: 7, Ev: rem("a", 500), Want: []string{"requests 65->500 remaining"}, Dim: schemas.DimRequests, Eff: 500},
+		// Above the configured 600: back to it.
+		{At: 8, Ev: rem("a", 900), Want: []string{"requests 500->600 remaining"}, Dim: schemas.DimRequests, Eff: 600},
+		// A minute later the two grants have left the window: 30 remaining
+		// bounds it by 30.
+		{At: 70_000, Ev: rem("a", 30), Want: []string{"requests 600->30 remaining"}, Dim: schemas.DimRequests, Eff: 30},
+	})
+}
+
+// TestLearnRemainingRefused: a grant the provider refused reached no token
+// counter (settle's rule), so its tokens leave the trailing minute's count
+// and do not loosen the bound: three grants of 150 tokens, one refused
+// (a 500: no capacity signal of its own), 3,700 remaining → 4,000, not
+// 4,150. Its request still counts.
+func TestLearnRemainingRefused(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 10_000), tpmWindow(100_000, 10_000))
+	cfg.Learn.HeadroomPermille = 1000
+	fail := rejected("c", 1, schemas.KindOverloaded, 0)
+	fail.ProviderRejected.HTTPStatus = 500
+	runLearn(t, cfg, []learnStep{
+		{At: 0, Ev: reserve("a")},
+		{At: 1, Ev: reserve("b")},
+		{At: 2, Ev: reserve("c")},
+		{At: 3, Ev: fail},
+		{At: 4, Ev: limitObs("a", 1, schemas.DimTotalTokens, 0, 3_700), Want: []string{"total_tokens 100000->4000 remaining"},
+			Dim: schemas.DimTotalTokens, Eff: 4_000},
+		{At: 5, Ev: limitObs("a", 1, schemas.DimRequests, 0, 37), Want: []string{"requests 600->40 remaining"},
+			Dim: schemas.DimRequests, Eff: 40},
+	})
 }

@@ -965,6 +965,9 @@ func (l *Ledger) granted(ri int32, borrowed bool) {
 	r.HoldExpMs = now + ttl
 	l.holdPush(ri, ttl)
 	l.st.Stats.Granted++
+	if !l.st.Config.Learn.Off {
+		l.st.Scopes[r.Scope].Sent.add(r, now)
+	}
 }
 
 // settle ends a grant: each bucket gets back its estimate minus the actual

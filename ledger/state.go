@@ -270,8 +270,11 @@ type scopeState struct {
 	Rescued int32 `json:"rescued,omitempty"`
 	// Ratio is the provider's refusal ratio over a trailing window
 	// (learn.go).
-	Ratio       refusalRatio `json:"ratio,omitzero"`
-	Flows       []flowEntry  `json:"flows,omitempty"` // snapshot only
+	Ratio refusalRatio `json:"ratio,omitzero"`
+	// Sent is what the scope's grants charge the provider over the
+	// trailing minute (learn.go, learnRemaining).
+	Sent        sentWindow  `json:"sent,omitzero"`
+	Flows       []flowEntry `json:"flows,omitempty"` // snapshot only
 	flows       map[flowKey]int64
 	flowsPruned int
 }

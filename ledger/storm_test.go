@@ -108,9 +108,14 @@ func TestStormHoldLeastSlackFirst(t *testing.T) {
 // roomObserved is the ProviderObserved of attempt att's response: the
 // provider's counters had room for it (requests and tokens remaining).
 func roomObserved(id string, att int32, requests, tokens int64) *schemas.Event {
+	// OpenAI's 429 carries its limits with the remaining counts; limits
+	// above any configured capacity here learn nothing, so these tables
+	// see only the room (remaining without a limit would bound the
+	// capacity, learnRemaining).
 	ev := envelope(schemas.TypeProviderObserved, id, att)
 	ev.ProviderObserved = &schemas.ProviderObserved{Observations: []schemas.Observation{
-		{Dimension: schemas.DimRequests, Remaining: requests}, {Dimension: schemas.DimTotalTokens, Remaining: tokens}}}
+		{Dimension: schemas.DimRequests, Limit: 1_000_000, Remaining: requests},
+		{Dimension: schemas.DimTotalTokens, Limit: 1_000_000_000, Remaining: tokens}}}
 	return ev
 }
 

@@ -337,6 +337,10 @@ const (
 	LearnedRefusal = "refusal"
 	// LearnedSuccess: sustained success raised it (additive increase).
 	LearnedSuccess = "success"
+	// LearnedRemaining: headers that report what remains but no limit
+	// (Azure OpenAI) bounded it: the limit is at most the remaining count
+	// plus what the ledger granted in the provider's minute.
+	LearnedRemaining = "remaining"
 )
 
 // CapacityLearned records a change of the capacity one provider bucket
@@ -359,8 +363,9 @@ type CapacityLearned struct {
 	// back at its configured bound.
 	PreviousCapacity int64  `json:"previous_capacity"`
 	LearnedCapacity  int64  `json:"learned_capacity"`
-	Source           string `json:"source"` // headers, refusal, success
-	// ReportedLimit is the limit the headers reported, per period (headers).
+	Source           string `json:"source"` // headers, refusal, success, remaining
+	// ReportedLimit is the limit the headers reported, per period (headers),
+	// or the one remaining + granted bounds it by (remaining).
 	ReportedLimit  int64 `json:"reported_limit,omitempty"`
 	InputPartition int32 `json:"input_partition"`
 	InputOffset    int64 `json:"input_offset"`

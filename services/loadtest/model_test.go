@@ -220,11 +220,12 @@ func runModel(t *testing.T, sc *Scenario, tweak func(*ledger.Config)) modelResul
 			kind = schemas.KindOverloaded
 		}
 		if r.status == 429 {
-			// The simulator's 429 carries its rate-limit headers: its
-			// counters had room (a storm).
+			// The simulator's 429 carries its rate-limit headers, limit
+			// and remaining (OpenAI's): its counters had room (a storm).
+			lim := sc.SimConfig.Providers["openai"].Limits
 			ob := env(schemas.TypeProviderObserved, r.attempt)
 			ob.ProviderObserved = &schemas.ProviderObserved{Deployment: simProviderName, Observations: []schemas.Observation{
-				{Dimension: schemas.DimRequests, Remaining: 9}, {Dimension: schemas.DimTotalTokens, Remaining: 900_000}}}
+				{Dimension: schemas.DimRequests, Limit: lim.RPM, Remaining: 9}, {Dimension: schemas.DimTotalTokens, Limit: lim.TPM, Remaining: 900_000}}}
 			apply(ob)
 		}
 		ev := env(schemas.TypeProviderRejected, r.attempt)

@@ -196,6 +196,8 @@ func learnedWhy(c schemas.CapacityLearned) string {
 		return "lowered after a provider refusal without rate-limit headers"
 	case schemas.LearnedSuccess:
 		return "raised after sustained success"
+	case schemas.LearnedRemaining:
+		return fmt.Sprintf("the provider's remaining count plus what was granted in its minute bound it by %d", c.ReportedLimit)
 	}
 	return c.Source
 }
