@@ -213,10 +213,25 @@ func TestIntegrationBudgetRecorded(t *testing.T) {
 			t.Errorf("%s: no budget_burn row", f.ID)
 			continue
 		}
+		if msgs := sumWhereKey(t, res, f.ID, "lease_messages"); msgs != float64(f.LeaseMessages) {
+			t.Errorf("%s: %v lease messages, loadtest %d", f.ID, msgs, f.LeaseMessages)
+		}
 		if spent != float64(f.Spent) || limit != float64(f.Limit) {
 			t.Errorf("%s: spent %v of %v, loadtest %d of %d", f.ID, spent, limit, f.Spent, f.Limit)
 		}
 		t.Logf("%s: spent %v of %v (%s %%), loadtest %d of %d, overspend %d", f.ID, spent, limit, fmt.Sprint(100*spent/limit), f.Spent, f.Limit, f.Overspend)
 	}
 	t.Run("chdb_26", func(t *testing.T) { compareWithChDBRange(t, conn, db, got, rng, false) })
+}
+
+// sumWhereKey sums col over a budget's budget_burn rows.
+func sumWhereKey(t *testing.T, res *Result, budget, col string) float64 {
+	t.Helper()
+	var s float64
+	for _, row := range res.Rows {
+		if row[res.Col("budget")] == budget {
+			s += num(t, res, row, col)
+		}
+	}
+	return s
 }

@@ -6,14 +6,28 @@ SELECT budget, unit, window_start_ms, holder, splitByChar(':', holder)[1] AS pro
     lease_messages
 FROM
 (
-    SELECT lease_budget AS budget, lease_window_start_ms AS window_start_ms, lease_holder AS holder,
-        argMaxIf(lease_used, lease_seq, type != 'LeaseGranted') AS spent,
-        argMaxIf(lease_returned, lease_seq, type != 'LeaseGranted') AS returned,
-        max(lease_granted) AS granted,
+    SELECT budget, window_start_ms, holder,
+        argMaxIf(used, seq, type != 'LeaseGranted') AS spent,
+        argMaxIf(returned_, seq, type != 'LeaseGranted') AS returned,
+        max(granted_) AS granted,
         uniqExact(event_id) AS lease_messages
-    FROM {db}.events
-    WHERE type IN ('LeaseRequested', 'LeaseGranted', 'LeaseReturned') AND lease_budget != ''
-        AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
+    FROM
+    (
+        -- The lease payloads are flat and the envelope has none of these
+        -- keys, so visitParamExtract* reads the lease's own fields.
+        SELECT type, event_id,
+            visitParamExtractString(payload, 'budget') AS budget,
+            visitParamExtractString(payload, 'holder') AS holder,
+            visitParamExtractInt(payload, 'window_start_ms') AS window_start_ms,
+            visitParamExtractInt(payload, 'seq') AS seq,
+            visitParamExtractInt(payload, 'granted') AS granted_,
+            visitParamExtractInt(payload, 'returned') AS returned_,
+            visitParamExtractInt(payload, 'used') AS used
+        FROM {db}.events
+        WHERE type IN ('LeaseRequested', 'LeaseGranted', 'LeaseReturned')
+            AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})
+    )
+    WHERE budget != ''
     GROUP BY budget, window_start_ms, holder
 ) AS l
 ANY LEFT JOIN
