@@ -49,6 +49,7 @@ type eventCols struct {
 	partial              []uint8
 	configVersion        []string
 	configSource         []string
+	budgets              []string
 	shadowBuckets        []int32
 	shadowLimited        []uint8
 	shadowReason         []string
@@ -116,6 +117,7 @@ func (c *eventCols) reset() {
 	c.partial = c.partial[:0]
 	c.configVersion = c.configVersion[:0]
 	c.configSource = c.configSource[:0]
+	c.budgets = c.budgets[:0]
 	c.shadowBuckets = c.shadowBuckets[:0]
 	c.shadowLimited = c.shadowLimited[:0]
 	c.shadowReason = c.shadowReason[:0]
@@ -183,6 +185,7 @@ func (c *eventCols) add(r *Row) {
 	c.partial = append(c.partial, r.Partial)
 	c.configVersion = append(c.configVersion, r.ConfigVersion)
 	c.configSource = append(c.configSource, r.ConfigSource)
+	c.budgets = append(c.budgets, r.Budgets)
 	c.shadowBuckets = append(c.shadowBuckets, r.ShadowBuckets)
 	c.shadowLimited = append(c.shadowLimited, r.ShadowLimited)
 	c.shadowReason = append(c.shadowReason, r.ShadowReason)
@@ -219,7 +222,7 @@ func (c *eventCols) slices() []any {
 		c.requestID, c.attempt, c.node, c.scope, c.tenant, c.keyID, c.route, c.class, c.status, c.reason,
 		c.gatewayDecision, c.limitPath, c.limitDimension, c.retryClass, c.retryAfterMs, c.needed, c.available,
 		c.holdTTLMs, c.maxWaitMs, c.deadlineMs, c.reqPath, c.promptFamily, c.contextBand, c.fallback, c.partial,
-		c.configVersion, c.configSource, c.shadowBuckets, c.shadowLimited, c.shadowReason, c.shadowLimitPath,
+		c.configVersion, c.configSource, c.budgets, c.shadowBuckets, c.shadowLimited, c.shadowReason, c.shadowLimitPath,
 		c.shadowLimitDim, c.shadowNeeded, c.shadowAvailable, c.httpStatus, c.provider, c.deployment, c.model, c.estInputTokens,
 		c.estOutputTokens, c.estCachedInputTokens, c.estSpendMicros, c.inputTokens, c.outputTokens,
 		c.cachedInputTokens, c.spendMicros, c.queueMs, c.firstByteMs, c.totalMs, c.attempts, c.streaming,

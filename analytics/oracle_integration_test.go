@@ -483,6 +483,9 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 		cols []string
 	}{{"events", eventColumns}, {"bucket_capacity", capacityColumns}} {
 		rows := dumpTable(t, conn, db, tbl.name, tbl.cols)
+		if len(rows) == 0 {
+			continue // a log without limits (budgetCases) has no bucket_capacity
+		}
 		inserts = append(inserts, insert{SQL: "INSERT INTO `sluice`." + tbl.name + " (" + strings.Join(tbl.cols, ", ") + ") FORMAT JSONEachRow", Rows: rows})
 	}
 	var queries []map[string]string
@@ -536,7 +539,7 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 			t.Errorf("%s: %d rows on 26.x, %d on 18.16", qq.Name, len(cur.Rows), len(old.Rows))
 			continue
 		}
-		if len(old.Rows) == 0 && requireRows {
+		if len(old.Rows) == 0 && requireRows && !noSynthRows[qq.Name] {
 			t.Errorf("%s: no rows on the fixture", qq.Name)
 		}
 		for i := range old.Rows {
@@ -548,6 +551,10 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 		}
 	}
 }
+
+// noSynthRows are the queries the generated week has no events for (it
+// has no cross-scope budgets); TestIntegrationOracleBudgets gives them rows.
+var noSynthRows = map[string]bool{"budget_burn": true}
 
 // sameValue compares an 18.16 value (string, int64, float64) with chDB's
 // JSON (64-bit integers quoted): floats to 1e-9 relative.

@@ -152,8 +152,15 @@ func recordLoad(t *testing.T, scenario string) []synth.Record {
 	// "until the topics go quiet" can take minutes: read up to the end
 	// offsets of this moment instead. Control records (transaction markers)
 	// are kept so that every offset below the end is seen.
-	topics := bus.NamesWithPrefix("").All()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(st.Brokers...), kgo.ConsumeTopics(topics...),
+	return readToEnd(t, ctx, st.Brokers, bus.NamesWithPrefix("").All())
+}
+
+// readToEnd reads topics (read_committed) up to their end offsets of this
+// moment: the records that decode as events, partitions folded onto the
+// fixture topic's two.
+func readToEnd(t *testing.T, ctx context.Context, brokers, topics []string) []synth.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ var eventColumns = []string{
 	"request_id", "attempt", "node", "scope", "tenant", "key_id", "route", "class",
 	"status", "reason", "gateway_decision", "limit_path", "limit_dimension", "retry_class",
 	"retry_after_ms", "needed", "available", "hold_ttl_ms", "max_wait_ms", "deadline_ms",
-	"req_path", "prompt_family", "context_band", "fallback", "partial", "config_version", "config_source",
+	"req_path", "prompt_family", "context_band", "fallback", "partial", "config_version", "config_source", "budgets",
 	"shadow_buckets", "shadow_limited", "shadow_reason", "shadow_limit_path", "shadow_limit_dimension",
 	"shadow_needed", "shadow_available",
 	"http_status", "provider", "deployment", "model",
@@ -72,6 +72,11 @@ type Row struct {
 	ReqPath, PromptFamily, ContextBand string
 	Fallback, Partial                  uint8
 	ConfigVersion, ConfigSource        string
+	// Budgets are a ConfigChanged's cross-scope budgets (ledger/budget),
+	// one JSON object a line ({"id","level","subject","unit","limit",
+	// "window"}; BudgetLines): budget_burn's limits. The ledger document
+	// is base64 in the payload and 18.16 cannot decode it.
+	Budgets string
 	// Shadow* are a granted Decision's shadow verdict (schemas.ShadowVerdict):
 	// ShadowBuckets how many shadow buckets it passed (0: no verdict),
 	// ShadowLimited whether one could not cover it, and that bucket.
@@ -104,7 +109,7 @@ func (r *Row) values() []any {
 		r.RequestID, r.Attempt, r.Node, r.Scope, r.Tenant, r.KeyID, r.Route, r.Class,
 		r.Status, r.Reason, r.GatewayDecision, r.LimitPath, r.LimitDimension, r.RetryClass,
 		r.RetryAfterMs, r.Needed, r.Available, r.HoldTTLMs, r.MaxWaitMs, r.DeadlineMs,
-		r.ReqPath, r.PromptFamily, r.ContextBand, r.Fallback, r.Partial, r.ConfigVersion, r.ConfigSource,
+		r.ReqPath, r.PromptFamily, r.ContextBand, r.Fallback, r.Partial, r.ConfigVersion, r.ConfigSource, r.Budgets,
 		r.ShadowBuckets, r.ShadowLimited, r.ShadowReason, r.ShadowLimitPath, r.ShadowLimitDimension,
 		r.ShadowNeeded, r.ShadowAvailable,
 		r.HTTPStatus, r.Provider, r.Deployment, r.Model,
@@ -266,6 +271,7 @@ func fillEvent(r *Row, e *schemas.Event) {
 		r.Reason = e.Tick.Reason
 	case e.ConfigChanged != nil:
 		r.ConfigVersion, r.ConfigSource = e.ConfigChanged.ConfigVersion, e.ConfigChanged.Source
+		r.Budgets = BudgetLines(e.ConfigChanged.Ledger)
 	}
 	if e.ConfigChanged != nil {
 		r.Capacities = CapacityRows(r, e)
@@ -306,4 +312,44 @@ func ContextBand(inputTokens int64) string {
 		}
 	}
 	return ContextBands[len(ContextBands)-1].Name
+}
+
+// BudgetLines renders the cross-scope budgets of a ledger document (its
+// "budget" section, ledger/budget.Config) as one compact JSON object a
+// line, the form of events.budgets: flat objects that visitParamExtract
+// reads on every engine. A document without budgets (or that does not
+// parse: the ledger refuses it too) gives "".
+func BudgetLines(ledgerDoc []byte) string {
+	var doc struct {
+		Budget *struct {
+			Budgets []budgetLine `json:"budgets"`
+		} `json:"budget"`
+	}
+	if len(ledgerDoc) == 0 || json.Unmarshal(ledgerDoc, &doc) != nil || doc.Budget == nil {
+		return ""
+	}
+	var sb strings.Builder
+	for i, b := range doc.Budget.Budgets {
+		line, err := json.Marshal(b)
+		if err != nil {
+			continue
+		}
+		if i > 0 {
+			sb.WriteByte('\n')
+		}
+		sb.Write(line)
+	}
+	return sb.String()
+}
+
+// budgetLine is the part of a ledger/budget.Budget that budget_burn reads
+// (the package's own type is not imported: analytics reads the log, it
+// does not depend on the ledger's internals).
+type budgetLine struct {
+	ID      string `json:"id"`
+	Level   string `json:"level"`
+	Subject string `json:"subject"`
+	Unit    string `json:"unit"`
+	Limit   int64  `json:"limit"`
+	Window  string `json:"window"`
 }

@@ -31,7 +31,7 @@ func TestIntegrationReportGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "report: 34/34") {
+	if !strings.Contains(progress.String(), "report: 36/36") {
 		t.Errorf("progress lines: %q", progress.String())
 	}
 	if *update {

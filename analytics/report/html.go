@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"time"
 )
 
 // ChartLabelWidth is the width of a chart's label column, in CSS pixels;
@@ -82,6 +83,9 @@ func charts(rep *Report) []chart {
 		func(s *Section, row []any) bool { return row[col(s, "provider")] != "" }, keys)
 	add("ratio_429", "Provider 429 ratio by model", "429s ÷ upstream attempts", by("model"), keys)
 	add("outcome_mix", "Outcome mix", "share of requests", nil, keys)
+	add("budget_burn", "Budget burn by provider", "% of the budget's limit spent", nil, func(s *Section, row []any) string {
+		return fmtVal(row[col(s, "budget")]) + " " + day(time.UnixMilli(int64(toF(row[col(s, "window_start_ms")])))) + " " + fmtVal(row[col(s, "holder")])
+	})
 	return out
 }
 

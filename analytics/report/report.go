@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -192,6 +193,7 @@ var specs = []spec{
 	{"daily_headroom", "Daily-quota headroom", []string{"scope", "bucket"}, "headroom"},
 	{"scope_429", "Provider 429s by scope", []string{"scope"}, "ratio"},
 	{"shadow_limits", "Shadow limits (evaluated, never enforced)", []string{"scope", "tenant", "class", "limit_path", "dimension"}, "refuse_share"},
+	{"budget_burn", "Budget burn by provider (cross-scope budgets and their leases)", []string{"budget", "window_start_ms", "holder"}, "pct_of_limit"},
 }
 
 // LastFullWeek returns the last full ISO week (Monday 00:00 UTC to the
@@ -288,8 +290,11 @@ func Build(ctx context.Context, src Source, r analytics.Range, o Options) (*Repo
 				sec.Prev = append(sec.Prev, nil)
 			}
 		}
-		if s.name == "shadow_limits" {
+		switch s.name {
+		case "shadow_limits":
 			sec.Summary = shadowSummary(cur[s.name], old[s.name])
+		case "budget_burn":
+			sec.Summary = budgetSummary(cur[s.name])
 		}
 		rep.Sections = append(rep.Sections, sec)
 	}
@@ -558,6 +563,59 @@ func shadowSummary(cur, old *analytics.Result) string {
 		s += fmt.Sprintf(". The week before: %.1f %%", 100*sumCol(old, "would_refuse")/pe)
 	}
 	return s + ". Enforced, these grants would have waited in the queue or been refused, and the traffic behind them would have changed too."
+}
+
+// budgetSummary says per budget and window what its holders spent of the
+// limit, by provider, and what is still leased unspent: the rows give the
+// same per holder, the sentence adds them up (each holder's counters are
+// its own, so the budget's spent is their sum).
+func budgetSummary(res *analytics.Result) string {
+	if res == nil || len(res.Rows) == 0 {
+		return "No lease messages in this range: no cross-scope budget (ledger.budget) was spent."
+	}
+	type burn struct {
+		budget, unit string
+		window       float64
+		limit        float64
+		spent, out   float64
+		by           []string
+	}
+	var order []string
+	all := map[string]*burn{}
+	bi, ui, wi, li := res.Col("budget"), res.Col("unit"), res.Col("window_start_ms"), res.Col("budget_limit")
+	pi, si, oi := res.Col("provider"), res.Col("spent"), res.Col("outstanding")
+	for _, row := range res.Rows {
+		k := fmt.Sprint(row[bi]) + "@" + fmtVal(row[wi])
+		b := all[k]
+		if b == nil {
+			b = &burn{budget: fmt.Sprint(row[bi]), unit: fmt.Sprint(row[ui]), window: toF(row[wi]), limit: toF(row[li])}
+			all[k] = b
+			order = append(order, k)
+		}
+		b.spent += toF(row[si])
+		b.out += toF(row[oi])
+		b.by = append(b.by, fmt.Sprintf("%s %s", row[pi], fmtNum(toF(row[si]))))
+	}
+	var parts []string
+	for _, k := range order {
+		b := all[k]
+		win := day(time.UnixMilli(int64(b.window)))
+		p := fmt.Sprintf("%s (window from %s): %s", b.budget, win, fmtNum(b.spent))
+		if b.limit > 0 {
+			p += fmt.Sprintf(" of %s %s spent (%.1f %%)", fmtNum(b.limit), b.unit, 100*b.spent/b.limit)
+			if b.spent > b.limit {
+				p += fmt.Sprintf(", OVERSPENT by %s", fmtNum(b.spent-b.limit))
+			}
+		} else {
+			p += " spent (no limit in the log's config)"
+		}
+		p += " — " + strings.Join(b.by, ", ")
+		if b.out > 0 {
+			p += fmt.Sprintf("; %s leased and not spent", fmtNum(b.out))
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, "; ") + "."
 }
 
 // shadowEvaluated sums the evaluated grants once per scope, tenant and
