@@ -327,3 +327,13 @@ func TestReadUpstream(t *testing.T) {
 		t.Fatalf("error %v, want boom", err)
 	}
 }
+
+// TestSluiceHeadersCanonical checks the keys setSluiceHeaders stores
+// without Set's canonicalization.
+func TestSluiceHeadersCanonical(t *testing.T) {
+	for _, k := range []string{HeaderRequestID, HeaderQueueMs, HeaderAttempts} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header %q is not canonical (%q)", k, c)
+		}
+	}
+}
