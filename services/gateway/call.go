@@ -266,8 +266,8 @@ func (c *call) run() {
 		}
 	}()
 	gone := c.ctx.Done()
-	wake := time.NewTimer(time.Hour)
-	defer wake.Stop()
+	wake := getWakeTimer()
+	defer putWakeTimer(wake)
 	pending := []lifecycle.Input{{Kind: lifecycle.Start}}
 	for {
 		for len(pending) > 0 {
