@@ -499,6 +499,10 @@ func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
 	case "":
 		return true
 	case "role":
+		if r := knownRole(v); r != nil {
+			m.Role = r
+			return true
+		}
 		return stringPtrMember(v, &m.Role)
 	case "content":
 		m.Content = v // the message is read by openAIMessageFrom, which copies what it keeps
@@ -513,6 +517,27 @@ func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
 		return stringPtrMember(v, &m.ToolCallID)
 	}
 	return stringPtrMember(v, &m.Refusal)
+}
+
+// chatRoles are the roles a chat message names, for knownRole.
+var chatRoles = [...]string{"system", "user", "assistant", "tool", "developer", "function"}
+
+// knownRole is a pointer to the role v (a JSON string checked by jsonscan)
+// names when it is one of chatRoles spelled without escapes, as
+// stringPtrMember would decode it, but without allocating the string and
+// its pointer per message; nil otherwise. The pointer is only read
+// (openAIMessageFrom copies the string).
+func knownRole(v []byte) *string {
+	if len(v) < 2 || v[0] != '"' {
+		return nil
+	}
+	in := v[1 : len(v)-1]
+	for i := range chatRoles {
+		if string(in) == chatRoles[i] {
+			return &chatRoles[i]
+		}
+	}
+	return nil
 }
 
 // stringPtrMember decodes a *string member (v checked by jsonscan): null
