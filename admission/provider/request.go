@@ -252,7 +252,7 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		}
 	default:
 		if key != "" {
-			set("Authorization", "Bearer "+key)
+			set("Authorization", p.BearerAuth()) // "Bearer " + key, built once
 		}
 	}
 	return up, x, nil
