@@ -102,10 +102,16 @@ type Provider struct {
 	Deployment string `yaml:"deployment,omitempty"` // Azure deployment name
 
 	apiKey string
+	bearer string // "Bearer " + apiKey, built once with it
 }
 
 // APIKey returns the provider credential read from the environment.
 func (p *Provider) APIKey() string { return p.apiKey }
+
+// BearerAuth is the OpenAI-style Authorization value of the credential
+// ("Bearer " + APIKey(), "" without one), built when the key is read so
+// that a request does not build it again.
+func (p *Provider) BearerAuth() string { return p.bearer }
 
 // Route maps a public model name to ordered upstream candidates. The first
 // candidate is the primary; the others are fallbacks, used only when the
@@ -427,6 +433,9 @@ func (c *Config) finishProviders(getenv func(string) string, add func(string, st
 		}
 		if p.APIKeyEnv != "" {
 			p.apiKey = getenv(p.APIKeyEnv)
+			if p.apiKey != "" {
+				p.bearer = "Bearer " + p.apiKey
+			}
 			if p.apiKey == "" {
 				add(at+".api_key_env", "environment variable %s is empty or unset", p.APIKeyEnv)
 			}
@@ -1000,7 +1009,16 @@ func (c *Config) ClassNames() []string {
 func (c *Config) LedgerJSON() []byte { return c.ledgerJSON }
 
 // Lookup returns the identity of a presented API key, or nil.
-func (c *Config) Lookup(key string) *Identity { return c.keys[HashKey(key)] }
+//
+// It is HashKey's lookup with the hex digest in a stack array: a map index
+// by string(bytes) does not build the string, so a request's lookup costs
+// no allocation for it.
+func (c *Config) Lookup(key string) *Identity {
+	sum := sha256.Sum256([]byte(key))
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return c.keys[string(h[:])]
+}
 
 // Route returns the route of a public model name, or nil.
 func (c *Config) Route(model string) *Route { return c.routes[model] }

@@ -51,6 +51,8 @@ func FuzzParseOpenAIChatFast(f *testing.F) {
 	f.Add([]byte(`{"MODEL":"m","Messages":[{"ROLE":"user","content":"a","Content":null,"refusal":"r"}],"max_tokens":null,"n":2,"stream":false,"stream_options":{"include_usage":true}}`))
 	f.Add([]byte(`{"model":"m","m\u0065ssages":[{"role":"user","content":"a"}]}`))
 	f.Add([]byte(`{"model":"m\u00e9","messages":[{"role":"user","content":[{"type":"text","text":"a"}],"tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}],"tools":[{"type":"function","function":{"name":"f"}}]}`))
+	// Repeated keys decode into what the last one left (unmarshalInto).
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"a","tool_calls":[{}],"tool_calls":null}],"stream":true,"stream_options":{"include_usage":true},"stream_options":{},"n":2,"n":null,"max_tokens":5,"max_tokens":7}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		for _, p := range []struct {
 			name  string

@@ -395,7 +395,8 @@ func parseOpenAIChatScan(body []byte) (Request, bool) {
 	}) || !ok || b.Model == nil || requireModel(b.Model, true) != nil || firstByte(messages) != '[' {
 		return Request{}, false
 	}
-	var msgs []openAIMessage
+	var room [4]openAIMessage // most bodies have a few messages: no allocation for them
+	msgs := room[:0]
 	if !jsonscan.Array(messages, func(v []byte) {
 		if !ok {
 			return
@@ -452,24 +453,38 @@ func (b *openAIChatBody) member(key []byte, escaped bool, v []byte, messages *[]
 		*messages = v
 		return true
 	case "max_tokens":
-		b.MaxTokens = append(b.MaxTokens[:0], v...)
+		b.MaxTokens = v // read as a number by finish, not kept
 		return true
 	case "max_completion_tokens":
-		b.MaxCompletionTokens = append(b.MaxCompletionTokens[:0], v...)
+		b.MaxCompletionTokens = v
 		return true
 	case "response_format":
 		b.ResponseFormat = append(b.ResponseFormat[:0], v...)
 		return true
 	case "tools":
-		return json.Unmarshal(v, &b.Tools) == nil
+		return unmarshalInto(v, &b.Tools)
 	case "functions":
-		return json.Unmarshal(v, &b.Functions) == nil
+		return unmarshalInto(v, &b.Functions)
 	case "n":
-		return json.Unmarshal(v, &b.N) == nil
+		return unmarshalInto(v, &b.N)
 	case "stream":
-		return json.Unmarshal(v, &b.Stream) == nil
+		return unmarshalInto(v, &b.Stream)
 	}
-	return json.Unmarshal(v, &b.StreamOptions) == nil
+	return unmarshalInto(v, &b.StreamOptions)
+}
+
+// unmarshalInto is json.Unmarshal(v, p) == nil through a copy of *p that
+// starts as *p (so a repeated key decodes into what the last one left, as
+// Unmarshal into the struct field would): only the copy is handed to
+// Unmarshal's interface and moves to the heap, not the whole struct the
+// field is in, and only when such a member is there.
+func unmarshalInto[T any](v []byte, p *T) bool {
+	t := *p
+	if json.Unmarshal(v, &t) != nil {
+		return false
+	}
+	*p = t
+	return true
 }
 
 // member decodes one member of a message into m as Unmarshal into the
@@ -484,20 +499,45 @@ func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
 	case "":
 		return true
 	case "role":
+		if r := knownRole(v); r != nil {
+			m.Role = r
+			return true
+		}
 		return stringPtrMember(v, &m.Role)
 	case "content":
-		m.Content = append(m.Content[:0], v...)
+		m.Content = v // the message is read by openAIMessageFrom, which copies what it keeps
 		return true
 	case "name":
 		return stringPtrMember(v, &m.Name)
 	case "tool_calls":
-		return json.Unmarshal(v, &m.ToolCalls) == nil
+		return unmarshalInto(v, &m.ToolCalls)
 	case "function_call":
-		return json.Unmarshal(v, &m.FunctionCall) == nil
+		return unmarshalInto(v, &m.FunctionCall)
 	case "tool_call_id":
 		return stringPtrMember(v, &m.ToolCallID)
 	}
 	return stringPtrMember(v, &m.Refusal)
+}
+
+// chatRoles are the roles a chat message names, for knownRole.
+var chatRoles = [...]string{"system", "user", "assistant", "tool", "developer", "function"}
+
+// knownRole is a pointer to the role v (a JSON string checked by jsonscan)
+// names when it is one of chatRoles spelled without escapes, as
+// stringPtrMember would decode it, but without allocating the string and
+// its pointer per message; nil otherwise. The pointer is only read
+// (openAIMessageFrom copies the string).
+func knownRole(v []byte) *string {
+	if len(v) < 2 || v[0] != '"' {
+		return nil
+	}
+	in := v[1 : len(v)-1]
+	for i := range chatRoles {
+		if string(in) == chatRoles[i] {
+			return &chatRoles[i]
+		}
+	}
+	return nil
 }
 
 // stringPtrMember decodes a *string member (v checked by jsonscan): null
@@ -511,7 +551,7 @@ func stringPtrMember(v []byte, p **string) bool {
 			return true
 		}
 	}
-	return json.Unmarshal(v, p) == nil
+	return unmarshalInto(v, p)
 }
 
 // parseOpenAIChatFast parses a well-formed body in two decoding passes (the

@@ -295,7 +295,9 @@ func New(cfg Config, req Request) *Lifecycle {
 	if len(order) == 0 || cfg.AnswerTimeoutMs <= 0 {
 		panic("lifecycle: a request needs an eligible target and an answer bound")
 	}
-	return &Lifecycle{cfg: cfg, req: req, order: order}
+	// Step reuses out; sized once for the effects a step emits (a handful),
+	// it is one allocation per request instead of one per doubling.
+	return &Lifecycle{cfg: cfg, req: req, order: order, out: make([]Effect, 0, 8)}
 }
 
 // Done reports whether the client has its answer and nothing is held.

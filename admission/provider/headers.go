@@ -58,6 +58,9 @@ func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Ob
 		} else if ms, ok := ParseDurationMs(h.Get(k.reset)); ok {
 			o.ResetMs = ms
 		}
+		if out == nil {
+			out = make([]schemas.Observation, 0, len(keys)) // one allocation for all (nil still when none)
+		}
 		out = append(out, o)
 	}
 	return out

@@ -219,31 +219,40 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		// the provider rather than echo it anyway.
 		return nil, x, fmt.Errorf("build request for provider %s: invalid base_url", p.Name)
 	}
-	up.Header.Set("Content-Type", "application/json")
+	// The values share one backing array (one allocation, not one per
+	// header); the keys are canonical, so they are stored as Set would
+	// store them (TestNewRequest checks).
+	vals := make([]string, 0, 5)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		n := len(vals)
+		up.Header[k] = vals[n-1 : n : n]
+	}
+	set("Content-Type", "application/json")
 	if req.Stream {
-		up.Header.Set("Accept", "text/event-stream")
+		set("Accept", "text/event-stream")
 	}
 	key := p.APIKey()
 	switch p.Kind {
 	case schemas.ProviderAzure:
 		if key != "" {
-			up.Header.Set("api-key", key)
+			set("Api-Key", key)
 		}
 	case schemas.ProviderAnthropic:
 		if key != "" {
-			up.Header.Set("x-api-key", key)
+			set("X-Api-Key", key)
 		}
-		up.Header.Set("anthropic-version", p.APIVersion)
+		set("Anthropic-Version", p.APIVersion)
 		if a.AnthropicBeta != "" {
-			up.Header.Set("anthropic-beta", a.AnthropicBeta)
+			set("Anthropic-Beta", a.AnthropicBeta)
 		}
 	case schemas.ProviderGemini:
 		if key != "" {
-			up.Header.Set("x-goog-api-key", key)
+			set("X-Goog-Api-Key", key)
 		}
 	default:
 		if key != "" {
-			up.Header.Set("Authorization", "Bearer "+key)
+			set("Authorization", p.BearerAuth()) // "Bearer " + key, built once
 		}
 	}
 	return up, x, nil

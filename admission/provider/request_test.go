@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -41,7 +42,8 @@ ledger:
 }
 
 // TestNewRequest: every provider kind's URL, credential header, other
-// headers and body rewrite, per API.
+// headers (canonical keys, one value each, as Set stores them) and body
+// rewrite, per API.
 func TestNewRequest(t *testing.T) {
 	cfg := testProviders(t)
 	chat := `{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0.5,"stop":"END"}`
@@ -121,6 +123,11 @@ func TestNewRequest(t *testing.T) {
 			for k, want := range tc.header {
 				if got := up.Header.Get(k); got != want {
 					t.Errorf("header %s = %q, want %q", k, got, want)
+				}
+			}
+			for k, v := range up.Header { // stored as Header.Set stores them
+				if k != http.CanonicalHeaderKey(k) || len(v) != 1 || cap(v) != 1 {
+					t.Errorf("header %q = %q (cap %d): not as Set would store it", k, v, cap(v))
 				}
 			}
 			if forced.ForcedUsage != tc.forced {

@@ -266,8 +266,8 @@ func (c *call) run() {
 		}
 	}()
 	gone := c.ctx.Done()
-	wake := time.NewTimer(time.Hour)
-	defer wake.Stop()
+	wake := getWakeTimer()
+	defer putWakeTimer(wake)
 	pending := []lifecycle.Input{{Kind: lifecycle.Start}}
 	for {
 		for len(pending) > 0 {
@@ -548,8 +548,12 @@ func (r *recorder) savedHeader() http.Header {
 
 // setSluiceHeaders adds the request id, queue wait and attempt count to a
 // successful response.
+//
+// The keys are canonical (TestSluiceHeadersCanonical), so the values are
+// stored as Set would store them, but the three share one backing array:
+// one allocation per answer instead of three.
 func (c *call) setSluiceHeaders(h http.Header) {
-	h.Set(HeaderRequestID, c.reqID)
-	h.Set(HeaderQueueMs, strconv.FormatInt(c.lc.QueueMs(), 10))
-	h.Set(HeaderAttempts, strconv.FormatInt(int64(c.lc.Attempts()), 10))
+	v := make([]string, 3)
+	v[0], v[1], v[2] = c.reqID, strconv.FormatInt(c.lc.QueueMs(), 10), strconv.FormatInt(int64(c.lc.Attempts()), 10)
+	h[HeaderRequestID], h[HeaderQueueMs], h[HeaderAttempts] = v[0:1:1], v[1:2:2], v[2:3:3]
 }

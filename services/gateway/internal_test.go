@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/config"
@@ -295,5 +297,43 @@ func TestReloader(t *testing.T) {
 				t.Errorf("%d ConfigChanged published, want %d", len(published), tc.published)
 			}
 		})
+	}
+}
+
+// TestReadUpstream checks that readUpstream reads what
+// io.ReadAll(io.LimitReader(r, limit)) reads, whatever the Content-Length
+// claims.
+func TestReadUpstream(t *testing.T) {
+	body := strings.Repeat("0123456789", 100)
+	for _, tc := range []struct {
+		name        string
+		size, limit int64
+	}{
+		{"exact", 1000, 1 << 20}, {"unknown", -1, 1 << 20}, {"short claim", 10, 1 << 20},
+		{"long claim", 5000, 1 << 20}, {"zero claim", 0, 1 << 20}, {"over the hint", 2 << 20, 4 << 20},
+		{"limit below body", 1000, 300}, {"limit below claim", 5000, 999}, {"limit at body", 1000, 1000},
+		{"limit zero", 1000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, _ := io.ReadAll(io.LimitReader(iotest.OneByteReader(strings.NewReader(body)), tc.limit))
+			got, err := readUpstream(iotest.HalfReader(strings.NewReader(body)), tc.size, tc.limit)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("readUpstream = %d bytes, %v; want %d bytes", len(got), err, len(want))
+			}
+		})
+	}
+	boom := errors.New("boom")
+	if _, err := readUpstream(iotest.ErrReader(boom), 10, 100); !errors.Is(err, boom) {
+		t.Fatalf("error %v, want boom", err)
+	}
+}
+
+// TestSluiceHeadersCanonical checks the keys setSluiceHeaders stores
+// without Set's canonicalization.
+func TestSluiceHeadersCanonical(t *testing.T) {
+	for _, k := range []string{HeaderRequestID, HeaderQueueMs, HeaderAttempts} {
+		if c := http.CanonicalHeaderKey(k); c != k {
+			t.Errorf("header %q is not canonical (%q)", k, c)
+		}
 	}
 }

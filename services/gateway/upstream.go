@@ -58,7 +58,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 		return lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: resp.StatusCode, Observations: obs}}
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, upstreamBodyMax))
+	body, err := readUpstream(resp.Body, resp.ContentLength, upstreamBodyMax)
 	firstByteMs := time.Since(sent).Milliseconds()
 	if err != nil {
 		return done(lifecycle.Upstream{Failure: c.cancelReason(), Observations: obs})
@@ -77,6 +77,42 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	return done(lifecycle.Upstream{Status: resp.StatusCode, Observations: obs, FirstByteMs: firstByteMs, TotalMs: time.Since(sent).Milliseconds(),
 		Usage: lifecycle.Usage{InputTokens: ans.Usage.InputTokens, CachedInputTokens: ans.Usage.CachedInputTokens, OutputTokens: ans.Usage.OutputTokens}})
 }
+
+// readUpstream is io.ReadAll(io.LimitReader(r, limit)) into one buffer
+// sized from the answer's Content-Length (size, -1 when unknown) when it
+// is small, so that a typical answer is read with one allocation instead
+// of ReadAll's growing chunks and the LimitReader. A size that lies only
+// costs growth; the limit is the limit either way.
+func readUpstream(r io.Reader, size, limit int64) ([]byte, error) {
+	if size < 0 || size > upstreamSizeHintMax {
+		return io.ReadAll(io.LimitReader(r, limit))
+	}
+	b := make([]byte, 0, min(size, limit)+1) // +1: room for the read that sees EOF
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		room := b[len(b):cap(b)]
+		if left := limit - int64(len(b)); int64(len(room)) > left {
+			room = room[:left]
+		}
+		if len(room) == 0 {
+			return b, nil
+		}
+		n, err := r.Read(room)
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// upstreamSizeHintMax bounds the buffer readUpstream sizes from an
+// answer's Content-Length before any byte has arrived.
+const upstreamSizeHintMax = 1 << 20
 
 // cancelReason names why an attempt ended without an answer.
 func (c *call) cancelReason() schemas.Reason {
