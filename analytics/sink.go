@@ -287,6 +287,7 @@ type chInserter struct {
 	database string       // for the retry check; "" = no check (InsertRows: one attempt)
 	m        *SinkMetrics // optional: counts rows a retry found already written
 	cols     eventCols    // reused between inserts; insert is never concurrent
+	prepCols eventCols    // prepare's: it may run beside an insert
 
 	// unsettled holds the query ids of the last attempt, when it failed. A
 	// failed insert is not a lost insert: an attempt that timed out after
@@ -326,6 +327,73 @@ func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 			return err
 		}
 	}
+	return c.insertBatchCapacities(ctx, rows)
+}
+
+// preparedInsert is a batch's events insert opened and filled ahead of
+// time (chInserter.prepare), waiting to be sent.
+type preparedInsert struct {
+	rows   []pending // the batch it was filled from
+	id     string    // its query id
+	batch  driver.Batch
+	cancel context.CancelFunc
+	err    error // prepare failed: insert the usual way
+}
+
+func (p *preparedInsert) abort() {
+	if p.batch != nil {
+		_ = p.batch.Abort()
+	}
+	p.cancel()
+}
+
+// prepare opens the events insert of rows and hands the driver every
+// column, so that this client-side work (about half the sink's CPU per
+// event: the driver copies each string into its column) overlaps the
+// server's work on the batch before. Called from the poll loop only, while
+// at most one other insert runs; it uses its own columns and touches no
+// retry state. The returned insert is sent by insertPrepared or aborted.
+func (c *chInserter) prepare(ctx context.Context, rows []pending) *preparedInsert {
+	pctx, cancel := context.WithCancel(ctx)
+	p := &preparedInsert{rows: rows, id: newQueryID(), cancel: cancel}
+	b, err := c.conn.PrepareBatch(clickhouse.Context(pctx, clickhouse.WithQueryID(p.id)), c.sql)
+	if err != nil {
+		p.err = fmt.Errorf("prepare insert: %w", err)
+		return p
+	}
+	p.batch = b
+	c.prepCols.reset()
+	for i := range rows {
+		c.prepCols.add(&rows[i].row)
+	}
+	if err := c.prepCols.appendTo(b); err != nil {
+		p.err = fmt.Errorf("append %d rows: %w", len(rows), err)
+	}
+	return p
+}
+
+// insertPrepared is insert for a batch prepare filled: it sends it, under
+// the same timeout, counted from the send (the wait for the batch before
+// is not the server's time on this one). After a failed attempt (settle
+// is due) or a failed prepare it falls back to insert.
+func (c *chInserter) insertPrepared(ctx context.Context, rows []pending, p *preparedInsert) error {
+	if len(c.unsettled) > 0 || p.err != nil || len(p.rows) != len(rows) || (len(rows) > 0 && &p.rows[0] != &rows[0]) {
+		p.abort()
+		return c.insert(ctx, rows)
+	}
+	defer p.cancel()
+	stop := context.AfterFunc(ctx, p.cancel) // the flight's cancel reaches the send
+	defer stop()
+	t := time.AfterFunc(insertTimeoutFor(len(rows)), p.cancel)
+	defer t.Stop()
+	if err := p.batch.Send(); err != nil {
+		c.unsettled = []string{p.id}
+		return fmt.Errorf("send %d rows: %w", len(rows), err)
+	}
+	return c.insertBatchCapacities(ctx, rows)
+}
+
+func (c *chInserter) insertBatchCapacities(ctx context.Context, rows []pending) error {
 	// The capacities of the whole batch: an attempt whose events insert
 	// timed out never sent them. bucket_capacity is read with FINAL, so
 	// a retried capacity insert that had in fact been written is harmless.
@@ -655,7 +723,7 @@ func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
 	if len(s.buf) == 0 {
 		return nil
 	}
-	if err := s.insertAndCommit(ctx, s.buf, maxAttempts, nil); err != nil {
+	if err := s.insertAndCommit(ctx, s.buf, maxAttempts, nil, nil); err != nil {
 		return err
 	}
 	clear(s.buf)
@@ -672,7 +740,16 @@ func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
 // a slow ClickHouse slows the poll loop down (backpressure) instead of
 // piling batches up in memory.
 func (s *sink) handOffLocked(ctx context.Context) error {
+	// Fill the next insert while the one in flight is still on the
+	// server; the buffer cannot change before it is sent (s.mu is held).
+	var prep *preparedInsert
+	if p, ok := s.ins.(preparer); ok && s.inflight != nil && len(s.buf) > 0 {
+		prep = p.prepare(ctx, s.buf)
+	}
 	if err := s.waitInflightLocked(false); err != nil {
+		if prep != nil {
+			prep.abort() // the failed batch goes back in front of the buffer
+		}
 		return err
 	}
 	if len(s.buf) == 0 {
@@ -686,9 +763,16 @@ func (s *sink) handOffLocked(ctx context.Context) error {
 	s.inflight = f
 	go func() {
 		defer cancel()
-		f.done <- flushResult{rows: rows, err: s.insertAndCommit(fctx, rows, 0, &f.failing)}
+		f.done <- flushResult{rows: rows, err: s.insertAndCommit(fctx, rows, 0, &f.failing, prep)}
 	}()
 	return nil
+}
+
+// preparer is an inserter that can fill a batch's insert ahead of time
+// (chInserter; the tests' fakes are not).
+type preparer interface {
+	prepare(ctx context.Context, rows []pending) *preparedInsert
+	insertPrepared(ctx context.Context, rows []pending, p *preparedInsert) error
 }
 
 // flight is the batch handOffLocked is inserting.
@@ -750,11 +834,18 @@ func (s *sink) waitInflightLocked(giveUp bool) error {
 
 // insertAndCommit inserts rows, retrying with capped exponential backoff
 // (maxAttempts 0 = until ctx ends), then commits their offsets.
-// failing (optional) is set once an attempt failed.
-func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts int, failing *atomic.Bool) error {
+// failing (optional) is set once an attempt failed. prep (optional) is the
+// batch's insert filled ahead of time: the first attempt sends it.
+func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts int, failing *atomic.Bool, prep *preparedInsert) error {
 	backoff := insertRetryMin
 	for attempt := 1; ; attempt++ {
-		err := s.ins.insert(ctx, rows)
+		var err error
+		if prep != nil {
+			err = s.ins.(preparer).insertPrepared(ctx, rows, prep)
+			prep = nil
+		} else {
+			err = s.ins.insert(ctx, rows)
+		}
 		if err == nil {
 			break
 		}

@@ -48,7 +48,9 @@ func TestIntegrationSinkTimedOutInsertWrittenOnce(t *testing.T) {
 	oldT, oldPR, oldMin, oldMax := insertTimeout, insertTimeoutPerRow, insertRetryMin, insertRetryMax
 	insertTimeout, insertTimeoutPerRow = 300*time.Millisecond, 0
 	insertRetryMin, insertRetryMax = 50*time.Millisecond, 200*time.Millisecond
-	t.Cleanup(func() { insertTimeout, insertTimeoutPerRow, insertRetryMin, insertRetryMax = oldT, oldPR, oldMin, oldMax })
+	t.Cleanup(func() {
+		insertTimeout, insertTimeoutPerRow, insertRetryMin, insertRetryMax = oldT, oldPR, oldMin, oldMax
+	})
 
 	conn := openCH(t)
 	db := testDatabase(t, conn)
