@@ -2,6 +2,8 @@ package analytics
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -30,11 +33,13 @@ const (
 
 // Insert retry and timing knobs. Variables so tests can shorten them.
 var (
-	insertRetryMin   = 100 * time.Millisecond
-	insertRetryMax   = 10 * time.Second
-	insertTimeout    = 30 * time.Second
-	revokeAttempts   = 3 // inserts tried in OnPartitionsRevoked before giving the records up
-	kafkaPingTimeout = 5 * time.Second
+	insertRetryMin      = 100 * time.Millisecond
+	insertRetryMax      = 10 * time.Second
+	insertTimeout       = 30 * time.Second       // per attempt, plus insertTimeoutPerRow per row
+	insertTimeoutPerRow = 300 * time.Microsecond // 100k rows: 30 s more
+	settlePoll          = 100 * time.Millisecond // how often settle looks for a failed insert still running
+	revokeAttempts      = 3                      // inserts tried in OnPartitionsRevoked before giving the records up
+	kafkaPingTimeout    = 5 * time.Second
 )
 
 // SinkConfig configures RunSink.
@@ -100,6 +105,10 @@ type SinkMetrics struct {
 	InsertErrors   prometheus.Counter // failed insert attempts (each retry counts)
 	InvalidRecords prometheus.Counter // records schemas.Decode rejected (stored as type 'invalid')
 	CommitErrors   prometheus.Counter // offset commits that failed after a successful insert
+	// RetryRowsWritten counts rows a retry did not insert again because
+	// the failed attempt had in fact written them (a timeout after the
+	// server received the block).
+	RetryRowsWritten prometheus.Counter
 }
 
 // NewSinkMetrics creates the counters and registers them on reg (nil means
@@ -131,6 +140,7 @@ func NewSinkMetrics(reg prometheus.Registerer) (*SinkMetrics, error) {
 		{&m.Batches, "batches_inserted_total", "Batches ClickHouse accepted."},
 		{&m.InsertErrors, "insert_errors_total", "Failed ClickHouse insert attempts; offsets stay uncommitted."},
 		{&m.InvalidRecords, "invalid_records_total", "Kafka records that did not decode as events; stored with type 'invalid'."},
+		{&m.RetryRowsWritten, "retry_rows_already_written_total", "Rows of a failed insert that ClickHouse had written all the same (a timeout after the block was sent); the retry skipped them."},
 		{&m.CommitErrors, "commit_errors_total", "Offset commits that failed after ClickHouse accepted the batch (rows will be re-read and deduplicated)."},
 	} {
 		if *c.dst, err = counter(c.name, c.help); err != nil {
@@ -149,7 +159,9 @@ func NewSinkMetrics(reg prometheus.Registerer) (*SinkMetrics, error) {
 // Delivery: offsets are committed only after ClickHouse accepted the batch
 // holding the records, so a crash or a failing insert means redelivery,
 // never loss; redelivered rows collapse in ReplacingMergeTree (see
-// README.md). A failing insert is retried with capped exponential backoff
+// README.md). A retried insert does not write a row twice: the retry first
+// waits for the failed attempt to end on the server and skips the rows it
+// wrote (chInserter.settle). A failing insert is retried with capped exponential backoff
 // and jitter until it succeeds or ctx ends; when ctx ends, RunSink returns
 // without inserting or committing what is pending. Rebalances are blocked
 // between poll and the end of processing (kgo.BlockRebalanceOnPoll); on
@@ -195,9 +207,10 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 	}
 
 	s := &sink{
-		cfg:       cfg,
-		log:       log,
-		ins:       &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database), capsSQL: insertCapacitySQL(cfg.Database)},
+		cfg: cfg,
+		log: log,
+		ins: &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database), capsSQL: insertCapacitySQL(cfg.Database),
+			database: cfg.Database, m: metrics},
 		m:         metrics,
 		ctx:       ctx,
 		batchSize: cfg.BatchSize,
@@ -268,16 +281,136 @@ type inserter interface {
 }
 
 type chInserter struct {
-	conn    driver.Conn
-	sql     string
-	capsSQL string
-	cols    eventCols // reused between inserts; insert is never concurrent
+	conn     driver.Conn
+	sql      string
+	capsSQL  string
+	database string       // for the retry check; "" = no check (InsertRows: one attempt)
+	m        *SinkMetrics // optional: counts rows a retry found already written
+	cols     eventCols    // reused between inserts; insert is never concurrent
+	prepCols eventCols    // prepare's: it may run beside an insert
+
+	// unsettled holds the query ids of the last attempt, when it failed. A
+	// failed insert is not a lost insert: an attempt that timed out after
+	// sending its block is finished by the server all the same (18.16
+	// writes a block, and its materialized views, as soon as it arrives;
+	// only the next read notices the client is gone). So the next attempt
+	// first waits for those queries to leave system.processes and then
+	// inserts only the rows not already stored (settle).
+	unsettled []string
+}
+
+// insertTimeoutFor is how long one insert attempt of n rows may take: a
+// base plus a share per row, so a large batch on a loaded server is not
+// cut off at a fixed 30 s. A timeout is safe either way (settle), but each
+// one costs a settle round trip.
+func insertTimeoutFor(n int) time.Duration {
+	return insertTimeout + time.Duration(n)*insertTimeoutPerRow
 }
 
 func (c *chInserter) insert(ctx context.Context, rows []pending) error {
-	ctx, cancel := context.WithTimeout(ctx, insertTimeout)
+	todo := rows
+	if len(c.unsettled) > 0 && c.database != "" {
+		missing, err := c.settle(ctx, rows)
+		if err != nil {
+			return fmt.Errorf("check what the failed insert wrote: %w", err)
+		}
+		c.unsettled = nil
+		if skipped := len(rows) - len(missing); skipped > 0 && c.m != nil {
+			c.m.RetryRowsWritten.Add(float64(skipped))
+		}
+		todo = missing
+	}
+	if len(todo) > 0 {
+		id := newQueryID()
+		if err := c.insertEvents(ctx, id, todo); err != nil {
+			c.unsettled = []string{id}
+			return err
+		}
+	}
+	return c.insertBatchCapacities(ctx, rows)
+}
+
+// preparedInsert is a batch's events insert opened and filled ahead of
+// time (chInserter.prepare), waiting to be sent.
+type preparedInsert struct {
+	rows   []pending // the batch it was filled from
+	id     string    // its query id
+	batch  driver.Batch
+	cancel context.CancelFunc
+	err    error // prepare failed: insert the usual way
+}
+
+func (p *preparedInsert) abort() {
+	if p.batch != nil {
+		_ = p.batch.Abort()
+	}
+	p.cancel()
+}
+
+// prepare opens the events insert of rows and hands the driver every
+// column, so that this client-side work (about half the sink's CPU per
+// event: the driver copies each string into its column) overlaps the
+// server's work on the batch before. Called from the poll loop only, while
+// at most one other insert runs; it uses its own columns and touches no
+// retry state. The returned insert is sent by insertPrepared or aborted.
+func (c *chInserter) prepare(ctx context.Context, rows []pending) *preparedInsert {
+	pctx, cancel := context.WithCancel(ctx)
+	p := &preparedInsert{rows: rows, id: newQueryID(), cancel: cancel}
+	b, err := c.conn.PrepareBatch(clickhouse.Context(pctx, clickhouse.WithQueryID(p.id)), c.sql)
+	if err != nil {
+		p.err = fmt.Errorf("prepare insert: %w", err)
+		return p
+	}
+	p.batch = b
+	c.prepCols.reset()
+	for i := range rows {
+		c.prepCols.add(&rows[i].row)
+	}
+	if err := c.prepCols.appendTo(b); err != nil {
+		p.err = fmt.Errorf("append %d rows: %w", len(rows), err)
+	}
+	return p
+}
+
+// insertPrepared is insert for a batch prepare filled: it sends it, under
+// the same timeout, counted from the send (the wait for the batch before
+// is not the server's time on this one). After a failed attempt (settle
+// is due) or a failed prepare it falls back to insert.
+func (c *chInserter) insertPrepared(ctx context.Context, rows []pending, p *preparedInsert) error {
+	if len(c.unsettled) > 0 || p.err != nil || len(p.rows) != len(rows) || (len(rows) > 0 && &p.rows[0] != &rows[0]) {
+		p.abort()
+		return c.insert(ctx, rows)
+	}
+	defer p.cancel()
+	stop := context.AfterFunc(ctx, p.cancel) // the flight's cancel reaches the send
+	defer stop()
+	t := time.AfterFunc(insertTimeoutFor(len(rows)), p.cancel)
+	defer t.Stop()
+	if err := p.batch.Send(); err != nil {
+		c.unsettled = []string{p.id}
+		return fmt.Errorf("send %d rows: %w", len(rows), err)
+	}
+	return c.insertBatchCapacities(ctx, rows)
+}
+
+func (c *chInserter) insertBatchCapacities(ctx context.Context, rows []pending) error {
+	// The capacities of the whole batch: an attempt whose events insert
+	// timed out never sent them. bucket_capacity is read with FINAL, so
+	// a retried capacity insert that had in fact been written is harmless.
+	id := newQueryID()
+	cctx, cancel := context.WithTimeout(clickhouse.Context(ctx, clickhouse.WithQueryID(id)), insertTimeout)
 	defer cancel()
-	b, err := c.conn.PrepareBatch(ctx, c.sql)
+	if err := c.insertCapacities(cctx, rows); err != nil {
+		c.unsettled = []string{id}
+		return err
+	}
+	return nil
+}
+
+func (c *chInserter) insertEvents(ctx context.Context, queryID string, rows []pending) error {
+	ctx, cancel := context.WithTimeout(ctx, insertTimeoutFor(len(rows)))
+	defer cancel()
+	b, err := c.conn.PrepareBatch(clickhouse.Context(ctx, clickhouse.WithQueryID(queryID)), c.sql)
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
 	}
@@ -292,12 +425,116 @@ func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 	if err := b.Send(); err != nil {
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
-	return c.insertCapacities(ctx, rows)
+	return nil
+}
+
+// newQueryID names one insert attempt so that settle can find it in
+// system.processes.
+func newQueryID() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return "sluice-sink-" + hex.EncodeToString(b[:])
+}
+
+// settle runs before retrying a failed insert: it waits until the failed
+// attempt's queries have ended on the server (bounded by
+// insertTimeoutFor(len(rows)); past it the check fails and is retried with
+// the insert's backoff), then returns the rows of the batch that events
+// does not hold yet. A row is held when a stored row has the same Kafka
+// position (topic, partition, offset) and the same event id, so a topic
+// recreated with reused offsets is not mistaken for a written batch.
+func (c *chInserter) settle(ctx context.Context, rows []pending) ([]pending, error) {
+	ctx, cancel := context.WithTimeout(ctx, insertTimeoutFor(len(rows)))
+	defer cancel()
+	ids := make([]string, len(c.unsettled))
+	for i, id := range c.unsettled {
+		ids[i] = "'" + id + "'" // our own hex ids: no quoting needed
+	}
+	running := "SELECT count() FROM system.processes WHERE query_id IN (" + strings.Join(ids, ", ") + ")"
+	for {
+		var n uint64
+		if err := c.conn.QueryRow(ctx, running).Scan(&n); err != nil {
+			return nil, fmt.Errorf("look up the failed insert in system.processes: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		t := time.NewTimer(settlePoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("the failed insert is still running on the server: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+
+	type pos struct {
+		topic     string
+		partition uint32
+		offset    uint64
+	}
+	type span struct{ lo, hi uint64 }
+	want := make(map[pos]string, len(rows))
+	spans := map[pos]span{} // offset is 0 in the key: one span per topic and partition
+	lo, hi := rows[0].row.ProducedAt.Unix(), rows[0].row.ProducedAt.Unix()
+	for i := range rows {
+		r := &rows[i].row
+		want[pos{r.Topic, r.Partition, r.Offset}] = r.EventID
+		k := pos{topic: r.Topic, partition: r.Partition}
+		if sp, ok := spans[k]; ok {
+			spans[k] = span{min(sp.lo, r.Offset), max(sp.hi, r.Offset)}
+		} else {
+			spans[k] = span{r.Offset, r.Offset}
+		}
+		lo, hi = min(lo, r.ProducedAt.Unix()), max(hi, r.ProducedAt.Unix())
+	}
+	var conds []string
+	var args []any
+	for k, sp := range spans {
+		conds = append(conds, "(topic = ? AND `partition` = ? AND `offset` BETWEEN ? AND ?)")
+		args = append(args, k.topic, k.partition, sp.lo, sp.hi)
+	}
+	// produced_at prunes the day partitions; the sorting key (type,
+	// event_id) does not help here, but this runs only after a failure.
+	q := "SELECT topic, `partition`, `offset`, event_id FROM " + quoteIdent(c.database) + ".events" +
+		" WHERE produced_at BETWEEN toDateTime(?) AND toDateTime(?) AND (" + strings.Join(conds, " OR ") + ")"
+	res, err := c.conn.Query(ctx, q, append([]any{lo, hi}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("read the batch's stored positions: %w", err)
+	}
+	defer res.Close()
+	held := make(map[pos]bool)
+	for res.Next() {
+		var p pos
+		var id string
+		if err := res.Scan(&p.topic, &p.partition, &p.offset, &id); err != nil {
+			return nil, fmt.Errorf("scan a stored position: %w", err)
+		}
+		if want[p] == id {
+			held[p] = true
+		}
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read the batch's stored positions: %w", err)
+	}
+	missing := make([]pending, 0, len(rows)-len(held))
+	for i := range rows {
+		r := &rows[i].row
+		if !held[pos{r.Topic, r.Partition, r.Offset}] {
+			missing = append(missing, rows[i])
+		}
+	}
+	return missing, nil
 }
 
 // insertCapacities writes the bucket rows of the batch's ConfigChanged
-// events. It runs after the events insert and before the commit; a failure
-// retries the whole batch, which both tables deduplicate.
+// events. It runs after the events insert and before the commit; after a
+// failure the retry inserts the events the failed attempt did not write
+// (settle) and all the batch's capacities again (bucket_capacity is read
+// with FINAL).
 func (c *chInserter) insertCapacities(ctx context.Context, rows []pending) error {
 	n := 0
 	for i := range rows {
@@ -486,7 +723,7 @@ func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
 	if len(s.buf) == 0 {
 		return nil
 	}
-	if err := s.insertAndCommit(ctx, s.buf, maxAttempts, nil); err != nil {
+	if err := s.insertAndCommit(ctx, s.buf, maxAttempts, nil, nil); err != nil {
 		return err
 	}
 	clear(s.buf)
@@ -503,7 +740,16 @@ func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
 // a slow ClickHouse slows the poll loop down (backpressure) instead of
 // piling batches up in memory.
 func (s *sink) handOffLocked(ctx context.Context) error {
+	// Fill the next insert while the one in flight is still on the
+	// server; the buffer cannot change before it is sent (s.mu is held).
+	var prep *preparedInsert
+	if p, ok := s.ins.(preparer); ok && s.inflight != nil && len(s.buf) > 0 {
+		prep = p.prepare(ctx, s.buf)
+	}
 	if err := s.waitInflightLocked(false); err != nil {
+		if prep != nil {
+			prep.abort() // the failed batch goes back in front of the buffer
+		}
 		return err
 	}
 	if len(s.buf) == 0 {
@@ -517,9 +763,16 @@ func (s *sink) handOffLocked(ctx context.Context) error {
 	s.inflight = f
 	go func() {
 		defer cancel()
-		f.done <- flushResult{rows: rows, err: s.insertAndCommit(fctx, rows, 0, &f.failing)}
+		f.done <- flushResult{rows: rows, err: s.insertAndCommit(fctx, rows, 0, &f.failing, prep)}
 	}()
 	return nil
+}
+
+// preparer is an inserter that can fill a batch's insert ahead of time
+// (chInserter; the tests' fakes are not).
+type preparer interface {
+	prepare(ctx context.Context, rows []pending) *preparedInsert
+	insertPrepared(ctx context.Context, rows []pending, p *preparedInsert) error
 }
 
 // flight is the batch handOffLocked is inserting.
@@ -581,11 +834,18 @@ func (s *sink) waitInflightLocked(giveUp bool) error {
 
 // insertAndCommit inserts rows, retrying with capped exponential backoff
 // (maxAttempts 0 = until ctx ends), then commits their offsets.
-// failing (optional) is set once an attempt failed.
-func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts int, failing *atomic.Bool) error {
+// failing (optional) is set once an attempt failed. prep (optional) is the
+// batch's insert filled ahead of time: the first attempt sends it.
+func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts int, failing *atomic.Bool, prep *preparedInsert) error {
 	backoff := insertRetryMin
 	for attempt := 1; ; attempt++ {
-		err := s.ins.insert(ctx, rows)
+		var err error
+		if prep != nil {
+			err = s.ins.(preparer).insertPrepared(ctx, rows, prep)
+			prep = nil
+		} else {
+			err = s.ins.insert(ctx, rows)
+		}
 		if err == nil {
 			break
 		}
