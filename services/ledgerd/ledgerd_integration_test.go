@@ -418,8 +418,17 @@ func TestBrokerRestart(t *testing.T) {
 	sentBefore.Store(int64(len(r.sent)))
 	r.mu.Unlock()
 
+	// SLUICE_TEST_RESTART_HOLD (a duration) keeps the broker down that
+	// long: before/after comparisons need outages of one length.
+	var hold time.Duration
+	if v := os.Getenv("SLUICE_TEST_RESTART_HOLD"); v != "" {
+		var err error
+		if hold, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("SLUICE_TEST_RESTART_HOLD: %v", err)
+		}
+	}
 	restartAt := time.Now()
-	b.Restart(t)
+	b.RestartAfter(t, hold)
 	back := time.Now()
 	time.Sleep(5 * time.Second)
 	stopLoad()
