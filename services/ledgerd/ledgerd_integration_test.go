@@ -394,6 +394,7 @@ func TestBrokerRestart(t *testing.T) {
 	go r.audit(actx)
 
 	lctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad() // a Fatal before the restart stops the load too
 	done := make(chan struct{})
 	var sentBefore atomic.Int64
 	go func() { r.load(lctx, 60, 4); close(done) }()
