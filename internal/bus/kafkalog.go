@@ -3,6 +3,7 @@ package bus
 import (
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -20,7 +21,11 @@ func kafkaLogOpts() []kgo.Opt {
 	if !ok {
 		return nil
 	}
-	return []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(os.Stderr, level, nil))}
+	// Each line carries its UTC time: without it the log cannot be laid
+	// beside the ledger's own lines or the broker's (issue 19's restart
+	// timeline).
+	stamp := func() string { return time.Now().UTC().Format("15:04:05.000 ") }
+	return []kgo.Opt{kgo.WithLogger(kgo.BasicLogger(os.Stderr, level, stamp))}
 }
 
 // parseLogLevel maps a KafkaLogEnv value to a franz-go level; "" and

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // PrivateBroker is a Kafka broker of the test's own, for faults that must
@@ -80,12 +81,26 @@ func StartPrivateBroker(t *testing.T) *PrivateBroker {
 
 // Restart restarts the broker with kafka.sh (a stop, then a start that
 // waits until it answers) and notes its new pid.
-func (b *PrivateBroker) Restart(t *testing.T) {
+func (b *PrivateBroker) Restart(t *testing.T) { b.RestartAfter(t, 0) }
+
+// RestartAfter is Restart with the broker kept down for hold between the
+// stop and the start: an outage of a chosen length, where Restart's is
+// however long the JVM takes on the machine's load.
+func (b *PrivateBroker) RestartAfter(t *testing.T, hold time.Duration) {
 	t.Helper()
-	cmd := exec.Command(kafkaScript(), "restart")
-	cmd.Env = b.env
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("restart the private broker: %v\n%s", err, out)
+	run := func(arg string) {
+		cmd := exec.Command(kafkaScript(), arg)
+		cmd.Env = b.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s the private broker: %v\n%s", arg, err, out)
+		}
+	}
+	if hold <= 0 {
+		run("restart")
+	} else {
+		run("down")
+		time.Sleep(hold)
+		run("up")
 	}
 	state := ""
 	for _, kv := range b.env { // the last one counts, as for exec

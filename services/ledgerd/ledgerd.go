@@ -338,7 +338,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := s.openSession(); err != nil {
 		return nil, err
 	}
-	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))...)
+	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.RetryBackoffFn(bus.RetryBackoff))...)
 	if err != nil {
 		s.sess.Close()
 		return nil, fmt.Errorf("ledger tick producer: %w", err)
@@ -395,6 +396,12 @@ func (s *Service) openSession() error {
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.OnPartitionsRevoked(drop),
 		kgo.OnPartitionsLost(drop),
+		// At most 1 s between retries instead of franz-go's 5 s: after a
+		// broker restart the rejoin, the JoinGroup and the InitProducerID
+		// each waited out a backoff grown during the outage or the
+		// coordinators' loading (bus.RetryBackoff; docs/ledger-service.md,
+		// Broker restart).
+		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
 		return fmt.Errorf("ledger transactional session: %w", err)

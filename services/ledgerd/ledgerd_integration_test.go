@@ -135,7 +135,14 @@ func (r *rig) ledger(node string, extra ...string) *exec.Cmd {
 	args := append([]string{"ledger", "--brokers", strings.Join(r.brokers, ","), "--topic-prefix", r.prefix,
 		"--group", r.group, "--node", node, "-v"}, extra...)
 	cmd := exec.Command(sluiceBin, args...)
-	logf, err := os.Create(filepath.Join(r.t.TempDir(), node+".log"))
+	// SLUICE_TEST_LOG_DIR keeps the ledgers' logs after the test (a
+	// temporary directory's go with it), for timelines such as a broker
+	// restart's (issue 19).
+	dir := os.Getenv("SLUICE_TEST_LOG_DIR")
+	if dir == "" {
+		dir = r.t.TempDir()
+	}
+	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.log", node, time.Now().UnixNano())))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -387,16 +394,42 @@ func TestBrokerRestart(t *testing.T) {
 	go r.audit(actx)
 
 	lctx, stopLoad := context.WithCancel(context.Background())
+	defer stopLoad() // a Fatal before the restart stops the load too
 	done := make(chan struct{})
 	var sentBefore atomic.Int64
 	go func() { r.load(lctx, 60, 4); close(done) }()
+	// The member must be deciding before the broker goes: on a fresh
+	// broker the first join creates __consumer_offsets and the first
+	// InitProducerID __transaction_state, which took longer than the 3 s
+	// this used to wait, and the run then timed the broker's first start-up
+	// of its coordinators instead of a restart.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r.mu.Lock()
+		n := len(r.decisions)
+		r.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no decision within 90 s of the start, before the restart")
+		}
+	}
 	time.Sleep(3 * time.Second)
 	r.mu.Lock()
 	sentBefore.Store(int64(len(r.sent)))
 	r.mu.Unlock()
 
+	// SLUICE_TEST_RESTART_HOLD (a duration) keeps the broker down that
+	// long: before/after comparisons need outages of one length.
+	var hold time.Duration
+	if v := os.Getenv("SLUICE_TEST_RESTART_HOLD"); v != "" {
+		var err error
+		if hold, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("SLUICE_TEST_RESTART_HOLD: %v", err)
+		}
+	}
 	restartAt := time.Now()
-	b.Restart(t)
+	b.RestartAfter(t, hold)
 	back := time.Now()
 	time.Sleep(5 * time.Second)
 	stopLoad()
@@ -418,6 +451,9 @@ func TestBrokerRestart(t *testing.T) {
 		}
 	}
 	r.mu.Unlock()
+	const stamp = "15:04:05.000"
+	t.Logf("broker restart: began %s, broker answered %s, first decision after it %s (UTC)",
+		restartAt.UTC().Format(stamp), back.UTC().Format(stamp), firstAfter.UTC().Format(stamp))
 	t.Logf("broker restart: down and up again in %v; first decision %v after it answered; longest decision gap on any partition after the restart began = %v",
 		back.Sub(restartAt).Round(time.Millisecond), firstAfter.Sub(back).Round(time.Millisecond), r.longestGapAfter(restartAt).Round(time.Millisecond))
 	r.verifyReplay()

@@ -114,6 +114,10 @@ func (s *Service) startLiveness(ctx context.Context) func(clean bool) {
 		// A heartbeat that cannot go out soon is worthless: the next one
 		// replaces it.
 		kgo.RecordDeliveryTimeout(2*time.Second),
+		// Heartbeats resume within about a second of the broker's return
+		// (bus.RetryBackoff), as the session does: peers judge each other
+		// by them.
+		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
 		s.log.Warn("peer liveness off: no client", "err", err)
