@@ -164,6 +164,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.WithHooks(counter),
+		// Retry at most a second apart, as the ledger does: franz-go's
+		// default backoff grows to 5 s during an outage and then holds a
+		// gateway back for seconds after the broker answers again
+		// (docs/ledger-service.md, broker restarts).
+		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)
 	if err != nil {
 		return nil, err
@@ -193,6 +198,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// copies an aborted transaction leaves (dedup.go).
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
 		prod.Close()
@@ -201,6 +207,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	tele, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ProducerLinger(TelemetryLinger),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
 		cons.Close()
