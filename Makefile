@@ -8,7 +8,7 @@ LOCAL_ENV = set -a; eval "$$(deploy/local/up.sh)"; set +a
 # Packages that have integration tests (files tagged `integration`).
 INTEGRATION_PKGS = $(shell grep -rl --include='*_test.go' '^//go:build integration' . | xargs -n1 dirname | sort -u)
 
-.PHONY: help build run test test-unit test-integration test-cluster simulate bench up down lint fuzz clean sdk-deps alerts
+.PHONY: help build run test test-unit test-integration test-cluster simulate bench bench-ref up down lint fuzz clean sdk-deps alerts
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledg
 	$(LOCAL_ENV); $(BIN) bench sink --json
 	$(LOCAL_ENV); $(BIN) bench report --json
 	$(LOCAL_ENV); $(BIN) bench whatif --json
+
+bench-ref: ## sluice bench ledger against the pinned turn-2 build (REF=5361ece), run alternately; JSON with the ratios (deploy/bench/ledger-vs-ref.sh)
+	deploy/bench/ledger-vs-ref.sh
 
 .PHONY: report
 report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)
