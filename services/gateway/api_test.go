@@ -89,6 +89,7 @@ func TestErrorContract(t *testing.T) {
 		{name: "class and priority within the entitlement", path: "/v1/chat/completions", key: keyBatch, body: chat, hdr: []string{"X-Sluice-Class", "agent", "X-Sluice-Priority", "10"}, status: 0},
 		{name: "model outside the key's allowlist", path: "/v1/chat/completions", key: keyBatch, body: `{"model":"gemini-2.0-flash","messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", param: "model"},
 		{name: "model outside the allowlist, messages", path: "/v1/messages", key: keyBatch, body: `{"model":"claude-sonnet-4-5","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", anthropic: true},
+		{name: "count_tokens of a model outside the allowlist", path: "/v1/messages/count_tokens", key: keyBatch, body: `{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}`, status: 403, code: "model_not_allowed", anthropic: true},
 		{name: "retrieve a model outside the allowlist", method: http.MethodGet, path: "/v1/models/gemini-2.0-flash", key: keyBatch, status: 403, code: "model_not_allowed"},
 		{name: "expired key", path: "/v1/chat/completions", key: keyExpired, body: chat, status: 401, code: "invalid_api_key"},
 		{name: "local limit", path: "/v1/chat/completions", key: keyLimited, body: small, status: 0}, // uses the key's only request

@@ -12,7 +12,8 @@ import (
 
 // handleCountTokens answers Anthropic's POST /v1/messages/count_tokens
 // with the gateway's own pre-flight estimate of the request's input
-// tokens: no upstream call, no reservation. For Claude the estimator is an
+// tokens: no upstream call, no reservation, and the key's entitlements
+// (model allowlists) apply as on a call. For Claude the estimator is an
 // approximation (cl100k_base × 1.15; admission/estimate/README.md says why
 // and how far off it is), so the answer is what Sluice will reserve, not
 // Anthropic's exact count.
@@ -22,7 +23,8 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 		s.m.count(e.Code)
 		httperr.Write(w, e, true)
 	}
-	if _, e := s.identify(cfg, r); e != nil {
+	id, e := s.identify(cfg, r)
+	if e != nil {
 		fail(e)
 		return
 	}
@@ -51,6 +53,12 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	if cfg.Route(req.Model) == nil {
 		e := apierr.New(http.StatusNotFound, apierr.CodeModelNotFound, fmt.Sprintf("the model %q does not exist or is not routed by this gateway", req.Model))
 		e.Param = "model"
+		fail(e)
+		return
+	}
+	// The allowlist holds here as on the call itself: a count of a model
+	// the key may not call would tell it what the route is for nothing.
+	if e := modelAllowed(id, req.Model); e != nil {
 		fail(e)
 		return
 	}

@@ -33,7 +33,8 @@ type Report struct {
 	Mode        string     `json:"mode"` // embedded | stack | gateway | baseline
 	Conditions  Conditions `json:"conditions"`
 
-	// Provider429 counts 429s the provider sent: the simulator's own count
+	// Provider429 counts 429s the providers sent (every provider dialect
+	// of the simulator, fallbacks included): the simulator's own count
 	// when its /sim/stats is reachable (provider_429_source "simulator"),
 	// else the client-observed provider 429s ("client").
 	Provider429       int64  `json:"provider_429"`
@@ -64,7 +65,11 @@ type Report struct {
 	Routes  map[string]*Group `json:"routes"`
 	// Simulator is the /sim/stats delta over the whole run (nil when the
 	// simulator was not reachable).
-	Simulator *sim.ProviderStats `json:"simulator,omitempty"`
+	// It sums every provider dialect the run reached (a fallback's
+	// included), so provider_429, upstream_attempts and wasted count them
+	// all; SimulatorProviders splits it when more than one saw calls.
+	Simulator          *sim.ProviderStats            `json:"simulator,omitempty"`
+	SimulatorProviders map[string]*sim.ProviderStats `json:"simulator_providers,omitempty"`
 	// Stack is the ledger service's health in a --brokers run.
 	Stack *StackReport `json:"stack,omitempty"`
 	// CapacityStorm is what was served through the scenario's first

@@ -196,3 +196,38 @@ func diffLines(want, got string) string {
 	}
 	return sb.String()
 }
+
+// TestProviderCountsSumEveryDialect: a fallback's 429s (OpenAI → Azure in
+// a hand-written config) are provider 429s too, so the headline sums every
+// provider the simulator served, and the split shows where they were.
+func TestProviderCountsSumEveryDialect(t *testing.T) {
+	before := &sim.Stats{Providers: map[string]*sim.ProviderStats{"openai": {Requests: 5, OK: 5}}}
+	after := &sim.Stats{Providers: map[string]*sim.ProviderStats{
+		"openai": {Requests: 65, OK: 65},
+		"azure":  {Requests: 12, OK: 8, RateLimited: 4, Cancelled: 1, RateLimitedBy: map[string]int64{"requests": 4}},
+	}}
+	tests := []struct {
+		provider       string
+		requests, n429 int64
+	}{
+		{"openai", 60, 0},
+		{"azure", 12, 4},
+		{allProviders, 72, 4},
+	}
+	for _, tc := range tests {
+		d := statsDelta(before, after, tc.provider)
+		if d.Requests != tc.requests || d.RateLimited != tc.n429 {
+			t.Errorf("%q: %d requests, %d 429s; want %d, %d", tc.provider, d.Requests, d.RateLimited, tc.requests, tc.n429)
+		}
+	}
+	if d := statsDelta(before, after, allProviders); d.Cancelled != 1 || d.RateLimitedBy["requests"] != 4 {
+		t.Errorf("totals: %+v", d)
+	}
+	if split := perProvider(before, after); len(split) != 2 || split["azure"].RateLimited != 4 {
+		t.Errorf("split: %+v", split)
+	}
+	one := &sim.Stats{Providers: map[string]*sim.ProviderStats{"openai": {Requests: 9}}}
+	if split := perProvider(before, one); split != nil {
+		t.Errorf("one provider: split %+v, want none", split)
+	}
+}

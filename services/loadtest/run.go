@@ -442,6 +442,9 @@ func statsDelta(a, b *sim.Stats, provider string) *sim.ProviderStats {
 	if a == nil || b == nil {
 		return nil
 	}
+	if provider == allProviders {
+		return sumDeltas(a, b)
+	}
 	pa, pb := a.Providers[provider], b.Providers[provider]
 	if pb == nil {
 		return &sim.ProviderStats{RateLimitedBy: map[string]int64{}}
@@ -463,6 +466,55 @@ func statsDelta(a, b *sim.Stats, provider string) *sim.ProviderStats {
 		}
 	}
 	return d
+}
+
+// allProviders asks statsDelta for the simulator's totals over every
+// provider dialect: a hand-written config's fallback (OpenAI → Azure) sends
+// calls to more than the scenario's own provider, and a 429 there is as
+// much a provider 429 as one at the primary.
+const allProviders = ""
+
+// sumDeltas is the sum over every provider of b of its delta since a.
+func sumDeltas(a, b *sim.Stats) *sim.ProviderStats {
+	t := &sim.ProviderStats{RateLimitedBy: map[string]int64{}}
+	for name := range b.Providers {
+		d := statsDelta(a, b, name)
+		t.Requests += d.Requests
+		t.OK += d.OK
+		t.RateLimited += d.RateLimited
+		t.Overloaded += d.Overloaded
+		t.BadRequests += d.BadRequests
+		t.Streams += d.Streams
+		t.Cancelled += d.Cancelled
+		t.CancelledTokens += d.CancelledTokens
+		t.Tokens.Input += d.Tokens.Input
+		t.Tokens.Output += d.Tokens.Output
+		t.Tokens.Total += d.Tokens.Total
+		t.Tokens.CacheRead += d.Tokens.CacheRead
+		t.Tokens.CacheWrite += d.Tokens.CacheWrite
+		for k, v := range d.RateLimitedBy {
+			t.RateLimitedBy[k] += v
+		}
+	}
+	return t
+}
+
+// perProvider is the delta of each provider that saw calls over the run,
+// when more than one did (nil otherwise: the headline says it all).
+func perProvider(a, b *sim.Stats) map[string]*sim.ProviderStats {
+	if a == nil || b == nil {
+		return nil
+	}
+	out := map[string]*sim.ProviderStats{}
+	for name := range b.Providers {
+		if d := statsDelta(a, b, name); d != nil && d.Requests > 0 {
+			out[name] = d
+		}
+	}
+	if len(out) < 2 {
+		return nil
+	}
+	return out
 }
 
 // Cancellation causes.
@@ -1058,8 +1110,8 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 
 	// Provider counts: the simulator's own, else the client's view.
 	rep.Local429 = int64(rep.Totals.Local429)
-	if d := statsDelta(before, final, sc.Provider); d != nil {
-		rep.Simulator = d
+	if d := statsDelta(before, final, allProviders); d != nil {
+		rep.Simulator, rep.SimulatorProviders = d, perProvider(before, final)
 		rep.Provider429, rep.Provider503, rep.Provider429Source = d.RateLimited, d.Overloaded, "simulator"
 		rep.UpstreamAttempts = d.Requests
 		rep.Wasted = Wasted{Source: "simulator", UpstreamCalls: d.Cancelled, Tokens: d.CancelledTokens,
