@@ -478,23 +478,7 @@ const allProviders = ""
 func sumDeltas(a, b *sim.Stats) *sim.ProviderStats {
 	t := &sim.ProviderStats{RateLimitedBy: map[string]int64{}}
 	for name := range b.Providers {
-		d := statsDelta(a, b, name)
-		t.Requests += d.Requests
-		t.OK += d.OK
-		t.RateLimited += d.RateLimited
-		t.Overloaded += d.Overloaded
-		t.BadRequests += d.BadRequests
-		t.Streams += d.Streams
-		t.Cancelled += d.Cancelled
-		t.CancelledTokens += d.CancelledTokens
-		t.Tokens.Input += d.Tokens.Input
-		t.Tokens.Output += d.Tokens.Output
-		t.Tokens.Total += d.Tokens.Total
-		t.Tokens.CacheRead += d.Tokens.CacheRead
-		t.Tokens.CacheWrite += d.Tokens.CacheWrite
-		for k, v := range d.RateLimitedBy {
-			t.RateLimitedBy[k] += v
-		}
+		t.Add(statsDelta(a, b, name))
 	}
 	return t
 }

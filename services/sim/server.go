@@ -221,22 +221,38 @@ func (s *Server) Stats() Stats {
 			out.Totals.RateLimitedBy[k] += v
 		}
 		out.Providers[name] = &c
-		t := &out.Totals
-		t.Requests += c.Requests
-		t.OK += c.OK
-		t.RateLimited += c.RateLimited
-		t.Overloaded += c.Overloaded
-		t.BadRequests += c.BadRequests
-		t.Streams += c.Streams
-		t.Cancelled += c.Cancelled
-		t.CancelledTokens += c.CancelledTokens
-		t.Tokens.Input += c.Tokens.Input
-		t.Tokens.Output += c.Tokens.Output
-		t.Tokens.Total += c.Tokens.Total
-		t.Tokens.CacheRead += c.Tokens.CacheRead
-		t.Tokens.CacheWrite += c.Tokens.CacheWrite
+		out.Totals.addCounts(&c)
 	}
 	return out
+}
+
+// Add adds o's counters into p (RateLimitedBy included): a sum of
+// providers, or of deltas.
+func (p *ProviderStats) Add(o *ProviderStats) {
+	if p.RateLimitedBy == nil {
+		p.RateLimitedBy = map[string]int64{}
+	}
+	for k, v := range o.RateLimitedBy {
+		p.RateLimitedBy[k] += v
+	}
+	p.addCounts(o)
+}
+
+// addCounts adds every counter of o but RateLimitedBy.
+func (p *ProviderStats) addCounts(o *ProviderStats) {
+	p.Requests += o.Requests
+	p.OK += o.OK
+	p.RateLimited += o.RateLimited
+	p.Overloaded += o.Overloaded
+	p.BadRequests += o.BadRequests
+	p.Streams += o.Streams
+	p.Cancelled += o.Cancelled
+	p.CancelledTokens += o.CancelledTokens
+	p.Tokens.Input += o.Tokens.Input
+	p.Tokens.Output += o.Tokens.Output
+	p.Tokens.Total += o.Tokens.Total
+	p.Tokens.CacheRead += o.Tokens.CacheRead
+	p.Tokens.CacheWrite += o.Tokens.CacheWrite
 }
 
 func (s *Server) routes() {
