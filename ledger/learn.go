@@ -60,14 +60,18 @@ type learnedCap struct {
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
 // (Google SRE's client-side adaptive throttling): attempts refused (Rej)
-// and accepted (Acc) by the provider in the current and the previous
-// interval (Win = the current one's index). It is kept per scope (the
-// provider account) from the first 2xx on, so that a bucket's first
-// refusal is judged against the accepts before it.
+// by the provider, and granted (Sent), in the current and the previous
+// interval (Win = the current one's index). An attempt counts as sent
+// when it is granted, not when it reconciles: an LLM call takes seconds
+// and a 429 milliseconds, so accepts counted at reconcile lag the
+// refusals, and a burst of refusals early in an overload would look like
+// a provider that accepts nothing (the ratio of the issue-20 defect).
+// What was sent and not refused is accepted or still outstanding
+// (accepted).
 type refusalRatio struct {
 	Win  int64    `json:"w,omitempty"`
 	Rej  [2]int64 `json:"r,omitzero"`
-	Acc  [2]int64 `json:"a,omitzero"`
+	Sent [2]int64 `json:"s,omitzero"`
 	Room [2]int64 `json:"rm,omitzero"` // of Rej: not bare 429s (headers reported room, or an overload)
 }
 
@@ -78,12 +82,22 @@ func (q *refusalRatio) roll(now, interval int64) {
 	case w == q.Win:
 		return
 	case w == q.Win+1:
-		q.Rej[1], q.Acc[1], q.Room[1] = q.Rej[0], q.Acc[0], q.Room[0]
+		q.Rej[1], q.Sent[1], q.Room[1] = q.Rej[0], q.Sent[0], q.Room[0]
 	default:
-		q.Rej[1], q.Acc[1], q.Room[1] = 0, 0, 0
+		q.Rej[1], q.Sent[1], q.Room[1] = 0, 0, 0
 	}
-	q.Rej[0], q.Acc[0], q.Room[0] = 0, 0, 0
+	q.Rej[0], q.Sent[0], q.Room[0] = 0, 0, 0
 	q.Win = w
+}
+
+// window returns the trailing window's attempts and refusals: attempts
+// is what was sent, at least what was refused (a refusal may answer a
+// grant of an interval before the window), and accepted = attempts −
+// refused.
+func (q *refusalRatio) window() (attempts, refused, accepted int64) {
+	refused = q.Rej[0] + q.Rej[1]
+	attempts = max(q.Sent[0]+q.Sent[1], refused)
+	return attempts, refused, attempts - refused
 }
 
 // sentSlotMs and sentSlots shape a scope's trailing minute of grants
@@ -102,9 +116,15 @@ const (
 // (MaxOut) when that is larger than the output estimate. It counts every
 // grant, also those the provider will refuse or never see: an over-count
 // only loosens the bound learnRemaining derives, never breaks it.
+//
+// Ref counts the provider's refusals that the headers do not explain
+// (learnRefusal) per slot, by the time they arrive: refused ÷ sent
+// requests over the trailing minute is the share the bare-429 gate
+// (learnRefusal) reads.
 type sentWindow struct {
 	Cur  int64                   `json:"c,omitempty"`
 	Ring [sentSlots + 1][4]int64 `json:"r,omitzero"`
+	Ref  [sentSlots + 1]int64    `json:"f,omitzero"`
 }
 
 // roll moves the window to log time now, clearing the slots it passes.
@@ -115,6 +135,7 @@ func (w *sentWindow) roll(now int64) {
 	}
 	for k := w.Cur + 1; k <= c && k <= w.Cur+sentSlots+1; k++ {
 		w.Ring[k%(sentSlots+1)] = [4]int64{}
+		w.Ref[k%(sentSlots+1)] = 0
 	}
 	w.Cur = c
 }
@@ -148,6 +169,23 @@ func (w *sentWindow) refused(r *res, now int64) {
 	s[dInput] = max(0, s[dInput]-r.Need[dInput])
 	s[dOutput] = max(0, s[dOutput]-out)
 	s[dTotal] = max(0, s[dTotal]-(r.Need[dTotal]-r.Need[dOutput]+out))
+}
+
+// refusal counts a refusal the headers do not explain at log time now.
+func (w *sentWindow) refusal(now int64) {
+	w.roll(now)
+	s := &w.Ref[w.Cur%(sentSlots+1)]
+	*s = min(maxAmount, *s+1)
+}
+
+// refusedShare returns the refusals and the attempts (requests sent, at
+// least the refusals) of the trailing minute at log time now.
+func (w *sentWindow) refusedShare(now int64) (refused, attempts int64) {
+	w.roll(now)
+	for k := range w.Ref {
+		refused = min(maxAmount, refused+w.Ref[k])
+	}
+	return refused, max(refused, w.sum(dRequests, now))
 }
 
 // sum is what the window counts for dimension d at log time now.
@@ -583,13 +621,15 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	}
 	lc := l.st.Config.Learn
 	now := l.st.Now
-	q := &l.st.Scopes[si].Ratio
+	sc := &l.st.Scopes[si]
+	q := &sc.Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
 	if !bare {
 		q.Room[0]++
 	}
-	rej, acc := q.Rej[0]+q.Rej[1], q.Acc[0]+q.Acc[1]
+	sc.Sent.refusal(now)
+	attempts, rej, acc := q.window()
 	// Google SRE's rule: act when requests > K × accepts over the
 	// trailing window. A provider that refuses a fixed share of whatever
 	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
@@ -598,12 +638,22 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	// overload may be (a 503 says the provider is busy, not that we
 	// sent too much: ungated, the storm scenario's three 503s cut the
 	// deployment to a third, TestModelStorm served 186 of 260). A bare
-	// 429 says nothing of the kind and counts ungated — unless the
-	// window also holds the others, when the provider is refusing for
-	// reasons of its own.
+	// 429 says nothing of the kind — unless the window also holds the
+	// others, when the provider is refusing for reasons of its own — and
+	// is gated by the share refused over the trailing minute instead
+	// (bareGate): a provider that refuses a few percent of what it is
+	// sent whatever the rate (Vertex AI's shared quota) is not cut down
+	// to the floor, one whose limit is far below the configured one
+	// (most of a first burst refused) still is at once.
 	bare = bare && q.Room[0]+q.Room[1] == 0
-	if ni < 0 || (!bare && (rej+acc)*1000 <= lc.ratioK()*acc) {
+	if ni < 0 || (!bare && attempts*1000 <= lc.ratioK()*acc) {
 		return
+	}
+	if bare {
+		ref, sent := sc.Sent.refusedShare(now)
+		if ref*1000 < lc.bareGate()*sent {
+			return
+		}
 	}
 	for dd := range numDims {
 		if dimKnown && dd != d {
@@ -616,8 +666,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// More than 2/3 refused: the capacity is about the share
 		// accepted of what was sent, far below ×0.7 when the configured
 		// limit is 10–50× the real one (TCP's slow start ends the same
-		// way: at what got through). The +1 keeps the estimate above
-		// zero while the accepts lag (a 2xx counts when it reconciles).
+		// way: at what got through). An attempt counts as accepted
+		// from its grant until it is refused, so the share is not
+		// understated while the accepts' answers are still streaming;
+		// the +1 keeps the estimate above zero.
 		share := rej > 2*acc
 		// At least half of a bare provider's attempts refused, and
 		// enough of them to show a rate (learnRateMin): the provider took
@@ -629,7 +681,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// (Requests only: the window counts attempts, not tokens; a token
 		// bucket takes the other rows.)
 		rate := int64(-1)
-		if bare && dd == dRequests && rej >= acc && rej+acc >= learnRateMin {
+		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
 			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
@@ -643,7 +695,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			}
 			next := e.Peak
 			if share {
-				next = mulSat(e.Peak, acc+1) / (rej + acc)
+				next = mulSat(e.Peak, acc+1) / attempts
 			}
 			if rate >= 0 {
 				next = min(next, rate)
@@ -660,7 +712,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		floor := max(1, e.scale()*lc.floor()/1000)
 		next := e.Eff * lc.decrease() / 1000
 		if share {
-			next = min(next, mulSat(e.Eff, acc+1)/(rej+acc))
+			next = min(next, mulSat(e.Eff, acc+1)/attempts)
 		}
 		if rate >= 0 {
 			next = min(next, rate)
@@ -696,7 +748,6 @@ func (l *Ledger) learnSuccess(r *res) {
 	now := l.st.Now
 	q := &l.st.Scopes[r.Scope].Ratio
 	q.roll(now, lc.interval())
-	q.Acc[0]++
 	if len(l.st.Learned) == 0 || q.Rej[0]+q.Rej[1] > 0 {
 		return // additive increase only without a refusal in the window
 	}
@@ -727,6 +778,15 @@ func (l *Ledger) learnSuccess(r *res) {
 			l.applyLearned(i, bi, schemas.LearnedSuccess)
 		}
 	}
+}
+
+// learnGrant counts grant r, at log time now, as sent: in the scope's
+// trailing minute (sentWindow) and its refusal ratio's window.
+func (l *Ledger) learnGrant(r *res, now int64) {
+	sc := &l.st.Scopes[r.Scope]
+	sc.Sent.add(r, now)
+	sc.Ratio.roll(now, l.st.Config.Learn.interval())
+	sc.Ratio.Sent[0] = min(maxAmount, sc.Ratio.Sent[0]+1)
 }
 
 func (r *res) onPath(ni int32) bool {
