@@ -124,8 +124,9 @@ func TestLearnHeaders(t *testing.T) {
 func TestLearnAIMD(t *testing.T) {
 	// A bare 429 (no rate-limit header on its response) or an Anthropic
 	// 529: ×0.7, at most once per second — unless more than 2/3 of the
-	// trailing window's attempts were refused, when the capacity is cut to
-	// the share accepted ((accepts+1)/attempts of the capacity before the
+	// trailing window's attempts (grants) were refused, when the capacity
+	// is cut to the share accepted ((accepts+1)/attempts, an attempt
+	// accepted from its grant until refused, of the capacity before the
 	// interval's first decrease), which later refusals of the same
 	// interval may lower further; never below the floor (1 % of the
 	// configured 600 by default, 60 here). Then each accept adds 3 ‰ of
