@@ -56,6 +56,7 @@ type learnedCap struct {
 	Grow  int64 `json:"g,omitempty"`  // additive increase earned since IncMs, in 1/1000 units
 	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
 	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
+	Safe  int64 `json:"sf,omitempty"` // the capacity the last bare cut past the gate set; 0 none
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -546,7 +547,7 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		e := &l.st.Learned[i]
 		e.Hdr = hdr
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Safe = 0, 0
 		}
 		l.applyLearned(i, bi, schemas.LearnedHeaders)
 	}
@@ -604,7 +605,7 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		return
 	}
 	if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-		e.Aimd = 0
+		e.Aimd, e.Safe = 0, 0
 	}
 	l.applyLearned(i, bi, schemas.LearnedRemaining)
 }
@@ -649,11 +650,17 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	if ni < 0 || (!bare && attempts*1000 <= lc.ratioK()*acc) {
 		return
 	}
+	// below: a bare 429 under the gate. It may still cut, but never
+	// below Safe, the capacity the last cut past the gate set (and
+	// not at all without one): once the share refused has shown that
+	// the provider limits our rate, a capacity probing back above that
+	// level is cut as before (any bare 429: about one in 120 calls of a
+	// sustained overload), while a provider refusing a few percent at
+	// random is never cut by them below what its real overload showed.
+	below := false
 	if bare {
 		ref, sent := sc.Sent.refusedShare(now)
-		if ref*1000 < lc.bareGate()*sent {
-			return
-		}
+		below = ref*1000 < lc.bareGate()*sent
 	}
 	for dd := range numDims {
 		if dimKnown && dd != d {
@@ -685,6 +692,20 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
+		if below {
+			i := l.learnedIdx(ni, dd)
+			if i < 0 {
+				continue
+			}
+			e := &l.st.Learned[i]
+			if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
+				continue
+			}
+			e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
+			e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
+			l.applyLearned(i, bi, schemas.LearnedRefusal)
+			continue
+		}
 		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
 			// One decrease per interval: the refusals of one overload
 			// count once, except that the share accepted, as more
@@ -703,6 +724,9 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			next = max(1, e.scale()*lc.floor()/1000, next)
 			if next < e.Aimd {
 				e.Aimd = next
+				if bare {
+					e.Safe = next
+				}
 				l.applyLearned(i, bi, schemas.LearnedRefusal)
 			}
 			continue
@@ -718,6 +742,9 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			next = min(next, rate)
 		}
 		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+		if bare {
+			e.Safe = e.Aimd
+		}
 		if !bare {
 			// The headers said there was room, or the provider is
 			// overloaded: what it refuses is not shown to be our rate.
@@ -771,7 +798,7 @@ func (l *Ledger) learnSuccess(r *res) {
 			e.Boost++
 		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd, e.Grow, e.Boost = 0, 0, 0
+			e.Aimd, e.Grow, e.Boost, e.Safe = 0, 0, 0, 0
 		}
 		e.IncMs = now
 		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
@@ -805,7 +832,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
@@ -846,7 +873,7 @@ func (l *Ledger) rebaseLearned() {
 			e.Aimd = max(e.Aimd, max(1, e.scale()*l.st.Config.Learn.floor()/1000))
 		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Safe = 0, 0
 		}
 		e.Eff = e.effective(l.st.Config.Learn.headroom())
 		kept = append(kept, e)
