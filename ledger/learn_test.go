@@ -846,3 +846,31 @@ func TestLearnRandomBareRefusalsProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnBareSafe: a bare 429 under the gate cuts, but never below the
+// capacity the last cut past the gate set (Safe), and without such a cut
+// not at all. 20 sent: the second bare refusal passes the gate (2 of
+// 20) and sets Safe at 42,000; an accept grows the capacity to 42,126;
+// 40 more sent, and a bare refusal (3 of 60: under the gate) cuts it back
+// to Safe, not ×0.7; the next one, a second later, at Safe, changes
+// nothing.
+func TestLearnBareSafe(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 60_000, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 20 {
+		add(int64(i), reserve(fmt.Sprintf("s%d", i)), 60_000)
+	}
+	add(30, rejected("s0", 1, schemas.KindRateLimited, 0), 60_000)
+	add(31, rejected("s1", 1, schemas.KindRateLimited, 0), 42_000, "requests 60000->42000 refusal")
+	add(3000, reconcile("s2", 100, 50), 42_126, "requests 42000->42126 success")
+	for i := range 40 {
+		add(3001+int64(i), reserve(fmt.Sprintf("x%d", i)), 42_126)
+	}
+	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 42126->42000 refusal")
+	add(4100, rejected("x1", 1, schemas.KindRateLimited, 0), 42_000)
+	runLearn(t, cfg, steps)
+}
