@@ -847,6 +847,15 @@ type LearnConfig struct {
 	// second attempt whatever it is sent, where a lower rate only loses
 	// work: served 184 of 260 instead of 241 in TestModelStorm).
 	RatioKPermille int64 `json:"ratio_k_permille,omitempty"`
+	// BareGatePermille gates the decrease a bare 429 (no rate-limit
+	// header) applies: it acts only while the refusals the headers do
+	// not explain are at least this share of the requests the scope sent
+	// over the trailing minute (default 100: 10 %). A provider that
+	// refuses a small share of whatever it is sent (Vertex AI's shared
+	// quota) is then not cut to the floor, and a first burst into a
+	// limit configured 10–50× too high (most of it refused) still is at
+	// once. 1: any bare 429 acts (the rule before the gate).
+	BareGatePermille int64 `json:"bare_gate_permille,omitempty"`
 	// HeadroomPermille is the share of a limit reported by the provider's
 	// headers that the ledger enforces (default 970: 97 %, as the
 	// loadtest's generated configs keep; 1000: the reported limit
@@ -861,6 +870,7 @@ func (c LearnConfig) increase() int64 { return defOr(c.IncreasePermille, 3, 1, 1
 func (c LearnConfig) interval() int64 { return defOr(c.IntervalMs, 1000, 1, dayMs) }
 func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 10, 1, 1000) }
 func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }
+func (c LearnConfig) bareGate() int64 { return defOr(c.BareGatePermille, 100, 1, 1000) }
 func (c LearnConfig) headroom() int64 { return defOr(c.HeadroomPermille, 970, 1, 1000) }
 
 // defOr returns v clamped to [lo, hi], or def when v is 0.

@@ -56,18 +56,23 @@ type learnedCap struct {
 	Grow  int64 `json:"g,omitempty"`  // additive increase earned since IncMs, in 1/1000 units
 	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
 	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
+	Safe  int64 `json:"sf,omitempty"` // the capacity the last bare cut past the gate set; 0 none
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
 // (Google SRE's client-side adaptive throttling): attempts refused (Rej)
-// and accepted (Acc) by the provider in the current and the previous
-// interval (Win = the current one's index). It is kept per scope (the
-// provider account) from the first 2xx on, so that a bucket's first
-// refusal is judged against the accepts before it.
+// by the provider, and granted (Sent), in the current and the previous
+// interval (Win = the current one's index). An attempt counts as sent
+// when it is granted, not when it reconciles: an LLM call takes seconds
+// and a 429 milliseconds, so accepts counted at reconcile lag the
+// refusals, and a burst of refusals early in an overload would look like
+// a provider that accepts nothing (the ratio of the issue-20 defect).
+// What was sent and not refused is accepted or still outstanding
+// (accepted).
 type refusalRatio struct {
 	Win  int64    `json:"w,omitempty"`
 	Rej  [2]int64 `json:"r,omitzero"`
-	Acc  [2]int64 `json:"a,omitzero"`
+	Sent [2]int64 `json:"s,omitzero"`
 	Room [2]int64 `json:"rm,omitzero"` // of Rej: not bare 429s (headers reported room, or an overload)
 }
 
@@ -78,12 +83,22 @@ func (q *refusalRatio) roll(now, interval int64) {
 	case w == q.Win:
 		return
 	case w == q.Win+1:
-		q.Rej[1], q.Acc[1], q.Room[1] = q.Rej[0], q.Acc[0], q.Room[0]
+		q.Rej[1], q.Sent[1], q.Room[1] = q.Rej[0], q.Sent[0], q.Room[0]
 	default:
-		q.Rej[1], q.Acc[1], q.Room[1] = 0, 0, 0
+		q.Rej[1], q.Sent[1], q.Room[1] = 0, 0, 0
 	}
-	q.Rej[0], q.Acc[0], q.Room[0] = 0, 0, 0
+	q.Rej[0], q.Sent[0], q.Room[0] = 0, 0, 0
 	q.Win = w
+}
+
+// window returns the trailing window's attempts and refusals: attempts
+// is what was sent, at least what was refused (a refusal may answer a
+// grant of an interval before the window), and accepted = attempts −
+// refused.
+func (q *refusalRatio) window() (attempts, refused, accepted int64) {
+	refused = q.Rej[0] + q.Rej[1]
+	attempts = max(q.Sent[0]+q.Sent[1], refused)
+	return attempts, refused, attempts - refused
 }
 
 // sentSlotMs and sentSlots shape a scope's trailing minute of grants
@@ -102,9 +117,15 @@ const (
 // (MaxOut) when that is larger than the output estimate. It counts every
 // grant, also those the provider will refuse or never see: an over-count
 // only loosens the bound learnRemaining derives, never breaks it.
+//
+// Ref counts the provider's refusals that the headers do not explain
+// (learnRefusal) per slot, by the time they arrive: refused ÷ sent
+// requests over the trailing minute is the share the bare-429 gate
+// (learnRefusal) reads.
 type sentWindow struct {
 	Cur  int64                   `json:"c,omitempty"`
 	Ring [sentSlots + 1][4]int64 `json:"r,omitzero"`
+	Ref  [sentSlots + 1]int64    `json:"f,omitzero"`
 }
 
 // roll moves the window to log time now, clearing the slots it passes.
@@ -115,6 +136,7 @@ func (w *sentWindow) roll(now int64) {
 	}
 	for k := w.Cur + 1; k <= c && k <= w.Cur+sentSlots+1; k++ {
 		w.Ring[k%(sentSlots+1)] = [4]int64{}
+		w.Ref[k%(sentSlots+1)] = 0
 	}
 	w.Cur = c
 }
@@ -148,6 +170,23 @@ func (w *sentWindow) refused(r *res, now int64) {
 	s[dInput] = max(0, s[dInput]-r.Need[dInput])
 	s[dOutput] = max(0, s[dOutput]-out)
 	s[dTotal] = max(0, s[dTotal]-(r.Need[dTotal]-r.Need[dOutput]+out))
+}
+
+// refusal counts a refusal the headers do not explain at log time now.
+func (w *sentWindow) refusal(now int64) {
+	w.roll(now)
+	s := &w.Ref[w.Cur%(sentSlots+1)]
+	*s = min(maxAmount, *s+1)
+}
+
+// refusedShare returns the refusals and the attempts (requests sent, at
+// least the refusals) of the trailing minute at log time now.
+func (w *sentWindow) refusedShare(now int64) (refused, attempts int64) {
+	w.roll(now)
+	for k := range w.Ref {
+		refused = min(maxAmount, refused+w.Ref[k])
+	}
+	return refused, max(refused, w.sum(dRequests, now))
 }
 
 // sum is what the window counts for dimension d at log time now.
@@ -508,7 +547,7 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		e := &l.st.Learned[i]
 		e.Hdr = hdr
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Safe = 0, 0
 		}
 		l.applyLearned(i, bi, schemas.LearnedHeaders)
 	}
@@ -566,7 +605,7 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		return
 	}
 	if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-		e.Aimd = 0
+		e.Aimd, e.Safe = 0, 0
 	}
 	l.applyLearned(i, bi, schemas.LearnedRemaining)
 }
@@ -583,13 +622,15 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	}
 	lc := l.st.Config.Learn
 	now := l.st.Now
-	q := &l.st.Scopes[si].Ratio
+	sc := &l.st.Scopes[si]
+	q := &sc.Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
 	if !bare {
 		q.Room[0]++
 	}
-	rej, acc := q.Rej[0]+q.Rej[1], q.Acc[0]+q.Acc[1]
+	sc.Sent.refusal(now)
+	attempts, rej, acc := q.window()
 	// Google SRE's rule: act when requests > K × accepts over the
 	// trailing window. A provider that refuses a fixed share of whatever
 	// it is sent (at most 1 − 1/K) is not short of capacity: lowering the
@@ -598,12 +639,28 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	// overload may be (a 503 says the provider is busy, not that we
 	// sent too much: ungated, the storm scenario's three 503s cut the
 	// deployment to a third, TestModelStorm served 186 of 260). A bare
-	// 429 says nothing of the kind and counts ungated — unless the
-	// window also holds the others, when the provider is refusing for
-	// reasons of its own.
+	// 429 says nothing of the kind — unless the window also holds the
+	// others, when the provider is refusing for reasons of its own — and
+	// is gated by the share refused over the trailing minute instead
+	// (bareGate): a provider that refuses a few percent of what it is
+	// sent whatever the rate (Vertex AI's shared quota) is not cut down
+	// to the floor, one whose limit is far below the configured one
+	// (most of a first burst refused) still is at once.
 	bare = bare && q.Room[0]+q.Room[1] == 0
-	if ni < 0 || (!bare && (rej+acc)*1000 <= lc.ratioK()*acc) {
+	if ni < 0 || (!bare && attempts*1000 <= lc.ratioK()*acc) {
 		return
+	}
+	// below: a bare 429 under the gate. It may still cut, but never
+	// below Safe, the capacity the last cut past the gate set (and
+	// not at all without one): once the share refused has shown that
+	// the provider limits our rate, a capacity probing back above that
+	// level is cut as before (any bare 429: about one in 120 calls of a
+	// sustained overload), while a provider refusing a few percent at
+	// random is never cut by them below what its real overload showed.
+	below := false
+	if bare {
+		ref, sent := sc.Sent.refusedShare(now)
+		below = ref*1000 < lc.bareGate()*sent
 	}
 	for dd := range numDims {
 		if dimKnown && dd != d {
@@ -616,8 +673,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// More than 2/3 refused: the capacity is about the share
 		// accepted of what was sent, far below ×0.7 when the configured
 		// limit is 10–50× the real one (TCP's slow start ends the same
-		// way: at what got through). The +1 keeps the estimate above
-		// zero while the accepts lag (a 2xx counts when it reconciles).
+		// way: at what got through). An attempt counts as accepted
+		// from its grant until it is refused, so the share is not
+		// understated while the accepts' answers are still streaming;
+		// the +1 keeps the estimate above zero.
 		share := rej > 2*acc
 		// At least half of a bare provider's attempts refused, and
 		// enough of them to show a rate (learnRateMin): the provider took
@@ -629,9 +688,23 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// (Requests only: the window counts attempts, not tokens; a token
 		// bucket takes the other rows.)
 		rate := int64(-1)
-		if bare && dd == dRequests && rej >= acc && rej+acc >= learnRateMin {
+		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
 			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+		}
+		if below {
+			i := l.learnedIdx(ni, dd)
+			if i < 0 {
+				continue
+			}
+			e := &l.st.Learned[i]
+			if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
+				continue
+			}
+			e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
+			e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
+			l.applyLearned(i, bi, schemas.LearnedRefusal)
+			continue
 		}
 		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
 			// One decrease per interval: the refusals of one overload
@@ -643,7 +716,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			}
 			next := e.Peak
 			if share {
-				next = mulSat(e.Peak, acc+1) / (rej + acc)
+				next = mulSat(e.Peak, acc+1) / attempts
 			}
 			if rate >= 0 {
 				next = min(next, rate)
@@ -651,6 +724,9 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 			next = max(1, e.scale()*lc.floor()/1000, next)
 			if next < e.Aimd {
 				e.Aimd = next
+				if bare {
+					e.Safe = next
+				}
 				l.applyLearned(i, bi, schemas.LearnedRefusal)
 			}
 			continue
@@ -660,12 +736,15 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		floor := max(1, e.scale()*lc.floor()/1000)
 		next := e.Eff * lc.decrease() / 1000
 		if share {
-			next = min(next, mulSat(e.Eff, acc+1)/(rej+acc))
+			next = min(next, mulSat(e.Eff, acc+1)/attempts)
 		}
 		if rate >= 0 {
 			next = min(next, rate)
 		}
 		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+		if bare {
+			e.Safe = e.Aimd
+		}
 		if !bare {
 			// The headers said there was room, or the provider is
 			// overloaded: what it refuses is not shown to be our rate.
@@ -696,7 +775,6 @@ func (l *Ledger) learnSuccess(r *res) {
 	now := l.st.Now
 	q := &l.st.Scopes[r.Scope].Ratio
 	q.roll(now, lc.interval())
-	q.Acc[0]++
 	if len(l.st.Learned) == 0 || q.Rej[0]+q.Rej[1] > 0 {
 		return // additive increase only without a refusal in the window
 	}
@@ -720,13 +798,22 @@ func (l *Ledger) learnSuccess(r *res) {
 			e.Boost++
 		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd, e.Grow, e.Boost = 0, 0, 0
+			e.Aimd, e.Grow, e.Boost, e.Safe = 0, 0, 0, 0
 		}
 		e.IncMs = now
 		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
 			l.applyLearned(i, bi, schemas.LearnedSuccess)
 		}
 	}
+}
+
+// learnGrant counts grant r, at log time now, as sent: in the scope's
+// trailing minute (sentWindow) and its refusal ratio's window.
+func (l *Ledger) learnGrant(r *res, now int64) {
+	sc := &l.st.Scopes[r.Scope]
+	sc.Sent.add(r, now)
+	sc.Ratio.roll(now, l.st.Config.Learn.interval())
+	sc.Ratio.Sent[0] = min(maxAmount, sc.Ratio.Sent[0]+1)
 }
 
 func (r *res) onPath(ni int32) bool {
@@ -745,7 +832,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
@@ -786,7 +873,7 @@ func (l *Ledger) rebaseLearned() {
 			e.Aimd = max(e.Aimd, max(1, e.scale()*l.st.Config.Learn.floor()/1000))
 		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-			e.Aimd = 0
+			e.Aimd, e.Safe = 0, 0
 		}
 		e.Eff = e.effective(l.st.Config.Learn.headroom())
 		kept = append(kept, e)

@@ -966,7 +966,7 @@ func (l *Ledger) granted(ri int32, borrowed bool) {
 	l.holdPush(ri, ttl)
 	l.st.Stats.Granted++
 	if !l.st.Config.Learn.Off {
-		l.st.Scopes[r.Scope].Sent.add(r, now)
+		l.learnGrant(r, now)
 	}
 }
 

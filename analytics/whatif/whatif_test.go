@@ -165,12 +165,13 @@ func TestWhatIfTightenedMatchesDirectReplay(t *testing.T) {
 	if !maps.Equal(w.Denials, d.Denials) || w.Grants != d.Grants {
 		t.Fatalf("what-if denials %v (grants %d), direct replay %v (grants %d)", w.Denials, w.Grants, d.Denials, d.Grants)
 	}
-	// The tighter limit must change the decisions. It need not deny more in
-	// all: the recorded run learns its scope capacity down from the
-	// workload's bare 429s (ledger/learn.go), and the what-if, sending less,
-	// meets fewer of them (2,972 recorded denials against 2,534 at seed 2).
-	if pt.Differences == 0 || maps.Equal(w.Denials, r.Denials) {
-		t.Fatalf("a tighter key limit denied %v (recorded %v) with %d differences", w.Denials, r.Denials, pt.Differences)
+	// The tighter limit denies more and grants no more. (This held again
+	// once the refusal learning counted attempts as sent at grant and
+	// gated bare-429 cuts by the share refused, ledger/learn.go: the
+	// workload's random bare 429s, about 6 % of what is sent, no longer
+	// cut the recorded run's capacity to the floor.)
+	if w.Denied <= r.Denied || w.Grants > r.Grants || pt.Differences == 0 {
+		t.Fatalf("a tighter key limit denied %d, granted %d (recorded %d, %d) with %d differences", w.Denied, w.Grants, r.Denied, r.Grants, pt.Differences)
 	}
 	t.Logf("recorded: %d grants, %d denied; what-if: %d grants, %d denied, %d differences", r.Grants, r.Denied, w.Grants, w.Denied, pt.Differences)
 }
