@@ -53,6 +53,7 @@ func TestPacedMaxWait(t *testing.T) {
 		{"90,000 TPM, 1 s window: ten", tpm(90_000), 0},
 		{"60 RPM, 1 s window: one request", rpm("scope", "*", 60, 1000), 1000},
 		{"600 RPM, 1 s window: ten", rpm("scope", "*", 600, 1000), 0},
+		{"1 an hour, window of the hour: a quota, not pacing", BucketConfig{Level: "scope", ID: "*", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 3_600_000, WindowMs: 3_600_000}, 0},
 	} {
 		l := New(0, testConfig(tc.b))
 		var out []Output

@@ -417,9 +417,10 @@ func (l *Ledger) cooldownPastDeadline(ri int32, out []Output) []Output {
 }
 
 // paceMs is the pacing interval of r's path: over the token and ramp
-// buckets it needs, the longest time that one grant of r's size into a
-// full bucket keeps a second grant of that size from fitting. It is 0 when
-// every such bucket's window holds two requests of r's size. Otherwise the
+// buckets it needs whose window is shorter than their period, the longest
+// time that one grant of r's size into a full bucket keeps a second grant
+// of that size from fitting. It is 0 when every such bucket's window holds
+// two requests of r's size. Otherwise the
 // bucket (or the provider it mirrors) takes one such request per interval
 // at most, and a request arriving just after a grant waits that long
 // whatever the order of the queue (README, "Queues": the pacing interval).
@@ -442,7 +443,9 @@ func (l *Ledger) paceMs(r *res) int64 {
 				continue
 			}
 			a := sp.amount(r)
-			if a <= 0 || rate <= 0 {
+			if a <= 0 || rate <= 0 || sp.window >= sp.period {
+				// A window of the whole period is a quota, not pacing
+				// (1 request an hour: the next one an hour later).
 				continue
 			}
 			// From full, a grant leaves burst − a; a second fits at
