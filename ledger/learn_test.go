@@ -108,15 +108,16 @@ func TestLearnHeaders(t *testing.T) {
 		t.Fatalf("bucket holds %d after learning 300 RPM, want ≤ 5", got)
 	}
 	// Decisions follow: after a headers limit of 60 RPM (1 at once, one per
-	// second), the second request in the same instant waits past the
-	// interactive class's 300 ms and is refused.
+	// second), the second request in the same instant would wait past a
+	// max wait of 300 ms of its own and is refused (a class's max wait
+	// would wait the pacing interval on top: TestPacedMaxWait).
 	runSteps(t, cfg, []step{
 		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
 		{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 60, 59)},
 		// a left 9 of 10; the learned window holds 1: b takes it, c would
 		// wait a second.
 		{At: 2, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}},
-		{At: 3, Ev: reserve("c"), Want: []string{"c/1 denied wait_exceeds_max rejected_locally"}},
+		{At: 3, Ev: reserve("c", maxWait(300)), Want: []string{"c/1 denied wait_exceeds_max rejected_locally"}},
 		{At: 1003, Ev: reserve("d"), Want: []string{"d/1 granted admitted"}},
 	})
 }

@@ -415,3 +415,75 @@ func (l *Ledger) cooldownPastDeadline(ri int32, out []Output) []Output {
 	}
 	return l.emit(out, r, d)
 }
+
+// paceMs is the pacing interval of r's path: over the token and ramp
+// buckets it needs whose window is shorter than their period, the longest
+// time that one grant of r's size into a full bucket keeps a second grant
+// of that size from fitting. It is 0 when every such bucket's window holds
+// two requests of r's size. Otherwise the
+// bucket (or the provider it mirrors) takes one such request per interval
+// at most, and a request arriving just after a grant waits that long
+// whatever the order of the queue (README, "Queues": the pacing interval).
+func (l *Ledger) paceMs(r *res) int64 {
+	var pace int64
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs
+	for _, ni := range r.Path[:r.NPath] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		for k := range bs {
+			b := &bs[k]
+			sp := &specs[b.Spec]
+			rate, burst := sp.capacity, sp.burst
+			switch sp.kind {
+			case kToken:
+			case kRamp:
+				rate = l.st.Ramps[b.Ext].Rate
+				burst = rampBurst(rate, sp.window)
+			default:
+				continue
+			}
+			a := sp.amount(r)
+			if a <= 0 || rate <= 0 || sp.window >= sp.period {
+				// A window of the whole period is a quota, not pacing
+				// (1 request an hour: the next one an hour later).
+				continue
+			}
+			// From full, a grant leaves burst − a; a second fits at
+			// min(a, burst) (fits), so the refill needed between them
+			// is min(a, burst) + a − burst, in scaled units.
+			scaled := mulSat(a, sp.period)
+			if need := min(scaled, burst) + scaled - burst; need > 0 {
+				pace = max(pace, (need+rate-1)/rate)
+			}
+		}
+	}
+	return pace
+}
+
+// waitPaced lets a request that is not granted at once wait its path's
+// pacing interval (paceMs) on top of its class's max wait, within its
+// deadline's grant bound: the max wait bounds the wait behind other work,
+// not the provider's own spacing. No order of the queue can grant a
+// request sooner than one interval after a grant of its size without
+// leaving the provider idle in every interval; with the interval longer
+// than the max wait (40 RPM over a 1 s window: one request per 1.5 s,
+// against interactive's 300 ms), every higher-class arrival after a
+// lower-class grant was refused at once, although deadline rescue gives
+// it the next refill ahead of the aged backlog. A max wait the request
+// named itself is kept, as in waitOutCooldown.
+func (l *Ledger) waitPaced(r *res) {
+	if r.Flags&fOwnWait != 0 {
+		return
+	}
+	pace := l.paceMs(r)
+	if pace == 0 {
+		return
+	}
+	e := max(l.st.Now, r.NotBefore) + l.st.Config.Classes[r.ClassIdx].MaxWaitMs + pace
+	if r.Deadline > 0 {
+		e = min(e, r.grantBy())
+	}
+	if e > r.ExpireMs {
+		r.ExpireMs = e
+	}
+}

@@ -487,8 +487,10 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 			l.grant(ri, v.borrowed)
 			return l.emitGrant(out, ri, schemas.GDAdmitted)
 		}
+		l.waitPaced(r)
 		l.enqueue(ri)
 	} else {
+		l.waitPaced(r)
 		l.enqueue(ri)
 		var granted bool
 		out, v, granted = l.pump(r.Scope, out, ri)

@@ -82,7 +82,7 @@ func TestShadowScope(t *testing.T) {
 	cfg.Scopes[0].Shadow = false
 	runSteps(t, cfg, []step{
 		{At: 1000, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
-		{At: 1000, Ev: reserve("b", maxWait(0)), Want: []string{"b/1 denied wait_exceeds_max rejected_locally"}},
+		{At: 1000, Ev: reserve("b", maxWait(1)), Want: []string{"b/1 denied wait_exceeds_max rejected_locally"}},
 	})
 }
 
