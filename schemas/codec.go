@@ -29,8 +29,16 @@ func Append(dst []byte, e *Event) ([]byte, error) {
 }
 
 // Encode returns the encoding of e, in one allocation for the events of
-// the request path (they are a few hundred bytes).
-func Encode(e *Event) ([]byte, error) { return Append(make([]byte, 0, 512), e) }
+// the request path (they are a few hundred bytes; a reserve with its path
+// and a provider's observations run past 512, and growing the buffer cost
+// them a second allocation and a copy on every request).
+func Encode(e *Event) ([]byte, error) {
+	n := 512
+	if e.ReserveRequested != nil || e.ProviderObserved != nil {
+		n = 1024
+	}
+	return Append(make([]byte, 0, n), e)
+}
 
 // Decode decodes b into e, which is reset first. Unknown fields are skipped
 // (forward compatibility); an event whose payload does not match its type,

@@ -354,14 +354,16 @@ func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []
 // connections and never answers it would otherwise hold the client past
 // both (issue 19, D2). The client's going away does not cut it short: the
 // lifecycle releases a reservation it stops waiting for.
+//
+// One context bounded by the earlier of the two: a context and a timer
+// fewer per request than nesting the deadline inside the timeout.
 func (c *call) request(ev *schemas.Event) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), time.Duration(c.cfg.LedgerTimeoutMs)*time.Millisecond)
-	defer cancel()
-	if dl, ok := c.ctx.Deadline(); ok {
-		var cancelDl context.CancelFunc
-		ctx, cancelDl = context.WithDeadline(ctx, dl)
-		defer cancelDl()
+	bound := time.Now().Add(time.Duration(c.cfg.LedgerTimeoutMs) * time.Millisecond)
+	if dl, ok := c.ctx.Deadline(); ok && dl.Before(bound) {
+		bound = dl
 	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(c.ctx), bound)
+	defer cancel()
 	return c.s.rc.Request(ctx, stamp(ev))
 }
 

@@ -38,6 +38,7 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	mux      *http.ServeMux
+	posts    map[string]http.HandlerFunc // the mux's exact-path POST routes (the API calls): ServeHTTP's one lookup
 	m        *metrics
 	idem     *idemStore
 	emCap    emergencyCap // local admissions while the ledger is silent
@@ -87,13 +88,18 @@ func New(cfg *config.Config, rc *reserve.Client, log *slog.Logger, opts ...Optio
 	s.m = newMetrics(s.reg, !s.noTenantLabels)
 	s.reg.MustRegister(ledgerCollectors(rc)...)
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /v1/chat/completions", s.handle(provider.APIChat))
-	s.mux.HandleFunc("POST /v1/embeddings", s.handle(provider.APIEmbeddings))
-	s.mux.HandleFunc("POST /v1/messages", s.handle(provider.APIMessages))
-	s.mux.HandleFunc("POST /v1/responses", s.handle(provider.APIResponses))
-	s.mux.HandleFunc("POST /v1/responses/input_tokens", s.handleResponsesInputTokens)
-	s.mux.HandleFunc("POST /v1/completions", s.handle(provider.APICompletions))
-	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
+	s.posts = map[string]http.HandlerFunc{}
+	post := func(path string, h http.HandlerFunc) {
+		s.mux.HandleFunc("POST "+path, h)
+		s.posts[path] = h
+	}
+	post("/v1/chat/completions", s.handle(provider.APIChat))
+	post("/v1/embeddings", s.handle(provider.APIEmbeddings))
+	post("/v1/messages", s.handle(provider.APIMessages))
+	post("/v1/responses", s.handle(provider.APIResponses))
+	post("/v1/responses/input_tokens", s.handleResponsesInputTokens)
+	post("/v1/completions", s.handle(provider.APICompletions))
+	post("/v1/messages/count_tokens", s.handleCountTokens)
 	s.mux.HandleFunc("GET /v1/models", s.handleModels)
 	s.mux.HandleFunc("GET /v1/models/{id...}", s.handleModel)
 	s.mux.HandleFunc("GET /v1/sluice/usage", s.handleUsage)
@@ -124,6 +130,12 @@ func (s *Server) Estimator() *estimate.Estimator { return s.est }
 // still names one that logs and support can find.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set(HeaderRequestID, eventid.NewID())
+	if r.Method == http.MethodPost {
+		if h, ok := s.posts[r.URL.Path]; ok {
+			h(w, r) // what the mux would pick: an exact path, no wildcard
+			return
+		}
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		anth := strings.HasPrefix(r.URL.Path, "/v1/messages")
 		// A path routed under other methods is a 405 with Allow, read from
