@@ -40,7 +40,7 @@ func level(d schemas.Dimension, want int64) func(*testing.T, *Ledger, []Output) 
 
 // tpm is a total-tokens scope bucket with a whole-minute window, so that
 // nothing refills within a step table's few milliseconds.
-func tpm(perMin int64, accounting string) BucketConfig {
+func tpm(perMin int64, accounting Accounting) BucketConfig {
 	return BucketConfig{Level: "scope", ID: "*", Dimension: schemas.DimTotalTokens, Capacity: perMin,
 		PeriodMs: 60_000, WindowMs: 60_000, Accounting: accounting}
 }

@@ -37,26 +37,34 @@ func levelCode(s string) (uint8, bool) {
 	return 0, false
 }
 
+// Refill is a bucket's kind: how its capacity comes back. The zero value
+// ("") takes the default, RefillToken.
+type Refill string
+
 // Refill kinds of a bucket.
 const (
 	// RefillToken is a continuous token bucket: Capacity per PeriodMs,
 	// refilled continuously, holding at most Capacity×WindowMs/PeriodMs (the
 	// enforcement window: 600/min with a 1 s window never grants more than
 	// 10 at once, plus what refills meanwhile).
-	RefillToken = "token"
+	RefillToken Refill = "token"
 	// RefillFixed resets to Capacity at every period boundary
 	// (t − ResetOffsetMs) mod PeriodMs == 0; debt carries over.
-	RefillFixed = "fixed"
+	RefillFixed Refill = "fixed"
 	// RefillRolling counts charges over the last PeriodMs in Slots slots; a
 	// charge stays counted until its whole slot has left the window.
-	RefillRolling = "rolling"
+	RefillRolling Refill = "rolling"
 	// RefillConcurrency holds Capacity in-flight units, returned on
 	// reconcile, release or expiry.
-	RefillConcurrency = "concurrency"
+	RefillConcurrency Refill = "concurrency"
 	// RefillRamp is a token bucket whose rate grows from Ramp.StartPerPeriod
 	// by Ramp.StepPerPeriod every PeriodMs up to Capacity, pausing on stress.
-	RefillRamp = "ramp"
+	RefillRamp Refill = "ramp"
 )
+
+// Accounting is a bucket's accounting mode. The zero value ("") takes the
+// default, AccountingReconcile.
+type Accounting string
 
 // Accounting modes of a bucket: how the provider whose quota the bucket
 // mirrors counts a request's output tokens. A bucket that counts the way
@@ -67,7 +75,7 @@ const (
 	// charges the actual usage: unused capacity returns at once, overage
 	// becomes debt. The default, and the rule for Sluice's own buckets
 	// (tenant, team, key budgets).
-	AccountingReconcile = "reconcile"
+	AccountingReconcile Accounting = "reconcile"
 	// AccountingMaxTokensOnArrival charges the request's max output tokens
 	// (ReserveRequested.MaxOutputTokens, at least the estimate) when it is
 	// granted and never refunds it: the provider counted max_tokens when
@@ -75,19 +83,23 @@ const (
 	// refills. Usage above the charge is still debt. An attempt that never
 	// reached the provider (provider-rejected, released without usage, retried
 	// before dispatch) gets its charge back. OpenAI and Azure OpenAI TPM.
-	AccountingMaxTokensOnArrival = "max_tokens_on_arrival"
+	AccountingMaxTokensOnArrival Accounting = "max_tokens_on_arrival"
 	// AccountingOutputWhenProduced: the provider counts output as it is
 	// produced (Anthropic OTPM). The ledger holds the estimate while the
 	// request runs (the output will come) and charges the actual output at
 	// reconcile: the arithmetic of AccountingReconcile, named so that the
 	// config says which provider rule a bucket mirrors.
-	AccountingOutputWhenProduced = "output_when_produced"
+	AccountingOutputWhenProduced Accounting = "output_when_produced"
 )
+
+// Overload is what a class does with a request that would exceed its
+// queue (depth or wait).
+type Overload string
 
 // Overload actions of a class.
 const (
-	OverloadDeny     = "deny"     // deny with retry_after_ms
-	OverloadFallback = "fallback" // deny, marked fallback_allowed if the request allows it
+	OverloadDeny     Overload = "deny"     // deny with retry_after_ms
+	OverloadFallback Overload = "fallback" // deny, marked fallback_allowed if the request allows it
 )
 
 // Config is the ledger's configuration document. It arrives as JSON inside
@@ -217,7 +229,7 @@ type BucketConfig struct {
 	// Refill is the kind (token, fixed, rolling, concurrency, ramp); empty
 	// means the dimension's default: concurrency→concurrency,
 	// requests_per_day→fixed, spend→rolling, ramp→ramp, others→token.
-	Refill string `json:"refill,omitempty"`
+	Refill Refill `json:"refill,omitempty"`
 	// Capacity is in the dimension's unit (requests, tokens, in-flight,
 	// micro-units of spend) per PeriodMs.
 	Capacity int64 `json:"capacity"`
@@ -247,7 +259,7 @@ type BucketConfig struct {
 	// (default, Sluice's own buckets), "max_tokens_on_arrival" (OpenAI,
 	// Azure) or "output_when_produced" (Anthropic OTPM). See the
 	// Accounting* constants.
-	Accounting string `json:"accounting,omitempty"`
+	Accounting Accounting `json:"accounting,omitempty"`
 	// RefundUnsent (requests buckets only) gives the request back when the
 	// attempt never reached the provider's counter: the provider refused
 	// it (429, 503) or the gateway released it unsent. For a provider that
@@ -277,11 +289,11 @@ type RampConfig struct {
 // queued request of a class with offset X outranks a fresh request of a
 // class with offset 0 after waiting X ms (aging).
 type ClassConfig struct {
-	Name        string `json:"name"`
-	AgeOffsetMs int64  `json:"age_offset_ms"`
-	MaxWaitMs   int64  `json:"max_wait_ms"`
-	MaxDepth    int    `json:"max_depth"`
-	Overload    string `json:"overload"`
+	Name        string   `json:"name"`
+	AgeOffsetMs int64    `json:"age_offset_ms"`
+	MaxWaitMs   int64    `json:"max_wait_ms"`
+	MaxDepth    int      `json:"max_depth"`
+	Overload    Overload `json:"overload"`
 	// DeadlineMs is the deadline the gateway gives a request of this class
 	// whose client declared none (no X-Sluice-Deadline-Ms, no SDK read
 	// timeout) and whose key sets none; MaxDeadlineMs caps every deadline of
@@ -385,7 +397,7 @@ func (c *Config) Finish() *problems.List {
 	return p
 }
 
-func defaultRefill(d schemas.Dimension) string {
+func defaultRefill(d schemas.Dimension) Refill {
 	switch d {
 	case schemas.DimConcurrency:
 		return RefillConcurrency
@@ -759,7 +771,7 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 		}
 	default:
 		bad(loc+".refill", "unknown refill kind %q%s", b.Refill,
-			problems.DidYouMean(b.Refill, []string{RefillToken, RefillFixed, RefillRolling, RefillConcurrency, RefillRamp}))
+			problems.DidYouMean(string(b.Refill), []string{string(RefillToken), string(RefillFixed), string(RefillRolling), string(RefillConcurrency), string(RefillRamp)}))
 	}
 	if !known || !refillKnown {
 		return // pairing a dimension with a refill needs both

@@ -20,7 +20,7 @@ type BucketView struct {
 	// Node is the bucket's node, e.g. "tenant:acme".
 	Node      string            `json:"node"`
 	Dimension schemas.Dimension `json:"dimension"`
-	Refill    string            `json:"refill"`
+	Refill    Refill            `json:"refill"`
 	// Capacity is the enforced capacity per PeriodMs (the configured one,
 	// or the one learned from the provider when Learned); Max the most the
 	// bucket holds at once (the enforcement window's burst for token
@@ -507,7 +507,9 @@ func (l *Ledger) peekAvailable(b *bucket, sp *spec, now int64) int64 {
 	return b.Level
 }
 
-func kindName(k uint8) string {
+// kindName is kindCode's inverse: the refill kind a compiled bucket spec
+// runs.
+func kindName(k uint8) Refill {
 	switch k {
 	case kFixed:
 		return RefillFixed

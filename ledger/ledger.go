@@ -168,6 +168,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 	if l.bud.holders != nil {
 		l.budgetWants()
 	}
+	l.checkStep(ev)
 	return out
 }
 

@@ -10,7 +10,7 @@ import (
 // tenant usage endpoint reads it from a restored snapshot).
 type BucketLevel struct {
 	Dimension schemas.Dimension
-	Refill    string
+	Refill    Refill
 	Capacity  int64
 	PeriodMs  int64
 	// Remaining is what the bucket could grant at the asked time (negative
@@ -49,7 +49,7 @@ func (l *Ledger) Levels(scope, level, id string, atMs int64) (levels []BucketLev
 	for bi := n.First; bi < n.First+n.N; bi++ {
 		b := l.st.Buckets[bi] // a copy
 		sp := &l.cc.specs[b.Spec]
-		bl := BucketLevel{Dimension: dimension(sp.dim), Refill: refillName(sp.kind), Capacity: sp.capacity, PeriodMs: sp.period}
+		bl := BucketLevel{Dimension: dimension(sp.dim), Refill: kindName(sp.kind), Capacity: sp.capacity, PeriodMs: sp.period}
 		switch sp.kind {
 		case kToken:
 			refillToken(&b, sp, now)
@@ -88,20 +88,6 @@ func (l *Ledger) Levels(scope, level, id string, atMs int64) (levels []BucketLev
 		levels = append(levels, bl)
 	}
 	return levels, true
-}
-
-func refillName(kind uint8) string {
-	switch kind {
-	case kFixed:
-		return RefillFixed
-	case kRolling:
-		return RefillRolling
-	case kConcurrency:
-		return RefillConcurrency
-	case kRamp:
-		return RefillRamp
-	}
-	return RefillToken
 }
 
 // HasScope reports whether this ledger has seen the provider scope name (a

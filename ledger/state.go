@@ -49,7 +49,7 @@ const (
 	kRamp
 )
 
-func kindCode(s string) uint8 {
+func kindCode(s Refill) uint8 {
 	switch s {
 	case RefillFixed:
 		return kFixed

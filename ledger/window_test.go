@@ -144,7 +144,7 @@ func (p *windowProvider) settle(delta, now int64) {
 func TestLargeRequestsProviderModel(t *testing.T) {
 	const capacity, period, window = 120_000, 60_000, 1000
 	for _, seed := range seeds(t, 6) {
-		for _, mode := range []string{"exact", "refund", AccountingMaxTokensOnArrival} {
+		for _, mode := range []string{"exact", "refund", string(AccountingMaxTokensOnArrival)} {
 			runLargeRequests(t, seed, mode, capacity, period, window)
 		}
 	}
@@ -186,8 +186,8 @@ func runLargeRequests(t *testing.T, seed uint64, mode string, capacity, period, 
 	tag := fmt.Sprintf("seed %d %s", seed, mode)
 	exact := mode != "refund"
 	b := tpmWindow(capacity, window)
-	if mode == AccountingMaxTokensOnArrival {
-		b.Accounting = mode
+	if mode == string(AccountingMaxTokensOnArrival) {
+		b.Accounting = Accounting(mode)
 	}
 	cfg := testConfig(b)
 	l := New(0, cfg)
@@ -237,7 +237,7 @@ func runLargeRequests(t *testing.T, seed uint64, mode string, capacity, period, 
 				t.Errorf("%s: t=%d: granted %d×P over the interval bound %d + C×dt", tag, now, sumScaled-capacity*now-minBase, bound)
 			}
 			act := a.tokens
-			if mode == AccountingMaxTokensOnArrival {
+			if mode == string(AccountingMaxTokensOnArrival) {
 				act = a.tokens / 2 // the input; output below max_tokens
 			} else if !exact {
 				act = a.tokens * int64(50+rng.IntN(70)) / 100 // 50 %–119 % of the estimate
@@ -280,7 +280,7 @@ func runLargeRequests(t *testing.T, seed uint64, mode string, capacity, period, 
 				cl = "batch"
 			}
 			ev := reserve(a.id, class(cl), tokens(a.tokens, 0))
-			if mode == AccountingMaxTokensOnArrival {
+			if mode == string(AccountingMaxTokensOnArrival) {
 				// Charged input + max_tokens = the request's tokens.
 				ev = reserve(a.id, class(cl), tokens(a.tokens/2, a.tokens/8), maxOut(a.tokens-a.tokens/2))
 			}

@@ -86,3 +86,32 @@ func FuzzFastDecodeMatchesJSON(f *testing.F) {
 		}
 	})
 }
+
+// TestFastDecodeKnowsEveryKey checks the fast decoder's keys against the
+// struct tags, by reflection, as TestFastEncodeCoversEveryField does the
+// encoder's: every payload the fast path takes, with every field of it and
+// of the envelope set (fill), is decoded by the fast path itself, not
+// handed to encoding/json, into exactly the event json.Marshal was given.
+// A field added to a payload without its key in fastdecode.go, or a key
+// spelled there unlike its tag, fails here by name.
+func TestFastDecodeKnowsEveryKey(t *testing.T) {
+	for _, typ := range fastEncoded {
+		if typ == TypeProviderObserved {
+			continue // rare on the hot path: encoding/json decodes it (TestFastDecodeTakesCanonicalEvents)
+		}
+		e := payloadEvent(typ, true)
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got Event
+		if !decodeFast(b, &got) {
+			t.Errorf("%s: the fast path gave up on %s: a key it does not know", typ, b)
+			continue
+		}
+		if !reflect.DeepEqual(&got, e) {
+			gb, _ := json.Marshal(&got)
+			t.Errorf("%s: fast path decoded\n %s\nwant\n %s", typ, gb, b)
+		}
+	}
+}

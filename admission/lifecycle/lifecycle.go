@@ -16,6 +16,7 @@ import (
 	"math"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
+	"github.com/sluice-dev/sluice/internal/invariants"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -333,6 +334,9 @@ func (l *Lifecycle) Step(nowMs int64, in Input) []Effect {
 	l.out = l.out[:0]
 	if l.phase == done {
 		return l.out
+	}
+	if invariants.Enabled {
+		defer l.checkStep(l.phase, in.Kind)
 	}
 	switch in.Kind {
 	case Start:

@@ -194,6 +194,9 @@ func (h *Holder) rollTo(l *lease, start int64, out []Msg) []Msg {
 // It changes nothing but the clock (and a window roll, whose messages it
 // appends to out).
 func (h *Holder) Check(nowMs int64, id string, cost int64, out []Msg) (Verdict, []Msg) {
+	if invariantsOn {
+		defer h.checkStep("Check")
+	}
 	out = h.clock(nowMs, out)
 	l := h.lease(id)
 	switch {
@@ -210,6 +213,9 @@ func (h *Holder) Check(nowMs int64, id string, cost int64, out []Msg) (Verdict, 
 // Charge counts cost against budget id's lease (after Check said Fits)
 // and returns the window it was charged in, which Adjust needs.
 func (h *Holder) Charge(id string, cost int64) (windowMs int64) {
+	if invariantsOn {
+		defer h.checkStep("Charge")
+	}
 	l := h.lease(id)
 	if l == nil {
 		return 0
@@ -225,6 +231,9 @@ func (h *Holder) Charge(id string, cost int64) (windowMs int64) {
 // error; README.md). A charge of an earlier window changes nothing: that
 // window's lease is returned.
 func (h *Holder) Adjust(id string, windowMs, delta int64) {
+	if invariantsOn {
+		defer h.checkStep("Adjust")
+	}
 	l := h.lease(id)
 	if l == nil || windowMs != l.StartMs {
 		return
@@ -236,6 +245,9 @@ func (h *Holder) Adjust(id string, windowMs, delta int64) {
 // smallest of the costs of its requests waiting for the lease. When the
 // lease cannot cover them and no request is in flight, it asks.
 func (h *Holder) Want(nowMs int64, id string, queued, need int64, out []Msg) []Msg {
+	if invariantsOn {
+		defer h.checkStep("Want")
+	}
 	out = h.clock(nowMs, out)
 	l := h.lease(id)
 	if l == nil {
@@ -255,6 +267,9 @@ func (l *lease) short() bool { return l.Need > 0 && l.free() < l.Need && l.Acked
 // WantAll states the queued demand of every budget at once: ids[i] has
 // sum[i] queued, need[i] the smallest; a budget not named has none.
 func (h *Holder) WantAll(nowMs int64, ids []string, sum, need []int64, out []Msg) []Msg {
+	if invariantsOn {
+		defer h.checkStep("WantAll")
+	}
 	out = h.clock(nowMs, out)
 	for _, l := range h.st.Leases {
 		q, n := int64(0), int64(0)
@@ -294,6 +309,9 @@ func (h *Holder) send(l *lease, reason string, out []Msg) []Msg {
 // for another holder, an unknown budget or an old message changes
 // nothing.
 func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
+	if invariantsOn {
+		defer h.checkStep("Apply")
+	}
 	out = h.clock(nowMs, out)
 	l := h.lease(g.Budget)
 	if l == nil || g.Holder != h.st.Name || g.Granted < 0 || g.Granted > amountMax {
@@ -359,6 +377,9 @@ func (h *Holder) Apply(nowMs int64, g *schemas.LeaseGranted, out []Msg) []Msg {
 // demand, returning an idle one's unused part) and resends counters the
 // budget partition has not answered within RetryMs.
 func (h *Holder) Tick(nowMs int64, out []Msg) []Msg {
+	if invariantsOn {
+		defer h.checkStep("Tick")
+	}
 	out = h.clock(nowMs, out)
 	now := h.st.NowMs
 	for _, l := range h.st.Leases {

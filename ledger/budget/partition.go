@@ -132,6 +132,9 @@ func (p *Partition) Stats() Stats { return p.st.Stats }
 // rolls windows and lets pending holders be served; other types change
 // nothing else. Apply never panics on bad input.
 func (p *Partition) Apply(logTimeMs int64, ev *schemas.Event, out []Output) []Output {
+	if invariantsOn {
+		defer p.checkStep("Apply")
+	}
 	if logTimeMs > p.st.NowMs {
 		p.st.NowMs = logTimeMs
 	}

@@ -98,9 +98,9 @@ type Limit struct {
 	// Refill, PeriodMs and WindowMs default as in the ledger document
 	// (ledger.BucketConfig): token buckets per minute with a 1 s window,
 	// requests_per_day fixed per day, spend rolling per day.
-	Refill   string `json:"refill,omitempty"`
-	PeriodMs int64  `json:"period_ms,omitempty"`
-	WindowMs int64  `json:"window_ms,omitempty"`
+	Refill   ledger.Refill `json:"refill,omitempty"`
+	PeriodMs int64         `json:"period_ms,omitempty"`
+	WindowMs int64         `json:"window_ms,omitempty"`
 }
 
 // Seed builds the version-0 state from a loaded gateway configuration: its

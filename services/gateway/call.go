@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -450,17 +451,16 @@ func stamp(ev *schemas.Event) *schemas.Event {
 
 func path(id *config.Identity, profile string, prov *config.Provider) []schemas.PathLevel {
 	p := make([]schemas.PathLevel, 0, 6)
-	add := func(level, v string) {
-		if v != "" {
-			p = append(p, schemas.PathLevel{Level: level, ID: v})
+	// The ledger's level words, in its path order (ledger.LevelOrg …), not
+	// copies of them: a renamed level cannot leave the gateway behind.
+	for _, lv := range [...]schemas.PathLevel{
+		{Level: ledger.LevelOrg, ID: id.Org}, {Level: ledger.LevelTenant, ID: id.Tenant}, {Level: ledger.LevelTeam, ID: id.Team},
+		{Level: ledger.LevelKey, ID: id.KeyID}, {Level: ledger.LevelProfile, ID: profile}, {Level: ledger.LevelDeployment, ID: prov.Name},
+	} {
+		if lv.ID != "" {
+			p = append(p, lv)
 		}
 	}
-	add("org", id.Org)
-	add("tenant", id.Tenant)
-	add("team", id.Team)
-	add("key", id.KeyID)
-	add("profile", profile)
-	add("deployment", prov.Name)
 	return p
 }
 

@@ -92,7 +92,7 @@ type UsageLimit struct {
 	Level     string            `json:"level"`
 	ID        string            `json:"id"`
 	Dimension schemas.Dimension `json:"dimension"`
-	Refill    string            `json:"refill"`
+	Refill    ledger.Refill     `json:"refill"`
 	Capacity  int64             `json:"capacity"`
 	PeriodMs  int64             `json:"period_ms,omitempty"`
 	// Unit says what Capacity counts, per what: "requests/min",
@@ -302,7 +302,7 @@ func bucketsOf(sc *ledger.ScopeConfig, level, id string) []ledger.BucketConfig {
 }
 
 // UsageUnit names what a bucket's capacity counts, per what period.
-func UsageUnit(d schemas.Dimension, refill string, periodMs int64) string {
+func UsageUnit(d schemas.Dimension, refill ledger.Refill, periodMs int64) string {
 	var what string
 	switch d {
 	case schemas.DimRequests, schemas.DimRequestsPerDay, schemas.DimRamp:

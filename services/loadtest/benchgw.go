@@ -123,144 +123,180 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}
 	defer st.Close()
-	var gwPID int
+	b := &gwBench{ctx: ctx, o: o, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}},
+		key: keys["bench"], pids: pidsOf(st, o.Brokers), metricsURL: st.gwMetricsURL,
+		gwURL: st.gwURL + "/v1/chat/completions", directURL: st.simURL + "/openai/v1/chat/completions"}
+	if err := warmup(ctx, b.hc, b.gwURL, keys[warmupTenant], sc.Model); err != nil {
+		return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
+	}
+	b.body = []byte(`{"model":"` + sc.Model + `","max_tokens":16,"messages":[{"role":"user","content":"` +
+		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
+
+	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
+		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
+	// The stack's burn with no request, to split fixed from marginal cost.
+	idle, err := b.pids.idleCores(3 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.oneClient(res, idle); err != nil {
+		return nil, err
+	}
+	if err := b.manyClients(res, idle); err != nil {
+		return nil, err
+	}
+	res.Errors = b.errs.Load()
+	return res, nil
+}
+
+// gwBench is one run of BenchGatewayProcess: the stack's processes and
+// addresses, the client, and the request it sends.
+type gwBench struct {
+	ctx                          context.Context
+	o                            GatewayProcessOptions
+	hc                           *http.Client
+	body                         []byte
+	key                          string
+	pids                         stackPIDs
+	gwURL, directURL, metricsURL string
+	errs                         atomic.Int64 // failed requests of every series
+}
+
+// pidsOf finds the stack's processes (and the first broker's, by its
+// listener) for the CPU samples.
+func pidsOf(st *stack, brokers []string) stackPIDs {
 	var pids stackPIDs
 	for _, p := range st.procs {
 		switch {
 		case p.name == "gateway":
-			gwPID = p.cmd.Process.Pid
-			pids.gateway = gwPID
+			pids.gateway = p.cmd.Process.Pid
 		case p.name == "sim":
 			pids.sim = p.cmd.Process.Pid
 		case strings.HasPrefix(p.name, "ledger"):
 			pids.ledgers = append(pids.ledgers, p.cmd.Process.Pid)
 		}
 	}
-	if len(o.Brokers) > 0 {
-		pids.broker = listenerPID(o.Brokers[0])
+	if len(brokers) > 0 {
+		pids.broker = listenerPID(brokers[0])
 	}
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
-	gwURL, directURL, key := st.gwURL+"/v1/chat/completions", st.simURL+"/openai/v1/chat/completions", keys["bench"]
-	if err := warmup(ctx, hc, gwURL, keys[warmupTenant], sc.Model); err != nil {
-		return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
-	}
-	body := []byte(`{"model":"` + sc.Model + `","max_tokens":16,"messages":[{"role":"user","content":"` +
-		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
-	call := func(url string) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("HTTP %d", resp.StatusCode)
-		}
-		return nil
-	}
-	var errs atomic.Int64
-	// sequential runs the 1-client series on url; warmed, if not nil, is
-	// called between the warm-up and the measured requests.
-	sequential := func(url string, warmed func() error) ([]float64, error) {
-		for range 100 { // warm connections, tokenizer, ledger nodes
-			_ = call(url)
-		}
-		if warmed != nil {
-			if err := warmed(); err != nil {
-				return nil, err
-			}
-		}
-		out := make([]float64, 0, o.Requests)
-		for range o.Requests {
-			t0 := time.Now()
-			if err := call(url); err != nil {
-				errs.Add(1)
-				continue
-			}
-			out = append(out, ms(time.Since(t0)))
-		}
-		slices.Sort(out)
-		return out, nil
-	}
-	concurrent := func(url string) ([]float64, int) {
-		var mu sync.Mutex
-		var all []float64
-		runCtx, cancel := context.WithTimeout(ctx, o.Duration)
-		defer cancel()
-		var wg sync.WaitGroup
-		for range o.Clients {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var mine []float64
-				for runCtx.Err() == nil {
-					t0 := time.Now()
-					if err := call(url); err != nil {
-						if runCtx.Err() == nil {
-							errs.Add(1)
-						}
-						continue
-					}
-					mine = append(mine, ms(time.Since(t0)))
-				}
-				mu.Lock()
-				all = append(all, mine...)
-				mu.Unlock()
-			}()
-		}
-		wg.Wait()
-		slices.Sort(all)
-		return all, len(all)
-	}
+	return pids
+}
 
-	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
-		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
-	metricsURL := st.gwMetricsURL
-	// The stack's burn with no request, to split fixed from marginal cost.
-	idle, err := pids.idleCores(3 * time.Second)
+// call sends the bench request to url and reads the answer.
+func (b *gwBench) call(url string) error {
+	req, err := http.NewRequestWithContext(b.ctx, http.MethodPost, url, bytes.NewReader(b.body))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	direct, _ := sequential(directURL, nil)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+b.key)
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// sequential runs the 1-client series on url; warmed, if not nil, is
+// called between the warm-up and the measured requests.
+func (b *gwBench) sequential(url string, warmed func() error) ([]float64, error) {
+	for range 100 { // warm connections, tokenizer, ledger nodes
+		_ = b.call(url)
+	}
+	if warmed != nil {
+		if err := warmed(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]float64, 0, b.o.Requests)
+	for range b.o.Requests {
+		t0 := time.Now()
+		if err := b.call(url); err != nil {
+			b.errs.Add(1)
+			continue
+		}
+		out = append(out, ms(time.Since(t0)))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// concurrent runs Clients clients on url for Duration and returns their
+// latencies, sorted, and how many requests succeeded.
+func (b *gwBench) concurrent(url string) ([]float64, int) {
+	var mu sync.Mutex
+	var all []float64
+	runCtx, cancel := context.WithTimeout(b.ctx, b.o.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range b.o.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []float64
+			for runCtx.Err() == nil {
+				t0 := time.Now()
+				if err := b.call(url); err != nil {
+					if runCtx.Err() == nil {
+						b.errs.Add(1)
+					}
+					continue
+				}
+				mine = append(mine, ms(time.Since(t0)))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(all)
+	return all, len(all)
+}
+
+// oneClient measures the 1-client series, direct then through the
+// gateway, with the gateway's CPU and the ledger's answer time over the
+// measured requests only.
+func (b *gwBench) oneClient(res *GatewayProcessResult, idle float64) error {
+	direct, _ := b.sequential(b.directURL, nil)
 	var a0 answerTotals
 	var c0 time.Duration
 	var s0 cpuSample
 	var t0 time.Time
-	via, err := sequential(gwURL, func() (err error) {
-		if a0, err = ledgerAnswer(ctx, hc, metricsURL); err != nil {
+	via, err := b.sequential(b.gwURL, func() (err error) {
+		if a0, err = ledgerAnswer(b.ctx, b.hc, b.metricsURL); err != nil {
 			return err
 		}
-		if s0, err = pids.sample(); err != nil {
+		if s0, err = b.pids.sample(); err != nil {
 			return err
 		}
 		t0 = time.Now()
-		c0, err = procCPU(gwPID)
+		c0, err = procCPU(b.pids.gateway)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c1, err := procCPU(gwPID)
+	c1, err := procCPU(b.pids.gateway)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s1, err := pids.sample()
+	s1, err := b.pids.sample()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res.CPU1 = perRequest(s0, s1, len(via), time.Since(t0), idle, pids.broker)
+	res.CPU1 = perRequest(s0, s1, len(via), time.Since(t0), idle, b.pids.broker)
 	if c1 > c0 {
 		res.RequestsPerGatewayCPU1 = float64(len(via)) / (c1 - c0).Seconds()
 	}
-	a1, err := ledgerAnswer(ctx, hc, metricsURL)
+	a1, err := ledgerAnswer(b.ctx, b.hc, b.metricsURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.DirectP50Ms, res.DirectP99Ms = quantile.Nearest(direct, 0.50), quantile.Nearest(direct, 0.99)
 	res.GatewayP50Ms, res.GatewayP99Ms = quantile.Nearest(via, 0.50), quantile.Nearest(via, 0.99)
@@ -268,35 +304,41 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	res.AddedMeanMs = mean(via) - mean(direct)
 	res.LedgerAnswerMeanMs = a1.since(a0)
 	res.AddedLessLedgerMean = res.AddedMeanMs - res.LedgerAnswerMeanMs
+	return nil
+}
 
-	directN, _ := concurrent(directURL)
-	cpu0, err := procCPU(gwPID)
+// manyClients measures the concurrent series, direct then through the
+// gateway, with the stack's CPU and the ledger's answer time over the
+// gateway's series.
+func (b *gwBench) manyClients(res *GatewayProcessResult, idle float64) error {
+	directN, _ := b.concurrent(b.directURL)
+	cpu0, err := procCPU(b.pids.gateway)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	a2, err := ledgerAnswer(ctx, hc, metricsURL)
+	a2, err := ledgerAnswer(b.ctx, b.hc, b.metricsURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s2, err := pids.sample()
+	s2, err := b.pids.sample()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	start := time.Now()
-	viaN, n := concurrent(gwURL)
+	viaN, n := b.concurrent(b.gwURL)
 	el := time.Since(start)
-	cpu1, err := procCPU(gwPID)
+	cpu1, err := procCPU(b.pids.gateway)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s3, err := pids.sample()
+	s3, err := b.pids.sample()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res.CPUN = perRequest(s2, s3, n, el, idle, pids.broker)
-	a3, err := ledgerAnswer(ctx, hc, metricsURL)
+	res.CPUN = perRequest(s2, s3, n, el, idle, b.pids.broker)
+	a3, err := ledgerAnswer(b.ctx, b.hc, b.metricsURL)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.DirectP50MsN = quantile.Nearest(directN, 0.50)
 	res.GatewayP50MsN, res.GatewayP99MsN = quantile.Nearest(viaN, 0.50), quantile.Nearest(viaN, 0.99)
@@ -309,8 +351,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	if res.GatewayCPUSeconds > 0 {
 		res.RequestsPerGatewayCPU = float64(n) / res.GatewayCPUSeconds
 	}
-	res.Errors = errs.Load()
-	return res, nil
+	return nil
 }
 
 func mean(xs []float64) float64 {

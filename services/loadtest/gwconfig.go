@@ -250,8 +250,8 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 // simCounting is how a simulator provider counts tokens, as ledger bucket
 // settings.
 type simCounting struct {
-	output        string // the accounting of output and total token buckets
-	excludeCached bool   // cache reads are not counted against input
+	output        ledger.Accounting // the accounting of output and total token buckets
+	excludeCached bool              // cache reads are not counted against input
 }
 
 // simAccounting is how the scenario's simulator counts tokens: max tokens

@@ -259,33 +259,72 @@ func ParseScenario(b []byte, source string) (*Scenario, error) {
 }
 
 func (sc *Scenario) validate(pe *ProblemsError) {
-	bad := func(path []any, format string, a ...any) {
-		loc := ""
-		for _, p := range path {
-			switch k := p.(type) {
-			case string:
-				loc = problems.Join(loc, k)
-			case int:
-				loc = problems.Index(loc, k)
-			}
-		}
-		pe.Add(loc, format, a...)
-	}
-	p := func(a ...any) []any { return a }
-
-	if sc.Name == "" {
-		bad(p("name"), "required")
-	} else if !idRE.MatchString(sc.Name) {
-		bad(p("name"), "%q must be lower-case letters, digits, '-', '_' or '.'", sc.Name)
-	}
+	c := checker{pe}
 	// A relation with the duration is checked only when the duration is
 	// itself valid (one bad duration is one problem).
-	durOK := sc.Duration > 0 && sc.Duration.D() <= 24*time.Hour
-	if sc.Duration <= 0 {
-		bad(p("duration"), "required, > 0 (e.g. \"30s\")")
-	} else if sc.Duration.D() > 24*time.Hour {
-		bad(p("duration"), "%s is longer than 24h", sc.Duration.D())
+	durOK := sc.validateTop(c)
+	// Simulator config over its defaults.
+	simCfg := sim.DefaultConfig()
+	if sc.Sim.Kind != 0 {
+		// Decoded in place, so its problems print at the scenario's lines.
+		simCfg = sim.DecodeConfig(&sc.Sim, "sim", pe)
 	}
+	sc.SimConfig = simCfg
+	lim := sc.ProviderLimits()
+	sc.validateSluice(c, lim)
+	sc.validateClasses(c)
+	sc.validateTenants(c, lim, durOK)
+}
+
+// rule is one check of a scenario field: when broken, the problem format
+// (with args) is reported at the field key. The validate functions state
+// their checks as tables of rules, one row per field in document order,
+// after filling the field's default.
+type rule struct {
+	key    string
+	broken bool
+	format string
+	args   []any
+}
+
+// checker reports a scenario's problems at their paths.
+type checker struct{ pe *ProblemsError }
+
+// bad reports a problem at path, a mix of keys (string) and indices (int).
+func (c checker) bad(at []any, format string, a ...any) {
+	loc := ""
+	for _, p := range at {
+		switch k := p.(type) {
+		case string:
+			loc = problems.Join(loc, k)
+		case int:
+			loc = problems.Index(loc, k)
+		}
+	}
+	c.pe.Add(loc, format, a...)
+}
+
+// check reports every broken rule, at prefix + its key.
+func (c checker) check(prefix []any, rules ...rule) {
+	for _, r := range rules {
+		if r.broken {
+			c.bad(append(prefix[:len(prefix):len(prefix)], r.key), r.format, r.args...)
+		}
+	}
+}
+
+// path is a problem's location: keys (string) and indices (int).
+func path(a ...any) []any { return a }
+
+// vals are a problem's format arguments.
+func vals(a ...any) []any { return a }
+
+// idForm is the problem of an id that is not of the form idRE accepts.
+const idForm = "%q must be lower-case letters, digits, '-', '_' or '.'"
+
+// validateTop fills and checks the scenario's own fields; it reports
+// whether the duration is valid (the relations with it need one).
+func (sc *Scenario) validateTop(c checker) (durOK bool) {
 	if sc.Seed == 0 {
 		sc.Seed = 1
 	}
@@ -295,62 +334,54 @@ func (sc *Scenario) validate(pe *ProblemsError) {
 	if sc.Provider == "" {
 		sc.Provider = sim.OpenAI
 	}
-	if sc.Provider != sim.OpenAI {
-		bad(p("provider"), "%q: only \"openai\" is supported (the gateway serves the OpenAI chat API)", sc.Provider)
-	}
+	c.check(nil,
+		rule{"name", sc.Name == "", "required", nil},
+		rule{"name", sc.Name != "" && !idRE.MatchString(sc.Name), idForm, vals(sc.Name)},
+		rule{"duration", sc.Duration <= 0, "required, > 0 (e.g. \"30s\")", nil},
+		rule{"duration", sc.Duration.D() > 24*time.Hour, "%s is longer than 24h", vals(sc.Duration.D())},
+		rule{"provider", sc.Provider != sim.OpenAI, "%q: only \"openai\" is supported (the gateway serves the OpenAI chat API)", vals(sc.Provider)},
+	)
+	return sc.Duration > 0 && sc.Duration.D() <= 24*time.Hour
+}
 
-	// Simulator config over its defaults.
-	simCfg := sim.DefaultConfig()
-	if sc.Sim.Kind != 0 {
-		// Decoded in place, so its problems print at the scenario's lines.
-		simCfg = sim.DecodeConfig(&sc.Sim, "sim", pe)
-	}
-	sc.SimConfig = simCfg
-	lim := sc.ProviderLimits()
-
-	// Sluice limits.
+// validateSluice fills and checks Sluice's limits: none may exceed the
+// simulator's (lim).
+func (sc *Scenario) validateSluice(c checker, lim sim.Limits) {
 	sl := &sc.Sluice
 	if sl.Factor == 0 {
 		sl.Factor = 0.9
 	}
-	if sl.Factor <= 0 || sl.Factor > 1 || math.IsNaN(sl.Factor) {
-		bad(p("sluice", "factor"), "%v out of (0, 1]: Sluice's limits must stay at or below the provider's", sl.Factor)
-	}
-	capCheck := func(key string, v, provider int64, what string) {
-		switch {
-		case v < 0:
-			bad(p("sluice", key), "%d must be >= 0", v)
-		case v > 0 && provider > 0 && v > provider:
-			bad(p("sluice", key), "%d exceeds the simulator's %s %d (Sluice must stay at or below the provider)", v, what, provider)
+	atMost := func(key string, v, provider int64, what string) []rule {
+		return []rule{
+			{key, v < 0, "%d must be >= 0", vals(v)},
+			{key, v > 0 && provider > 0 && v > provider, "%d exceeds the simulator's %s %d (Sluice must stay at or below the provider)", vals(v, what, provider)},
 		}
 	}
-	capCheck("requests_per_min", sl.RequestsPerMin, lim.RPM, "rpm")
-	capCheck("tokens_per_min", sl.TokensPerMin, lim.TPM, "tpm")
-	capCheck("input_tokens_per_min", sl.InputTokensPerMin, lim.ITPM, "itpm")
-	capCheck("output_tokens_per_min", sl.OutputTokensPerMin, lim.OTPM, "otpm")
-	capCheck("requests_per_day", sl.RequestsPerDay, lim.RPD, "rpd")
-	if sl.Concurrency < 0 {
-		bad(p("sluice", "concurrency"), "%d must be >= 0", sl.Concurrency)
-	}
-	if sl.TenantRequestsPerDay < 0 {
-		bad(p("sluice", "tenant_requests_per_day"), "%d must be >= 0", sl.TenantRequestsPerDay)
-	}
-	if sl.Window < 0 || sl.Window.D() > time.Minute {
-		bad(p("sluice", "window"), "%s out of [0, 60s]", sl.Window.D())
-	}
+	rules := []rule{{"factor", sl.Factor <= 0 || sl.Factor > 1 || math.IsNaN(sl.Factor),
+		"%v out of (0, 1]: Sluice's limits must stay at or below the provider's", vals(sl.Factor)}}
+	rules = append(rules, atMost("requests_per_min", sl.RequestsPerMin, lim.RPM, "rpm")...)
+	rules = append(rules, atMost("tokens_per_min", sl.TokensPerMin, lim.TPM, "tpm")...)
+	rules = append(rules, atMost("input_tokens_per_min", sl.InputTokensPerMin, lim.ITPM, "itpm")...)
+	rules = append(rules, atMost("output_tokens_per_min", sl.OutputTokensPerMin, lim.OTPM, "otpm")...)
+	rules = append(rules, atMost("requests_per_day", sl.RequestsPerDay, lim.RPD, "rpd")...)
+	rules = append(rules,
+		rule{"concurrency", sl.Concurrency < 0, "%d must be >= 0", vals(sl.Concurrency)},
+		rule{"tenant_requests_per_day", sl.TenantRequestsPerDay < 0, "%d must be >= 0", vals(sl.TenantRequestsPerDay)},
+		rule{"window", sl.Window < 0 || sl.Window.D() > time.Minute, "%s out of [0, 60s]", vals(sl.Window.D())},
+	)
+	c.check(path("sluice"), rules...)
 	if r := sl.Ramp; r != nil {
-		if r.Period <= 0 || r.Period.D() < time.Second || r.Period.D() > time.Hour {
-			bad(p("sluice", "ramp", "period"), "%s out of [1s, 1h]", r.Period.D())
-		}
-		if r.Start <= 0 {
-			bad(p("sluice", "ramp", "start"), "%d must be > 0", r.Start)
-		}
-		if r.Step < 0 {
-			bad(p("sluice", "ramp", "step"), "%d must be >= 0", r.Step)
-		}
+		c.check(path("sluice", "ramp"),
+			rule{"period", r.Period <= 0 || r.Period.D() < time.Second || r.Period.D() > time.Hour, "%s out of [1s, 1h]", vals(r.Period.D())},
+			rule{"start", r.Start <= 0, "%d must be > 0", vals(r.Start)},
+			rule{"step", r.Step < 0, "%d must be >= 0", vals(r.Step)},
+		)
 	}
+}
 
-	// Classes over the defaults.
+// validateClasses lays the scenario's classes over the defaults and
+// checks them, by name order.
+func (sc *Scenario) validateClasses(c checker) {
 	classes := defaultClasses()
 	names := make([]string, 0, len(sc.Classes))
 	for name := range sc.Classes {
@@ -358,136 +389,113 @@ func (sc *Scenario) validate(pe *ProblemsError) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		c := sc.Classes[name]
+		cs := sc.Classes[name]
 		if !idRE.MatchString(name) {
-			bad(p("classes", name), "class name %q must be lower-case letters, digits, '-', '_' or '.'", name)
+			c.bad(path("classes", name), "class name "+idForm, name)
 		}
 		base, known := classes[name]
 		if !known {
 			base = ClassSpec{Deadline: Duration(10 * time.Second), MaxWait: Duration(5 * time.Second), MaxDepth: 5000}
 		}
-		if c.Deadline != 0 {
-			base.Deadline = c.Deadline
+		if cs.Deadline != 0 {
+			base.Deadline = cs.Deadline
 		}
-		if c.MaxWait != 0 {
-			base.MaxWait = c.MaxWait
+		if cs.MaxWait != 0 {
+			base.MaxWait = cs.MaxWait
 		}
-		if c.MaxDepth != 0 {
-			base.MaxDepth = c.MaxDepth
+		if cs.MaxDepth != 0 {
+			base.MaxDepth = cs.MaxDepth
 		}
-		if c.AgeOffset != nil {
-			base.AgeOffset = c.AgeOffset
+		if cs.AgeOffset != nil {
+			base.AgeOffset = cs.AgeOffset
 		}
 		if base.AgeOffset == nil {
-			bad(p("classes", name, "age_offset"), "required for a class other than interactive, agent or batch")
+			c.bad(path("classes", name, "age_offset"), "required for a class other than interactive, agent or batch")
 			z := Duration(0)
 			base.AgeOffset = &z
 		}
-		if base.Deadline <= 0 {
-			bad(p("classes", name, "deadline"), "must be > 0")
-		}
-		if base.MaxWait < 0 || base.MaxWait.D() > 24*time.Hour {
-			bad(p("classes", name, "max_wait"), "%s out of [0, 24h]", base.MaxWait.D())
-		}
-		if base.MaxDepth < 0 || base.MaxDepth > 1_000_000 {
-			bad(p("classes", name, "max_depth"), "%d out of [0, 1000000]", base.MaxDepth)
-		}
-		if *base.AgeOffset < 0 {
-			bad(p("classes", name, "age_offset"), "must be >= 0")
-		}
-		if base.MaxWait > base.Deadline {
-			bad(p("classes", name, "max_wait"), "%s is longer than the class deadline %s: a queued request would outlive its caller", base.MaxWait.D(), base.Deadline.D())
-		}
+		c.check(path("classes", name),
+			rule{"deadline", base.Deadline <= 0, "must be > 0", nil},
+			rule{"max_wait", base.MaxWait < 0 || base.MaxWait.D() > 24*time.Hour, "%s out of [0, 24h]", vals(base.MaxWait.D())},
+			rule{"max_depth", base.MaxDepth < 0 || base.MaxDepth > 1_000_000, "%d out of [0, 1000000]", vals(base.MaxDepth)},
+			rule{"age_offset", *base.AgeOffset < 0, "must be >= 0", nil},
+			rule{"max_wait", base.MaxWait > base.Deadline, "%s is longer than the class deadline %s: a queued request would outlive its caller", vals(base.MaxWait.D(), base.Deadline.D())},
+		)
 		classes[name] = base
 	}
 	sc.Classes = classes
+}
 
-	// Tenants.
+// validateTenants fills and checks the tenants: their ids, traffic and
+// request shapes, against the classes, the duration (when durOK) and the
+// simulator's limits.
+func (sc *Scenario) validateTenants(c checker, lim sim.Limits, durOK bool) {
 	if len(sc.Tenants) == 0 {
-		bad(p("tenants"), "at least one tenant is required")
+		c.bad(path("tenants"), "at least one tenant is required")
 	}
 	seen := map[string]bool{}
 	for i := range sc.Tenants {
 		t := &sc.Tenants[i]
-		at := func(k ...any) []any { return append([]any{"tenants", i}, k...) }
-		if t.ID == "" {
-			bad(at("id"), "required")
-		} else if !idRE.MatchString(t.ID) {
-			bad(at("id"), "%q must be lower-case letters, digits, '-', '_' or '.'", t.ID)
-		} else if seen[t.ID] {
-			bad(at("id"), "duplicate tenant %q", t.ID)
-		}
+		at := path("tenants", i)
+		tenantGiven := t.Tenant != ""
+		t.fillDefaults(sc.Model)
+		_, classKnown := sc.Classes[t.Class]
+		idOK := t.ID != "" && idRE.MatchString(t.ID)
+		c.check(at,
+			rule{"id", t.ID == "", "required", nil},
+			rule{"id", t.ID != "" && !idOK, idForm, vals(t.ID)},
+			rule{"id", idOK && seen[t.ID], "duplicate tenant %q", vals(t.ID)},
+			rule{"tenant", tenantGiven && !idRE.MatchString(t.Tenant), idForm, vals(t.Tenant)},
+			rule{"weight", t.Weight < 0 || t.Weight > 1_000_000, "%d out of [1, 1000000]", vals(t.Weight)},
+			rule{"guaranteed", t.Guaranteed < 0 || t.Guaranteed > 1, "%v out of [0, 1]", vals(t.Guaranteed)},
+			rule{"class", !classKnown, "unknown class %q (define it under classes)", vals(t.Class)},
+			rule{"rate", !(t.Rate > 0) || t.Rate > 100_000, "%v out of (0, 100000] requests per second", vals(t.Rate)},
+			rule{"ramp_to", t.RampTo < 0 || t.RampTo > 100_000 || math.IsNaN(t.RampTo), "%v out of [0, 100000]", vals(t.RampTo)},
+			rule{"start", t.Start < 0 || durOK && t.Start >= sc.Duration, "%s out of [0, duration %s)", vals(t.Start.D(), sc.Duration.D())},
+			rule{"end", t.End < 0 || durOK && t.End > sc.Duration || (t.End != 0 && t.End <= t.Start),
+				"%s out of (start, duration %s] (0 = until the end)", vals(t.End.D(), sc.Duration.D())},
+		)
 		seen[t.ID] = true
-		if t.Model == "" {
-			t.Model = sc.Model
-		}
-		if t.Tenant == "" {
-			t.Tenant = t.ID
-		} else if !idRE.MatchString(t.Tenant) {
-			bad(at("tenant"), "%q must be lower-case letters, digits, '-', '_' or '.'", t.Tenant)
-		}
-		if t.Weight == 0 {
-			t.Weight = 1
-		}
-		if t.Weight < 0 || t.Weight > 1_000_000 {
-			bad(at("weight"), "%d out of [1, 1000000]", t.Weight)
-		}
-		if t.Guaranteed < 0 || t.Guaranteed > 1 {
-			bad(at("guaranteed"), "%v out of [0, 1]", t.Guaranteed)
-		}
-		if t.Class == "" {
-			t.Class = "interactive"
-		}
-		if _, ok := classes[t.Class]; !ok {
-			bad(at("class"), "unknown class %q (define it under classes)", t.Class)
-		}
-		if !(t.Rate > 0) || t.Rate > 100_000 {
-			bad(at("rate"), "%v out of (0, 100000] requests per second", t.Rate)
-		}
-		if t.RampTo < 0 || t.RampTo > 100_000 || math.IsNaN(t.RampTo) {
-			bad(at("ramp_to"), "%v out of [0, 100000]", t.RampTo)
-		}
-		if t.Start < 0 || durOK && t.Start >= sc.Duration {
-			bad(at("start"), "%s out of [0, duration %s)", t.Start.D(), sc.Duration.D())
-		}
-		if t.End < 0 || durOK && t.End > sc.Duration || (t.End != 0 && t.End <= t.Start) {
-			bad(at("end"), "%s out of (start, duration %s] (0 = until the end)", t.End.D(), sc.Duration.D())
-		}
 		for j, b := range t.Bursts {
-			if b.At < 0 || durOK && b.At >= sc.Duration {
-				bad(at("bursts", j, "at"), "%s out of [0, duration %s)", b.At.D(), sc.Duration.D())
-			}
-			if b.For <= 0 {
-				bad(at("bursts", j, "for"), "must be > 0")
-			}
-			if !(b.Rate > 0) || b.Rate > 100_000 {
-				bad(at("bursts", j, "rate"), "%v out of (0, 100000]", b.Rate)
-			}
+			c.check(path("tenants", i, "bursts", j),
+				rule{"at", b.At < 0 || durOK && b.At >= sc.Duration, "%s out of [0, duration %s)", vals(b.At.D(), sc.Duration.D())},
+				rule{"for", b.For <= 0, "must be > 0", nil},
+				rule{"rate", !(b.Rate > 0) || b.Rate > 100_000, "%v out of (0, 100000]", vals(b.Rate)},
+			)
 		}
-		if t.PromptTokens == 0 {
-			t.PromptTokens = 200
-		}
-		if t.PromptTokens < 16 || t.PromptTokens > 2_000_000 {
-			bad(at("prompt_tokens"), "%d out of [16, 2000000]", t.PromptTokens)
-		}
-		if t.MaxTokens == 0 {
-			t.MaxTokens = 128
-		}
-		if t.MaxTokens < 1 || t.MaxTokens > 1_000_000 {
-			bad(at("max_tokens"), "%d out of [1, 1000000]", t.MaxTokens)
-		}
-		if t.CancelFraction < 0 || t.CancelFraction > 1 || math.IsNaN(t.CancelFraction) {
-			bad(at("cancel_fraction"), "%v out of [0, 1]", t.CancelFraction)
-		}
-		if t.CancelFraction > 0 && t.CancelAfter <= 0 {
-			bad(at("cancel_after"), "required (> 0) when cancel_fraction is set")
-		}
-		if t.CancelAfter < 0 {
-			bad(at("cancel_after"), "must be >= 0")
-		}
-		if lim.TPM > 0 && t.PromptTokens+t.MaxTokens > lim.TPM {
-			bad(at("prompt_tokens"), "prompt_tokens + max_tokens = %d exceeds the simulator's tpm %d: every request would be refused as too large", t.PromptTokens+t.MaxTokens, lim.TPM)
-		}
+		c.check(at,
+			rule{"prompt_tokens", t.PromptTokens < 16 || t.PromptTokens > 2_000_000, "%d out of [16, 2000000]", vals(t.PromptTokens)},
+			rule{"max_tokens", t.MaxTokens < 1 || t.MaxTokens > 1_000_000, "%d out of [1, 1000000]", vals(t.MaxTokens)},
+			rule{"cancel_fraction", t.CancelFraction < 0 || t.CancelFraction > 1 || math.IsNaN(t.CancelFraction), "%v out of [0, 1]", vals(t.CancelFraction)},
+			rule{"cancel_after", t.CancelFraction > 0 && t.CancelAfter <= 0, "required (> 0) when cancel_fraction is set", nil},
+			rule{"cancel_after", t.CancelAfter < 0, "must be >= 0", nil},
+			rule{"prompt_tokens", lim.TPM > 0 && t.PromptTokens+t.MaxTokens > lim.TPM,
+				"prompt_tokens + max_tokens = %d exceeds the simulator's tpm %d: every request would be refused as too large", vals(t.PromptTokens+t.MaxTokens, lim.TPM)},
+		)
+	}
+}
+
+// fillDefaults gives a tenant's unset fields their defaults: the
+// scenario's model, its id as tenant, weight 1, class interactive, 200
+// prompt and 128 max tokens.
+func (t *TenantSpec) fillDefaults(model string) {
+	if t.Model == "" {
+		t.Model = model
+	}
+	if t.Tenant == "" {
+		t.Tenant = t.ID
+	}
+	if t.Weight == 0 {
+		t.Weight = 1
+	}
+	if t.Class == "" {
+		t.Class = "interactive"
+	}
+	if t.PromptTokens == 0 {
+		t.PromptTokens = 200
+	}
+	if t.MaxTokens == 0 {
+		t.MaxTokens = 128
 	}
 }
 

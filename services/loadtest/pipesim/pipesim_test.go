@@ -7,7 +7,9 @@ import (
 	"testing"
 )
 
-// make simulate runs: go test ./services/loadtest/pipesim -run TestPipeline -count=1 -seeds=N
+// make simulate runs: go test -tags invariants ./services/loadtest/pipesim -run TestPipeline -count=1 -seeds=N
+// (the tag makes the ledger, the budget machine and the lifecycle check
+// their invariants after every step: internal/invariants).
 // A failing seed prints the command that reruns it alone.
 var (
 	seedsFlag = flag.Int("seeds", 20, "how many seeds TestPipeline runs (from -first)")
@@ -31,7 +33,7 @@ func TestPipeline(t *testing.T) {
 		add(&total, res.Stats)
 		if len(res.Problems) > 0 {
 			failed++
-			t.Errorf("seed %d: %d problems; rerun: go test ./services/loadtest/pipesim -run TestPipeline -count=1 -seed=%d -v\n  %s",
+			t.Errorf("seed %d: %d problems; rerun: go test -tags invariants ./services/loadtest/pipesim -run TestPipeline -count=1 -seed=%d -v\n  %s",
 				seed, len(res.Problems), seed, join(res.Problems))
 		} else if *seedFlag != 0 || testing.Verbose() {
 			t.Logf("seed %d: %+v", seed, res.Stats)
@@ -141,7 +143,7 @@ func TestBudgetAcrossScopes(t *testing.T) {
 		res := Run(seed, Options{Budget: 30})
 		add(&total, res.Stats)
 		if len(res.Problems) > 0 {
-			t.Errorf("seed %d: %d problems; rerun: go test ./services/loadtest/pipesim -run TestBudgetAcrossScopes -count=1 -v\n  %s",
+			t.Errorf("seed %d: %d problems; rerun: go test -tags invariants ./services/loadtest/pipesim -run TestBudgetAcrossScopes -count=1 -v\n  %s",
 				seed, len(res.Problems), join(res.Problems))
 		}
 	}

@@ -2,11 +2,34 @@ package ledger
 
 import (
 	"fmt"
+
+	"github.com/sluice-dev/sluice/internal/invariants"
+	"github.com/sluice-dev/sluice/schemas"
 )
+
+// checkStep panics when the state breaks an invariant after Apply applied
+// ev, in a build with -tags invariants; without the tag it is empty and
+// inlined away, so Apply keeps its zero allocations. A broken invariant is
+// a programmer error: the panic names the record, and the seed or step
+// table that produced it reproduces it.
+func (l *Ledger) checkStep(ev *schemas.Event) {
+	if !invariants.Enabled {
+		return
+	}
+	if err := l.checkInvariants(); err != nil {
+		typ := schemas.Type("tick")
+		if ev != nil {
+			typ = ev.Type
+		}
+		panic(fmt.Sprintf("ledger invariant broken after offset %d (%s) at %d ms: %v", l.offset, typ, l.st.Now, err))
+	}
+}
 
 // checkInvariants audits the whole state: conservation of held amounts per
 // bucket, concurrency accounting, queue order and depth, hold lists and the
-// reservation index. Tests call it after every step.
+// reservation index. Tests call it after every step, and so does Apply in
+// a build with -tags invariants (checkStep). It allocates: never call it
+// on the hot path outside that build.
 func (l *Ledger) checkInvariants() error {
 	st := &l.st
 	held := make([]int64, len(st.Buckets))

@@ -1,0 +1,6 @@
+//go:build !invariants
+
+package invariants
+
+// Enabled is false: the checks compile to nothing.
+const Enabled = false
