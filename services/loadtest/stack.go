@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -478,6 +480,68 @@ func (st *stack) killBusiestLedger() (string, error) {
 		return "", errors.New("no ledger to kill")
 	}
 	return victim.name, victim.cmd.Process.Signal(syscall.SIGKILL)
+}
+
+// killOwnerOf sends SIGKILL to the ledger that owns the partition of
+// sluice.requests that key hashes to (the gateways' partitioner,
+// ledgerd.PartitionOf): a scope's partition for a scope name, a budget's
+// partition for a budget id. The owner is found as the peers find it: the
+// group's assignment names a member id, and the member's newest heartbeat
+// on the members topic names its node. It returns the ledger's name and
+// the partitions it owned.
+func (st *stack) killOwnerOf(ctx context.Context, key string) (string, []int32, error) {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return "", nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, st.names.Requests)
+	if err != nil {
+		return "", nil, fmt.Errorf("list %s: %w", st.names.Requests, err)
+	}
+	part := ledgerd.PartitionOf(key, len(td[st.names.Requests].Partitions))
+	gs, err := adm.DescribeGroups(ctx, st.group())
+	if err != nil {
+		return "", nil, fmt.Errorf("describe group %s: %w", st.group(), err)
+	}
+	var member string
+	var owned []int32
+	for _, m := range gs[st.group()].Members {
+		ca, ok := m.Assigned.AsConsumer()
+		if !ok {
+			continue
+		}
+		for _, t := range ca.Topics {
+			if t.Topic == st.names.Requests && slices.Contains(t.Partitions, part) {
+				member, owned = m.MemberID, t.Partitions
+			}
+		}
+	}
+	if member == "" {
+		return "", nil, fmt.Errorf("no member of %s owns %s/%d (key %q)", st.group(), st.names.Requests, part, key)
+	}
+	node := ""
+	err = ledgerd.ReadPartition(ctx, st.brokers, st.names.Members, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		var b struct {
+			Node     string `json:"node"`
+			MemberID string `json:"member_id"`
+		}
+		if json.Unmarshal(r.Value, &b) == nil && b.MemberID == member {
+			node = b.Node
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("read %s: %w", st.names.Members, err)
+	}
+	for _, p := range st.ledgers {
+		if st.prefix+p.name == node {
+			sort.Slice(owned, func(i, j int) bool { return owned[i] < owned[j] })
+			return p.name, owned, p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	return "", nil, fmt.Errorf("member %s of %s (owner of partition %d) has no heartbeat naming one of this run's ledgers (node %q)", member, st.group(), part, node)
 }
 
 // report fills the stack's part of the report: metrics, and an audit of the
