@@ -146,6 +146,13 @@ func (j *Joint) recordLease(budget, holder string, seq, used int64) {
 // there, what the recorded run spent of the budget of the same id (the
 // holders' newest lease reports, all windows the log holds summed as one)
 // and what the what-if spent in the budget's current window.
+//
+// WhatIfSpent can exceed the limit, and that is no overspend of the
+// what-if's grants: the recorded reconciles of attempts the what-if did
+// not grant still arrive (the package's approximation), and the ledger
+// charges usage it never granted, since the provider served it (an
+// overdraft, ledger/debt.go). The limit's effect is in the what-if's
+// grants and its budget_exhausted denials.
 type BudgetEffect struct {
 	ID            string `json:"id"`
 	Unit          string `json:"unit"`

@@ -173,7 +173,7 @@ func budgetRun(t *testing.T, kill bool) {
 // limits (`sluice whatif` with a changed ledger.budget): the partitions
 // are replayed together, the what-if's own lease machine deciding what
 // each scope may spend. Under any limit, no more is granted than the
-// limit (every request costs one and none was released); under a cut
+// limit (every request costs one); under a cut
 // limit, fewer are granted than were and the rest are denied
 // budget_exhausted.
 func budgetWhatIf(t *testing.T, r *rig, recorded int64) {
@@ -195,8 +195,11 @@ func budgetWhatIf(t *testing.T, r *rig, recorded int64) {
 		if b.ID != "acme-daily" || b.Limit != limit {
 			t.Errorf("what-if budget %s limit %d, want acme-daily %d", b.ID, b.Limit, limit)
 		}
-		if rep.WhatIf.Grants > limit || b.WhatIfSpent > limit {
-			t.Errorf("what-if at limit %d granted %d, spent %d: over the limit", limit, rep.WhatIf.Grants, b.WhatIfSpent)
+		// Spent also counts the recorded reconciles of attempts the
+		// what-if did not grant (whatif.BudgetEffect): only the grants
+		// are bounded by the limit.
+		if rep.WhatIf.Grants > limit {
+			t.Errorf("what-if at limit %d granted %d: over the limit", limit, rep.WhatIf.Grants)
 		}
 		if rep.LeaseMessagesDropped == 0 {
 			t.Errorf("what-if at limit %d replaced no recorded lease message: not a joint replay", limit)
