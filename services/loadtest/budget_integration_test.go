@@ -105,7 +105,7 @@ func TestStackBudgetKillRealBroker(t *testing.T) {
 				t.Errorf("faults %v, want the one kill of %q's owner", st.Faults, c.key)
 			}
 			if st.RequestsUndecided != 0 {
-				t.Errorf("%d requests without a decision after the takeover", st.RequestsUndecided)
+				t.Errorf("%d requests without a decision after the takeover: %v (logs in %s)", st.RequestsUndecided, st.UndecidedSample, st.LogsDir)
 			}
 		})
 	}

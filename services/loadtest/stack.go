@@ -66,6 +66,10 @@ type StackReport struct {
 	// RequestsUndecided counts reserve requests with no decision at all.
 	DecisionsDoubled  int `json:"decisions_doubled"`
 	RequestsUndecided int `json:"requests_undecided"`
+	// UndecidedSample names up to 10 of them (request/attempt, scope,
+	// input partition and offset, log time from the run start), to find
+	// them in the log.
+	UndecidedSample []string `json:"undecided_sample,omitempty"`
 	// BusiestPartition is the partition with the most decisions, and
 	// BusiestSnapshots the snapshots committed of it.
 	BusiestPartition int32 `json:"busiest_partition"`
@@ -561,6 +565,7 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		return sr, err
 	}
 	sr.Decisions, sr.LongestDecisionGapMs, sr.DecisionsDoubled, sr.RequestsUndecided = a.decisions, a.longestGapMs, a.doubled, a.undecided
+	sr.UndecidedSample = a.undecidedSample
 	if sr.ActedDecisionGapMs, err = st.actedGap(ctx, a.busiest, runStart, arrivalsEnd); err != nil {
 		return sr, err
 	}
@@ -588,8 +593,9 @@ type auditResult struct {
 	busiestSnapshots              int
 	// busiestTimes are the busiest partition's decision times (ms,
 	// sorted) in the arrival window.
-	busiestTimes []int64
-	budgets      []BudgetReport
+	busiestTimes    []int64
+	budgets         []BudgetReport
+	undecidedSample []string
 }
 
 // audit reads the run's committed requests and decisions.
@@ -605,7 +611,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 		id string
 		n  int32
 	}
-	reserved := map[attempt]bool{}
+	reserved := map[attempt]string{}
 	decided := map[attempt]bool{}
 	seen := map[string]bool{}
 	times := map[int32][]int64{}
@@ -623,10 +629,13 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 				}
 				ba.add(&ev, r.Timestamp)
 				switch {
-				case ev.ReserveRequested != nil:
-					reserved[attempt{ev.RequestID, ev.Attempt}] = true
-				case ev.RetryRequested != nil:
-					reserved[attempt{ev.RequestID, ev.Attempt}] = true
+				case ev.ReserveRequested != nil, ev.RetryRequested != nil:
+					kind := "reserve"
+					if ev.RetryRequested != nil {
+						kind = "retry"
+					}
+					reserved[attempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
+						r.Partition, r.Offset, r.Timestamp.Sub(runStart).Milliseconds())
 				case ev.Decision != nil:
 					a.decisions++
 					if seen[ev.ID] {
@@ -649,11 +658,15 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 		}
 	}
 	a.budgets = ba.reports()
-	for k := range reserved {
+	for k, what := range reserved {
 		if !decided[k] {
 			a.undecided++
+			if len(a.undecidedSample) < 10 {
+				a.undecidedSample = append(a.undecidedSample, what)
+			}
 		}
 	}
+	sort.Strings(a.undecidedSample)
 	busiest := int32(-1)
 	for p, ts := range times {
 		if busiest < 0 || len(ts) > len(times[busiest]) {
