@@ -560,6 +560,9 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		Rebuilds:          st.sum("sluice_ledger_partition_rebuilds_total"),
 		LedgerUnavailable: rep.Totals.GatewayDecisions[string(schemas.GDLedgerUnavailable)],
 	}
+	if err := st.waitConsumed(ctx, 20*time.Second); err != nil {
+		st.log.Warn("audit before the ledgers committed the run's inputs", "err", err)
+	}
 	a, err := st.audit(ctx, runStart, arrivalsEnd)
 	if err != nil {
 		return sr, err
@@ -584,6 +587,48 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		sr.Replay = &ReplaySummary{Partitions: vr.Partitions, Inputs: vr.Inputs, Decisions: vr.Decisions, Divergences: len(vr.Divergences)}
 	}
 	return sr, nil
+}
+
+// waitConsumed waits (at most bound) until the ledgers' group has
+// committed every requests partition up to its end offset as of now. The
+// audit reads the committed log: a run whose last answers were acted on
+// from a transaction not yet committed (after a takeover the survivor
+// commits all the partitions) would otherwise count their reservations
+// as undecided.
+func (st *stack) waitConsumed(ctx context.Context, bound time.Duration) error {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, st.names.Requests)
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", st.names.Requests, err)
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		behind := 0
+		committed, err := adm.FetchOffsets(ctx, st.group())
+		if err == nil {
+			ends.Each(func(o kadm.ListedOffset) {
+				if c, ok := committed.Lookup(o.Topic, o.Partition); o.Err == nil && (!ok || c.At < o.Offset) {
+					behind++
+				}
+			})
+			if behind == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d partitions of %s not committed up to their end after %v (last error: %v)", behind, st.names.Requests, bound, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 type auditResult struct {
