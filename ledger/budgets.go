@@ -297,6 +297,18 @@ func (l *Ledger) BudgetLease(scope, id string) (budget.Lease, bool) {
 	return budget.Lease{}, false
 }
 
+// BudgetUsed sums what this partition's holders have used of budget id in
+// their current windows (ok false: no holder of it here): the what-if's
+// spent figure, summed over partitions.
+func (l *Ledger) BudgetUsed(id string) (used int64, ok bool) {
+	for _, h := range l.bud.holders {
+		if ls, found := h.Lease(id); found {
+			used, ok = used+ls.Used, true
+		}
+	}
+	return used, ok
+}
+
 // BudgetOutstanding returns, for budget id if this partition is its
 // budget partition, what its holders used or may still spend and its
 // limit (ok false: it has no state for it).

@@ -67,6 +67,11 @@ type Partition struct {
 	First *Difference
 	// Inputs counts the inputs applied.
 	Inputs int64
+	// shift scales input offsets in a joint replay (Joint): the ledger
+	// sees offset<<shift, so that the what-if's own lease messages can
+	// be applied between two recorded inputs; decisions are compared
+	// with their offset scaled back.
+	shift uint
 }
 
 // Difference is one position where the two sides differ.
@@ -134,9 +139,16 @@ func (pt *Partition) Input(offset, logTimeMs int64, ev *schemas.Event) {
 		pt.WhatIf.Input(ev)
 	}
 	pt.Inputs++
-	pt.out = pt.l.Apply(logTimeMs, offset, ev, pt.out[:0])
+	pt.apply(offset<<pt.shift, logTimeMs, ev)
+}
+
+// apply gives the ledger one input at ledger offset off and tallies and
+// compares its decisions.
+func (pt *Partition) apply(off, logTimeMs int64, ev *schemas.Event) {
+	pt.out = pt.l.Apply(logTimeMs, off, ev, pt.out[:0])
 	for i := range pt.out {
 		o := &pt.out[i]
+		o.Decision.InputOffset >>= pt.shift
 		if !pt.inWindow(o.Decision.LogTimeMs) {
 			continue
 		}

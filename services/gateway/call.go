@@ -389,8 +389,31 @@ func (c *call) localAdmission(in lifecycle.Input, attempt int32) lifecycle.Input
 	return in
 }
 
+// emergencyOK takes a slot of the emergency cap for attempt. A request
+// that spends a cross-scope budget is never admitted by the cap: the cap
+// counts requests per second and knows nothing of the budget, so it could
+// spend past it for as long as the ledger is away. Such a request is
+// admitted locally only by degraded mode, within its share of what the
+// scope's lease held (degradedBudgets).
 func (c *call) emergencyOK(attempt int32) bool {
-	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.ctx.Err() == nil && c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
+	return c.cfg.EmergencyCapPerSec > 0 && c.lc.Awaiting(attempt) && c.ctx.Err() == nil && !c.spendsBudget() &&
+		c.s.emCap.take(c.cfg.EmergencyCapPerSec, time.Now().Unix())
+}
+
+// spendsBudget reports whether the current target's path names one of the
+// configured cross-scope budgets.
+func (c *call) spendsBudget() bool {
+	doc := ledgerDoc(c.cfg)
+	if doc == nil || doc.Budget == nil {
+		return false
+	}
+	t := &c.lreq.Targets[c.lc.Target()]
+	for i := range doc.Budget.Budgets {
+		if b := &doc.Budget.Budgets[i]; pathNames(t.Path, b.Level, b.Subject) {
+			return true
+		}
+	}
+	return false
 }
 
 // respond writes the lifecycle's answer: the error contract, or the

@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -147,7 +148,64 @@ func (s *Server) degradedBuckets(cfg *config.Config, t *lifecycle.Target, req *l
 			bs = append(bs, b)
 		}
 	}
+	if doc.Budget != nil && len(doc.Budget.Budgets) > 0 {
+		bbs, ok := s.degradedBudgets(doc, t, req)
+		if !ok {
+			return nil, false
+		}
+		bs = append(bs, bbs...)
+	}
 	return bs, true
+}
+
+// degradedBudgets bounds a degraded admission by the cross-scope budgets
+// its path spends (ledger.budget): each is a bucket holding what the
+// scope's lease still held at the newest snapshot of its partition
+// (granted − returned − used), with no refill, since only the budget
+// partition grants more. The local share of it (Share ÷ gateways) is what
+// this gateway may spend of the budget while no ledger answers, so the
+// gateways together spend at most Share of the lease, and the lease is
+// within the budget (ledger/budget README, bounds). ok is false when a
+// budget applies and no snapshot holds the scope's lease of it: an
+// unreachable ledger then leaves the scope nothing of that budget.
+func (s *Server) degradedBudgets(doc *ledger.Config, t *lifecycle.Target, req *lifecycle.Request) (bs []lifecycle.DegradedBucket, ok bool) {
+	src, _ := s.levels.(BudgetSource)
+	for i := range doc.Budget.Budgets {
+		b := &doc.Budget.Budgets[i]
+		if !pathNames(t.Path, b.Level, b.Subject) {
+			continue
+		}
+		if src == nil {
+			return nil, false
+		}
+		_, leases, _, _, _ := src.Budget(b.ID, []string{t.Scope})
+		if len(leases) == 0 {
+			return nil, false
+		}
+		l := leases[0]
+		held := max(0, l.Granted-l.Returned-l.Used)
+		dim := schemas.DimSpend
+		switch b.Unit {
+		case budget.UnitRequests:
+			dim = schemas.DimRequests
+		case budget.UnitTokens:
+			dim = schemas.DimTotalTokens
+		}
+		bs = append(bs, lifecycle.DegradedBucket{Key: "budget:" + b.ID + "/lease:" + t.Scope, BurstUnits: held, Remaining: held,
+			Need: degradedNeed(dim, req, t)})
+	}
+	return bs, true
+}
+
+// pathNames reports whether path names level/subject (a budget's holder
+// test, ledger/budget Holder.Budgets).
+func pathNames(path []schemas.PathLevel, level, subject string) bool {
+	for _, pl := range path {
+		if pl.Level == level && pl.ID == subject {
+			return true
+		}
+	}
+	return false
 }
 
 // degradedBucket is bc as the local budget sees it: its capacity, refill

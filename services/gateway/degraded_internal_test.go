@@ -5,6 +5,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/ledger"
+	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -54,6 +55,80 @@ func TestDegradedBucketFromConfigAndSnapshot(t *testing.T) {
 		schemas.DimOutputTokens: 200, schemas.DimTotalTokens: 300, schemas.DimSpend: 200, schemas.DimRamp: 0} {
 		if got := degradedNeed(dim, req, tg); got != want {
 			t.Errorf("need of %s = %d, want %d", dim, got, want)
+		}
+	}
+}
+
+// budgetLeases is a LevelSource and BudgetSource that knows one lease
+// per scope of every budget (nil: none), and no bucket levels.
+type budgetLeases map[string]budget.Lease
+
+func (budgetLeases) Levels(string, string, string, int64) ([]ledger.BucketLevel, int64, bool) {
+	return nil, 0, true
+}
+
+func (b budgetLeases) Budget(id string, scopes []string) (int64, []budget.Lease, []string, int64, bool) {
+	var ls []budget.Lease
+	var ss []string
+	for _, s := range scopes {
+		if l, ok := b[s]; ok && l.Budget == id {
+			ls, ss = append(ls, l), append(ss, s)
+		}
+	}
+	return 0, ls, ss, 1, len(ls) > 0
+}
+
+// TestDegradedBudgets: a degraded admission is bounded by what the
+// scope's lease of each budget its path spends still held at the last
+// snapshot, with no refill; a budget whose lease no snapshot holds leaves
+// the scope nothing; a budget the path does not name is not charged. The
+// lifecycle's share then admits Share × held (1 gateway, share 0.5: 2 of
+// a lease holding 4).
+func TestDegradedBudgets(t *testing.T) {
+	doc := &ledger.Config{Budget: &budget.Config{Budgets: []budget.Budget{
+		{ID: "acme-daily", Level: ledger.LevelTenant, Subject: "acme", Unit: budget.UnitRequests, Limit: 100, Window: budget.WindowDay}}}}
+	req := &lifecycle.Request{Estimate: lifecycle.Usage{InputTokens: 100, OutputTokens: 50}, MaxOutputTokens: 200}
+	acme := &lifecycle.Target{Scope: "openai:o/main", Path: []schemas.PathLevel{{Level: ledger.LevelTenant, ID: "acme"}}}
+	other := &lifecycle.Target{Scope: "openai:o/main", Path: []schemas.PathLevel{{Level: ledger.LevelTenant, ID: "beta"}}}
+	held4 := budgetLeases{"openai:o/main": {Budget: "acme-daily", Granted: 10, Returned: 2, Used: 4}}
+	tests := []struct {
+		name      string
+		src       LevelSource
+		t         *lifecycle.Target
+		want      []lifecycle.DegradedBucket
+		known     bool
+		admitted  int
+		wantShare bool
+	}{
+		{"lease holds 4", held4, acme, []lifecycle.DegradedBucket{{Key: "budget:acme-daily/lease:openai:o/main", BurstUnits: 4, Remaining: 4, Need: 1}}, true, 2, true},
+		{"no lease in any snapshot", budgetLeases{}, acme, nil, false, 0, false},
+		{"no budget source", nil, acme, nil, false, 0, false},
+		{"budget not on the path", held4, other, nil, true, 0, false},
+	}
+	for _, tc := range tests {
+		s := &Server{levels: tc.src}
+		got, ok := s.degradedBudgets(doc, tc.t, req)
+		if ok != tc.known || len(got) != len(tc.want) {
+			t.Errorf("%s: %+v known %v, want %+v known %v", tc.name, got, ok, tc.want, tc.known)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("%s: bucket %+v, want %+v", tc.name, got[i], tc.want[i])
+			}
+		}
+		if !tc.wantShare {
+			continue
+		}
+		d := lifecycle.NewDegraded(lifecycle.DegradedConfig{Share: 0.5, MaxMs: 60_000})
+		n := 0
+		for range 10 {
+			if d.Admit(1000, tc.t.Scope, true, 1, got) == lifecycle.DegradedAdmitted {
+				n++
+			}
+		}
+		if n != tc.admitted {
+			t.Errorf("%s: %d admitted of 10, want %d", tc.name, n, tc.admitted)
 		}
 	}
 }

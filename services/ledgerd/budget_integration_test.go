@@ -165,6 +165,54 @@ func budgetRun(t *testing.T, kill bool) {
 		} else {
 			t.Logf("replay: %s", lastLine(out))
 		}
+		budgetWhatIf(t, r, int64(sum))
+	}
+}
+
+// budgetWhatIf asks what the run's log would have been under other budget
+// limits (`sluice whatif` with a changed ledger.budget): the partitions
+// are replayed together, the what-if's own lease machine deciding what
+// each scope may spend. Under any limit, no more is granted than the
+// limit (every request costs one); under a cut
+// limit, fewer are granted than were and the rest are denied
+// budget_exhausted.
+func budgetWhatIf(t *testing.T, r *rig, recorded int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, limit := range []int64{200, 80} {
+		rep, err := ledgerd.WhatIf(ctx, ledgerd.WhatIfOptions{Brokers: r.brokers, Topics: r.names, Group: r.group,
+			Ledger: []byte(fmt.Sprintf(budgetLedgerConfig, limit))})
+		if err != nil {
+			t.Fatalf("what-if at limit %d: %v", limit, err)
+		}
+		if len(rep.Budgets) != 1 {
+			t.Fatalf("what-if at limit %d: budgets %+v, want acme-daily", limit, rep.Budgets)
+		}
+		b := rep.Budgets[0]
+		t.Logf("what-if at limit %d: %+v; grants recorded %d, what-if %d; denied budget_exhausted recorded %d, what-if %d; %d lease messages replaced, %d inputs",
+			limit, b, rep.Recorded.Grants, rep.WhatIf.Grants, rep.Recorded.Denials[schemas.ReasonBudgetExhausted],
+			rep.WhatIf.Denials[schemas.ReasonBudgetExhausted], rep.LeaseMessagesDropped, rep.Inputs)
+		if b.ID != "acme-daily" || b.Limit != limit {
+			t.Errorf("what-if budget %s limit %d, want acme-daily %d", b.ID, b.Limit, limit)
+		}
+		// Spent also counts the recorded reconciles of attempts the
+		// what-if did not grant (whatif.BudgetEffect): only the grants
+		// are bounded by the limit.
+		if rep.WhatIf.Grants > limit {
+			t.Errorf("what-if at limit %d granted %d: over the limit", limit, rep.WhatIf.Grants)
+		}
+		if rep.LeaseMessagesDropped == 0 {
+			t.Errorf("what-if at limit %d replaced no recorded lease message: not a joint replay", limit)
+		}
+		if limit < recorded {
+			if rep.WhatIf.Grants >= recorded {
+				t.Errorf("what-if at limit %d granted %d, not fewer than the %d recorded", limit, rep.WhatIf.Grants, recorded)
+			}
+			if rep.WhatIf.Denials[schemas.ReasonBudgetExhausted] <= rep.Recorded.Denials[schemas.ReasonBudgetExhausted] {
+				t.Errorf("what-if at limit %d denied %d budget_exhausted, not more than the %d recorded", limit,
+					rep.WhatIf.Denials[schemas.ReasonBudgetExhausted], rep.Recorded.Denials[schemas.ReasonBudgetExhausted])
+			}
+		}
 	}
 }
 

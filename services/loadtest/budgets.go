@@ -1,11 +1,19 @@
 package loadtest
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/ledgerd"
 )
 
 // BudgetReport is one cross-scope budget (ledger.budget) over a --brokers
@@ -25,7 +33,8 @@ type BudgetReport struct {
 	Spent int64 `json:"spent"`
 	// GrantedAttempts counts the granted attempts whose path names the
 	// budget's level and subject and that were not given back (released
-	// without usage, or their hold expired): with unit requests, each is
+	// without usage, refused by the provider, retried, or their hold
+	// expired): with unit requests, each is
 	// one unit spent, a check on Spent that does not depend on the
 	// holders' reports.
 	GrantedAttempts int64 `json:"granted_attempts"`
@@ -39,8 +48,16 @@ type BudgetReport struct {
 	Granted  int64 `json:"granted"`
 	Returned int64 `json:"returned"`
 	// LeaseMessages counts LeaseRequested, LeaseGranted, LeaseReturned.
-	LeaseMessages int            `json:"lease_messages"`
-	Holders       []BudgetHolder `json:"holders"`
+	LeaseMessages int `json:"lease_messages"`
+	// FallbackRequests counts the requests of the budget's subject whose
+	// attempts went to more than one scope (a route's fallback), and
+	// FallbackCharged the attempts among them charged to the budget
+	// through a scope other than their first attempt's (granted, not
+	// given back): each attempt spends the same budget, through the
+	// lease of the scope it ran in.
+	FallbackRequests int            `json:"fallback_requests"`
+	FallbackCharged  int64          `json:"fallback_charged"`
+	Holders          []BudgetHolder `json:"holders"`
 }
 
 // BudgetHolder is one scope's side of a budget.
@@ -50,6 +67,12 @@ type BudgetHolder struct {
 	GrantedAttempts int64  `json:"granted_attempts"`
 	Granted         int64  `json:"granted"`
 	Returned        int64  `json:"returned"`
+	// FallbackAttempts are the attempts on this scope that followed an
+	// attempt of the same request on another scope; FallbackCharged
+	// those granted and not given back (spent through this scope's
+	// lease).
+	FallbackAttempts int64 `json:"fallback_attempts"`
+	FallbackCharged  int64 `json:"fallback_charged"`
 	// FirstRequestMs is the first attempt of the budget's subject on the
 	// scope, FirstLeaseMs the first LeaseGranted with an amount to it,
 	// both from the run start (log time); FollowMs is their difference:
@@ -130,7 +153,13 @@ func (b *budgetAudit) add(ev *schemas.Event, ts time.Time) {
 		if ev.Released.InputTokens == 0 && ev.Released.OutputTokens == 0 {
 			b.givenBack[attemptKey{ev.RequestID, ev.Attempt}] = true
 		}
+	case ev.ProviderRejected != nil:
+		// A provider refusal settles the grant as never sent: the
+		// ledger gives its charge back to the lease (settle, sent
+		// false).
+		b.givenBack[attemptKey{ev.RequestID, ev.Attempt}] = true
 	case ev.RetryRequested != nil:
+		b.givenBack[attemptKey{ev.RequestID, ev.RetryRequested.PreviousAttempt}] = true
 		b.retries = append(b.retries, retryOf{attemptKey{ev.RequestID, ev.Attempt}, ev.RetryRequested.PreviousAttempt, attemptPath{scope: ev.Scope, ms: ms}})
 	case ev.Decision != nil:
 		switch k := (attemptKey{ev.RequestID, ev.Attempt}); ev.Decision.Status {
@@ -216,7 +245,9 @@ func (b *budgetAudit) reports() []BudgetReport {
 				bh.GrantedAttempts++
 			}
 		}
+		r.FallbackRequests = b.fallbacks(bc.Level, bc.Subject, get)
 		for _, h := range hs {
+			r.FallbackCharged += h.FallbackCharged
 			if h.FirstLeaseMs >= 0 && h.FirstRequestMs >= 0 {
 				h.FollowMs = max(0, h.FirstLeaseMs-h.FirstRequestMs)
 			}
@@ -248,4 +279,78 @@ func pathNames(path []schemas.PathLevel, level, subject string) bool {
 		}
 	}
 	return false
+}
+
+// fallbacks counts the requests naming level/subject whose attempts ran
+// in more than one scope, and credits each later attempt to its scope's
+// holder (get): an attempt is a fallback when its scope differs from the
+// request's first attempt's.
+func (b *budgetAudit) fallbacks(level, subject string, get func(string) *BudgetHolder) int {
+	first := map[string]attemptKey{}
+	for k, ap := range b.paths {
+		if !pathNames(ap.path, level, subject) {
+			continue
+		}
+		if f, ok := first[k.id]; !ok || k.n < f.n {
+			first[k.id] = k
+		}
+	}
+	fell := map[string]bool{}
+	for k, ap := range b.paths {
+		f, ok := first[k.id]
+		if !ok || ap.scope == b.paths[f].scope {
+			continue
+		}
+		fell[k.id] = true
+		h := get(ap.scope)
+		h.FallbackAttempts++
+		if b.granted[k] && !b.givenBack[k] {
+			h.FallbackCharged++
+		}
+	}
+	return len(fell)
+}
+
+// readBudgets reads a run's committed requests and decisions topics on
+// brokers into budget reports (the --embedded run's log, which the stack
+// audit does not read).
+func readBudgets(ctx context.Context, brokers []string, names bus.Names, start time.Time) ([]BudgetReport, error) {
+	cl, err := bus.NewClient(ctx, brokers, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ba := newBudgetAudit(start)
+	for _, topic := range []string{names.Requests, names.Decisions} {
+		td, err := adm.ListTopics(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", topic, err)
+		}
+		for _, p := range td[topic].Partitions.Numbers() {
+			var ev schemas.Event
+			err := ledgerd.ReadPartition(ctx, brokers, topic, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+				if schemas.Decode(r.Value, &ev) == nil {
+					ba.add(&ev, r.Timestamp)
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("read %s/%d: %w", topic, p, err)
+			}
+		}
+	}
+	return ba.reports(), nil
+}
+
+// writeBudgets prints budget reports in the text report.
+func writeBudgets(b *strings.Builder, budgets []BudgetReport) {
+	for _, bu := range budgets {
+		fmt.Fprintf(b, "  budget %s: spent %d of %d %s (%.1f %%) · overspend %d · granted attempts %d · leased %d, returned %d · %d lease messages · fallbacks %d (%d charged through the fallback's lease)\n",
+			bu.ID, bu.Spent, bu.Limit, bu.Unit, bu.UsedPct, bu.Overspend, bu.GrantedAttempts, bu.Granted, bu.Returned, bu.LeaseMessages, bu.FallbackRequests, bu.FallbackCharged)
+		for _, h := range bu.Holders {
+			fmt.Fprintf(b, "    lease %s: spent %d · granted attempts %d · fallback attempts %d (%d charged) · leased %d, returned %d · first request %d ms, first lease %d ms (follow %d ms)\n",
+				h.Scope, h.Spent, h.GrantedAttempts, h.FallbackAttempts, h.FallbackCharged, h.Granted, h.Returned, h.FirstRequestMs, h.FirstLeaseMs, h.FollowMs)
+		}
+	}
 }

@@ -72,6 +72,10 @@ type Report struct {
 	SimulatorProviders map[string]*sim.ProviderStats `json:"simulator_providers,omitempty"`
 	// Stack is the ledger service's health in a --brokers run.
 	Stack *StackReport `json:"stack,omitempty"`
+	// Budgets are an --embedded run's cross-scope budgets, read from the
+	// in-process broker's committed log as a --brokers run reads them
+	// (there they are stack.budgets).
+	Budgets []BudgetReport `json:"budgets,omitempty"`
 	// CapacityStorm is what was served through the scenario's first
 	// capacity storm (absent without one).
 	CapacityStorm *StormReport `json:"capacity_storm,omitempty"`
@@ -384,14 +388,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		for _, f := range st.Faults {
 			fmt.Fprintf(&b, "  fault: %s\n", f)
 		}
-		for _, bu := range st.Budgets {
-			fmt.Fprintf(&b, "  budget %s: spent %d of %d %s (%.1f %%) · overspend %d · granted attempts %d · leased %d, returned %d · %d lease messages\n",
-				bu.ID, bu.Spent, bu.Limit, bu.Unit, bu.UsedPct, bu.Overspend, bu.GrantedAttempts, bu.Granted, bu.Returned, bu.LeaseMessages)
-			for _, h := range bu.Holders {
-				fmt.Fprintf(&b, "    lease %s: spent %d · granted attempts %d · leased %d, returned %d · first request %d ms, first lease %d ms (follow %d ms)\n",
-					h.Scope, h.Spent, h.GrantedAttempts, h.Granted, h.Returned, h.FirstRequestMs, h.FirstLeaseMs, h.FollowMs)
-			}
-		}
+		writeBudgets(&b, st.Budgets)
+	} else {
+		writeBudgets(&b, r.Budgets)
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/services/dev"
 	"github.com/sluice-dev/sluice/services/sim"
 )
@@ -69,6 +70,11 @@ type Options struct {
 	Brokers      []string
 	SluiceBin    string
 	KillLedgerAt time.Duration
+	// KillOwnerOf, with KillLedgerAt, picks the ledger to kill by what it
+	// owns instead of by its load: the owner of the sluice.requests
+	// partition this key hashes to (a budget id for its budget
+	// partition, a scope name for its scope partition).
+	KillOwnerOf string
 	// ConfigFile, with Embedded or Brokers, is a hand-written gateway
 	// config to run instead of the generated one (HandwrittenConfigYAML).
 	ConfigFile  string
@@ -111,6 +117,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	brokers := fs.String("brokers", "", "Kafka seed brokers: start the scenario's stack as processes on them (comma separated)")
 	fs.StringVar(&o.SluiceBin, "sluice-bin", "", "sluice binary for --brokers (default: this executable)")
 	fs.DurationVar(&o.KillLedgerAt, "kill-ledger-at", 0, "with --brokers: kill -9 the busiest ledger this long into the run")
+	fs.StringVar(&o.KillOwnerOf, "kill-owner-of", "", "with --kill-ledger-at: kill the owner of this key's partition (a budget id or a scope) instead of the busiest ledger")
 	fs.StringVar(&o.ConfigFile, "config", "", "with --embedded or --brokers: a hand-written gateway config instead of the generated one (providers pointed at the simulator, a key added per tenant)")
 	fs.StringVar(&o.URL, "url", "", "gateway base URL (e.g. http://127.0.0.1:8080)")
 	fs.Var(&keys, "api-key", "gateway API key; repeat once per tenant in scenario order, or give one for all")
@@ -154,6 +161,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.KillLedgerAt > 0 && len(o.Brokers) == 0 {
 		return errors.New("sluice loadtest: --kill-ledger-at needs --brokers")
+	}
+	if o.KillOwnerOf != "" && o.KillLedgerAt <= 0 {
+		return errors.New("sluice loadtest: --kill-owner-of needs --kill-ledger-at")
 	}
 	if o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0 {
 		return errors.New("sluice loadtest: --config needs --embedded or --brokers")
@@ -204,8 +214,12 @@ type target struct {
 	// stack and killLedgerAt: the --brokers mode's processes and fault.
 	stack        *stack
 	killLedgerAt time.Duration
+	killOwnerOf  string
 	faults       func(context.Context, FaultEnv) []FaultWindow
 	verify       bool
+	// budgetBrokers, in an --embedded run whose config has budgets, is
+	// the in-process broker whose log the budget report is read from.
+	budgetBrokers []string
 }
 
 // Execute runs scenario sc with options o and returns the report. progress
@@ -240,6 +254,7 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 			return nil, err
 		}
 		simCfg := sc.SimConfig
+		hasBudgets := false
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		if o.Verbose {
 			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -253,7 +268,13 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 				if err != nil {
 					return nil, err
 				}
-				return config.Load(bytes.NewReader(y))
+				cfg, err := config.Load(bytes.NewReader(y))
+				if err == nil {
+					if lc, perr := ledger.ParseConfig(cfg.LedgerJSON()); perr == nil && lc.Budget != nil && len(lc.Budget.Budgets) > 0 {
+						hasBudgets = true
+					}
+				}
+				return cfg, err
 			},
 			Log: log,
 		})
@@ -263,6 +284,9 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		defer st.Close()
 		tg.chatURL = st.GatewayURL + "/v1/chat/completions"
 		tg.simURL, tg.ownSim = st.SimURL, true
+		if hasBudgets { // read back from the in-process broker's log after the run
+			tg.budgetBrokers = st.Brokers
+		}
 		for _, t := range sc.Tenants {
 			tg.keys = append(tg.keys, keys[t.ID])
 		}
@@ -294,7 +318,7 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 		}
 		defer st.Close()
 		tg.stack = st
-		tg.killLedgerAt = o.KillLedgerAt
+		tg.killLedgerAt, tg.killOwnerOf = o.KillLedgerAt, o.KillOwnerOf
 		tg.chatURL = st.gwURL + "/v1/chat/completions"
 		tg.simURL, tg.ownSim = st.simURL, true
 		for _, t := range sc.Tenants {
@@ -564,9 +588,16 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	var faultMu sync.Mutex
 	if tg.stack != nil && tg.killLedgerAt > 0 {
 		t := time.AfterFunc(tg.killLedgerAt, func() {
-			name, err := tg.stack.killBusiestLedger()
+			var f string
+			if tg.killOwnerOf != "" {
+				name, owned, err := tg.stack.killOwnerOf(runCtx, tg.killOwnerOf)
+				f = fmt.Sprintf("kill -9 %s (owner of %q's partition; it owned %v) at %s, %s (err: %v)", name, tg.killOwnerOf, owned, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
+			} else {
+				name, err := tg.stack.killBusiestLedger()
+				f = fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
+			}
 			faultMu.Lock()
-			faults = append(faults, fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err))
+			faults = append(faults, f)
 			faultMu.Unlock()
 		})
 		defer t.Stop()
@@ -675,6 +706,13 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 	}
 
 	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
+	if tg.budgetBrokers != nil {
+		bs, err := readBudgets(context.WithoutCancel(ctx), tg.budgetBrokers, bus.DefaultNames(), start)
+		if err != nil {
+			return rep, fmt.Errorf("read the run's budgets: %w", err)
+		}
+		rep.Budgets = bs
+	}
 	if tg.stack != nil {
 		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep, windows, tg.verify)
 		faultMu.Lock()

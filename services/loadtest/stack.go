@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,6 +66,10 @@ type StackReport struct {
 	// RequestsUndecided counts reserve requests with no decision at all.
 	DecisionsDoubled  int `json:"decisions_doubled"`
 	RequestsUndecided int `json:"requests_undecided"`
+	// UndecidedSample names up to 10 of them (request/attempt, scope,
+	// input partition and offset, log time from the run start), to find
+	// them in the log.
+	UndecidedSample []string `json:"undecided_sample,omitempty"`
 	// BusiestPartition is the partition with the most decisions, and
 	// BusiestSnapshots the snapshots committed of it.
 	BusiestPartition int32 `json:"busiest_partition"`
@@ -480,6 +486,68 @@ func (st *stack) killBusiestLedger() (string, error) {
 	return victim.name, victim.cmd.Process.Signal(syscall.SIGKILL)
 }
 
+// killOwnerOf sends SIGKILL to the ledger that owns the partition of
+// sluice.requests that key hashes to (the gateways' partitioner,
+// ledgerd.PartitionOf): a scope's partition for a scope name, a budget's
+// partition for a budget id. The owner is found as the peers find it: the
+// group's assignment names a member id, and the member's newest heartbeat
+// on the members topic names its node. It returns the ledger's name and
+// the partitions it owned.
+func (st *stack) killOwnerOf(ctx context.Context, key string) (string, []int32, error) {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return "", nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	td, err := adm.ListTopics(ctx, st.names.Requests)
+	if err != nil {
+		return "", nil, fmt.Errorf("list %s: %w", st.names.Requests, err)
+	}
+	part := ledgerd.PartitionOf(key, len(td[st.names.Requests].Partitions))
+	gs, err := adm.DescribeGroups(ctx, st.group())
+	if err != nil {
+		return "", nil, fmt.Errorf("describe group %s: %w", st.group(), err)
+	}
+	var member string
+	var owned []int32
+	for _, m := range gs[st.group()].Members {
+		ca, ok := m.Assigned.AsConsumer()
+		if !ok {
+			continue
+		}
+		for _, t := range ca.Topics {
+			if t.Topic == st.names.Requests && slices.Contains(t.Partitions, part) {
+				member, owned = m.MemberID, t.Partitions
+			}
+		}
+	}
+	if member == "" {
+		return "", nil, fmt.Errorf("no member of %s owns %s/%d (key %q)", st.group(), st.names.Requests, part, key)
+	}
+	node := ""
+	err = ledgerd.ReadPartition(ctx, st.brokers, st.names.Members, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+		var b struct {
+			Node     string `json:"node"`
+			MemberID string `json:"member_id"`
+		}
+		if json.Unmarshal(r.Value, &b) == nil && b.MemberID == member {
+			node = b.Node
+		}
+		return nil
+	})
+	if err != nil {
+		return "", nil, fmt.Errorf("read %s: %w", st.names.Members, err)
+	}
+	for _, p := range st.ledgers {
+		if st.prefix+p.name == node {
+			sort.Slice(owned, func(i, j int) bool { return owned[i] < owned[j] })
+			return p.name, owned, p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	return "", nil, fmt.Errorf("member %s of %s (owner of partition %d) has no heartbeat naming one of this run's ledgers (node %q)", member, st.group(), part, node)
+}
+
 // report fills the stack's part of the report: metrics, and an audit of the
 // committed decision log over the run.
 // Each of windows gets the decision gap around it; with verify, the log is
@@ -492,11 +560,15 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 		Rebuilds:          st.sum("sluice_ledger_partition_rebuilds_total"),
 		LedgerUnavailable: rep.Totals.GatewayDecisions[string(schemas.GDLedgerUnavailable)],
 	}
+	if err := st.waitConsumed(ctx, 20*time.Second); err != nil {
+		st.log.Warn("audit before the ledgers committed the run's inputs", "err", err)
+	}
 	a, err := st.audit(ctx, runStart, arrivalsEnd)
 	if err != nil {
 		return sr, err
 	}
 	sr.Decisions, sr.LongestDecisionGapMs, sr.DecisionsDoubled, sr.RequestsUndecided = a.decisions, a.longestGapMs, a.doubled, a.undecided
+	sr.UndecidedSample = a.undecidedSample
 	if sr.ActedDecisionGapMs, err = st.actedGap(ctx, a.busiest, runStart, arrivalsEnd); err != nil {
 		return sr, err
 	}
@@ -517,6 +589,48 @@ func (st *stack) report(ctx context.Context, runStart, arrivalsEnd time.Time, re
 	return sr, nil
 }
 
+// waitConsumed waits (at most bound) until the ledgers' group has
+// committed every requests partition up to its end offset as of now. The
+// audit reads the committed log: a run whose last answers were acted on
+// from a transaction not yet committed (after a takeover the survivor
+// commits all the partitions) would otherwise count their reservations
+// as undecided.
+func (st *stack) waitConsumed(ctx context.Context, bound time.Duration) error {
+	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, st.names.Requests)
+	if err != nil {
+		return fmt.Errorf("end offsets of %s: %w", st.names.Requests, err)
+	}
+	deadline := time.Now().Add(bound)
+	for {
+		behind := 0
+		committed, err := adm.FetchOffsets(ctx, st.group())
+		if err == nil {
+			ends.Each(func(o kadm.ListedOffset) {
+				if c, ok := committed.Lookup(o.Topic, o.Partition); o.Err == nil && (!ok || c.At < o.Offset) {
+					behind++
+				}
+			})
+			if behind == 0 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d partitions of %s not committed up to their end after %v (last error: %v)", behind, st.names.Requests, bound, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 type auditResult struct {
 	decisions, doubled, undecided int
 	longestGapMs                  int64
@@ -524,8 +638,9 @@ type auditResult struct {
 	busiestSnapshots              int
 	// busiestTimes are the busiest partition's decision times (ms,
 	// sorted) in the arrival window.
-	busiestTimes []int64
-	budgets      []BudgetReport
+	busiestTimes    []int64
+	budgets         []BudgetReport
+	undecidedSample []string
 }
 
 // audit reads the run's committed requests and decisions.
@@ -541,7 +656,7 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 		id string
 		n  int32
 	}
-	reserved := map[attempt]bool{}
+	reserved := map[attempt]string{}
 	decided := map[attempt]bool{}
 	seen := map[string]bool{}
 	times := map[int32][]int64{}
@@ -559,10 +674,13 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 				}
 				ba.add(&ev, r.Timestamp)
 				switch {
-				case ev.ReserveRequested != nil:
-					reserved[attempt{ev.RequestID, ev.Attempt}] = true
-				case ev.RetryRequested != nil:
-					reserved[attempt{ev.RequestID, ev.Attempt}] = true
+				case ev.ReserveRequested != nil, ev.RetryRequested != nil:
+					kind := "reserve"
+					if ev.RetryRequested != nil {
+						kind = "retry"
+					}
+					reserved[attempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
+						r.Partition, r.Offset, r.Timestamp.Sub(runStart).Milliseconds())
 				case ev.Decision != nil:
 					a.decisions++
 					if seen[ev.ID] {
@@ -585,11 +703,15 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 		}
 	}
 	a.budgets = ba.reports()
-	for k := range reserved {
+	for k, what := range reserved {
 		if !decided[k] {
 			a.undecided++
+			if len(a.undecidedSample) < 10 {
+				a.undecidedSample = append(a.undecidedSample, what)
+			}
 		}
 	}
+	sort.Strings(a.undecidedSample)
 	busiest := int32(-1)
 	for p, ts := range times {
 		if busiest < 0 || len(ts) > len(times[busiest]) {

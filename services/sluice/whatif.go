@@ -157,7 +157,14 @@ func printWhatIf(w io.Writer, rep *ledgerd.WhatIfReport) {
 	row("Jain's index (served)", fmt.Sprintf("%.3f", r.Jain), fmt.Sprintf("%.3f", n.Jain))
 	row("provider 429s recorded", r.ProviderRateLimited, "")
 	row("provider limits exceeded (predicted)", "", fmt.Sprintf("%d (%s of grants)", n.PredictedProviderExceeded, pct(ratio(n.PredictedProviderExceeded, n.Grants))))
+	for _, b := range rep.Budgets {
+		row("budget "+b.ID+" limit ("+b.Unit+")", "", b.Limit)
+		row("budget "+b.ID+" spent", b.RecordedSpent, b.WhatIfSpent)
+	}
 	tw.Flush()
+	if len(rep.Budgets) > 0 {
+		fmt.Fprintf(w, "\nbudgets replayed jointly: %d recorded lease messages replaced by the what-if's own (spent includes recorded usage the what-if did not grant)\n", rep.LeaseMessagesDropped)
+	}
 	fmt.Fprintf(w, "\n%d decisions differ from the recorded ones\n", rep.Differences)
 	for _, d := range rep.First {
 		fmt.Fprintf(w, "  partition %d, decision #%d:\n    recorded: %s\n    what-if:  %s\n", d.Partition, d.Index, d.Recorded, d.WhatIf)
