@@ -16,12 +16,13 @@ import (
 // decide, its scope is split into Partitions sub-scopes "<name>#<i>",
 // which hash to different partitions and so to different ledgers. The
 // deployment's provider limits must still hold over their sum, so they
-// leave the sub-scopes' buckets and become budgets of the budget
-// partitions (ledger/budget): a requests or total_tokens limit of
-// Capacity per PeriodMs becomes a rolling budget of Capacity over
-// PeriodMs in PeriodMs/WindowMs slots, which each sub-scope spends
-// through its lease, so that Σ over sub-scopes of what they grant in any
-// period never exceeds Capacity (ledger/budget/README.md, "Hot scopes").
+// also become budgets of the budget partitions (ledger/budget): a
+// requests or total_tokens limit of Capacity per PeriodMs becomes a
+// rolling budget of Capacity over any splitSlots+1 slots of
+// PeriodMs/splitSlots, which each sub-scope spends through its lease, so
+// that Σ over sub-scopes of what they grant in any PeriodMs never exceeds
+// Capacity (ledger/budget/README.md, "Hot scopes"). Each sub-scope keeps
+// the bucket as well, which bounds its own burst.
 // A concurrency limit is split statically: sub-scope i holds
 // Capacity/Partitions, the remainder going to the lowest indexes, so the
 // parts sum to Capacity. Every other limit of the scope (keys, tenants,
@@ -140,13 +141,14 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 			conc = append(conc, b)
 			continue
 		}
-		unit, slots, why := splitUnit(b)
+		unit, rollingMs, slots, why := splitUnit(b)
 		if why != "" {
 			p.Add(bloc, "cannot be split over partitions: %s", why)
 			continue
 		}
+		kept = append(kept, b)
 		buds = append(buds, budget.Budget{ID: SplitBudgetID(s.Name, b.ID, b.Dimension), Level: LevelDeployment, Subject: b.ID,
-			Unit: unit, Limit: b.Capacity, Window: budget.WindowRolling, RollingMs: b.PeriodMs, Slots: slots})
+			Unit: unit, Limit: b.Capacity, Window: budget.WindowRolling, RollingMs: rollingMs, Slots: slots})
 	}
 	if p.Len() > before {
 		return nil, nil, false
@@ -166,35 +168,36 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 	return subs, buds, true
 }
 
-// splitUnit maps a deployment bucket to its budget's unit and slots, or
-// says why it cannot be split. Only limits that a rolling budget holds
-// at least as strictly are split: a token bucket of Capacity per PeriodMs
-// admits at most Capacity plus one period's refill in any PeriodMs, the
-// rolling budget at most Capacity.
-func splitUnit(b BucketConfig) (budget.Unit, int64, string) {
-	var unit budget.Unit
+// splitSlots is the number of slots a split limit's period is counted
+// in: its budget holds the limit over any splitSlots+1 consecutive slots
+// of period/splitSlots, so over any period wherever it starts (a rolling
+// budget over exactly the period holds it only over periods aligned to
+// its slots: up to twice the limit over one that is not). Under steady
+// demand a sub-scope set then uses splitSlots/(splitSlots+1) of the limit.
+// A slot is also a lease window, so it must be long against the lease
+// round trip and the clock skew between partitions (7.5 s for a minute).
+const splitSlots = 8
+
+// splitUnit maps a deployment bucket to its budget's unit and rolling
+// window, or says why it cannot be split. The bucket itself stays in
+// every sub-scope too: it bounds each sub-scope's burst (window_ms) as
+// before, while the budget bounds their sum over each period.
+func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why string) {
 	switch b.Dimension {
 	case schemas.DimRequests:
 		unit = budget.UnitRequests
 	case schemas.DimTotalTokens:
 		unit = budget.UnitTokens
 	default:
-		return "", 0, fmt.Sprintf("dimension %s (only requests, total_tokens and concurrency)", b.Dimension)
+		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, total_tokens and concurrency)", b.Dimension)
 	}
-	var slots int64
-	switch b.Refill {
-	case RefillToken:
-		slots = b.PeriodMs / max(1, b.WindowMs)
-	case RefillRolling:
-		slots = int64(b.Slots)
-	default:
-		return "", 0, fmt.Sprintf("refill %s (only token and rolling)", b.Refill)
+	if b.Refill != RefillToken && b.Refill != RefillRolling {
+		return "", 0, 0, fmt.Sprintf("refill %s (only token and rolling)", b.Refill)
 	}
-	slots = min(max(slots, 1), 1440)
-	for b.PeriodMs%slots != 0 && slots > 1 {
-		slots-- // a rolling budget's length is a multiple of its slots
+	if b.PeriodMs%splitSlots != 0 {
+		return "", 0, 0, fmt.Sprintf("period_ms %d is not a multiple of %d", b.PeriodMs, splitSlots)
 	}
-	return unit, slots, ""
+	return unit, b.PeriodMs / splitSlots * (splitSlots + 1), splitSlots + 1, ""
 }
 
 func boolInt(b bool) int64 {

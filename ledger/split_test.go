@@ -55,8 +55,8 @@ func TestSplitScopeConfig(t *testing.T) {
 					switch {
 					case b.Level == LevelDeployment && b.Dimension == schemas.DimConcurrency:
 						conc += b.Capacity
-					case b.Level == LevelDeployment:
-						t.Errorf("%s keeps deployment bucket %s: its limit would hold per partition, %d× in all", s.Name, b.Dimension, n)
+					case b.Level == LevelDeployment && b.Capacity != map[schemas.Dimension]int64{schemas.DimRequests: 600, schemas.DimTotalTokens: 1000000}[b.Dimension]:
+						t.Errorf("%s: deployment bucket %s %d, want it copied whole (each sub-scope's burst)", s.Name, b.Dimension, b.Capacity)
 					case b.Level == LevelKey && b.Capacity != 100000:
 						t.Errorf("%s: key limit %d, want it copied whole", s.Name, b.Capacity)
 					}
@@ -69,8 +69,8 @@ func TestSplitScopeConfig(t *testing.T) {
 				t.Errorf("concurrency parts sum to %d, want 10", conc)
 			}
 			want2 := []budget.Budget{
-				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimRequests), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitRequests, Limit: 600, Window: budget.WindowRolling, RollingMs: 60000, Slots: 60},
-				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitTokens, Limit: 1000000, Window: budget.WindowRolling, RollingMs: 60000, Slots: 60},
+				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimRequests), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitRequests, Limit: 600, Window: budget.WindowRolling, RollingMs: 67500, Slots: 9},
+				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitTokens, Limit: 1000000, Window: budget.WindowRolling, RollingMs: 67500, Slots: 9},
 			}
 			if c.Budget == nil || fmt.Sprint(c.Budget.Budgets) != fmt.Sprint(want2) {
 				t.Fatalf("budgets %+v, want %+v", c.Budget, want2)
