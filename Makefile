@@ -61,11 +61,12 @@ SEEDS ?= 200
 simulate: ## the seeded whole-pipeline simulation (services/loadtest/pipesim, -tags invariants) over SEEDS seeds (default 200); prints each failing seed's rerun command
 	set -o pipefail; $(GO) test -count=1 -tags invariants -run TestPipeline ./services/loadtest/pipesim -seeds=$(SEEDS) -v | grep -v '^    pipesim_test.go:[0-9]*: seed [0-9]*: {'
 
-bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger, sink, report and whatif on the real broker)
+bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger, hot, sink, report and whatif on the real broker)
 	$(BIN) bench ledger --json
 	$(BIN) bench codec --json
 	$(BIN) bench gateway --json
 	$(LOCAL_ENV); $(BIN) bench ledger-kafka --json
+	$(LOCAL_ENV); $(BIN) bench hot --partitions 1,2,4 --json
 	$(LOCAL_ENV); $(BIN) bench sink --json
 	$(LOCAL_ENV); $(BIN) bench report --json
 	$(LOCAL_ENV); $(BIN) bench whatif --json

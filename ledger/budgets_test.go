@@ -24,10 +24,16 @@ type budgetStack struct {
 	out     map[string][]Output   // decisions by scope
 	// dropEvery loses every n-th lease message (0: none); dropped counts them.
 	dropEvery, sent, dropped int
+	// home names the partition (by scope) of budget ids other than
+	// acme-daily's.
+	home map[string]string
 }
 
 // route is the partition (named by its scope) that a record key lands in.
 func (s *budgetStack) route(key string) string {
+	if p, ok := s.home[key]; ok {
+		return p
+	}
 	if key == "acme-daily" {
 		return "openai:acme"
 	}

@@ -184,6 +184,11 @@ type ScopeConfig struct {
 	// the default: every level with a "*" bucket, and the deployment if it
 	// has any bucket (defaultRequiredLevels); [] requires none.
 	RequiredLevels []string `json:"required_levels"`
+	// Partitions splits a hot scope over that many sub-scopes
+	// "<name>#<i>", each its own partition and ledger, when one partition
+	// cannot decide its traffic; its deployment limits become budgets
+	// leased to the sub-scopes (split.go). 0 or 1: one partition.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // defaultRequiredLevels are the levels a scope requires when its config
@@ -393,6 +398,7 @@ func ParseConfig(b []byte) (Config, error) {
 func (c *Config) Finish() *problems.List {
 	c.fillDefaults()
 	p := &problems.List{Subject: "ledger config"}
+	c.splitScopes(p)
 	c.validate(p)
 	return p
 }

@@ -736,7 +736,10 @@ func (c *Config) checkLedgerRefs(p *problems.List) {
 	}
 	for si, s := range c.ledger.Scopes {
 		sat := problems.Index("ledger.scopes", si)
-		check(sat+".name", levelScopeName, s.Name)
+		// A split scope's sub-scopes ("<scope>#<i>", ledger/split.go) are
+		// the provider's scope.
+		name, _, _ := strings.Cut(s.Name, ledger.SplitSep)
+		check(sat+".name", levelScopeName, name)
 		for ti, t := range s.Tenants {
 			check(fmt.Sprintf("%s.tenants[%d].id", sat, ti), ledger.LevelTenant, t.ID)
 		}

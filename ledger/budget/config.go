@@ -40,7 +40,7 @@ const (
 // Budget is one limit over every provider scope.
 type Budget struct {
 	ID      string `json:"id"`      // unique; the budget partition's key
-	Level   string `json:"level"`   // org, tenant, team or key
+	Level   string `json:"level"`   // org, tenant, team, key, or deployment (a split hot scope's provider limit)
 	Subject string `json:"subject"` // the id at that level (the tenant's name, a key id)
 	Unit    Unit   `json:"unit"`
 	Limit   int64  `json:"limit"` // in Unit, per window
@@ -122,9 +122,9 @@ func (c *Config) Validate() error {
 		}
 		seen[b.ID] = true
 		switch b.Level {
-		case "org", "tenant", "team", "key":
+		case "org", "tenant", "team", "key", "deployment":
 		default:
-			bad(loc+".level", "must be org, tenant, team or key, got %q", b.Level)
+			bad(loc+".level", "must be org, tenant, team, key or deployment, got %q", b.Level)
 		}
 		if b.Subject == "" {
 			bad(loc+".subject", "must name the %s", b.Level)

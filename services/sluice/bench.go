@@ -10,6 +10,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,7 +28,7 @@ func promHandler() http.Handler { return promhttp.Handler() }
 // runBench runs the named benchmark and prints its result as JSON. Timings
 // live here, never in tests.
 func runBench(ctx context.Context, args []string) error {
-	const usage = "usage: sluice bench ledger|ledger-kafka|gateway|codec|sink|report|whatif [--json] (sluice bench NAME -h lists the flags)"
+	const usage = "usage: sluice bench ledger|ledger-kafka|hot|gateway|codec|sink|report|whatif [--json] (sluice bench NAME -h lists the flags)"
 	if helpAsked(args) {
 		return usageHelp(usage)
 	}
@@ -38,8 +40,8 @@ func runBench(ctx context.Context, args []string) error {
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
 	events := fs.Int("events", 0, "whatif: inputs recorded and replayed (0 = 200000; -n works too)")
 	brokers := brokersFlag(fs)
-	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate; gateway --process: of each concurrent series")
-	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process)")
+	dur := fs.Duration("duration", 5*time.Second, "ledger-kafka: duration of each round-trip rate; hot: of each split; gateway --process: of each concurrent series")
+	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process); hot: closed-loop clients a partition (0 = 256)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
@@ -49,6 +51,8 @@ func runBench(ctx context.Context, args []string) error {
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	stages := fs.Bool("stages", false, "ledger-kafka: split each round trip into send, fetch, decide and deliver (p50/p99 of each)")
 	floor := fs.Bool("floor", false, "ledger-kafka: also measure the same round trips with an echo in place of the ledger (the Kafka hops alone)")
+	parts := fs.String("partitions", "1,2,4", "hot: the splits of the hot deployment's scope to measure (partitions and ledgers each)")
+	rpm := fs.Int64("rpm", 0, "hot: the hot deployment's requests-per-minute limit (0 = 100000000: the path, not the limit)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone; gateway --process: of the gateway process)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
@@ -87,6 +91,13 @@ func runBench(ctx context.Context, args []string) error {
 	case "ledger-kafka":
 		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
 			SustainEvents: *n, CommitInterval: *commitEvery, Stages: *stages, Floor: *floor, Progress: os.Stderr})
+	case "hot":
+		var ps []int
+		if ps, err = intList(*parts); err != nil {
+			return fmt.Errorf("--partitions: %w", err)
+		}
+		res, err = ledgerd.BenchHot(ctx, ledgerd.HotBenchOptions{Brokers: bus.SplitBrokers(*brokers), Partitions: ps, Duration: *dur,
+			Clients: *conc, RPM: *rpm, Progress: os.Stderr})
 	case "sink":
 		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
 	case "report":
@@ -95,7 +106,7 @@ func runBench(ctx context.Context, args []string) error {
 		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n),
 			Progress: os.Stderr, CPUProfile: whatIfProfile})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, gateway, codec, sink, report, whatif)", args[0])
+		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, hot, gateway, codec, sink, report, whatif)", args[0])
 	}
 	if err != nil {
 		return err
@@ -153,4 +164,17 @@ func benchCodec(n int) (any, error) {
 		"encode_ns_per_event": encNs, "encode_allocs_per_event": encAllocs,
 		"decode_ns_per_event": decNs, "decode_allocs_per_event": decAllocs,
 		"go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}, nil
+}
+
+// intList parses a comma-separated list of integers ("1,2,4").
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a list of integers: %w", s, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -41,7 +41,7 @@ func init() {
 		{"explain", "explain one decision: the request's timeline, buckets, queue and feedback: `sluice explain REQUEST_ID`", runExplain},
 		{"usage", "a key's own limits and what is left, with units: `sluice usage` (OPENAI_BASE_URL, OPENAI_API_KEY)", runUsage},
 		{"whatif", "replay recorded demand under a new ledger config, side by side with what happened", runWhatIf},
-		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|gateway|codec|sink|report`", runBench},
+		{"bench", "benchmarks that print JSON: `sluice bench ledger|ledger-kafka|hot|gateway|codec|sink|report`", runBench},
 		{"version", "print the version", func(context.Context, []string) error { fmt.Println(version); return nil }},
 	}
 }

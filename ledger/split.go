@@ -1,0 +1,208 @@
+package ledger
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/problems"
+	"github.com/sluice-dev/sluice/ledger/budget"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// A hot scope split over partitions (ScopeConfig.Partitions, issue 23
+// item 5). One scope is one partition of sluice.requests and so one
+// writer; when one deployment's traffic is more than one partition can
+// decide, its scope is split into Partitions sub-scopes "<name>#<i>",
+// which hash to different partitions and so to different ledgers. The
+// deployment's provider limits must still hold over their sum, so they
+// also become budgets of the budget partitions (ledger/budget): a
+// requests or total_tokens limit of Capacity per PeriodMs becomes a
+// rolling budget of Capacity over any splitSlots+1 slots of
+// PeriodMs/splitSlots, which each sub-scope spends through its lease, so
+// that Σ over sub-scopes of what they grant in any PeriodMs never exceeds
+// Capacity (ledger/budget/README.md, "Hot scopes"). Each sub-scope keeps
+// the bucket as well, which bounds its own burst.
+// A concurrency limit is split statically: sub-scope i holds
+// Capacity/Partitions, the remainder going to the lowest indexes, so the
+// parts sum to Capacity. Every other limit of the scope (keys, tenants,
+// profiles) is copied to each sub-scope, as it applies to the requests
+// the sub-scope decides; the gateway spreads a deployment's requests
+// over the sub-scopes by key (PartitionScope), so a key's limits stay in
+// one of them.
+
+// SplitSep separates a split scope's name from its sub-scope index.
+const SplitSep = "#"
+
+// partitionsMax bounds ScopeConfig.Partitions (a budget's holders are
+// bounded too: budget.Config.HoldersMax).
+const partitionsMax = 64
+
+// PartitionScope returns the sub-scope of scope that decides a request
+// of key when the scope is split over n partitions (n ≤ 1: scope
+// itself). It is a pure function of its arguments (FNV-1a of key), so
+// every gateway sends a key to the same sub-scope.
+func PartitionScope(scope string, n int, key string) string {
+	if n <= 1 {
+		return scope
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return SubScope(scope, int(h%uint32(n)))
+}
+
+// SubScope is the name of sub-scope i of a split scope.
+func SubScope(scope string, i int) string { return scope + SplitSep + strconv.Itoa(i) }
+
+// ScopePartitions returns how many sub-scopes scope was split into (1:
+// not split), as a gateway needs it to choose one (PartitionScope).
+func (c *Config) ScopePartitions(scope string) int {
+	n := 0
+	for n < partitionsMax && c.scopeIndex(SubScope(scope, n)) >= 0 {
+		n++
+	}
+	return max(n, 1)
+}
+
+func (c *Config) scopeIndex(name string) int {
+	for i := range c.Scopes {
+		if c.Scopes[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// SplitBudgetID is the id of the budget that holds deployment dep's
+// limit of dimension d of split scope scope.
+func SplitBudgetID(scope, dep string, d schemas.Dimension) string {
+	return "split:" + scope + ":" + dep + ":" + string(d)
+}
+
+// splitScopes replaces every scope with Partitions > 1 by its
+// sub-scopes, and its deployment limits by budgets, after fillDefaults
+// and before validate. A scope whose limits cannot be split is left
+// whole and its problems are added to p, at the scope's place in the
+// document. Running it again changes nothing (sub-scopes have
+// Partitions 0), so a document that went through it parses the same.
+func (c *Config) splitScopes(p *problems.List) {
+	var out []ScopeConfig
+	for si := range c.Scopes {
+		s := c.Scopes[si]
+		if s.Partitions <= 1 {
+			if s.Partitions < 0 {
+				p.Add(problems.Index("scopes", si)+".partitions", "%d out of [0, %d]", s.Partitions, partitionsMax)
+			}
+			out = append(out, s)
+			continue
+		}
+		subs, buds, ok := splitScope(problems.Index("scopes", si), s, p)
+		if !ok {
+			out = append(out, s)
+			continue
+		}
+		out = append(out, subs...)
+		if c.Budget == nil {
+			c.Budget = &budget.Config{}
+		}
+		c.Budget.Budgets = append(c.Budget.Budgets, buds...)
+		c.Budget.FillDefaults()
+	}
+	c.Scopes = out
+}
+
+// splitScope returns the sub-scopes of s and the budgets of its
+// deployment limits (ok false: a problem, added to p).
+func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig, buds []budget.Budget, ok bool) {
+	n := s.Partitions
+	before := p.Len()
+	if n > partitionsMax {
+		p.Add(loc+".partitions", "%d out of [0, %d]", n, partitionsMax)
+	}
+	if s.Name == "*" || strings.Contains(s.Name, SplitSep) {
+		p.Add(loc+".partitions", "scope %q cannot be split: name one scope, without %q", s.Name, SplitSep)
+	}
+	var kept []BucketConfig // copied to every sub-scope
+	var conc []BucketConfig // split statically
+	for bi, b := range s.Buckets {
+		if b.Level != LevelDeployment {
+			kept = append(kept, b)
+			continue
+		}
+		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
+		if b.ID == "*" || b.Shadow || s.Shadow {
+			p.Add(bloc, "a split scope's deployment limit must name its deployment and be enforced (not \"*\", not shadow)")
+			continue
+		}
+		if b.Dimension == schemas.DimConcurrency {
+			conc = append(conc, b)
+			continue
+		}
+		unit, rollingMs, slots, why := splitUnit(b)
+		if why != "" {
+			p.Add(bloc, "cannot be split over partitions: %s", why)
+			continue
+		}
+		kept = append(kept, b)
+		buds = append(buds, budget.Budget{ID: SplitBudgetID(s.Name, b.ID, b.Dimension), Level: LevelDeployment, Subject: b.ID,
+			Unit: unit, Limit: b.Capacity, Window: budget.WindowRolling, RollingMs: rollingMs, Slots: slots})
+	}
+	if p.Len() > before {
+		return nil, nil, false
+	}
+	for i := 0; i < n; i++ {
+		sub := s
+		sub.Name, sub.Partitions = SubScope(s.Name, i), 0
+		sub.Buckets = append([]BucketConfig(nil), kept...)
+		sub.Tenants = append([]TenantConfig(nil), s.Tenants...)
+		sub.RequiredLevels = append([]string{}, s.RequiredLevels...)
+		for _, b := range conc {
+			b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+			sub.Buckets = append(sub.Buckets, b)
+		}
+		subs = append(subs, sub)
+	}
+	return subs, buds, true
+}
+
+// splitSlots is the number of slots a split limit's period is counted
+// in: its budget holds the limit over any splitSlots+1 consecutive slots
+// of period/splitSlots, so over any period wherever it starts (a rolling
+// budget over exactly the period holds it only over periods aligned to
+// its slots: up to twice the limit over one that is not). Under steady
+// demand a sub-scope set then uses splitSlots/(splitSlots+1) of the limit.
+// A slot is also a lease window, so it must be long against the lease
+// round trip and the clock skew between partitions (7.5 s for a minute).
+const splitSlots = 8
+
+// splitUnit maps a deployment bucket to its budget's unit and rolling
+// window, or says why it cannot be split. The bucket itself stays in
+// every sub-scope too: it bounds each sub-scope's burst (window_ms) as
+// before, while the budget bounds their sum over each period.
+func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why string) {
+	switch b.Dimension {
+	case schemas.DimRequests:
+		unit = budget.UnitRequests
+	case schemas.DimTotalTokens:
+		unit = budget.UnitTokens
+	default:
+		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, total_tokens and concurrency)", b.Dimension)
+	}
+	if b.Refill != RefillToken && b.Refill != RefillRolling {
+		return "", 0, 0, fmt.Sprintf("refill %s (only token and rolling)", b.Refill)
+	}
+	if b.PeriodMs%splitSlots != 0 {
+		return "", 0, 0, fmt.Sprintf("period_ms %d is not a multiple of %d", b.PeriodMs, splitSlots)
+	}
+	return unit, b.PeriodMs / splitSlots * (splitSlots + 1), splitSlots + 1, ""
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

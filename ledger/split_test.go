@@ -1,0 +1,210 @@
+package ledger
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/ledger/budget"
+	"github.com/sluice-dev/sluice/schemas"
+)
+
+// hotConfig is one scope whose deployment "dep" has a provider limit of
+// rpm requests a minute (checked every second), tpm total tokens and 10
+// in flight, split over n partitions, with a per-key limit that each
+// sub-scope keeps whole.
+func hotConfig(n int, rpm int64) string {
+	return fmt.Sprintf(`{"scopes":[{"name":"openai:hot","partitions":%d,"buckets":[
+ {"level":"deployment","id":"dep","dimension":"requests","capacity":%d,"period_ms":60000,"window_ms":1000},
+ {"level":"deployment","id":"dep","dimension":"total_tokens","capacity":1000000,"period_ms":60000,"window_ms":1000},
+ {"level":"deployment","id":"dep","dimension":"concurrency","capacity":10},
+ {"level":"key","id":"*","dimension":"requests","capacity":100000,"period_ms":60000}]}]}`, n, rpm)
+}
+
+// TestSplitScopeConfig is the split of one hot scope's config: n
+// sub-scopes, the deployment's rate limits as rolling budgets that every
+// sub-scope spends, its concurrency in parts that sum to the limit, the
+// other limits copied; parsing the result again changes nothing.
+func TestSplitScopeConfig(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 3, 4, 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			c, err := ParseConfig([]byte(hotConfig(n, 600)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := max(n, 1)
+			if got := c.ScopePartitions("openai:hot"); got != want {
+				t.Fatalf("ScopePartitions = %d, want %d", got, want)
+			}
+			if n <= 1 {
+				if len(c.Scopes) != 1 || c.Scopes[0].Name != "openai:hot" || c.Budget != nil {
+					t.Fatalf("an unsplit scope changed: %+v", c.Scopes)
+				}
+				return
+			}
+			if len(c.Scopes) != n {
+				t.Fatalf("%d scopes, want %d", len(c.Scopes), n)
+			}
+			var conc int64
+			for i, s := range c.Scopes {
+				if s.Name != SubScope("openai:hot", i) {
+					t.Errorf("scope %d is %q", i, s.Name)
+				}
+				for _, b := range s.Buckets {
+					switch {
+					case b.Level == LevelDeployment && b.Dimension == schemas.DimConcurrency:
+						conc += b.Capacity
+					case b.Level == LevelDeployment && b.Capacity != map[schemas.Dimension]int64{schemas.DimRequests: 600, schemas.DimTotalTokens: 1000000}[b.Dimension]:
+						t.Errorf("%s: deployment bucket %s %d, want it copied whole (each sub-scope's burst)", s.Name, b.Dimension, b.Capacity)
+					case b.Level == LevelKey && b.Capacity != 100000:
+						t.Errorf("%s: key limit %d, want it copied whole", s.Name, b.Capacity)
+					}
+				}
+				if !strings.Contains(strings.Join(s.RequiredLevels, ","), LevelDeployment) {
+					t.Errorf("%s does not require the deployment level (%v): a request could skip the budget", s.Name, s.RequiredLevels)
+				}
+			}
+			if conc != 10 {
+				t.Errorf("concurrency parts sum to %d, want 10", conc)
+			}
+			want2 := []budget.Budget{
+				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimRequests), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitRequests, Limit: 600, Window: budget.WindowRolling, RollingMs: 67500, Slots: 9},
+				{ID: SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens), Level: LevelDeployment, Subject: "dep", Unit: budget.UnitTokens, Limit: 1000000, Window: budget.WindowRolling, RollingMs: 67500, Slots: 9},
+			}
+			if c.Budget == nil || fmt.Sprint(c.Budget.Budgets) != fmt.Sprint(want2) {
+				t.Fatalf("budgets %+v, want %+v", c.Budget, want2)
+			}
+			again, err := ParseConfig(mustJSON(t, c))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(again.Scopes) != fmt.Sprint(c.Scopes) || fmt.Sprint(again.Budget) != fmt.Sprint(c.Budget) {
+				t.Fatal("parsing a split config again changed it")
+			}
+		})
+	}
+}
+
+// TestSplitScopeRefusals lists every limit that cannot be split, each at
+// its place; the scope is then refused, not split with a limit that would
+// hold per partition.
+func TestSplitScopeRefusals(t *testing.T) {
+	doc := `{"scopes":[{"name":"openai:hot","partitions":65,"buckets":[
+ {"level":"deployment","id":"*","dimension":"requests","capacity":5,"period_ms":60000},
+ {"level":"deployment","id":"dep","dimension":"input_tokens","capacity":5,"period_ms":60000},
+ {"level":"deployment","id":"dep","dimension":"requests","refill":"fixed","capacity":600,"period_ms":60000},
+ {"level":"deployment","id":"dep","dimension":"requests","capacity":5,"period_ms":60000,"shadow":true}]},
+ {"name":"*","partitions":2,"buckets":[]}, {"name":"x","partitions":-1,"buckets":[]}]}`
+	_, err := ParseConfig([]byte(doc))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"scopes[0].partitions", "scopes[0].buckets[0]", "scopes[0].buckets[1]", "dimension input_tokens",
+		"scopes[0].buckets[2]", "refill fixed", "scopes[0].buckets[3]", "scopes[1].partitions", "scopes[2].partitions",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no %q in:\n%v", want, err)
+		}
+	}
+}
+
+// TestPartitionScope: a key always goes to the same sub-scope, every
+// sub-scope gets keys, and n ≤ 1 is the scope itself.
+func TestPartitionScope(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 4, 16} {
+		seen := map[string]bool{}
+		for k := 0; k < 1000; k++ {
+			key := fmt.Sprintf("key-%d", k)
+			s := PartitionScope("openai:hot", n, key)
+			if s != PartitionScope("openai:hot", n, key) {
+				t.Fatalf("n=%d: %s not stable", n, key)
+			}
+			seen[s] = true
+		}
+		if want := max(n, 1); len(seen) != want {
+			t.Errorf("n=%d: keys reach %d sub-scopes, want %d", n, len(seen), want)
+		}
+		if n <= 1 && !seen["openai:hot"] {
+			t.Errorf("n=%d: not the scope itself: %v", n, seen)
+		}
+	}
+}
+
+// TestSplitScopeNeverAboveLimit is the split's conservation property,
+// over seeds: n sub-scope partitions (and the budget partition, the
+// first's) under 3× the deployment's limit, keys spread by
+// PartitionScope, requests reconciled or released at random. In every
+// minute (each 1 s slot's last 60) the sent grants of all partitions together
+// never exceed the limit, Σ over holders of what they hold plus what was
+// used never exceeds it at any step, and the limit is mostly used.
+func TestSplitScopeNeverAboveLimit(t *testing.T) {
+	const rpm = 120
+	for _, n := range []int{2, 3, 4} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
+				cfg, err := ParseConfig([]byte(hotConfig(n, rpm)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				bid := SplitBudgetID("openai:hot", "dep", schemas.DimRequests)
+				tid := SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens)
+				s := newBudgetStack(t, cfg)
+				s.home = map[string]string{bid: SubScope("openai:hot", 0), tid: SubScope("openai:hot", 1%n)}
+				rng := rand.New(rand.NewPCG(seed, 23))
+				grantsAt := map[int64]int{} // by second
+				granted := map[string]bool{}
+				total := 0
+				const seconds = 180
+				for ms := int64(0); ms < seconds*1000; ms += 50 {
+					s.tick(50)
+					for k := 0; k < 1; k++ { // 20/s: 10× the limit's rate
+						key := fmt.Sprintf("k%d", rng.IntN(50))
+						sc := PartitionScope("openai:hot", n, key)
+						id := fmt.Sprintf("r%d-%d", ms, k)
+						ev := reserve(id, func(ev *schemas.Event) {
+							ev.Scope, ev.KeyID = sc, key
+							ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
+							ev.ReserveRequested.MaxWaitMs = 2000
+						})
+						s.apply(sc, ev)
+					}
+					for sc, outs := range s.out {
+						for _, o := range outs {
+							if o.Decision.Status == schemas.StatusGranted && !granted[o.RequestID] {
+								granted[o.RequestID] = true
+								if rng.IntN(4) == 0 { // never sent: given back
+									s.apply(sc, releaseEv(o.RequestID))
+									continue
+								}
+								grantsAt[s.nowMs/1000]++ // what the provider counts
+								total++
+								s.apply(sc, reconcile(o.RequestID, 100, 50))
+							}
+						}
+						s.out[sc] = s.out[sc][:0]
+					}
+					out, lim, ok := s.parts[SubScope("openai:hot", 0)].BudgetOutstanding(bid)
+					if ok && out > lim {
+						t.Fatalf("at %d ms: outstanding %d > limit %d", ms, out, lim)
+					}
+				}
+				first := budgetT0 / 1000
+				for sec := first; sec < first+seconds; sec++ {
+					sum := 0
+					for j := sec - 59; j <= sec; j++ {
+						sum += grantsAt[j]
+					}
+					if sum > rpm {
+						t.Fatalf("%d grants in the minute to second %d, limit %d", sum, sec-first, rpm)
+					}
+				}
+				if total < rpm*seconds/60*8/10 {
+					t.Errorf("%d granted in %d s, want ≥ 80%% of %d", total, seconds, rpm*seconds/60)
+				}
+				t.Logf("%d granted of %d allowed", total, rpm*seconds/60)
+			})
+		}
+	}
+}
