@@ -156,3 +156,9 @@ func NewOver(cfg Config, m Medium) (*Service, error) {
 	}
 	return s, nil
 }
+
+// BatchMaxBytes is the session's record batch bound per topic
+// (batchMaxBytes), for the pipeline simulation to batch its records as
+// the production client does: the broker refuses a batch over the topic's
+// max.message.bytes whole.
+func BatchMaxBytes(n bus.Names) func(topic string) int32 { return batchMaxBytes(n) }
