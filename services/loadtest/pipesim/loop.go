@@ -1060,13 +1060,15 @@ func (w *loopSim) final() {
 			}
 		}
 	}
+	held := make(map[actKey][]schemas.Status, len(w.committed))
+	for ck, c := range w.committed {
+		k := actKey{ck.requestID, ck.attempt}
+		held[k] = append(held[k], c.Decision.Status)
+	}
 	for k, st := range w.acted {
 		found := false
-		for ck, c := range w.committed {
-			if ck.requestID == k.requestID && ck.attempt == k.attempt && c.Decision.Status == st {
-				found = true
-				break
-			}
+		for _, c := range held[k] {
+			found = found || c == st
 		}
 		if !found {
 			w.problem("a gateway acted on %s of %s/%d, which the committed log does not hold", st, k.requestID, k.attempt)
