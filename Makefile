@@ -58,8 +58,8 @@ test-cluster: ## broker faults on a three-node Kafka cluster (deploy/local/clust
 	  if [ "$(KEEP_CLUSTER)" != 1 ]; then deploy/local/cluster.sh down; fi; exit $$rc
 
 SEEDS ?= 200
-simulate: ## the seeded whole-pipeline simulation (services/loadtest/pipesim, -tags invariants) over SEEDS seeds (default 200); prints each failing seed's rerun command
-	set -o pipefail; $(GO) test -count=1 -tags invariants -run TestPipeline ./services/loadtest/pipesim -seeds=$(SEEDS) -v | grep -v '^    pipesim_test.go:[0-9]*: seed [0-9]*: {'
+simulate: ## the seeded whole-pipeline simulation and the real ledger loop over a simulated broker (services/loadtest/pipesim, -tags invariants) over SEEDS seeds (default 200); prints each failing seed's rerun command
+	set -o pipefail; $(GO) test -count=1 -tags invariants -run TestPipeline ./services/loadtest/pipesim -seeds=$(SEEDS) -v | grep -v '^    [a-z]*_test.go:[0-9]*: seed [0-9]*: {'
 
 bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger, hot, sink, report and whatif on the real broker)
 	$(BIN) bench ledger --json

@@ -404,8 +404,10 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 			case <-lctx.Done():
 				return
 			case <-t.C:
-				if b := svc.sess.Client().BufferedProduceRecords(); b > peak.Load() {
-					peak.Store(b)
+				if cl := svc.sessClient.Load(); cl != nil {
+					if b := cl.BufferedProduceRecords(); b > peak.Load() {
+						peak.Store(b)
+					}
 				}
 			}
 		}

@@ -213,12 +213,16 @@ type output struct {
 
 // Service is a running ledger member.
 type Service struct {
-	cfg  Config
-	sess *kgo.GroupTransactSession
-	// sessClient is sess's client, for the liveness goroutines (the poll
-	// loop replaces sess on recreate).
+	cfg Config
+	// tx is the session (txlog.go), opened by dial; clock is the
+	// member's time.
+	tx    TxLog
+	dial  func(drop func(partitions []int32)) (TxLog, error)
+	clock Clock
+	// sessClient is the production session's client, for the liveness
+	// goroutines (the poll loop replaces the session on recreate).
 	sessClient atomic.Pointer[kgo.Client]
-	tickProd   *kgo.Client // non-transactional: see ticks
+	tickProd   *kgo.Client // non-transactional: see ticks (production only)
 	m          *metrics
 	log        *slog.Logger
 	health     *Health
@@ -288,6 +292,10 @@ type Service struct {
 	// polledAt is the end of the round's poll.
 	trace    *stageTrace
 	polledAt time.Time
+
+	// lastObserve is when Round last sampled the gauges; qbuf its scratch.
+	lastObserve time.Time
+	qbuf        []ledger.QueueStat
 }
 
 // Run runs the ledger member until ctx ends.
@@ -320,10 +328,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 
-	s := &Service{cfg: cfg, log: cfg.Log, health: cfg.Health, parts: map[int32]*partState{}, dropped: map[int32]bool{},
-		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: decisionParts,
-		requestParts: requestParts}
-	s.m = newMetrics(cfg.Registerer)
+	tickProd, err := kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.RetryBackoffFn(bus.RetryBackoff))...)
+	if err != nil {
+		return nil, fmt.Errorf("ledger tick producer: %w", err)
+	}
+	s := newService(cfg, Medium{Clock: wallClock{}, DecisionPartitions: decisionParts, RequestPartitions: requestParts})
+	s.tickProd = tickProd
+	s.dial = s.kgoDial
 	if cfg.PeerDeadAfter > 0 {
 		// The members topic, where an installation created before it
 		// existed lacks it (`sluice topics ensure` creates it too).
@@ -336,37 +348,53 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		}
 	}
 	if err := s.openSession(); err != nil {
+		tickProd.Close()
 		return nil, err
 	}
-	s.tickProd, err = kgo.NewClient(bus.Opts(cfg.Brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
-		kgo.RetryBackoffFn(bus.RetryBackoff))...)
-	if err != nil {
-		s.sess.Close()
-		return nil, fmt.Errorf("ledger tick producer: %w", err)
-	}
 	return s, nil
+}
+
+// newService makes a member over m, with no session open yet.
+func newService(cfg Config, m Medium) *Service {
+	s := &Service{cfg: cfg, log: cfg.Log, health: cfg.Health, parts: map[int32]*partState{}, dropped: map[int32]bool{},
+		catching: map[int32]uint64{}, rebuilt: make(chan rebuildResult, 64), decisionParts: m.DecisionPartitions,
+		requestParts: m.RequestPartitions, dial: m.Dial, clock: m.Clock}
+	s.m = newMetrics(cfg.Registerer)
+	return s
 }
 
 // openSession creates the transactional group session (it joins at the
 // first poll), as a new generation: callbacks of an earlier session are
 // ignored from now on.
 func (s *Service) openSession() error {
-	cfg := s.cfg
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
 	s.mu.Unlock()
-	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	drop := func(partitions []int32) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.gen != gen {
 			return
 		}
 		s.revokeSeen = true
-		for _, p := range m[cfg.Topics.Requests] {
+		for _, p := range partitions {
 			s.dropped[p] = true
 		}
 	}
+	tx, err := s.dial(drop)
+	if err != nil {
+		return err
+	}
+	s.tx = tx
+	return nil
+}
+
+// kgoDial opens the production session: a franz-go GroupTransactSession
+// with the client settings that docs/ledger-service.md measures.
+func (s *Service) kgoDial(dropped func(partitions []int32)) (TxLog, error) {
+	cfg := s.cfg
+	drop := func(_ context.Context, _ *kgo.Client, m map[string][]int32) { dropped(m[cfg.Topics.Requests]) }
 	sess, err := kgo.NewGroupTransactSession(bus.Opts(cfg.Brokers,
 		kgo.TransactionalID(transactionalID(cfg.Node)),
 		kgo.TransactionTimeout(cfg.TransactionTimeout),
@@ -404,11 +432,10 @@ func (s *Service) openSession() error {
 		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
-		return fmt.Errorf("ledger transactional session: %w", err)
+		return nil, fmt.Errorf("ledger transactional session: %w", err)
 	}
-	s.sess = sess
 	s.sessClient.Store(sess.Client())
-	return nil
+	return &kgoTxLog{sess: sess, tickProd: s.tickProd, brokers: cfg.Brokers, names: cfg.Topics, log: s.log}, nil
 }
 
 // brokerMaxMessageBytes is Kafka's default max.message.bytes, which every
@@ -435,10 +462,12 @@ func batchMaxBytes(n bus.Names) func(topic string) int32 {
 
 // Close leaves the group.
 func (s *Service) Close() {
-	if s.sess != nil {
-		s.sess.Close()
+	if s.tx != nil {
+		s.tx.Close()
 	}
-	s.tickProd.Close()
+	if s.tickProd != nil {
+		s.tickProd.Close()
+	}
 }
 
 // Health returns the member's liveness (Config.Health).
@@ -463,68 +492,75 @@ func (s *Service) Loop(ctx context.Context) (err error) {
 	// Only a clean stop says goodbye: a member giving up on an unusable
 	// session may leave a transaction open, which a peer's fence aborts.
 	defer func() { stopLiveness(err == nil) }()
-	var lastObserve time.Time
-	var qbuf []ledger.QueueStat
 	for {
-		if ctx.Err() != nil {
-			s.endOnExit()
-			return nil
-		}
-		if s.fatal != nil {
-			if err := s.recreate(ctx); err != nil {
-				return err
-			}
-			continue
-		}
-		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
-		fs := s.sess.PollFetches(pollCtx)
-		cancel()
-		if s.trace != nil {
-			s.polledAt = time.Now()
-		}
-		if fs.IsClientClosed() || ctx.Err() != nil {
-			s.endOnExit()
-			return nil
-		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				s.log.Warn("ledger fetch", "topic", t, "partition", p, "err", err)
-			}
-			if classify(err) == errFatal {
-				s.noteErr("fetch", err) // e.g. the group refused us: recreate
-			}
-		})
-		s.applyDrops(ctx)
-		s.installRebuilt()
-		s.installSnapshots()
-		if fs.NumRecords() > 0 {
-			s.rebuildNew(ctx, fs)
-			if err := s.apply(fs); err != nil {
-				// Only a programmer error (an output that does not
-				// encode) gets here; the state is suspect.
-				s.log.Error("ledger apply failed; rebuilding every partition", "err", err)
-				s.rewindAll()
-			}
-		}
-		if s.hasUnproduced() {
-			s.produce(ctx)
-		}
-		s.health.working(s.inTxn || s.hasUnproduced() || s.uncommitted, time.Now())
-		if s.inTxn && s.commitDue() {
-			if done := s.commit(ctx); !done && ctx.Err() != nil {
-				return nil
-			}
-		}
-		s.ticks(ctx)
-		if time.Since(lastObserve) >= 500*time.Millisecond {
-			// Gauges are sampled, not kept exact: walking the queues on
-			// every round would tax the hot loop.
-			lastObserve = time.Now()
-			for p, ps := range s.parts {
-				qbuf = s.m.observe(p, ps.l, time.Since(ps.lastSnapshot), qbuf)
-			}
+		if done, err := s.Round(ctx); done {
+			return err
 		}
 	}
+}
+
+// Round runs one round of the loop (Loop): it polls, applies, produces
+// and, when due, commits. It reports done when the loop is to stop: ctx
+// ended, the session closed, or recreating an unusable session failed
+// (err). The pipeline simulation calls it one round at a time.
+func (s *Service) Round(ctx context.Context) (done bool, err error) {
+	if ctx.Err() != nil {
+		s.endOnExit()
+		return true, nil
+	}
+	if s.fatal != nil {
+		if err := s.recreate(ctx); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
+	fs := s.tx.Poll(ctx, s.pollWait())
+	if s.trace != nil {
+		s.polledAt = s.clock.Now()
+	}
+	if fs.IsClientClosed() || ctx.Err() != nil {
+		s.endOnExit()
+		return true, nil
+	}
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("ledger fetch", "topic", t, "partition", p, "err", err)
+		}
+		if classify(err) == errFatal {
+			s.noteErr("fetch", err) // e.g. the group refused us: recreate
+		}
+	})
+	s.applyDrops(ctx)
+	s.installRebuilt()
+	s.installSnapshots()
+	if fs.NumRecords() > 0 {
+		s.rebuildNew(ctx, fs)
+		if err := s.apply(fs); err != nil {
+			// Only a programmer error (an output that does not
+			// encode) gets here; the state is suspect.
+			s.log.Error("ledger apply failed; rebuilding every partition", "err", err)
+			s.rewindAll()
+		}
+	}
+	if s.hasUnproduced() {
+		s.produce(ctx)
+	}
+	s.health.working(s.inTxn || s.hasUnproduced() || s.uncommitted, s.clock.Now())
+	if s.inTxn && s.commitDue() {
+		if done := s.commit(ctx); !done && ctx.Err() != nil {
+			return true, nil
+		}
+	}
+	s.ticks(ctx)
+	if now := s.clock.Now(); now.Sub(s.lastObserve) >= 500*time.Millisecond {
+		// Gauges are sampled, not kept exact: walking the queues on
+		// every round would tax the hot loop.
+		s.lastObserve = now
+		for p, ps := range s.parts {
+			s.qbuf = s.m.observe(p, ps.l, now.Sub(ps.lastSnapshot), s.qbuf)
+		}
+	}
+	return false, nil
 }
 
 // rebuildNew starts, in the background, the rebuild of every partition of
@@ -540,20 +576,22 @@ func (s *Service) rebuildNew(ctx context.Context, fs kgo.Fetches) {
 			return
 		}
 		from := fp.Records[0].Offset
-		tp := map[string][]int32{s.cfg.Topics.Requests: {p}}
-		s.sess.Client().PauseFetchPartitions(tp)
-		s.sess.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.cfg.Topics.Requests: {p: {Epoch: -1, Offset: from}}})
+		s.tx.Pause(p)
+		s.tx.Rewind(p, from)
 		s.rebuildSeq++
 		token := s.rebuildSeq
 		s.catching[p] = token
-		go func() {
-			start := time.Now()
-			r, err := catchUp(ctx, s.cfg.Brokers, s.cfg.Topics, p, from, s.log)
+		tx, clock := s.tx, s.clock
+		clock.Go(func() {
+			start := clock.Now()
+			var r caughtUp
+			var err error
+			r.l, r.replayed, r.snapshotAt, err = tx.CatchUp(ctx, p, from)
 			select {
-			case s.rebuilt <- rebuildResult{p: p, token: token, r: r, err: err, took: time.Since(start)}:
+			case s.rebuilt <- rebuildResult{p: p, token: token, r: r, err: err, took: clock.Now().Sub(start)}:
 			case <-ctx.Done():
 			}
-		}()
+		})
 	})
 }
 
@@ -581,7 +619,7 @@ func (s *Service) installRebuilt() {
 			continue
 		}
 		delete(s.catching, res.p)
-		s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {res.p}})
+		s.tx.Resume(res.p)
 		if res.err != nil {
 			// Resumed from its first unapplied record, so it is
 			// fetched, and rebuilt, again.
@@ -597,7 +635,7 @@ func (s *Service) installRebuilt() {
 		// later takeover replays stays bounded by the snapshot settings.
 		last := res.r.snapshotAt
 		if last.IsZero() {
-			last = time.Now().Add(-s.cfg.SnapshotInterval)
+			last = s.clock.Now().Add(-s.cfg.SnapshotInterval)
 		}
 		s.parts[res.p] = &partState{l: res.r.l, sinceSnapshot: res.r.replayed, lastSnapshot: last, ungranted: res.r.l.Stats().UngrantedUsage}
 	}
@@ -609,7 +647,7 @@ func (s *Service) installRebuilt() {
 // its committed offset, which may not be where the rebuild stops).
 func (s *Service) cancelRebuilds() {
 	for p := range s.catching {
-		s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {p}})
+		s.tx.Resume(p)
 	}
 	clear(s.catching)
 }
@@ -676,7 +714,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 			ps.ungranted = n
 		}
 		s.m.lagOf(fp.Partition).Set(float64(fp.HighWatermark - ps.l.Offset())) // encode.go
-		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && time.Since(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
+		if ps.sinceSnapshot >= s.cfg.SnapshotEvery || (ps.sinceSnapshot > 0 && s.clock.Now().Sub(ps.lastSnapshot) >= s.cfg.SnapshotInterval) {
 			s.snapshot(fp.Partition, ps)
 		}
 	})
@@ -709,7 +747,7 @@ func (s *Service) produce(ctx context.Context) {
 		// A revoke since this round's applyDrops would abort the
 		// transaction about to begin; clear it first.
 		s.applyDrops(ctx)
-		if err := s.sess.Begin(); err != nil {
+		if err := s.tx.Begin(); err != nil {
 			// franz-go fails Begin when an earlier transaction is still
 			// open, or when its producer id has an error it cannot
 			// recover from (a fenced producer: D1, where treating that
@@ -725,7 +763,7 @@ func (s *Service) produce(ctx context.Context) {
 			s.abortOpen(ctx)
 			return
 		}
-		s.inTxn, s.txnBegan, s.txnDropped = true, time.Now(), false
+		s.inTxn, s.txnBegan, s.txnDropped = true, s.clock.Now(), false
 		s.perrMu.Lock()
 		s.produceErr = nil
 		s.perrMu.Unlock()
@@ -736,7 +774,7 @@ func (s *Service) produce(ctx context.Context) {
 			if o.traceID != "" {
 				promise = s.trace.promise(o.traceID, s.promise)
 			}
-			s.sess.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
+			s.tx.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 		}
 		ps.produced = len(ps.pending)
 	}
@@ -762,7 +800,7 @@ func (s *Service) commitDue() bool {
 	s.perrMu.Lock()
 	failed := s.produceErr != nil
 	s.perrMu.Unlock()
-	return failed || s.txnDropped || time.Since(s.txnBegan) >= s.cfg.CommitInterval
+	return failed || s.txnDropped || s.clock.Now().Sub(s.txnBegan) >= s.cfg.CommitInterval
 }
 
 // endOnExit ends a transaction left open when the loop stops: it commits
@@ -794,23 +832,18 @@ func (s *Service) commit(ctx context.Context) bool {
 		return false
 	}
 	s.inTxn = false
-	began := time.Now()
+	began := s.clock.Now()
 	offsets := make(map[int32]int64, len(s.parts))
 	for p, ps := range s.parts {
 		offsets[p] = ps.l.Offset()
 	}
-	try := kgo.TryCommit
-	flushErr := s.sess.Client().Flush(ctx)
+	flushErr := s.tx.Flush(ctx)
 	s.perrMu.Lock()
 	produceErr := errors.Join(s.produceErr, flushErr)
 	s.perrMu.Unlock()
-	if produceErr != nil {
-		try = kgo.TryAbort
-	}
-	endCtx := kgo.PreTxnCommitFnContext(ctx, commitOffsets(s.cfg.Topics.Requests, offsets))
 	revoked := s.takeRevoke()
-	committed, err := s.sess.End(endCtx, try)
-	s.m.commitSeconds.Observe(time.Since(began).Seconds())
+	committed, err := s.tx.End(ctx, produceErr == nil, offsets)
+	s.m.commitSeconds.Observe(s.clock.Now().Sub(began).Seconds())
 	if produceErr != nil {
 		s.noteErr("produce", produceErr)
 	}
@@ -818,7 +851,7 @@ func (s *Service) commit(ctx context.Context) bool {
 	case err == nil && committed:
 		s.m.transactions.Inc()
 		s.abortsInRow, s.recreatesInRow, s.uncommitted = 0, 0, false
-		s.health.committed(time.Now())
+		s.health.committed(s.clock.Now())
 		for _, ps := range s.parts {
 			for _, o := range ps.pending {
 				if o.snapshot {
@@ -932,7 +965,7 @@ func (s *Service) abortOpen(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for try := 1; ctx.Err() == nil; try++ {
 		s.takeRevoke()
-		_, err := s.sess.End(ctx, kgo.TryAbort)
+		_, err := s.tx.End(ctx, false, nil)
 		if err == nil {
 			return
 		}
@@ -946,7 +979,7 @@ func (s *Service) abortOpen(ctx context.Context) {
 		s.log.Warn("aborting the open ledger transaction failed; retrying", "err", err, "class", classify(err), "backoff", backoff)
 		select {
 		case <-ctx.Done():
-		case <-time.After(backoff):
+		case <-s.clock.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
@@ -958,9 +991,9 @@ func (s *Service) pollWait() time.Duration {
 		wait = 10 * time.Millisecond // install a finished rebuild promptly
 	}
 	if s.inTxn {
-		wait = min(wait, time.Until(s.txnBegan.Add(s.cfg.CommitInterval)))
+		wait = min(wait, s.txnBegan.Add(s.cfg.CommitInterval).Sub(s.clock.Now()))
 	}
-	now := time.Now().UnixMilli()
+	now := s.clock.Now().UnixMilli()
 	for _, ps := range s.parts {
 		if at, ok := ps.l.NextWakeMs(); ok && !ps.tickInFlight {
 			if d := time.Duration(at-now) * time.Millisecond; d < wait {
@@ -988,7 +1021,7 @@ func (s *Service) applyDrops(ctx context.Context) {
 			// Paused partitions stay paused across rebalances: resume
 			// it, or it would never be fetched again if reassigned.
 			delete(s.catching, p)
-			s.sess.Client().ResumeFetchPartitions(map[string][]int32{s.cfg.Topics.Requests: {p}})
+			s.tx.Resume(p)
 		}
 	}
 	clear(s.dropped)
@@ -1012,7 +1045,7 @@ func (s *Service) applyDrops(ctx context.Context) {
 // start again).
 func (s *Service) clearRevoke(ctx context.Context) {
 	s.takeRevoke()
-	if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+	if _, err := s.tx.End(ctx, false, nil); err != nil {
 		s.log.Warn("clearing a revoke outside a transaction", "err", err, "class", classify(err))
 		s.noteErr("clear revoke", err)
 	}
@@ -1039,7 +1072,7 @@ func (s *Service) takeRevoke() bool {
 // as well. Keeping them out of the transaction means a round with nothing
 // to apply needs no transaction at all.
 func (s *Service) ticks(ctx context.Context) {
-	now := time.Now()
+	now := s.clock.Now()
 	for p, ps := range s.parts {
 		if !s.needsTick(ps, now) {
 			continue
@@ -1051,7 +1084,7 @@ func (s *Service) ticks(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		s.tickProd.Produce(ctx, &kgo.Record{Topic: s.cfg.Topics.Requests, Partition: p, Value: b}, func(_ *kgo.Record, err error) {
+		s.tx.Append(ctx, &kgo.Record{Topic: s.cfg.Topics.Requests, Partition: p, Value: b}, func(_ *kgo.Record, err error) {
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("tick not appended; the next one will be", "partition", p, "err", err)
 			}
@@ -1092,12 +1125,12 @@ func (s *Service) snapshot(p int32, ps *partState) {
 	// /v1/sluice/usage report it as observed_at_ms, and pick the newest
 	// snapshot by it. Left 0 it made every snapshot look equally old.
 	logTimeMs := ps.l.NowMs()
-	ev := eventid.New(schemas.TypeSnapshot, time.Now().UnixMilli())
+	ev := eventid.New(schemas.TypeSnapshot, s.clock.Now().UnixMilli())
 	ev.Node = s.cfg.Node
 	ps.sinceSnapshot = 0
-	ps.lastSnapshot = time.Now()
+	ps.lastSnapshot = s.clock.Now()
 	ps.encoding = true
-	go func() {
+	s.clock.Go(func() {
 		state, err := f.Marshal()
 		var b []byte
 		if err == nil {
@@ -1110,7 +1143,7 @@ func (s *Service) snapshot(p int32, ps *partState) {
 		s.encMu.Lock()
 		s.encoded = append(s.encoded, encodedSnapshot{p: p, ps: ps, value: b, err: err})
 		s.encMu.Unlock()
-	}()
+	})
 }
 
 // encodedSnapshot is a snapshot encoded off the loop, for partition p's

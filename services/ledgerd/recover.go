@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // noteErr classifies err from the session operation op, records it in
@@ -68,7 +66,7 @@ func (s *Service) recreate(ctx context.Context) error {
 		}
 		if err = s.openSession(); err == nil {
 			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = s.sess.Client().Ping(pctx)
+			err = s.tx.Ping(pctx)
 			cancel()
 			if err == nil {
 				err = s.initProducer(ctx)
@@ -88,7 +86,7 @@ func (s *Service) recreate(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-s.clock.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
@@ -103,11 +101,11 @@ func (s *Service) recreate(ctx context.Context) error {
 // the member after that timeout anyway, and the next session's callbacks
 // are of a new generation.
 func (s *Service) closeSession() {
-	sess := s.sess
+	sess := s.tx
 	if sess == nil {
 		return
 	}
-	s.sess = nil
+	s.tx = nil
 	s.sessClient.Store(nil)
 	s.mu.Lock()
 	s.gen++ // the old session's revoke during Close drops nothing of ours
@@ -119,7 +117,7 @@ func (s *Service) closeSession() {
 	}()
 	select {
 	case <-done:
-	case <-time.After(s.cfg.SessionTimeout):
+	case <-s.clock.After(s.cfg.SessionTimeout):
 		s.log.Warn("closing the unusable ledger session did not finish; leaving it behind", "waited", s.cfg.SessionTimeout)
 	}
 }
@@ -147,10 +145,10 @@ func (s *Service) resetState() {
 // rebuild until the transaction timeout: on kfake, 5 s of the 8 s it took
 // to decide again after a fenced EndTxn.
 func (s *Service) initProducer(ctx context.Context) error {
-	if err := s.sess.Begin(); err != nil {
+	if err := s.tx.Begin(); err != nil {
 		return fmt.Errorf("begin a transaction: %w", err)
 	}
-	if _, err := s.sess.End(ctx, kgo.TryAbort); err != nil {
+	if _, err := s.tx.End(ctx, false, nil); err != nil {
 		return fmt.Errorf("end the empty transaction: %w", err)
 	}
 	return nil
