@@ -309,3 +309,8 @@ func (t *ClaudeStream) finish() []byte {
 	}
 	return append(out, "data: [DONE]\n\n"...)
 }
+
+func (t *ClaudeStream) translate(event, data []byte) []byte { return t.Translate(event, data) }
+
+// tail is nil: message_stop brings the closing chunks.
+func (t *ClaudeStream) tail() []byte { return nil }

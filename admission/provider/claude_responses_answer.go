@@ -261,3 +261,8 @@ func (t *ClaudeResponsesStream) blockStop(index int) []byte {
 	t.resp.Output = append(t.resp.Output, b.item)
 	return append(out, t.event("response.output_item.done", map[string]any{"output_index": b.output, "item": b.item})...)
 }
+
+func (t *ClaudeResponsesStream) translate(event, data []byte) []byte { return t.Translate(event, data) }
+
+// tail is nil: message_stop brings the closing events.
+func (t *ClaudeResponsesStream) tail() []byte { return nil }

@@ -288,3 +288,6 @@ func (t *GeminiStream) Finish() []byte {
 	}
 	return append(out, "data: [DONE]\n\n"...)
 }
+
+func (t *GeminiStream) translate(_, data []byte) []byte { return t.Translate(data) }
+func (t *GeminiStream) tail() []byte                    { return t.Finish() }
