@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
-
 )
 
 // StreamUsage accumulates usage from a streamed response, one SSE event at a
