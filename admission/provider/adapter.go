@@ -33,6 +33,10 @@ type adapter interface {
 	// ("" = nothing); it is asked only when translated(a).
 	untranslatable(a API, req estimate.Request, body []byte) string
 
+	// countedAs is the request as the provider counts it, when that is
+	// not the client's (ok false: the client's, or it does not translate).
+	countedAs(a API, body []byte, upstreamModel string, defaultMax int64) (req estimate.Request, ok bool)
+
 	// build is the URL and body of an attempt; base is the provider's
 	// base_url without its trailing slash.
 	build(p *config.Provider, a Attempt, base string) (built, error)
@@ -83,6 +87,17 @@ var adapters = map[Kind]adapter{
 	schemas.ProviderAzure:            azure{},
 	schemas.ProviderAnthropic:        anthropic{},
 	schemas.ProviderGemini:           gemini{},
+}
+
+// CountedAs is the request a client's request to API a (sent as body)
+// becomes on a provider of kind serving upstreamModel, when the provider
+// counts it otherwise than the client's API (ok false: as the client's):
+// a chat completion or a Responses request to Anthropic is the Messages
+// request it is translated to, whose max_tokens is the route's default
+// output defaultMax when the client set none (see ClaudeMaxTokens). The
+// gateway estimates such a candidate on it.
+func CountedAs(a API, kind Kind, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
+	return adapterOf(kind).countedAs(a, body, upstreamModel, defaultMax)
 }
 
 // adapterOf is the adapter of kind. The configuration admits only the

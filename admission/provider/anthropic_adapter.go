@@ -37,6 +37,22 @@ func (anthropic) untranslatable(a API, _ estimate.Request, body []byte) string {
 	return ""
 }
 
+// countedAs is the Messages request a chat completion or a Responses
+// request is translated to: Claude's tokenizer approximation, Anthropic's
+// tool framing, the forced tool of a response_format and the max_tokens
+// sent are what Anthropic charges.
+func (c anthropic) countedAs(a API, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
+	if !c.translated(a) {
+		return estimate.Request{}, false
+	}
+	b, err := ClaudeMessagesBody(a, body, upstreamModel, defaultMax)
+	if err != nil {
+		return estimate.Request{}, false
+	}
+	req, err := estimate.ParseAnthropicMessages(b)
+	return req, err == nil
+}
+
 func (c anthropic) build(p *config.Provider, a Attempt, base string) (built, error) {
 	u := base + "/messages"
 	if !c.translated(a.API) {

@@ -31,6 +31,11 @@ func (gemini) untranslatable(_ API, req estimate.Request, _ []byte) string {
 	return ""
 }
 
+// countedAs: a Gemini candidate is estimated on the client's chat request.
+func (gemini) countedAs(API, []byte, string, int64) (estimate.Request, bool) {
+	return estimate.Request{}, false
+}
+
 func (gemini) build(p *config.Provider, a Attempt, base string) (built, error) {
 	b, err := geminiRequest(a.Request, a.Body)
 	if err != nil {

@@ -24,6 +24,10 @@ func (openAI) notServed(kind Kind, a API) string {
 	return "a provider of kind " + string(kind) + " does not speak " + a.Path()
 }
 
+func (openAI) countedAs(API, []byte, string, int64) (estimate.Request, bool) {
+	return estimate.Request{}, false
+}
+
 func (openAI) build(p *config.Provider, a Attempt, base string) (built, error) {
 	return passthroughBody(base+openAIOp(a.API), a, a.UpstreamModel)
 }
