@@ -152,13 +152,9 @@ func (t *ClaudeResponsesStream) Translate(event, data []byte) []byte {
 	if t.done {
 		return nil
 	}
-	var ev claudeStreamEvent
-	if json.Unmarshal(data, &ev) != nil {
+	ev, typ, ok := decodeClaudeEvent(event, data)
+	if !ok {
 		return nil
-	}
-	typ := strings.TrimSpace(string(event))
-	if typ == "" {
-		typ = ev.Type
 	}
 	switch typ {
 	case "message_start":
