@@ -201,15 +201,21 @@ type claudeChunkChoice struct {
 }
 
 func (t *ClaudeStream) chunk(choices []claudeChunkChoice, usage *chatCompletionUsage) []byte {
-	b, _ := json.Marshal(struct {
-		ID      string               `json:"id"`
-		Object  string               `json:"object"`
-		Created int64                `json:"created"`
-		Model   string               `json:"model"`
-		Choices []claudeChunkChoice  `json:"choices"`
-		Usage   *chatCompletionUsage `json:"usage,omitempty"`
-	}{t.id, "chat.completion.chunk", 0, t.model, choices, usage})
-	return append(append([]byte("data: "), b...), '\n', '\n')
+	return chatChunk(t.id, t.model, choices, usage)
+}
+
+// decodeClaudeEvent reads one Anthropic stream event and its type: the
+// event name, or the data's type when the event is unnamed (ok false: the
+// data is not an event). Both translations of Anthropic streams start so.
+func decodeClaudeEvent(event, data []byte) (ev claudeStreamEvent, typ string, ok bool) {
+	if json.Unmarshal(data, &ev) != nil {
+		return ev, "", false
+	}
+	typ = strings.TrimSpace(string(event))
+	if typ == "" {
+		typ = ev.Type
+	}
+	return ev, typ, true
 }
 
 func (t *ClaudeStream) delta(d claudeChunkDelta) []byte {
@@ -222,13 +228,9 @@ func (t *ClaudeStream) Translate(event, data []byte) []byte {
 	if t.done {
 		return nil
 	}
-	var ev claudeStreamEvent
-	if json.Unmarshal(data, &ev) != nil {
+	ev, typ, ok := decodeClaudeEvent(event, data)
+	if !ok {
 		return nil
-	}
-	typ := strings.TrimSpace(string(event))
-	if typ == "" {
-		typ = ev.Type
 	}
 	switch typ {
 	case "message_start":
@@ -309,3 +311,8 @@ func (t *ClaudeStream) finish() []byte {
 	}
 	return append(out, "data: [DONE]\n\n"...)
 }
+
+func (t *ClaudeStream) translate(event, data []byte) []byte { return t.Translate(event, data) }
+
+// tail is nil: message_stop brings the closing chunks.
+func (t *ClaudeStream) tail() []byte { return nil }

@@ -152,13 +152,9 @@ func (t *ClaudeResponsesStream) Translate(event, data []byte) []byte {
 	if t.done {
 		return nil
 	}
-	var ev claudeStreamEvent
-	if json.Unmarshal(data, &ev) != nil {
+	ev, typ, ok := decodeClaudeEvent(event, data)
+	if !ok {
 		return nil
-	}
-	typ := strings.TrimSpace(string(event))
-	if typ == "" {
-		typ = ev.Type
 	}
 	switch typ {
 	case "message_start":
@@ -261,3 +257,8 @@ func (t *ClaudeResponsesStream) blockStop(index int) []byte {
 	t.resp.Output = append(t.resp.Output, b.item)
 	return append(out, t.event("response.output_item.done", map[string]any{"output_index": b.output, "item": b.item})...)
 }
+
+func (t *ClaudeResponsesStream) translate(event, data []byte) []byte { return t.Translate(event, data) }
+
+// tail is nil: message_stop brings the closing events.
+func (t *ClaudeResponsesStream) tail() []byte { return nil }

@@ -241,14 +241,20 @@ type chunkChoice struct {
 }
 
 func (t *GeminiStream) chunk(choices []chunkChoice, usage *chatUsage) []byte {
+	return chatChunk(t.id, t.model, choices, usage)
+}
+
+// chatChunk is one chat.completion.chunk SSE event of a translated stream
+// (Gemini's and Anthropic's, whose choices and usage differ in type).
+func chatChunk[Choice, U any](id, model string, choices []Choice, usage *U) []byte {
 	b, _ := json.Marshal(struct {
-		ID      string        `json:"id"`
-		Object  string        `json:"object"`
-		Created int64         `json:"created"`
-		Model   string        `json:"model"`
-		Choices []chunkChoice `json:"choices"`
-		Usage   *chatUsage    `json:"usage,omitempty"`
-	}{t.id, "chat.completion.chunk", 0, t.model, choices, usage})
+		ID      string   `json:"id"`
+		Object  string   `json:"object"`
+		Created int64    `json:"created"`
+		Model   string   `json:"model"`
+		Choices []Choice `json:"choices"`
+		Usage   *U       `json:"usage,omitempty"`
+	}{id, "chat.completion.chunk", 0, model, choices, usage})
 	return append(append([]byte("data: "), b...), '\n', '\n')
 }
 
@@ -288,3 +294,6 @@ func (t *GeminiStream) Finish() []byte {
 	}
 	return append(out, "data: [DONE]\n\n"...)
 }
+
+func (t *GeminiStream) translate(_, data []byte) []byte { return t.Translate(data) }
+func (t *GeminiStream) tail() []byte                    { return t.Finish() }

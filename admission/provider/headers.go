@@ -38,24 +38,19 @@ const maxCount = int64(1e15)
 //     resets are RFC 3339 times, converted to milliseconds from now.
 //   - Gemini: no rate-limit headers (nil).
 func ParseRateLimitHeaders(kind Kind, h http.Header, now time.Time) []schemas.Observation {
+	return adapterOf(kind).rateLimits(h, now)
+}
+
+// parseRateLimits is ParseRateLimitHeaders over one kind's header names,
+// whose resets reset reads.
+func parseRateLimits(keys []rateLimitKeys, h http.Header, now time.Time, reset func(string, time.Time) (int64, bool)) []schemas.Observation {
 	var out []schemas.Observation
-	var keys []rateLimitKeys
-	switch kind {
-	case schemas.ProviderAnthropic:
-		keys = anthropicRateLimitKeys
-	case schemas.ProviderOpenAI, schemas.ProviderOpenAICompatible, schemas.ProviderAzure, "":
-		keys = openAIRateLimitKeys
-	}
 	for _, k := range keys {
 		o, ok := observation(k.dim, h.Get(k.limit), h.Get(k.remaining))
 		if !ok {
 			continue
 		}
-		if kind == schemas.ProviderAnthropic {
-			if ms, ok := resetFromTime(h.Get(k.reset), now); ok {
-				o.ResetMs = ms
-			}
-		} else if ms, ok := ParseDurationMs(h.Get(k.reset)); ok {
+		if ms, ok := reset(h.Get(k.reset), now); ok {
 			o.ResetMs = ms
 		}
 		if out == nil {

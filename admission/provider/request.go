@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/sluice-dev/sluice/admission/config"
@@ -55,35 +54,18 @@ func (a API) Path() string {
 	return "/v1/messages"
 }
 
-// Serves reports whether a provider kind can answer this API: OpenAI-shaped
+// Serves reports whether a provider of kind can answer this API: OpenAI-shaped
 // requests (chat, embeddings, responses, completions) go to OpenAI, Azure
 // and OpenAI-compatible providers, and chat also to Gemini and Anthropic,
-// translated; Anthropic messages only to Anthropic. Other bodies are
-// passed through, so no other translation is attempted.
-func (a API) Serves(kind schemas.ProviderKind) bool {
-	switch a {
-	case APIChat:
-		return true
-	case APIResponses:
-		return kind != schemas.ProviderGemini
-	case APIEmbeddings, APICompletions:
-		return kind == schemas.ProviderOpenAI || kind == schemas.ProviderAzure || kind == schemas.ProviderOpenAICompatible
-	}
-	return kind == schemas.ProviderAnthropic
-}
+// translated, and responses to Anthropic, translated; Anthropic messages
+// only to Anthropic. Other bodies are passed through, so no other
+// translation is attempted.
+func (a API) Serves(kind schemas.ProviderKind) bool { return adapterOf(kind).serves(a) }
 
 // Translated reports whether API a reaches a provider of kind by
 // translation (chat completions to Gemini or Anthropic, the Responses API
 // to Anthropic) rather than with the client's body.
-func (a API) Translated(kind schemas.ProviderKind) bool {
-	switch kind {
-	case schemas.ProviderGemini:
-		return a == APIChat
-	case schemas.ProviderAnthropic:
-		return a == APIChat || a == APIResponses
-	}
-	return false
-}
+func (a API) Translated(kind schemas.ProviderKind) bool { return adapterOf(kind).translated(a) }
 
 // CanServe reports whether a provider of kind can answer req (sent as
 // body) to API a: it speaks the API and, for Gemini and Anthropic behind
@@ -97,32 +79,14 @@ func CanServe(a API, kind schemas.ProviderKind, req estimate.Request, body []byt
 // Anthropic each part of the request that does not translate. It is the
 // text of the client's unsupported_api error, so it names the fields.
 func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) string {
-	if !a.Serves(kind) {
-		switch kind {
-		case schemas.ProviderGemini:
-			return "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); " + a.Path() + " is not translated"
-		case schemas.ProviderAnthropic:
-			return "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); " + a.Path() + " is not translated"
-		}
-		return "a provider of kind " + string(kind) + " does not speak " + a.Path()
-	}
-	if !a.Translated(kind) {
+	ad := adapterOf(kind)
+	switch {
+	case !ad.serves(a):
+		return ad.notServed(kind, a)
+	case !ad.translated(a):
 		return ""
 	}
-	if kind == schemas.ProviderGemini {
-		if why := GeminiUntranslatable(req); len(why) > 0 {
-			return "the translation to Gemini generateContent does not support " + strings.Join(why, "; ")
-		}
-		return ""
-	}
-	why := ClaudeUntranslatable(body)
-	if a == APIResponses {
-		why = ClaudeResponsesUntranslatable(body)
-	}
-	if len(why) > 0 {
-		return "the translation to Anthropic Messages does not support " + strings.Join(why, "; ")
-	}
-	return ""
+	return ad.untranslatable(a, req, body)
 }
 
 // Attempt is what one upstream attempt is built from.
@@ -151,69 +115,14 @@ type Attempt struct {
 // Exchange reads what comes back. An error never holds the credential or
 // the URL.
 func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Request, x Exchange, err error) {
-	base := strings.TrimRight(p.BaseURL, "/")
-	body := a.Body
-	req := a.Request
+	ad := adapterOf(p.Kind)
 	x = Exchange{Kind: p.Kind, API: a.API}
-	var u string
-	switch {
-	case p.Kind == schemas.ProviderGemini:
-		b, err := geminiRequest(req, body)
-		if err != nil {
-			return nil, x, err
-		}
-		body = b
-		method := ":generateContent"
-		if req.Stream {
-			method = ":streamGenerateContent?alt=sse"
-		}
-		u = base + "/models/" + url.PathEscape(a.UpstreamModel) + method
-	case p.Kind == schemas.ProviderAnthropic && a.API.Translated(p.Kind):
-		translate := claudeRequestBody
-		if a.API == APIResponses {
-			translate = claudeResponsesBody
-		}
-		b, jsonTool, err := translate(body, a.UpstreamModel, a.DefaultMaxTokens)
-		if err != nil {
-			return nil, x, err
-		}
-		body, x.jsonTool = b, jsonTool
-		u = base + "/messages"
-	case p.Kind == schemas.ProviderAnthropic:
-		u = base + "/messages"
-	case p.Kind == schemas.ProviderAzure && a.API == APIResponses:
-		// Azure serves the Responses API only on its v1 surface, with the
-		// deployment in the body's model (no deployment in the path).
-		u = base + "/openai/v1/responses"
-	case p.Kind == schemas.ProviderAzure:
-		u = base + "/openai/deployments/" + url.PathEscape(p.Deployment) + openAIOp(a.API) + "?api-version=" + url.QueryEscape(p.APIVersion)
-	default:
-		u = base + openAIOp(a.API)
+	b, err := ad.build(p, a, strings.TrimRight(p.BaseURL, "/"))
+	if err != nil {
+		return nil, x, err
 	}
-	if !a.API.Translated(p.Kind) {
-		set := map[string]any{}
-		model := a.UpstreamModel
-		if p.Kind == schemas.ProviderAzure && a.API == APIResponses && p.Deployment != "" {
-			model = p.Deployment
-		}
-		if model != req.Model {
-			set["model"] = model
-		}
-		// Chat and legacy completions report a stream's usage only when
-		// asked; the Responses API always does (response.completed).
-		if (a.API == APIChat || a.API == APICompletions) && req.Stream && !req.IncludeUsage {
-			x.ForcedUsage = true
-			set["stream_options"] = streamOptionsWithUsage(body)
-		}
-		if len(set) > 0 {
-			b, err := setFields(body, set)
-			if err != nil {
-				return nil, x, err
-			}
-			body = b
-		}
-	}
-	up, err = http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	x.ForcedUsage, x.jsonTool = b.forcedUsage, b.jsonTool
+	up, err = http.NewRequestWithContext(ctx, http.MethodPost, b.url, bytes.NewReader(b.body))
 	if err != nil {
 		// The URL holds no credential (keys travel in headers), but name
 		// the provider rather than echo it anyway.
@@ -229,33 +138,40 @@ func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Re
 		up.Header[k] = vals[n-1 : n : n]
 	}
 	set("Content-Type", "application/json")
-	if req.Stream {
+	if a.Request.Stream {
 		set("Accept", "text/event-stream")
 	}
-	key := p.APIKey()
-	switch p.Kind {
-	case schemas.ProviderAzure:
-		if key != "" {
-			set("Api-Key", key)
-		}
-	case schemas.ProviderAnthropic:
-		if key != "" {
-			set("X-Api-Key", key)
-		}
-		set("Anthropic-Version", p.APIVersion)
-		if a.AnthropicBeta != "" {
-			set("Anthropic-Beta", a.AnthropicBeta)
-		}
-	case schemas.ProviderGemini:
-		if key != "" {
-			set("X-Goog-Api-Key", key)
-		}
-	default:
-		if key != "" {
-			set("Authorization", p.BearerAuth()) // "Bearer " + key, built once
+	for _, h := range ad.headers(p, a) {
+		if h.key != "" {
+			set(h.key, h.value)
 		}
 	}
 	return up, x, nil
+}
+
+// passthroughBody is the request of an attempt that sends the client's
+// body to u: only its model replaced by model when it differs and, for a
+// chat or legacy completions stream whose client did not ask for
+// stream_options.include_usage, that option set (forcedUsage; the
+// Responses API always reports a stream's usage, in response.completed).
+func passthroughBody(u string, a Attempt, model string) (built, error) {
+	b := built{url: u, body: a.Body}
+	set := map[string]any{}
+	if model != a.Request.Model {
+		set["model"] = model
+	}
+	if (a.API == APIChat || a.API == APICompletions) && a.Request.Stream && !a.Request.IncludeUsage {
+		b.forcedUsage = true
+		set["stream_options"] = streamOptionsWithUsage(a.Body)
+	}
+	if len(set) > 0 {
+		body, err := setFields(a.Body, set)
+		if err != nil {
+			return built{}, err
+		}
+		b.body = body
+	}
+	return b, nil
 }
 
 // openAIOp is the path of API a under an OpenAI-style base URL.

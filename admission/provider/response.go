@@ -3,8 +3,6 @@ package provider
 import (
 	"bytes"
 	"encoding/json"
-
-	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Answer is a provider's successful non-streaming answer as the adapter
@@ -24,15 +22,14 @@ type Answer struct {
 // client's model; id is the logical request id (the translated answer's
 // "chatcmpl-" id). A Gemini body that does not parse is passed as it came.
 func ParseAnswer(kind Kind, body []byte, model, id string) Answer {
-	usage, _ := ParseUsage(kind, body)
-	a := Answer{Usage: usage, Body: body}
-	if kind == schemas.ProviderGemini {
-		if b, err := GeminiToOpenAI(body, model, id); err == nil {
-			a.Body, a.Translated = b, true
-		}
-	}
-	return a
+	return untranslated(kind).Answer(body, model, id)
 }
+
+// untranslated is the exchange of a request that the request side did not
+// translate, as ParseAnswer and NewStream read it: its API is Messages,
+// which no adapter translates (Gemini's, which speaks only by
+// translation, translates every answer).
+func untranslated(kind Kind) Exchange { return Exchange{Kind: kind, API: APIMessages} }
 
 // Exchange is how one attempt's request was built, which says how to read
 // what comes back: NewRequest returns it, Answer and NewStream read the
@@ -53,16 +50,9 @@ type Exchange struct {
 // chat completion is translated to chat.completion (a body that does not
 // parse is passed as it came).
 func (x Exchange) Answer(body []byte, model, id string) Answer {
-	if !x.claudeTranslated() {
-		return ParseAnswer(x.Kind, body, model, id)
-	}
 	usage, _ := ParseUsage(x.Kind, body)
 	a := Answer{Usage: usage, Body: body}
-	translate := ClaudeToOpenAI
-	if x.API == APIResponses {
-		translate = ClaudeToResponse
-	}
-	if b, err := translate(body, model, id, x.jsonTool); err == nil {
+	if b, ok := adapterOf(x.Kind).answer(x, body, model, id); ok {
 		a.Body, a.Translated = b, true
 	}
 	return a
@@ -71,20 +61,9 @@ func (x Exchange) Answer(body []byte, model, id string) Answer {
 // NewStream is NewStream for the exchange: an Anthropic stream answering
 // a chat completion is translated to chat.completion.chunk events.
 func (x Exchange) NewStream(model, id string, includeUsage bool) *Stream {
-	s := NewStream(x.Kind, x.ForcedUsage, model, id, includeUsage)
-	switch {
-	case x.claudeTranslated() && x.API == APIResponses:
-		s.claudeResponses = NewClaudeResponsesStream(model, "resp_"+id, x.jsonTool, s.usage)
-	case x.claudeTranslated():
-		s.claude = NewClaudeStream(model, "chatcmpl-"+id, includeUsage, x.jsonTool, s.usage)
-	}
+	s := &Stream{usage: NewStreamUsage(x.Kind), forcedUsage: x.ForcedUsage}
+	s.tr = adapterOf(x.Kind).translator(x, model, id, includeUsage, s.usage)
 	return s
-}
-
-// claudeTranslated: a chat completion or a Responses request answered by
-// an Anthropic provider.
-func (x Exchange) claudeTranslated() bool {
-	return x.Kind == schemas.ProviderAnthropic && x.API.Translated(x.Kind)
 }
 
 // Stream is one streamed answer seen through the adapter: it counts the
@@ -92,13 +71,12 @@ func (x Exchange) claudeTranslated() bool {
 // reads and writes the SSE bytes; the zero value is not usable, create one
 // with NewStream. A Stream is not safe for concurrent use.
 type Stream struct {
-	usage  *StreamUsage
-	gemini *GeminiStream // Gemini: the translation to chat chunks
-	claude *ClaudeStream // Anthropic behind chat: the same
-	// claudeResponses: Anthropic behind the Responses API, translated to
-	// the Responses events.
-	claudeResponses *ClaudeResponsesStream
-	forcedUsage     bool
+	usage *StreamUsage
+	// tr is the translation of the stream for the client (nil:
+	// passthrough): Gemini and Anthropic behind chat to chat chunks,
+	// Anthropic behind the Responses API to the Responses events.
+	tr          streamTranslator
+	forcedUsage bool
 }
 
 // NewStream returns the adapter of a stream from a provider of kind
@@ -107,11 +85,9 @@ type Stream struct {
 // usage-only chunk it brings is counted and then withheld, and the client
 // sees exactly the stream it asked for. id is the logical request id.
 func NewStream(kind Kind, forcedUsage bool, model, id string, includeUsage bool) *Stream {
-	s := &Stream{usage: NewStreamUsage(kind), forcedUsage: forcedUsage}
-	if kind == schemas.ProviderGemini {
-		s.gemini = NewGeminiStream(model, "chatcmpl-"+id, includeUsage)
-	}
-	return s
+	x := untranslated(kind)
+	x.ForcedUsage = forcedUsage
+	return x.NewStream(model, id, includeUsage)
 }
 
 // Event takes one SSE event — its event name, its data and its bytes as
@@ -123,12 +99,8 @@ func (s *Stream) Event(event, data, raw []byte) []byte {
 		s.usage.Feed(event, data)
 	}
 	switch {
-	case s.gemini != nil:
-		return s.gemini.Translate(data)
-	case s.claude != nil:
-		return s.claude.Translate(event, data)
-	case s.claudeResponses != nil:
-		return s.claudeResponses.Translate(event, data)
+	case s.tr != nil:
+		return s.tr.translate(event, data)
 	case s.forcedUsage && isUsageOnlyChunk(data):
 		return nil
 	}
@@ -139,10 +111,10 @@ func (s *Stream) Event(event, data, raw []byte) []byte {
 // closing chunks of a Gemini translation; nil for a passthrough, and for
 // Anthropic, whose message_stop brings them).
 func (s *Stream) Tail() []byte {
-	if s.gemini == nil {
+	if s.tr == nil {
 		return nil
 	}
-	return s.gemini.Finish()
+	return s.tr.tail()
 }
 
 // Usage is StreamUsage.Usage of the events so far.

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
-
-	"github.com/sluice-dev/sluice/schemas"
 )
 
 // StreamUsage accumulates usage from a streamed response, one SSE event at a
@@ -30,7 +28,7 @@ import (
 // The zero value is not usable; create one with NewStreamUsage. A
 // StreamUsage is not safe for concurrent use.
 type StreamUsage struct {
-	kind Kind
+	ad adapter // the provider kind's
 
 	usage      Usage
 	reported   bool // the provider's final usage was seen
@@ -42,7 +40,7 @@ type StreamUsage struct {
 }
 
 // NewStreamUsage returns an accumulator for a stream from a kind of provider.
-func NewStreamUsage(kind Kind) *StreamUsage { return &StreamUsage{kind: kind} }
+func NewStreamUsage(kind Kind) *StreamUsage { return &StreamUsage{ad: adapterOf(kind)} }
 
 type openAIChunk struct {
 	Usage   *openAIUsage `json:"usage"`
@@ -97,18 +95,7 @@ type geminiChunk struct {
 // joined `data:` payload. Malformed or unknown events are ignored.
 func (s *StreamUsage) Feed(event, data []byte) {
 	data = bytes.TrimSpace(data)
-	switch s.kind {
-	case schemas.ProviderAnthropic:
-		s.feedAnthropic(event, data)
-	case schemas.ProviderGemini:
-		s.feedGemini(data)
-	default:
-		if isResponsesEvent(event, data) {
-			s.feedResponses(data)
-			return
-		}
-		s.feedOpenAI(data)
-	}
+	s.ad.feed(s, event, data)
 }
 
 // responsesEvent is one Responses API stream event: a delta (text,

@@ -6,7 +6,6 @@ import (
 	"strconv"
 
 	"github.com/sluice-dev/sluice/internal/jsonscan"
-	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Usage is a response's token usage in Sluice's normalised terms.
@@ -125,26 +124,7 @@ func ParseUsage(kind Kind, body []byte) (Usage, bool) {
 	if len(body) == 0 || body[0] != '{' {
 		return Usage{}, false
 	}
-	switch kind {
-	case schemas.ProviderAnthropic:
-		u, ok := usageField[anthropicUsage](body, "usage")
-		if !ok || u == nil {
-			return Usage{}, false
-		}
-		return u.normalise(), true
-	case schemas.ProviderGemini:
-		u, ok := usageField[geminiUsage](body, "usageMetadata")
-		if !ok || u == nil {
-			return Usage{}, false
-		}
-		return u.normalise(), true
-	default:
-		u, ok := usageField[openAIUsage](body, "usage")
-		if !ok || u == nil {
-			return Usage{}, false
-		}
-		return u.normalise()
-	}
+	return adapterOf(kind).usage(body)
 }
 
 // usageField decodes body's top-level member name into a *T as

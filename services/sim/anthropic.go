@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"net/http"
+	"time"
 )
 
 // Anthropic Messages API: a text answer, or a tool_use when the request
@@ -169,4 +170,57 @@ func (m *anthropicMessage) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.s.finish(m.t, sent, false)
+}
+
+// anthropicDialect is Anthropic's: the Messages API under /anthropic/v1,
+// anthropic-ratelimit-* headers with RFC 3339 resets, Anthropic's error
+// object (overloaded_error for an overload).
+type anthropicDialect struct{}
+
+func (anthropicDialect) routes(s *Server, m *http.ServeMux) {
+	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
+}
+
+func (anthropicDialect) rateHeaders(h http.Header, rv rateView) {
+	set := func(prefix string, v *dimView) {
+		h.Set("anthropic-ratelimit-"+prefix+"-limit", itoa(v.limit))
+		h.Set("anthropic-ratelimit-"+prefix+"-remaining", itoa(v.remaining))
+		h.Set("anthropic-ratelimit-"+prefix+"-reset", anthropicReset(rv.now, v.reset))
+	}
+	if rv.req != nil {
+		set("requests", rv.req)
+	}
+	if rv.in != nil {
+		set("input-tokens", rv.in)
+	}
+	if rv.out != nil {
+		set("output-tokens", rv.out)
+	}
+	// anthropic-ratelimit-tokens-* is the most restrictive token limit in
+	// effect (least remaining) among total, input and output.
+	var most *dimView
+	for _, v := range []*dimView{rv.tok, rv.in, rv.out} {
+		if v != nil && (most == nil || v.remaining < most.remaining) {
+			most = v
+		}
+	}
+	if most != nil {
+		set("tokens", most)
+	}
+}
+
+func (anthropicDialect) retryAfter(h http.Header, wait time.Duration) {
+	h.Set("retry-after", retryAfterSeconds(wait))
+}
+
+func (anthropicDialect) rejection(_ *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool) {
+	if overload {
+		writeJSON(w, rj.status, anthropicError("overloaded_error", rj.echoed("Overloaded"), ec.id))
+		return
+	}
+	writeJSON(w, rj.status, anthropicError("rate_limit_error", rj.echoed(anthropicLimitMessage(rj)), ec.id))
+}
+
+func (anthropicDialect) badRequest(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusBadRequest, anthropicError("invalid_request_error", msg, "0"))
 }

@@ -29,15 +29,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/problems"
 )
 
-// Provider styles served by the simulator. They are also the keys of
-// Config.Providers, the "provider" label of metrics and the keys of /sim/stats.
-const (
-	OpenAI    = "openai"
-	Azure     = "azure"
-	Anthropic = "anthropic"
-	Gemini    = "gemini"
-)
-
 // Window modes for Limits.WindowMode.
 const (
 	// WindowBucket enforces a sub-minute window as a continuous token bucket of
@@ -391,11 +382,9 @@ func (c *Config) validate(p *problems.List, prefix string) {
 	for _, name := range slices.Sorted(maps.Keys(c.Providers)) {
 		pc := c.Providers[name]
 		where := at("providers." + name)
-		switch name {
-		case OpenAI, Azure, Anthropic, Gemini:
-		default:
-			p.Add(where, "unknown provider %q (want openai, azure, anthropic or gemini)%s", name,
-				problems.Hint(name, []string{OpenAI, Azure, Anthropic, Gemini}))
+		if !knownProvider(name) {
+			p.Add(where, "unknown provider %q (want %s)%s", name, providerList(),
+				problems.Hint(name, providerNames))
 			continue
 		}
 		pc.Limits.validate(p, where)
@@ -470,9 +459,7 @@ func (s Storm) validate() error {
 	default:
 		return fmt.Errorf("kind must be \"429\", \"503\" or %q, got %q", StormCapacity, s.Kind)
 	}
-	switch s.Provider {
-	case "", OpenAI, Azure, Anthropic, Gemini:
-	default:
+	if s.Provider != "" && !knownProvider(s.Provider) {
 		return fmt.Errorf("unknown provider %q", s.Provider)
 	}
 	if s.Start < 0 || s.End < 0 || (s.End != 0 && s.End <= s.Start) {

@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-// Rate-limit headers and error bodies, per provider style.
+// What the provider styles share of their rate-limit headers and error
+// bodies; each style's own is its dialect (dialects.go), in the file of
+// its handlers.
 
 // openAIDuration renders a reset the way OpenAI does ("1s", "6m0s", "12ms"):
 // a Go duration string rounded up to whole milliseconds, which
@@ -37,56 +39,11 @@ func (s *Server) setRateHeaders(h http.Header, provider string, rv rateView) {
 	if s.cfg.Providers[provider].NoRateLimitHeaders {
 		return
 	}
-	i := func(n int64) string { return strconv.FormatInt(n, 10) }
-	switch provider {
-	case OpenAI:
-		if v := rv.req; v != nil {
-			h.Set("x-ratelimit-limit-requests", i(v.limit))
-			h.Set("x-ratelimit-remaining-requests", i(v.remaining))
-			h.Set("x-ratelimit-reset-requests", openAIDuration(v.reset))
-		}
-		if v := rv.tok; v != nil {
-			h.Set("x-ratelimit-limit-tokens", i(v.limit))
-			h.Set("x-ratelimit-remaining-tokens", i(v.remaining))
-			h.Set("x-ratelimit-reset-tokens", openAIDuration(v.reset))
-		}
-	case Azure:
-		if v := rv.req; v != nil {
-			h.Set("x-ratelimit-remaining-requests", i(v.remaining))
-		}
-		if v := rv.tok; v != nil {
-			h.Set("x-ratelimit-remaining-tokens", i(v.remaining))
-		}
-	case Anthropic:
-		set := func(prefix string, v *dimView) {
-			h.Set("anthropic-ratelimit-"+prefix+"-limit", i(v.limit))
-			h.Set("anthropic-ratelimit-"+prefix+"-remaining", i(v.remaining))
-			h.Set("anthropic-ratelimit-"+prefix+"-reset", anthropicReset(rv.now, v.reset))
-		}
-		if rv.req != nil {
-			set("requests", rv.req)
-		}
-		if rv.in != nil {
-			set("input-tokens", rv.in)
-		}
-		if rv.out != nil {
-			set("output-tokens", rv.out)
-		}
-		// anthropic-ratelimit-tokens-* is the most restrictive token limit in
-		// effect (least remaining) among total, input and output.
-		var most *dimView
-		for _, v := range []*dimView{rv.tok, rv.in, rv.out} {
-			if v != nil && (most == nil || v.remaining < most.remaining) {
-				most = v
-			}
-		}
-		if most != nil {
-			set("tokens", most)
-		}
-	case Gemini:
-		// Gemini documents no rate-limit headers.
-	}
+	dialectOf(provider).rateHeaders(h, rv)
 }
+
+// itoa is a count as the headers write it.
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 type errCtx struct {
 	provider  string
@@ -102,51 +59,12 @@ func (s *Server) writeRejection(w http.ResponseWriter, ec errCtx, rj *rejection)
 	if rj.status == http.StatusTooManyRequests && !rj.bare {
 		s.setRateHeaders(h, ec.provider, rj.rv)
 	}
-	if rj.wait > 0 && ec.provider != Gemini && !s.cfg.Providers[ec.provider].NoRateLimitHeaders {
-		h.Set("retry-after", retryAfterSeconds(rj.wait))
-		if ec.provider == Azure {
-			h.Set("retry-after-ms", retryAfterMillis(rj.wait))
-		}
+	d := dialectOf(ec.provider)
+	if rj.wait > 0 && !s.cfg.Providers[ec.provider].NoRateLimitHeaders {
+		d.retryAfter(h, rj.wait)
 	}
 	overload := rj.storm != nil && (rj.storm.Kind == "503" || rj.storm.Dialect == DialectOverloaded)
-	switch ec.provider {
-	case OpenAI:
-		if overload {
-			writeJSON(w, rj.status, openAIError(rj.echoed("The server is overloaded or not ready yet."), "server_error", nil))
-			return
-		}
-		msg, typ := openAILimitMessage(ec.model, rj)
-		code := "rate_limit_exceeded"
-		writeJSON(w, rj.status, openAIError(rj.echoed(msg), typ, &code))
-	case Azure:
-		if overload {
-			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
-				"code": strconv.Itoa(rj.status), "message": rj.echoed("The server is currently overloaded. Please try again later."),
-			}})
-			return
-		}
-		kind := "call"
-		if rj.deny != nil && rj.deny.dim != DimRequests && rj.deny.dim != DimDaily && rj.deny.dim != DimAcceleration {
-			kind = "token"
-		}
-		msg := fmt.Sprintf("Requests to the %s Operation under Azure OpenAI API version %s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please retry after %s seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.",
-			ec.operation, ec.apiVer, kind, retryAfterSeconds(rj.wait))
-		writeJSON(w, rj.status, map[string]any{"error": map[string]any{"code": "429", "message": rj.echoed(msg)}})
-	case Anthropic:
-		if overload {
-			writeJSON(w, rj.status, anthropicError("overloaded_error", rj.echoed("Overloaded"), ec.id))
-			return
-		}
-		writeJSON(w, rj.status, anthropicError("rate_limit_error", rj.echoed(anthropicLimitMessage(rj)), ec.id))
-	case Gemini:
-		if overload {
-			writeJSON(w, rj.status, map[string]any{"error": map[string]any{
-				"code": rj.status, "message": rj.echoed("The model is overloaded. Please try again later."), "status": "UNAVAILABLE",
-			}})
-			return
-		}
-		writeJSON(w, rj.status, s.geminiQuotaError(ec.model, rj))
-	}
+	d.rejection(s, w, ec, rj, overload)
 }
 
 // echoed is msg with the credential the request presented, when the storm
@@ -296,12 +214,5 @@ func retryAfterSecondsInt(d time.Duration) int {
 // writeBadRequest sends a 400 in the provider's format.
 func (s *Server) writeBadRequest(w http.ResponseWriter, provider, msg string) {
 	s.badRequest(provider)
-	switch provider {
-	case Anthropic:
-		writeJSON(w, http.StatusBadRequest, anthropicError("invalid_request_error", msg, "0"))
-	case Gemini:
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": 400, "message": msg, "status": "INVALID_ARGUMENT"}})
-	default:
-		writeJSON(w, http.StatusBadRequest, openAIError(msg, "invalid_request_error", nil))
-	}
+	dialectOf(provider).badRequest(w, msg)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Gemini generateContent / streamGenerateContent.
@@ -183,4 +184,33 @@ func (g geminiStreamWriter) end() error {
 		return nil
 	}
 	return g.out.raw("]")
+}
+
+// geminiDialect is Gemini's: generateContent and streamGenerateContent
+// under /gemini/v1beta, no rate-limit or retry headers (the wait is the
+// body's RetryInfo), Google's error object.
+type geminiDialect struct{}
+
+func (geminiDialect) routes(s *Server, m *http.ServeMux) {
+	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)
+}
+
+// rateHeaders: Gemini documents no rate-limit headers.
+func (geminiDialect) rateHeaders(http.Header, rateView) {}
+
+// retryAfter: Gemini's wait is in the body (google.rpc.RetryInfo).
+func (geminiDialect) retryAfter(http.Header, time.Duration) {}
+
+func (geminiDialect) rejection(s *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool) {
+	if overload {
+		writeJSON(w, rj.status, map[string]any{"error": map[string]any{
+			"code": rj.status, "message": rj.echoed("The model is overloaded. Please try again later."), "status": "UNAVAILABLE",
+		}})
+		return
+	}
+	writeJSON(w, rj.status, s.geminiQuotaError(ec.model, rj))
+}
+
+func (geminiDialect) badRequest(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{"code": 400, "message": msg, "status": "INVALID_ARGUMENT"}})
 }

@@ -8,6 +8,8 @@ import (
 	"hash/fnv"
 	"math"
 	"net/http"
+	"strconv"
+	"time"
 )
 
 // OpenAI and Azure OpenAI chat completions, embeddings and models.
@@ -261,4 +263,94 @@ func (e *sse) event(name string, v any) error {
 		return err
 	}
 	return e.raw("event: " + name + "\ndata: " + string(b) + "\n\n")
+}
+
+// openAIDialect is OpenAI's: chat completions, embeddings, the Responses
+// API, legacy completions and models under /openai/v1 (and /v1),
+// x-ratelimit-* headers with Go-style duration resets, OpenAI's error
+// object.
+type openAIDialect struct{}
+
+func (openAIDialect) routes(s *Server, m *http.ServeMux) {
+	for _, prefix := range []string{"/openai/v1", "/v1"} {
+		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
+		m.HandleFunc("POST "+prefix+"/embeddings", s.openAIEmbeddings(OpenAI))
+		m.HandleFunc("POST "+prefix+"/responses", s.openAIResponses(OpenAI))
+		m.HandleFunc("POST "+prefix+"/completions", s.openAICompletions(OpenAI))
+		m.HandleFunc("GET "+prefix+"/models", s.openAIModels)
+	}
+}
+
+func (openAIDialect) rateHeaders(h http.Header, rv rateView) {
+	if v := rv.req; v != nil {
+		h.Set("x-ratelimit-limit-requests", itoa(v.limit))
+		h.Set("x-ratelimit-remaining-requests", itoa(v.remaining))
+		h.Set("x-ratelimit-reset-requests", openAIDuration(v.reset))
+	}
+	if v := rv.tok; v != nil {
+		h.Set("x-ratelimit-limit-tokens", itoa(v.limit))
+		h.Set("x-ratelimit-remaining-tokens", itoa(v.remaining))
+		h.Set("x-ratelimit-reset-tokens", openAIDuration(v.reset))
+	}
+}
+
+func (openAIDialect) retryAfter(h http.Header, wait time.Duration) {
+	h.Set("retry-after", retryAfterSeconds(wait))
+}
+
+func (openAIDialect) rejection(_ *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool) {
+	if overload {
+		writeJSON(w, rj.status, openAIError(rj.echoed("The server is overloaded or not ready yet."), "server_error", nil))
+		return
+	}
+	msg, typ := openAILimitMessage(ec.model, rj)
+	code := "rate_limit_exceeded"
+	writeJSON(w, rj.status, openAIError(rj.echoed(msg), typ, &code))
+}
+
+func (openAIDialect) badRequest(w http.ResponseWriter, msg string) {
+	writeJSON(w, http.StatusBadRequest, openAIError(msg, "invalid_request_error", nil))
+}
+
+// azureDialect is Azure OpenAI's: OpenAI's endpoints under
+// /azure/openai/deployments/{deployment} (the Responses API on the v1
+// surface), remaining-only rate-limit headers, retry-after-ms, and Azure's
+// error object.
+type azureDialect struct{ openAIDialect }
+
+func (azureDialect) routes(s *Server, m *http.ServeMux) {
+	m.HandleFunc("POST /azure/openai/deployments/{deployment}/chat/completions", s.openAIChat(Azure))
+	m.HandleFunc("POST /azure/openai/deployments/{deployment}/embeddings", s.openAIEmbeddings(Azure))
+	m.HandleFunc("POST /azure/openai/deployments/{deployment}/completions", s.openAICompletions(Azure))
+	m.HandleFunc("POST /azure/openai/v1/responses", s.openAIResponses(Azure))
+}
+
+func (azureDialect) rateHeaders(h http.Header, rv rateView) {
+	if v := rv.req; v != nil {
+		h.Set("x-ratelimit-remaining-requests", itoa(v.remaining))
+	}
+	if v := rv.tok; v != nil {
+		h.Set("x-ratelimit-remaining-tokens", itoa(v.remaining))
+	}
+}
+
+func (azureDialect) retryAfter(h http.Header, wait time.Duration) {
+	h.Set("retry-after", retryAfterSeconds(wait))
+	h.Set("retry-after-ms", retryAfterMillis(wait))
+}
+
+func (azureDialect) rejection(_ *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool) {
+	if overload {
+		writeJSON(w, rj.status, map[string]any{"error": map[string]any{
+			"code": strconv.Itoa(rj.status), "message": rj.echoed("The server is currently overloaded. Please try again later."),
+		}})
+		return
+	}
+	kind := "call"
+	if rj.deny != nil && rj.deny.dim != DimRequests && rj.deny.dim != DimDaily && rj.deny.dim != DimAcceleration {
+		kind = "token"
+	}
+	msg := fmt.Sprintf("Requests to the %s Operation under Azure OpenAI API version %s have exceeded %s rate limit of your current OpenAI S0 pricing tier. Please retry after %s seconds. Please go here: https://aka.ms/oai/quotaincrease if you would like to further increase the default rate limit.",
+		ec.operation, ec.apiVer, kind, retryAfterSeconds(rj.wait))
+	writeJSON(w, rj.status, map[string]any{"error": map[string]any{"code": "429", "message": rj.echoed(msg)}})
 }

@@ -187,7 +187,7 @@ func (s *Server) resetLocked() {
 	s.rng = rand.New(rand.NewPCG(s.cfg.Seed, s.cfg.Seed^0x9e3779b97f4a7c15))
 	s.cache = map[string]time.Time{}
 	s.stats = map[string]*ProviderStats{}
-	for _, p := range []string{OpenAI, Azure, Anthropic, Gemini} {
+	for _, p := range providerNames {
 		s.stats[p] = &ProviderStats{RateLimitedBy: map[string]int64{}}
 	}
 	s.storms = nil
@@ -257,19 +257,9 @@ func (p *ProviderStats) addCounts(o *ProviderStats) {
 
 func (s *Server) routes() {
 	m := s.mux
-	for _, prefix := range []string{"/openai/v1", "/v1"} {
-		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
-		m.HandleFunc("POST "+prefix+"/embeddings", s.openAIEmbeddings(OpenAI))
-		m.HandleFunc("POST "+prefix+"/responses", s.openAIResponses(OpenAI))
-		m.HandleFunc("POST "+prefix+"/completions", s.openAICompletions(OpenAI))
-		m.HandleFunc("GET "+prefix+"/models", s.openAIModels)
+	for _, d := range dialects {
+		d.routes(s, m)
 	}
-	m.HandleFunc("POST /azure/openai/deployments/{deployment}/chat/completions", s.openAIChat(Azure))
-	m.HandleFunc("POST /azure/openai/deployments/{deployment}/embeddings", s.openAIEmbeddings(Azure))
-	m.HandleFunc("POST /azure/openai/deployments/{deployment}/completions", s.openAICompletions(Azure))
-	m.HandleFunc("POST /azure/openai/v1/responses", s.openAIResponses(Azure))
-	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
-	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)
 	m.HandleFunc("GET /sim/stats", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, s.Stats()) })
 	m.HandleFunc("POST /sim/reset", func(w http.ResponseWriter, r *http.Request) {
 		s.Reset()
