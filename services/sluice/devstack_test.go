@@ -220,7 +220,7 @@ ledger:
   scopes:
     - name: %[1]s
       buckets:
-        - {level: tenant, id: t, dimension: requests, capacity: 60}
+        - {level: tenant, id: t, dimension: requests, capacity: 1, window_ms: 60000}
     - name: %[2]s
       buckets:
         - {level: tenant, id: t, dimension: requests, capacity: 6000}
@@ -230,8 +230,9 @@ ledger:
 		t.Fatal(err)
 	}
 	env, _ := startDev(t, "--config", cfg)
-	// The first request takes scope a's burst of one; the second cannot
-	// wait 1 ms for the next and falls back to scope b.
+	// The first request takes scope a's quota of one a minute (a window of
+	// the whole period, so no pacing interval extends the wait); the second
+	// cannot wait 1 ms for the next and falls back to scope b.
 	var id string
 	for i := 0; i < 2; i++ {
 		req, _ := http.NewRequest(http.MethodPost, env["OPENAI_BASE_URL"]+"/chat/completions",
