@@ -56,8 +56,7 @@ func TestPacedMaxWait(t *testing.T) {
 		{"1 an hour, window of the hour: a quota, not pacing", BucketConfig{Level: "scope", ID: "*", Dimension: schemas.DimRequests, Capacity: 1, PeriodMs: 3_600_000, WindowMs: 3_600_000}, 0},
 	} {
 		l := New(0, testConfig(tc.b))
-		var out []Output
-		out = l.Apply(0, 0, reserve("a"), out[:0])
+		l.Apply(0, 0, reserve("a"), nil)
 		ri, ok := l.resFind("a", 1)
 		if !ok {
 			t.Fatalf("%s: a not found", tc.name)

@@ -43,8 +43,7 @@ func TestSplitScopeLeaseDelay(t *testing.T) {
 		var lat []int64
 		var rec [][2]string
 		st := map[string]int{}
-		var apply func(sc string, ev *schemas.Event)
-		apply = func(sc string, ev *schemas.Event) {
+		apply := func(sc string, ev *schemas.Event) {
 			l := parts[sc]
 			off := offs[sc]
 			offs[sc]++

@@ -319,11 +319,10 @@ func whatIfJoint(ctx context.Context, ro ReplayOptions, o WhatIfOptions, parts [
 		return err
 	}
 	type input struct {
-		p      int32
-		off    int64
-		ms     int64
-		ev     schemas.Event
-		record bool
+		p   int32
+		off int64
+		ms  int64
+		ev  schemas.Event
 	}
 	var all []input
 	for _, p := range parts {

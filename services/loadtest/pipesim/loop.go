@@ -932,9 +932,8 @@ func (s *simTxLog) sendAppends() {
 // must give one run, so the simulation picks one.
 func canonical(q []pendingProduce) {
 	type key struct {
-		topic   string
-		p, inP  int32
-		hasPart bool
+		topic  string
+		p, inP int32
 	}
 	keys := make(map[*kgo.Record]key, len(q))
 	for _, pp := range q {
