@@ -349,3 +349,20 @@ func BenchmarkParseOpenAIChat(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEstimateBenchPrompt estimates the request of `sluice bench
+// gateway --process` (a 200-token message whose words recur, as a
+// deployment's do).
+func BenchmarkEstimateBenchPrompt(b *testing.B) {
+	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"` +
+		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
+	req, err := ParseOpenAIChat(body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	est := New(Options{})
+	b.ReportAllocs()
+	for b.Loop() {
+		est.Estimate(req, 0)
+	}
+}

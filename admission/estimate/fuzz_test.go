@@ -1,6 +1,8 @@
 package estimate
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -66,6 +68,10 @@ func FuzzParseOpenAIChatFast(f *testing.F) {
 			if err != nil {
 				t.Fatalf("%s path took a body the slow path refuses (%v): %q", p.name, err, body)
 			}
+			if p.name == "scan" {
+				checkMembers(t, body, fast.Members)
+			}
+			fast.Members = nil // the one-scan path's alone: checked above
 			if !reflect.DeepEqual(fast, slow) {
 				t.Fatalf("%s and slow paths differ on %q:\n%s %+v\nslow %+v", p.name, body, p.name, fast, slow)
 			}
@@ -107,4 +113,25 @@ func FuzzParseOpenAICompletions(f *testing.F) {
 		`{"model":"davinci-002","prompt":[[1,2],[3]]}`,
 		`{"model":"davinci-002","prompt":[1,-2],"n":3,"best_of":2}`,
 	})
+}
+
+// checkMembers: the members the one-scan path kept are the body's, as
+// encoding/json decodes the body into a map of raw members (the last of a
+// repeated key wins): what a provider request rebuilt from them holds.
+func checkMembers(t *testing.T, body []byte, members []Member) {
+	t.Helper()
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(body, &want); err != nil {
+		t.Fatalf("scan path took a body encoding/json refuses (%v): %q", err, body)
+	}
+	got := map[string]json.RawMessage{}
+	for _, m := range members {
+		if bytes.IndexByte(m.Key, '\\') >= 0 {
+			t.Fatalf("member key %q holds an escape", m.Key)
+		}
+		got[string(m.Key)] = m.Value
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("members of %q:\n got %q\nwant %q", body, got, want)
+	}
 }

@@ -65,7 +65,12 @@ func newRankTable(ranks map[string]int) (*rankTable, error) {
 
 // lookup returns s's rank, if s is a token.
 func (t *rankTable) lookup(s string) (int, bool) {
-	h := maphash.String(t.seed, s)
+	return t.lookupHash(s, maphash.String(t.seed, s))
+}
+
+// lookupHash is lookup of s whose maphash under t.seed is h (a caller
+// that needs the hash too computes it once).
+func (t *rankTable) lookupHash(s string, h uint64) (int, bool) {
 	tag := h &^ (1<<32 - 1)
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		e := t.slots[i]

@@ -78,6 +78,20 @@ type Request struct {
 	// inputs, and token-array inputs already counted.
 	Input       []string
 	InputTokens int64
+	// Members are the body's top-level members in body order, windows
+	// on the body, when the parser took it in one scan (chat completions;
+	// nil otherwise). Their keys are plain ASCII, without escapes (the
+	// scan takes no other): what encoding/json decodes them to. A
+	// provider request that rewrites a member (the upstream model,
+	// stream_options) rebuilds the body from them instead of decoding it
+	// again (provider.NewRequest).
+	Members []Member
+}
+
+// Member is one top-level member of a request body: its key between the
+// quotes and its value's bytes.
+type Member struct {
+	Key, Value []byte
 }
 
 // Message is one chat message.
@@ -388,9 +402,11 @@ func parseOpenAIChatScan(body []byte) (Request, bool) {
 	var b openAIChatBody
 	ok := true
 	var messages []byte
+	members := make([]Member, 0, 8)
 	if !jsonscan.Object(body, func(key []byte, escaped bool, v []byte) {
 		if ok {
 			ok = b.member(key, escaped, v, &messages)
+			members = append(members, Member{Key: key, Value: v})
 		}
 	}) || !ok || b.Model == nil || requireModel(b.Model, true) != nil || firstByte(messages) != '[' {
 		return Request{}, false
@@ -415,7 +431,7 @@ func parseOpenAIChatScan(body []byte) (Request, bool) {
 	}) || !ok || len(msgs) == 0 {
 		return Request{}, false
 	}
-	req := Request{Format: FormatOpenAIChat, N: 1, Model: *b.Model, Messages: make([]Message, 0, len(msgs))}
+	req := Request{Format: FormatOpenAIChat, N: 1, Model: *b.Model, Messages: make([]Message, 0, len(msgs)), Members: members}
 	for i := range msgs {
 		msg, e := openAIMessageFrom(&msgs[i], "messages[]")
 		if e != nil {

@@ -2,8 +2,11 @@ package estimate
 
 import (
 	"fmt"
+	"hash/maphash"
 	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -33,6 +36,24 @@ type bpeEncoding struct {
 	name  string
 	o200k bool // o200k pre-tokenizer rules instead of cl100k's
 	ranks *rankTable
+	// merged caches the token counts of pieces that are not one token
+	// (the byte-pair merge's result), by the piece's hash: a word the
+	// vocabulary splits ("Sluice", a name, an identifier) recurs across
+	// the requests of one deployment, and its merge is a lookup per pair
+	// and per merge step, where the cache is one comparison. An entry
+	// holds its piece, so a hit is exact; a colliding piece replaces it.
+	// Bounded: pieceCacheSize entries of at most smallPiece bytes.
+	merged *[pieceCacheSize]atomic.Pointer[pieceCount]
+}
+
+// pieceCacheSize is the number of entries of bpeEncoding.merged (a power
+// of two): at most 4,096 × 64 bytes of pieces per encoding.
+const pieceCacheSize = 1 << 12
+
+// pieceCount is one entry of bpeEncoding.merged.
+type pieceCount struct {
+	piece string
+	n     int
 }
 
 type lazyEncoding struct {
@@ -64,7 +85,7 @@ func getEncoding(name string) (*bpeEncoding, error) {
 			l.err = fmt.Errorf("estimate: load %s: %w", name, err)
 			return
 		}
-		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: t}
+		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: t, merged: new([pieceCacheSize]atomic.Pointer[pieceCount])}
 	})
 	return l.enc, l.err
 }
@@ -93,13 +114,26 @@ func (e *bpeEncoding) countPiece(piece string) int {
 	if len(piece) == 1 {
 		return 1
 	}
-	if _, ok := e.ranks.lookup(piece); ok {
+	h := maphash.String(e.ranks.seed, piece)
+	if _, ok := e.ranks.lookupHash(piece, h); ok {
 		return 1
 	}
-	if len(piece) <= smallPiece {
-		return e.mergeSmall(piece)
+	if len(piece) > smallPiece {
+		return e.mergeLarge(piece) // rare, and not kept: the cache's bound is per entry too
 	}
-	return e.mergeLarge(piece)
+	var slot *atomic.Pointer[pieceCount]
+	if e.merged != nil {
+		slot = &e.merged[h&(pieceCacheSize-1)]
+		if pc := slot.Load(); pc != nil && pc.piece == piece {
+			return pc.n
+		}
+	}
+	n := e.mergeSmall(piece)
+	if slot != nil {
+		// A copy: piece is a window on the request's body.
+		slot.Store(&pieceCount{piece: strings.Clone(piece), n: n})
+	}
+	return n
 }
 
 const smallPiece = 64

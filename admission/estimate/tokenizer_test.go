@@ -1,6 +1,7 @@
 package estimate
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"testing"
@@ -143,4 +144,34 @@ func FuzzTokenizerMatchesTiktoken(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPieceCacheExact: counts through the merged-piece cache, cold and
+// warm, are the counts without it, and an entry another piece left in a
+// piece's slot is not taken for it.
+func TestPieceCacheExact(t *testing.T) {
+	for _, name := range []string{EncodingCL100k, EncodingO200k} {
+		enc := mustEncoding(t, name)
+		bare := &bpeEncoding{name: enc.name, o200k: enc.o200k, ranks: enc.ranks} // no cache
+		for pass := range 2 {
+			for _, s := range tokenizerCorpus {
+				if got, want := enc.Count(s), bare.Count(s); got != want {
+					t.Fatalf("%s pass %d: Count(%q) = %d, without the cache %d", name, pass, s, got, want)
+				}
+			}
+		}
+		const piece = " Sluice"
+		want := bare.countPiece(piece)
+		if want < 2 {
+			t.Fatalf("%s: %q is %d token(s); the test needs a merged piece", name, piece, want)
+		}
+		slot := &enc.merged[maphash.String(enc.ranks.seed, piece)&(pieceCacheSize-1)]
+		slot.Store(&pieceCount{piece: " Sluicf", n: 99})
+		if got := enc.countPiece(piece); got != want {
+			t.Fatalf("%s: countPiece(%q) with another piece in its slot = %d, want %d", name, piece, got, want)
+		}
+		if pc := slot.Load(); pc.piece != piece || pc.n != want {
+			t.Fatalf("%s: slot holds %q → %d after the miss, want %q → %d", name, pc.piece, pc.n, piece, want)
+		}
+	}
 }

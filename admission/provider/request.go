@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/admission/estimate"
+	"github.com/sluice-dev/sluice/internal/jsonscan"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -162,10 +163,10 @@ func passthroughBody(u string, a Attempt, model string) (built, error) {
 	}
 	if (a.API == APIChat || a.API == APICompletions) && a.Request.Stream && !a.Request.IncludeUsage {
 		b.forcedUsage = true
-		set["stream_options"] = streamOptionsWithUsage(a.Body)
+		set["stream_options"] = streamOptionsWithUsage(a.Body, a.Request.Members)
 	}
 	if len(set) > 0 {
-		body, err := setFields(a.Body, set)
+		body, err := setFields(a.Body, a.Request.Members, set)
 		if err != nil {
 			return built{}, err
 		}
@@ -188,10 +189,18 @@ func openAIOp(a API) string {
 }
 
 // setFields replaces top-level fields of a JSON object. The parsers already
-// proved body is an object.
-func setFields(body []byte, set map[string]any) ([]byte, error) {
+// proved body is an object; members, when the parser kept them
+// (estimate.Request.Members), are its top-level members, and the object
+// is rebuilt from them instead of decoding body again, to the same map
+// (the last of a repeated key wins) and so the same bytes.
+func setFields(body []byte, members []estimate.Member, set map[string]any) ([]byte, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
+	if members != nil {
+		m = make(map[string]json.RawMessage, len(members)+len(set))
+		for _, mb := range members {
+			m[string(mb.Key)] = mb.Value
+		}
+	} else if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("rewrite request body: %w", err)
 	}
 	for k, v := range set {
@@ -205,12 +214,25 @@ func setFields(body []byte, set map[string]any) ([]byte, error) {
 }
 
 // streamOptionsWithUsage returns the request's stream_options with
-// include_usage set, keeping any other option the client gave.
-func streamOptionsWithUsage(body []byte) map[string]json.RawMessage {
+// include_usage set, keeping any other option the client gave. From
+// members (estimate.Request.Members), when the parser kept them, it
+// decodes only the stream_options members, matched and merged as
+// decoding the body into the struct would: the key folding ASCII case, a
+// repeated member's keys added to the map the one before left, null
+// emptying it.
+func streamOptionsWithUsage(body []byte, members []estimate.Member) map[string]json.RawMessage {
 	var top struct {
 		StreamOptions map[string]json.RawMessage `json:"stream_options"`
 	}
-	_ = json.Unmarshal(body, &top)
+	if members != nil {
+		for _, mb := range members {
+			if match, _ := jsonscan.KeyIs(mb.Key, false, "stream_options"); match {
+				_ = json.Unmarshal(mb.Value, &top.StreamOptions)
+			}
+		}
+	} else {
+		_ = json.Unmarshal(body, &top)
+	}
 	if top.StreamOptions == nil {
 		top.StreamOptions = map[string]json.RawMessage{}
 	}

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -243,6 +244,47 @@ func TestUnsupported(t *testing.T) {
 		}
 		if got := Unsupported(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
 			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
+		}
+	}
+}
+
+// TestPassthroughFromMembers: a passthrough body rebuilt from the
+// parser's members (estimate.Request.Members) is byte for byte the body
+// rebuilt by decoding it again, for a model rewritten, a stream's usage
+// forced on, or both, with repeated, case-folded and null members.
+func TestPassthroughFromMembers(t *testing.T) {
+	for _, body := range []string{
+		`{"model":"alias","messages":[{"role":"user","content":"hi <b>"}]}`,
+		`{"model":"alias","messages":[{"role":"user","content":"hi"}],"stream":true}`,
+		`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"x":1}}`,
+		`{"model":"alias","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"a":1},"STREAM_OPTIONS":{"b": [1, 2]}}`,
+		`{"model":"alias","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"a":1},"stream_options":null}`,
+		`{"model":"alias","messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":null,"Stream_Options":{"c":true}}`,
+		`{ "model" : "a", "model":"alias", "messages":[{"role":"user","content":"x"}], "extra": {"k": [ 1 , 2 ]}, "extra":3 }`,
+	} {
+		req, err := estimate.ParseOpenAIChat([]byte(body))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if req.Members == nil {
+			t.Fatalf("%s: the one-scan parser did not take it", body)
+		}
+		for _, a := range []API{APIChat, APICompletions} {
+			for _, model := range []string{req.Model, "gpt-4o-mini-2024-07-18"} {
+				at := Attempt{API: a, Request: req, Body: []byte(body)}
+				got, err := passthroughBody("u", at, model)
+				if err != nil {
+					t.Fatalf("%s: %v", body, err)
+				}
+				at.Request.Members = nil
+				want, err := passthroughBody("u", at, model)
+				if err != nil {
+					t.Fatalf("%s: %v", body, err)
+				}
+				if !bytes.Equal(got.body, want.body) || got.forcedUsage != want.forcedUsage {
+					t.Errorf("%s, model %s:\n from members %s (forced %v)\n decoded      %s (forced %v)", body, model, got.body, got.forcedUsage, want.body, want.forcedUsage)
+				}
+			}
 		}
 	}
 }

@@ -36,8 +36,10 @@ type StackCPU struct {
 	// more request, the figure that scales with the rate.
 	IdleCores        float64 `json:"idle_cores"`
 	MarginalMsPerReq float64 `json:"marginal_cpu_ms_per_request"`
-	BrokerPID        int     `json:"broker_pid"`
-	Loadavg          string  `json:"loadavg"`
+	// BrokerPID is the broker process read; 0 when there was none on
+	// this machine or its CPU time could not be read (its share is then 0).
+	BrokerPID int    `json:"broker_pid"`
+	Loadavg   string `json:"loadavg"`
 }
 
 // stackPIDs are the processes whose CPU time a series reads.
@@ -46,31 +48,34 @@ type stackPIDs struct {
 	ledgers              []int
 }
 
-// cpuSample is each process's CPU time at one moment.
+// cpuSample is each process's CPU time at one moment. brokerOK is false
+// when the broker's could not be read (it is not the bench's process: it
+// may belong to another user or have been restarted since it was found);
+// the broker's share is then left out rather than failing the bench.
 type cpuSample struct {
 	gateway, sim, broker, ledgers time.Duration
+	brokerOK                      bool
 }
 
 func (p stackPIDs) sample() (cpuSample, error) {
 	var s cpuSample
 	var err error
-	if s.gateway, err = procCPU(p.gateway); err != nil {
+	if s.gateway, err = procCPU(p.gateway, "gateway"); err != nil {
 		return s, err
 	}
-	if s.sim, err = procCPU(p.sim); err != nil {
+	if s.sim, err = procCPU(p.sim, "simulator"); err != nil {
 		return s, err
 	}
-	for _, pid := range p.ledgers {
-		d, err := procCPU(pid)
+	for i, pid := range p.ledgers {
+		d, err := procCPU(pid, "ledger-"+strconv.Itoa(i+1))
 		if err != nil {
 			return s, err
 		}
 		s.ledgers += d
 	}
 	if p.broker > 0 {
-		if s.broker, err = procCPU(p.broker); err != nil {
-			return s, err
-		}
+		s.broker, err = procCPU(p.broker, "broker")
+		s.brokerOK = err == nil
 	}
 	return s, nil
 }
@@ -88,7 +93,10 @@ func perRequest(a, b cpuSample, n int, el time.Duration, idle float64, brokerPID
 		return float64(d.Microseconds()) / 1000 / float64(n)
 	}
 	c := StackCPU{Requests: n, GatewayMsPerReq: ms(b.gateway - a.gateway), LedgersMsPerReq: ms(b.ledgers - a.ledgers),
-		BrokerMsPerReq: ms(b.broker - a.broker), SimulatorMsPerRq: ms(b.sim - a.sim), BrokerPID: brokerPID}
+		SimulatorMsPerRq: ms(b.sim - a.sim)}
+	if a.brokerOK && b.brokerOK {
+		c.BrokerMsPerReq, c.BrokerPID = ms(b.broker-a.broker), brokerPID
+	}
 	c.TotalMsPerReq = c.GatewayMsPerReq + c.LedgersMsPerReq + c.BrokerMsPerReq
 	c.CoresPer1000 = c.TotalMsPerReq
 	c.IdleCores = idle
@@ -112,6 +120,9 @@ func (p stackPIDs) idleCores(d time.Duration) (float64, error) {
 	b, err := p.sample()
 	if err != nil {
 		return 0, err
+	}
+	if !a.brokerOK || !b.brokerOK {
+		a.broker, b.broker = 0, 0
 	}
 	return (b.total() - a.total()).Seconds() / time.Since(t0).Seconds(), nil
 }

@@ -276,13 +276,13 @@ func (b *gwBench) oneClient(res *GatewayProcessResult, idle float64) error {
 			return err
 		}
 		t0 = time.Now()
-		c0, err = procCPU(b.pids.gateway)
+		c0, err = procCPU(b.pids.gateway, "gateway")
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	c1, err := procCPU(b.pids.gateway)
+	c1, err := procCPU(b.pids.gateway, "gateway")
 	if err != nil {
 		return err
 	}
@@ -312,7 +312,7 @@ func (b *gwBench) oneClient(res *GatewayProcessResult, idle float64) error {
 // gateway's series.
 func (b *gwBench) manyClients(res *GatewayProcessResult, idle float64) error {
 	directN, _ := b.concurrent(b.directURL)
-	cpu0, err := procCPU(b.pids.gateway)
+	cpu0, err := procCPU(b.pids.gateway, "gateway")
 	if err != nil {
 		return err
 	}
@@ -327,7 +327,7 @@ func (b *gwBench) manyClients(res *GatewayProcessResult, idle float64) error {
 	start := time.Now()
 	viaN, n := b.concurrent(b.gwURL)
 	el := time.Since(start)
-	cpu1, err := procCPU(b.pids.gateway)
+	cpu1, err := procCPU(b.pids.gateway, "gateway")
 	if err != nil {
 		return err
 	}
@@ -414,21 +414,41 @@ func ledgerAnswer(ctx context.Context, hc *http.Client, url string) (answerTotal
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // procCPU is the user+system CPU time of process pid, from /proc (Linux;
-// clock ticks of 10 ms, the kernel's USER_HZ).
-func procCPU(pid int) (time.Duration, error) {
+// clock ticks of 10 ms, the kernel's USER_HZ). who names the process in
+// the error (the gateway, a ledger, the simulator, the broker): a failed
+// read of one of them used to say "gateway" whichever it was.
+func procCPU(pid int, who string) (time.Duration, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, fmt.Errorf("gateway CPU time: %w", err)
+		return 0, fmt.Errorf("%s CPU time (pid %d): %w", who, pid, err)
 	}
-	// Fields after the command name, which is in parentheses.
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	d, err := parseProcStat(b)
+	if err != nil {
+		return 0, fmt.Errorf("%s CPU time: /proc/%d/stat: %w", who, pid, err)
+	}
+	return d, nil
+}
+
+// parseProcStat reads utime and stime (fields 14 and 15) of a
+// /proc/<pid>/stat line. They are counted after the command name, which
+// is in parentheses and may itself hold spaces and parentheses: the last
+// ')' ends it.
+func parseProcStat(b []byte) (time.Duration, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("no command name in %q", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0, fmt.Errorf("gateway CPU time: short /proc/%d/stat", pid)
+		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	stt, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("gateway CPU time: /proc/%d/stat: %v %v", pid, err1, err2)
+	ut, err := strconv.ParseInt(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("utime: %w", err)
 	}
-	return time.Duration(ut+stt) * 10 * time.Millisecond, nil
+	st, err := strconv.ParseInt(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("stime: %w", err)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
 }
