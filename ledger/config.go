@@ -524,6 +524,66 @@ func (c Config) validate(p *problems.List) {
 			}
 		}
 	}
+	classSeen := c.validateClasses(bad)
+	for _, r := range c.settingChecks() {
+		if r.bad {
+			bad(r.loc, "%s", r.msg)
+		}
+	}
+	c.validateScopes(bad)
+	validateEntitlements(&c, classSeen, bad)
+}
+
+// check is one row of a validation table: the problem at loc, if bad.
+type check struct {
+	loc string
+	bad bool
+	msg string
+}
+
+// inRange is the row "v out of [lo, hi]".
+func inRange(loc string, v, lo, hi int64) check {
+	return check{loc, v < lo || v > hi, fmt.Sprintf("%d out of [%d, %d]", v, lo, hi)}
+}
+
+// settingChecks are the checks of the ledger-wide settings, in the order
+// they are reported.
+func (c Config) settingChecks() []check {
+	quotaOK := c.Cooldown.QuotaPeriodMs > 0 && c.Cooldown.QuotaPeriodMs <= maxPeriodMs
+	return []check{
+		inRange("hold_ttl_ms", c.HoldTTLMs, 1, dayMs),
+		inRange("stream_hold_ttl_ms", c.StreamHoldTTLMs, 1, dayMs),
+		inRange("dedup_ttl_ms", c.DedupTTLMs, 1, dayMs),
+		{"dedup_ttl_ms", c.DedupTTLMs < c.HoldTTLMs && c.HoldTTLMs > 0 && c.HoldTTLMs <= dayMs && c.DedupTTLMs > 0,
+			fmt.Sprintf("%d is shorter than hold_ttl_ms %d: a late redelivery could be granted twice", c.DedupTTLMs, c.HoldTTLMs)},
+		inRange("priority_step_ms", c.PriorityStepMs, 1, minuteMs),
+		inRange("fair_cost_ms", c.FairCostMs, 1, minuteMs),
+		// Below a second, a gateway heartbeating every second (plus
+		// produce latency) would be declared lost while alive.
+		inRange("node_liveness_ms", c.NodeLivenessMs, 1_000, dayMs),
+		inRange("rescue_max", int64(c.RescueMax), 1, 1000),
+		{"service_samples_min", c.ServiceSamplesMin != -1 && (c.ServiceSamplesMin < 1 || c.ServiceSamplesMin > 1_000_000),
+			fmt.Sprintf("%d out of [1, 1000000] (or -1: off)", c.ServiceSamplesMin)},
+		{"nodes_max/reservations_max", c.NodesMax <= 0 || c.ReservationsMax <= 0, "must be positive"},
+		inRange("retry.max_attempts", int64(c.Retry.MaxAttempts), 1, 100),
+		inRange("retry.base_ms", c.Retry.BaseMs, 1, dayMs),
+		inRange("retry.max_ms", c.Retry.MaxMs, 1, dayMs),
+		{"retry.max_ms", c.Retry.MaxMs < c.Retry.BaseMs && c.Retry.MaxMs > 0 && c.Retry.BaseMs > 0 && c.Retry.BaseMs <= dayMs,
+			fmt.Sprintf("%d below retry.base_ms %d", c.Retry.MaxMs, c.Retry.BaseMs)},
+		inRange("retry.ratio_permille", int64(c.Retry.RatioPermille), 0, 1000),
+		inRange("retry.burst_max", int64(c.Retry.BurstMax), 0, 1_000_000),
+		inRange("cooldown.rate_limited_ms", c.Cooldown.RateLimitedMs, 1, dayMs),
+		inRange("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, 1, dayMs),
+		inRange("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, 1, maxPeriodMs),
+		inRange("cooldown.storm_hold_attempts", int64(c.Cooldown.StormHoldAttempts), 1, 100),
+		{"cooldown.quota_reset_offset_ms", c.Cooldown.QuotaResetOffsetMs < 0 || quotaOK && c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs,
+			fmt.Sprintf("%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)},
+	}
+}
+
+// validateClasses checks the traffic classes and the default class, and
+// returns the names of the classes.
+func (c Config) validateClasses(bad func(loc, format string, a ...any)) map[string]bool {
 	if len(c.Classes) == 0 {
 		bad("classes", "at least one class is required")
 	}
@@ -539,69 +599,27 @@ func (c Config) validate(p *problems.List) {
 			bad(loc+".name", "duplicate class %q", cl.Name)
 		}
 		classSeen[cl.Name] = true
-		if cl.AgeOffsetMs < 0 || cl.AgeOffsetMs > maxPeriodMs {
-			bad(loc+".age_offset_ms", "%d out of [0, %d]", cl.AgeOffsetMs, int64(maxPeriodMs))
-		}
-		if cl.MaxWaitMs < 0 || cl.MaxWaitMs > dayMs {
-			bad(loc+".max_wait_ms", "%d out of [0, %d]", cl.MaxWaitMs, int64(dayMs))
-		}
-		if cl.MaxDepth < 0 || cl.MaxDepth > 1_000_000 {
-			bad(loc+".max_depth", "%d out of [0, 1000000]", cl.MaxDepth)
-		}
-		if cl.Overload != OverloadDeny && cl.Overload != OverloadFallback {
-			bad(loc+".overload", "%q, want %q or %q", cl.Overload, OverloadDeny, OverloadFallback)
+		for _, r := range []check{
+			inRange(loc+".age_offset_ms", cl.AgeOffsetMs, 0, maxPeriodMs),
+			inRange(loc+".max_wait_ms", cl.MaxWaitMs, 0, dayMs),
+			inRange(loc+".max_depth", int64(cl.MaxDepth), 0, 1_000_000),
+			{loc + ".overload", cl.Overload != OverloadDeny && cl.Overload != OverloadFallback,
+				fmt.Sprintf("%q, want %q or %q", cl.Overload, OverloadDeny, OverloadFallback)},
+		} {
+			if r.bad {
+				bad(r.loc, "%s", r.msg)
+			}
 		}
 	}
 	if c.DefaultClass != "" && !classSeen[c.DefaultClass] {
 		bad("default_class", "%q is not a class%s", c.DefaultClass, problems.DidYouMean(c.DefaultClass, classNames(c.Classes)))
 	}
-	pos := func(loc string, v, maxV int64) {
-		if v <= 0 || v > maxV {
-			bad(loc, "%d out of [1, %d]", v, maxV)
-		}
-	}
-	pos("hold_ttl_ms", c.HoldTTLMs, dayMs)
-	pos("stream_hold_ttl_ms", c.StreamHoldTTLMs, dayMs)
-	pos("dedup_ttl_ms", c.DedupTTLMs, dayMs)
-	if c.DedupTTLMs < c.HoldTTLMs && c.HoldTTLMs > 0 && c.HoldTTLMs <= dayMs && c.DedupTTLMs > 0 {
-		bad("dedup_ttl_ms", "%d is shorter than hold_ttl_ms %d: a late redelivery could be granted twice", c.DedupTTLMs, c.HoldTTLMs)
-	}
-	pos("priority_step_ms", c.PriorityStepMs, minuteMs)
-	pos("fair_cost_ms", c.FairCostMs, minuteMs)
-	if c.NodeLivenessMs < 1_000 || c.NodeLivenessMs > dayMs {
-		// Below a second, a gateway heartbeating every second (plus produce
-		// latency) would be declared lost while alive.
-		bad("node_liveness_ms", "%d out of [1000, %d]", c.NodeLivenessMs, int64(dayMs))
-	}
-	pos("rescue_max", int64(c.RescueMax), 1000)
-	if c.ServiceSamplesMin != -1 && (c.ServiceSamplesMin < 1 || c.ServiceSamplesMin > 1_000_000) {
-		bad("service_samples_min", "%d out of [1, 1000000] (or -1: off)", c.ServiceSamplesMin)
-	}
-	if c.NodesMax <= 0 || c.ReservationsMax <= 0 {
-		bad("nodes_max/reservations_max", "must be positive")
-	}
-	if c.Retry.MaxAttempts < 1 || c.Retry.MaxAttempts > 100 {
-		bad("retry.max_attempts", "%d out of [1, 100]", c.Retry.MaxAttempts)
-	}
-	pos("retry.base_ms", c.Retry.BaseMs, dayMs)
-	pos("retry.max_ms", c.Retry.MaxMs, dayMs)
-	if c.Retry.MaxMs < c.Retry.BaseMs && c.Retry.MaxMs > 0 && c.Retry.BaseMs > 0 && c.Retry.BaseMs <= dayMs {
-		bad("retry.max_ms", "%d below retry.base_ms %d", c.Retry.MaxMs, c.Retry.BaseMs)
-	}
-	if c.Retry.RatioPermille < 0 || c.Retry.RatioPermille > 1000 {
-		bad("retry.ratio_permille", "%d out of [0, 1000]", c.Retry.RatioPermille)
-	}
-	if c.Retry.BurstMax < 0 || c.Retry.BurstMax > 1_000_000 {
-		bad("retry.burst_max", "%d out of [0, 1000000]", c.Retry.BurstMax)
-	}
-	pos("cooldown.rate_limited_ms", c.Cooldown.RateLimitedMs, dayMs)
-	pos("cooldown.overloaded_ms", c.Cooldown.OverloadedMs, dayMs)
-	pos("cooldown.quota_period_ms", c.Cooldown.QuotaPeriodMs, maxPeriodMs)
-	pos("cooldown.storm_hold_attempts", c.Cooldown.StormHoldAttempts, 100)
-	if quotaOK := c.Cooldown.QuotaPeriodMs > 0 && c.Cooldown.QuotaPeriodMs <= maxPeriodMs; c.Cooldown.QuotaResetOffsetMs < 0 || quotaOK && c.Cooldown.QuotaResetOffsetMs >= c.Cooldown.QuotaPeriodMs {
-		bad("cooldown.quota_reset_offset_ms", "%d out of [0, quota_period_ms)", c.Cooldown.QuotaResetOffsetMs)
-	}
+	return classSeen
+}
 
+// validateScopes checks every scope: its name, tenants, required levels
+// and buckets.
+func (c Config) validateScopes(bad func(loc, format string, a ...any)) {
 	if len(c.Scopes) == 0 {
 		bad("scopes", "at least one scope is required")
 	}
@@ -614,7 +632,9 @@ func (c Config) validate(p *problems.List) {
 			bad(sloc+".name", "duplicate scope %q", s.Name)
 		}
 		scopeSeen[s.Name] = true
-		pos(sloc+".default_tenant_weight", s.DefaultTenantWeight, 1_000_000)
+		if r := inRange(sloc+".default_tenant_weight", s.DefaultTenantWeight, 1, 1_000_000); r.bad {
+			bad(r.loc, "%s", r.msg)
+		}
 		tSeen := map[string]bool{}
 		for ti, t := range s.Tenants {
 			tloc := fmt.Sprintf("%s.tenants[%d]", sloc, ti)
@@ -622,7 +642,9 @@ func (c Config) validate(p *problems.List) {
 				bad(tloc+".id", "empty or duplicate %q", t.ID)
 			}
 			tSeen[t.ID] = true
-			pos(tloc+".weight", t.Weight, 1_000_000)
+			if r := inRange(tloc+".weight", t.Weight, 1, 1_000_000); r.bad {
+				bad(r.loc, "%s", r.msg)
+			}
 		}
 		validateRequiredLevels(sloc+".required_levels", s.RequiredLevels, bad)
 		bSeen := map[string]bool{}
@@ -631,7 +653,6 @@ func (c Config) validate(p *problems.List) {
 			validateBucket(fmt.Sprintf("%s.buckets[%d]", sloc, bi), s.Name, b, bSeen, bad)
 		}
 	}
-	validateEntitlements(&c, classSeen, bad)
 }
 
 func classNames(cls []ClassConfig) []string {
@@ -664,6 +685,38 @@ func validateRequiredLevels(loc string, levels []string, bad func(loc, format st
 const maxScaled = int64(1) << 61
 
 func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad func(loc, format string, a ...any)) {
+	known := validateBucketIdentity(loc, scope, b, seen, bad)
+	capOK := validateBucketAmounts(loc, b, bad)
+	if known {
+		validateAccounting(loc, b, bad)
+	}
+	validateRefill(loc, b, capOK, bad)
+	refillKnown := false
+	switch b.Refill {
+	case RefillToken, RefillRamp, RefillFixed, RefillRolling, RefillConcurrency:
+		refillKnown = true
+	}
+	if !known || !refillKnown {
+		return // pairing a dimension with a refill needs both
+	}
+	if b.Dimension == schemas.DimConcurrency && b.Refill != RefillConcurrency {
+		bad(loc+".refill", "dimension concurrency needs refill %q", RefillConcurrency)
+	}
+	if b.Refill == RefillConcurrency && b.Dimension != schemas.DimConcurrency {
+		bad(loc+".refill", "refill concurrency is only for dimension concurrency")
+	}
+	if b.Refill == RefillRamp && b.Dimension != schemas.DimRamp {
+		bad(loc+".refill", "refill ramp is only for dimension ramp")
+	}
+	if b.Dimension == schemas.DimRamp && b.Refill != RefillRamp {
+		bad(loc+".refill", "dimension ramp needs refill %q", RefillRamp)
+	}
+}
+
+// validateBucketIdentity checks what names the bucket (level, id,
+// dimension) and that no other bucket of the scope has the same name. It
+// reports whether the dimension is known.
+func validateBucketIdentity(loc, scope string, b BucketConfig, seen map[string]bool, bad func(loc, format string, a ...any)) (known bool) {
 	if _, ok := levelCode(b.Level); !ok {
 		bad(loc+".level", "unknown level %q (want one of %s)%s", b.Level, strings.Join(levelNames[:], ", "), problems.Hint(b.Level, levelNames[:]))
 	}
@@ -673,16 +726,10 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	if b.Level == LevelScope && b.ID != "*" && b.ID != scope && scope != "*" {
 		bad(loc+".id", "scope-level bucket id %q must be \"*\" or the scope name %q", b.ID, scope)
 	}
-	known := false
 	for _, d := range schemas.Dimensions {
 		if d == b.Dimension {
 			known = true
 		}
-	}
-	refillKnown := false
-	switch b.Refill {
-	case RefillToken, RefillRamp, RefillFixed, RefillRolling, RefillConcurrency:
-		refillKnown = true
 	}
 	if !known {
 		names := make([]string, len(schemas.Dimensions))
@@ -702,9 +749,15 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 		bad(loc, "duplicate %sbucket %s:%s %s", kind, b.Level, b.ID, b.Dimension)
 	}
 	seen[k] = true
+	return known
+}
+
+// validateBucketAmounts checks the capacity and what it bounds, and
+// reports whether the capacity itself is valid.
+func validateBucketAmounts(loc string, b BucketConfig, bad func(loc, format string, a ...any)) (capOK bool) {
 	// What is bounded by the capacity is checked against it only when the
 	// capacity itself is valid (capacity: -5 is one problem, not three).
-	capOK := b.Capacity > 0 && b.Capacity <= maxScaled
+	capOK = b.Capacity > 0 && b.Capacity <= maxScaled
 	if !capOK {
 		bad(loc+".capacity", "%d out of [1, 2^61]", b.Capacity)
 	}
@@ -720,9 +773,12 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 	if b.Ramp != nil && b.Refill != RefillRamp {
 		bad(loc+".ramp", "set on a %q bucket", b.Refill)
 	}
-	if known {
-		validateAccounting(loc, b, bad)
-	}
+	return capOK
+}
+
+// validateRefill checks the settings of the bucket's refill kind: period,
+// window, reset offset, slots.
+func validateRefill(loc string, b BucketConfig, capOK bool, bad func(loc, format string, a ...any)) {
 	switch b.Refill {
 	case RefillToken, RefillRamp:
 		periodOK := b.PeriodMs > 0 && b.PeriodMs <= dayMs
@@ -740,22 +796,7 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 			bad(loc+".window_ms", "burst capacity×window/period = %d×%d/%d is below one unit", b.Capacity, b.WindowMs, b.PeriodMs)
 		}
 		if b.Refill == RefillRamp {
-			if b.Ramp == nil {
-				bad(loc+".ramp", "required for a ramp bucket")
-			} else {
-				if b.Ramp.StartPerPeriod <= 0 || capOK && b.Ramp.StartPerPeriod > b.Capacity {
-					bad(loc+".ramp.start_per_period", "%d out of [1, capacity %d]", b.Ramp.StartPerPeriod, b.Capacity)
-				}
-				if b.Ramp.StepPerPeriod < 0 || capOK && b.Ramp.StepPerPeriod > b.Capacity {
-					bad(loc+".ramp.step_per_period", "%d out of [0, capacity %d]", b.Ramp.StepPerPeriod, b.Capacity)
-				}
-				if b.Ramp.PauseRejectPermille < 0 || b.Ramp.PauseRejectPermille > 1000 {
-					bad(loc+".ramp.pause_reject_permille", "%d out of [0, 1000]", b.Ramp.PauseRejectPermille)
-				}
-				if b.Ramp.PauseQueueDepth < 0 || b.Ramp.PauseP95Ms < 0 {
-					bad(loc+".ramp", "negative pause threshold")
-				}
-			}
+			validateRamp(loc, b, capOK, bad)
 		}
 	case RefillFixed, RefillRolling:
 		periodOK := b.PeriodMs > 0 && b.PeriodMs <= maxPeriodMs
@@ -779,20 +820,25 @@ func validateBucket(loc, scope string, b BucketConfig, seen map[string]bool, bad
 		bad(loc+".refill", "unknown refill kind %q%s", b.Refill,
 			problems.DidYouMean(string(b.Refill), []string{string(RefillToken), string(RefillFixed), string(RefillRolling), string(RefillConcurrency), string(RefillRamp)}))
 	}
-	if !known || !refillKnown {
-		return // pairing a dimension with a refill needs both
+}
+
+// validateRamp checks a ramp bucket's ramp settings.
+func validateRamp(loc string, b BucketConfig, capOK bool, bad func(loc, format string, a ...any)) {
+	if b.Ramp == nil {
+		bad(loc+".ramp", "required for a ramp bucket")
+		return
 	}
-	if b.Dimension == schemas.DimConcurrency && b.Refill != RefillConcurrency {
-		bad(loc+".refill", "dimension concurrency needs refill %q", RefillConcurrency)
+	if b.Ramp.StartPerPeriod <= 0 || capOK && b.Ramp.StartPerPeriod > b.Capacity {
+		bad(loc+".ramp.start_per_period", "%d out of [1, capacity %d]", b.Ramp.StartPerPeriod, b.Capacity)
 	}
-	if b.Refill == RefillConcurrency && b.Dimension != schemas.DimConcurrency {
-		bad(loc+".refill", "refill concurrency is only for dimension concurrency")
+	if b.Ramp.StepPerPeriod < 0 || capOK && b.Ramp.StepPerPeriod > b.Capacity {
+		bad(loc+".ramp.step_per_period", "%d out of [0, capacity %d]", b.Ramp.StepPerPeriod, b.Capacity)
 	}
-	if b.Refill == RefillRamp && b.Dimension != schemas.DimRamp {
-		bad(loc+".refill", "refill ramp is only for dimension ramp")
+	if b.Ramp.PauseRejectPermille < 0 || b.Ramp.PauseRejectPermille > 1000 {
+		bad(loc+".ramp.pause_reject_permille", "%d out of [0, 1000]", b.Ramp.PauseRejectPermille)
 	}
-	if b.Dimension == schemas.DimRamp && b.Refill != RefillRamp {
-		bad(loc+".refill", "dimension ramp needs refill %q", RefillRamp)
+	if b.Ramp.PauseQueueDepth < 0 || b.Ramp.PauseP95Ms < 0 {
+		bad(loc+".ramp", "negative pause threshold")
 	}
 }
 

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -471,4 +472,57 @@ func TestRetryWaitsForDimensionCooldown(t *testing.T) {
 			}},
 		{At: 1010, Ev: tick(), Want: []string{"a/2 granted queued_then_admitted"}},
 	})
+}
+
+// TestSignedConfigRollbackRefused: a signed change older than the one in
+// force (an old change re-appended by whoever can write the topic) is
+// refused, also after a snapshot; the same document under a new sequence
+// (the operator going back on purpose) applies.
+func TestSignedConfigRollbackRefused(t *testing.T) {
+	one := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	two := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 2})
+	signed := func(c Config, seq uint64) *schemas.Event {
+		ev := configEv(t, c)
+		ev.ConfigChanged.Seq = seq
+		return ev
+	}
+	capOf := func(l *Ledger) int64 { return l.Config().Scopes[0].Buckets[0].Capacity }
+	l := New(0, one)
+	var off int64
+	apply := func(ev *schemas.Event) {
+		l.Apply(off, off, ev, nil)
+		off++
+	}
+	apply(signed(one, 10))
+	apply(signed(two, 20))
+	if capOf(l) != 2 || l.ConfigError() != "" {
+		t.Fatalf("signed newer change: capacity %d, error %q", capOf(l), l.ConfigError())
+	}
+	b, err := l.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err = Restore(b); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		ev      *schemas.Event
+		cap     int64
+		refused bool
+	}{
+		{"old change re-appended", signed(one, 10), 2, true},
+		{"same change redelivered", signed(two, 20), 2, false},
+		{"going back under a new sequence", signed(one, 30), 1, false},
+		{"the replaced change again", signed(two, 20), 1, true},
+		{"unsigned (the process's verifier is the gate)", configEv(t, two), 2, false},
+	} {
+		apply(c.ev)
+		if capOf(l) != c.cap {
+			t.Errorf("%s: capacity %d, want %d", c.name, capOf(l), c.cap)
+		}
+		if got := strings.Contains(l.ConfigError(), ErrConfigRollback.Error()); got != c.refused {
+			t.Errorf("%s: refused %v (%q), want %v", c.name, got, l.ConfigError(), c.refused)
+		}
+	}
 }

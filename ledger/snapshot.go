@@ -11,10 +11,25 @@ import (
 	"github.com/sluice-dev/sluice/schemas"
 )
 
+// ErrConfigRollback is why a signed ConfigChanged older than the change in
+// force is refused (its ConfigError contains this text). Each signed change
+// carries the admin writer's increasing sequence (schemas.ConfigChanged.Seq,
+// covered by the signature), so whoever can append to sluice.requests — any
+// gateway — could otherwise re-append an old, validly signed change and put
+// a config back in force that an operator replaced. Going back is a new
+// change: publish the old document again (`sluice config apply`), which
+// signs it with a new sequence.
+var ErrConfigRollback = errors.New("signed change is older than the config in force (a re-appended old change cannot roll the config back)")
+
 // configChanged installs a new configuration at this log position. A
-// configuration that does not parse or validate is refused: the running one
-// stays in force and ConfigError says why.
+// configuration that does not parse or validate is refused, and so is a
+// signed one older than the change in force (ErrConfigRollback): the running
+// one stays in force and ConfigError says why.
 func (l *Ledger) configChanged(cc *schemas.ConfigChanged) {
+	if cc.Seq != 0 && cc.Seq < l.st.ConfigSeq {
+		l.st.ConfigErr = fmt.Sprintf("config %s: %v: sequence %d, in force %d", cc.ConfigVersion, ErrConfigRollback, cc.Seq, l.st.ConfigSeq)
+		return
+	}
 	cfg, err := ParseConfig(cc.Ledger)
 	if err != nil {
 		msg := err.Error()
@@ -25,6 +40,7 @@ func (l *Ledger) configChanged(cc *schemas.ConfigChanged) {
 		return
 	}
 	l.st.ConfigErr = ""
+	l.st.ConfigSeq = max(l.st.ConfigSeq, cc.Seq)
 	old, _ := json.Marshal(&l.st.Config)
 	neu, _ := json.Marshal(&cfg)
 	if bytes.Equal(old, neu) {

@@ -307,13 +307,16 @@ type Stats struct {
 // state is everything a snapshot holds. Maps are derived indexes rebuilt on
 // restore; everything here is slices so that encoding is deterministic.
 type state struct {
-	Partition int32    `json:"partition"`
-	Next      int64    `json:"next_offset"`
-	Now       int64    `json:"now_ms"`
-	Gen       int32    `json:"gen"`
-	Seq       int64    `json:"seq"`
-	Config    Config   `json:"config"`
-	ConfigErr string   `json:"config_err,omitempty"`
+	Partition int32  `json:"partition"`
+	Next      int64  `json:"next_offset"`
+	Now       int64  `json:"now_ms"`
+	Gen       int32  `json:"gen"`
+	Seq       int64  `json:"seq"`
+	Config    Config `json:"config"`
+	ConfigErr string `json:"config_err,omitempty"`
+	// ConfigSeq is the signed sequence of the change in force (0 if it
+	// was not signed); an older signed change is refused (snapshot.go).
+	ConfigSeq uint64   `json:"config_seq,omitempty"`
 	Nodes     []node   `json:"nodes"`
 	Buckets   []bucket `json:"buckets"`
 	// Shadow holds the shadow buckets (evaluated, never enforced; see

@@ -428,6 +428,13 @@ type ConfigChanged struct {
 	// holds no private key, cannot reconfigure the ledger.
 	KeyID     string `json:"key_id,omitempty"`
 	Signature []byte `json:"signature,omitempty"`
+	// Seq orders the changes an admin writer signs: strictly increasing
+	// (the writer's clock in nanoseconds, bumped past the last one it
+	// signed), and covered by the signature. A ledger refuses a signed
+	// change whose Seq is below that of the change in force, so an old,
+	// validly signed change re-appended by whoever can write the topic
+	// cannot roll the config back. 0 on unsigned changes.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Tick advances a partition's clock through the log while work is pending.

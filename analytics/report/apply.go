@@ -72,11 +72,36 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 		return nil, nil, nil, errors.New("gateway config: not a YAML mapping")
 	}
 	top := root.Content[0]
-	var changes []Change
-	var skipped []string
+	var pa patcher
+	if err := pa.routes(get(top, "routes"), p.Routes); err != nil {
+		return nil, nil, nil, err
+	}
+	ledger := get(top, "ledger")
+	if err := pa.buckets(get(ledger, "scopes"), p.Buckets); err != nil {
+		return nil, nil, nil, err
+	}
+	pa.classes(get(ledger, "classes"), p.Classes)
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&root); err != nil {
+		return nil, nil, nil, err
+	}
+	_ = enc.Close()
+	return out.Bytes(), pa.changes, pa.skipped, nil
+}
 
-	routes := get(top, "routes")
-	for _, rp := range p.Routes {
+// patcher applies a patch's parts to the YAML tree, collecting what it
+// changed and what it could not apply.
+type patcher struct {
+	changes []Change
+	skipped []string
+}
+
+// routes applies the route patches: p95 output tokens and input
+// correction.
+func (pa *patcher) routes(routes *yaml.Node, rps []RoutePatch) error {
+	for _, rp := range rps {
 		// Events name a route by its model profile; the file keys routes by
 		// model and may give the profile separately.
 		r := findItem(routes, "model", rp.Route)
@@ -84,13 +109,13 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			r = findItem(routes, "profile", rp.Route)
 		}
 		if r == nil {
-			skipped = append(skipped, fmt.Sprintf("route %s: not in the configuration", rp.Route))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("route %s: not in the configuration", rp.Route))
 			continue
 		}
 		if rp.P95OutputTokens > 0 {
 			if c, ok := setInt(r, "p95_output_tokens", rp.P95OutputTokens); ok {
 				c.Path = "routes[" + rp.Route + "].p95_output_tokens"
-				changes = append(changes, c)
+				pa.changes = append(pa.changes, c)
 			}
 		}
 		if rp.InputCorrection != 0 {
@@ -101,7 +126,7 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			if v := scalar(r, "input_correction"); v != "" {
 				f, err := strconv.ParseFloat(v, 64)
 				if err != nil {
-					return nil, nil, nil, fmt.Errorf("route %s: input_correction %q: %w", rp.Route, v, err)
+					return fmt.Errorf("route %s: input_correction %q: %w", rp.Route, v, err)
 				}
 				if f != 0 {
 					old = f
@@ -110,17 +135,19 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			nv := estimate.ClampInputCorrection(math.Round(old*rp.InputCorrection*1000) / 1000)
 			if c, ok := setScalar(r, "input_correction", strconv.FormatFloat(nv, 'f', -1, 64), "!!float"); ok {
 				c.Path = "routes[" + rp.Route + "].input_correction"
-				changes = append(changes, c)
+				pa.changes = append(pa.changes, c)
 			}
 		}
 	}
+	return nil
+}
 
-	ledger := get(top, "ledger")
-	scopes := get(ledger, "scopes")
-	for _, bp := range p.Buckets {
+// buckets scales the capacity of the patched buckets.
+func (pa *patcher) buckets(scopes *yaml.Node, bps []BucketPatch) error {
+	for _, bp := range bps {
 		sc := findItem(scopes, "name", bp.Scope)
 		if sc == nil {
-			skipped = append(skipped, fmt.Sprintf("scope %s: not in the ledger configuration", bp.Scope))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("scope %s: not in the ledger configuration", bp.Scope))
 			continue
 		}
 		n := 0
@@ -131,29 +158,33 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 			}
 			old, err := strconv.ParseInt(scalar(b, "capacity"), 10, 64)
 			if err != nil {
-				return nil, nil, nil, fmt.Errorf("scope %s bucket %d: capacity %q: %w", bp.Scope, i, scalar(b, "capacity"), err)
+				return fmt.Errorf("scope %s bucket %d: capacity %q: %w", bp.Scope, i, scalar(b, "capacity"), err)
 			}
 			nv := max(1, int64(math.Round(float64(old)*bp.CapacityFactor)))
 			if c, ok := setInt(b, "capacity", nv); ok {
 				c.Path = fmt.Sprintf("ledger.scopes[%s].buckets[%s:%s %s].capacity", bp.Scope, scalar(b, "level"), scalar(b, "id"), bp.Dimension)
-				changes = append(changes, c)
+				pa.changes = append(pa.changes, c)
 			}
 			n++
 		}
 		if n == 0 {
-			skipped = append(skipped, fmt.Sprintf("scope %s: no %s bucket", bp.Scope, bp.Dimension))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("scope %s: no %s bucket", bp.Scope, bp.Dimension))
 		}
 	}
-	classes := get(ledger, "classes")
-	for _, cp := range p.Classes {
+	return nil
+}
+
+// classes raises the classes' max waits, never past their deadline.
+func (pa *patcher) classes(classes *yaml.Node, cps []ClassPatch) {
+	for _, cp := range cps {
 		c := findItem(classes, "name", cp.Class)
 		if c == nil {
-			skipped = append(skipped, fmt.Sprintf("class %s: not in the ledger configuration", cp.Class))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("class %s: not in the ledger configuration", cp.Class))
 			continue
 		}
 		old, err := strconv.ParseInt(scalar(c, "max_wait_ms"), 10, 64)
 		if err != nil {
-			skipped = append(skipped, fmt.Sprintf("class %s: no max_wait_ms to scale", cp.Class))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("class %s: no max_wait_ms to scale", cp.Class))
 			continue
 		}
 		next := max(1, int64(math.Round(float64(old)*cp.MaxWaitFactor)))
@@ -162,21 +193,13 @@ func ApplyPatch(doc []byte, p Patch) ([]byte, []Change, []string, error) {
 		// stops there, and never lowers a wait already at it.
 		if d, err := strconv.ParseInt(scalar(c, "deadline_ms"), 10, 64); err == nil && d > 0 && next > d {
 			next = max(old, d)
-			skipped = append(skipped, fmt.Sprintf("class %s: max_wait_ms raise stopped at its deadline_ms %d", cp.Class, d))
+			pa.skipped = append(pa.skipped, fmt.Sprintf("class %s: max_wait_ms raise stopped at its deadline_ms %d", cp.Class, d))
 		}
 		if ch, ok := setInt(c, "max_wait_ms", next); ok {
 			ch.Path = "ledger.classes[" + cp.Class + "].max_wait_ms"
-			changes = append(changes, ch)
+			pa.changes = append(pa.changes, ch)
 		}
 	}
-	var out bytes.Buffer
-	enc := yaml.NewEncoder(&out)
-	enc.SetIndent(2)
-	if err := enc.Encode(&root); err != nil {
-		return nil, nil, nil, err
-	}
-	_ = enc.Close()
-	return out.Bytes(), changes, skipped, nil
 }
 
 // get returns the value node of key in mapping m (nil if absent).

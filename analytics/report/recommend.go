@@ -87,31 +87,42 @@ func round3(v float64) float64 { return math.Round(v*1000) / 1000 }
 func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recommendation, Patch) {
 	p := Patch{Source: PatchSource, From: rep.From, To: rep.To, Routes: []RoutePatch{}, Buckets: []BucketPatch{}, Classes: []ClassPatch{}}
 	var recs []Recommendation
-	get := func(res *analytics.Result, row []any, col string) float64 {
-		if i := res.Col(col); i >= 0 {
-			return toF(row[i])
-		}
-		return math.NaN()
-	}
-	str := func(res *analytics.Result, row []any, col string) string {
-		if i := res.Col(col); i >= 0 {
-			return fmt.Sprint(row[i])
-		}
-		return ""
-	}
+	recs = recommendRoutes(cur["route_calibration"], b, recs, &p)
+	recs = recommendBuckets(cur["scope_429"], b, recs, &p)
+	recs = recommendStranded(cur["stranded_quota"], recs)
+	recs = recommendClasses(cur["deadline_misses"], cur["queue_wait"], b, recs, &p)
+	return recs, p
+}
 
+// colF is the number in column col of a result row, NaN without the column.
+func colF(res *analytics.Result, row []any, col string) float64 {
+	if i := res.Col(col); i >= 0 {
+		return toF(row[i])
+	}
+	return math.NaN()
+}
+
+// colS is column col of a result row as text, "" without the column.
+func colS(res *analytics.Result, row []any, col string) string {
+	if i := res.Col(col); i >= 0 {
+		return fmt.Sprint(row[i])
+	}
+	return ""
+}
+
+// recommendRoutes: each route's output estimate and input correction.
+func recommendRoutes(rc *analytics.Result, b Bounds, recs []Recommendation, p *Patch) []Recommendation {
 	// Routes: output estimate = p95 of actual output; input correction
 	// bounded per report and never under the observed p95 of actual ÷
 	// estimated input.
-	rc := cur["route_calibration"]
 	for _, row := range rc.Rows {
-		route := str(rc, row, "route")
-		n := get(rc, row, "n")
+		route := colS(rc, row, "route")
+		n := colF(rc, row, "n")
 		if n < float64(b.MinSamples) {
 			continue
 		}
 		rp := RoutePatch{Route: route}
-		outP95, estOut := get(rc, row, "out_p95"), get(rc, row, "est_out_mean")
+		outP95, estOut := colF(rc, row, "out_p95"), colF(rc, row, "est_out_mean")
 		if outP95 > 0 && math.Abs(estOut-outP95) > 0.05*outP95 {
 			// Bounded per report: the new cap is within [1/(1+max),
 			// 1+max] of the current mean reservation, so one week's
@@ -129,7 +140,7 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 				Effect: fmt.Sprintf("each request reserves %+.0f output tokens (%+.1f%%); on this week's traffic about %s of the responses would use more than the cap",
 					capped-estOut, 100*(capped-estOut)/estOut, overCap(capped, outP95))})
 		}
-		ratio, under := get(rc, row, "in_ratio"), get(rc, row, "in_under_p95")
+		ratio, under := colF(rc, row, "in_ratio"), colF(rc, row, "in_under_p95")
 		if ratio > 0 {
 			want := 1 / ratio
 			lo, hi := 1-b.InputCorrectionMax, 1+b.InputCorrectionMax
@@ -155,17 +166,21 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 			p.Routes = append(p.Routes, rp)
 		}
 	}
+	return recs
+}
 
+// recommendBuckets: lower the request buckets of a scope with persistent
+// provider 429s; a storm is reported, not patched.
+func recommendBuckets(s429 *analytics.Result, b Bounds, recs []Recommendation, p *Patch) []Recommendation {
 	// Buckets: provider 429s in a scope mean its local limits admit more
 	// than the provider does: lower its request buckets, bounded.
-	s429 := cur["scope_429"]
 	for _, row := range s429.Rows {
-		ratio := get(s429, row, "ratio")
+		ratio := colF(s429, row, "ratio")
 		if ratio <= b.Provider429Min {
 			continue
 		}
-		scope := str(s429, row, "scope")
-		days, hours, peak := get(s429, row, "days_with_429"), get(s429, row, "hours_with_429"), get(s429, row, "peak_hour_share")
+		scope := colS(s429, row, "scope")
+		days, hours, peak := colF(s429, row, "days_with_429"), colF(s429, row, "hours_with_429"), colF(s429, row, "peak_hour_share")
 		spread := []Evidence{{"days with 429s", days}, {"hours with 429s", hours}, {"share of the busiest hour", round3(peak)}}
 		if !(days >= float64(b.PersistDaysMin)) || !(peak <= b.PeakHourShareMax) {
 			// Refusals bunched in a few hours are a storm on the
@@ -174,7 +189,7 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 			recs = append(recs, Recommendation{Kind: KindProviderStorm, Target: scope, Current: 1, Recommended: 1,
 				Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429, but on %.0f day(s), %.0f hour(s), %.0f%% in the busiest hour: a transient storm, not a calibration problem; capacity changes only for 429s on at least %d days with no hour over %.0f%% of them",
 					100*ratio, days, hours, 100*peak, b.PersistDaysMin, 100*b.PeakHourShareMax),
-				Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
+				Evidence: append([]Evidence{{"upstream attempts", colF(s429, row, "upstream_attempts")}, {"provider 429s", colF(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
 				Effect:   "none: the buckets stay as they are"})
 			continue
 		}
@@ -183,49 +198,56 @@ func recommend(cur map[string]*analytics.Result, b Bounds, rep *Report) ([]Recom
 		recs = append(recs, Recommendation{Kind: KindBucketCapacity, Target: scope + " requests buckets", Current: 1, Recommended: f, InPatch: true,
 			Reason: fmt.Sprintf("the provider rejected %.2f%% of upstream attempts with 429 although the ledger admitted them (a calibration problem): lower the request buckets, at most %.0f%% per report",
 				100*ratio, 100*b.CapacityChangeMax),
-			Evidence: append([]Evidence{{"upstream attempts", get(s429, row, "upstream_attempts")}, {"provider 429s", get(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
+			Evidence: append([]Evidence{{"upstream attempts", colF(s429, row, "upstream_attempts")}, {"provider 429s", colF(s429, row, "provider_429")}, {"429 ratio", round3(ratio)}}, spread...),
 			Effect: fmt.Sprintf("the ledger admits %.1f%% fewer requests per period into %s, so fewer reach the provider only to get a 429 (target: under %.1f%%)",
 				100*(1-f), scope, 100*b.Provider429Min)})
 	}
+	return recs
+}
+
+// recommendStranded: advice where stranded quota turned demand away.
+func recommendStranded(sq *analytics.Result, recs []Recommendation) []Recommendation {
 	// Stranded quota that turned demand away is advice, not a patch: the
 	// route estimates above are the fix; a larger bucket would let the
 	// provider see more than it allows.
-	sq := cur["stranded_quota"]
 	for _, row := range sq.Rows {
-		pct, refused := get(sq, row, "pct_of_capacity"), get(sq, row, "refused")
+		pct, refused := colF(sq, row, "pct_of_capacity"), colF(sq, row, "refused")
 		if pct < 5 || refused == 0 {
 			continue
 		}
-		target := str(sq, row, "scope") + " " + str(sq, row, "bucket") + " " + str(sq, row, "dimension")
+		target := colS(sq, row, "scope") + " " + colS(sq, row, "bucket") + " " + colS(sq, row, "dimension")
 		recs = append(recs, Recommendation{Kind: KindStrandedQuota, Target: target, Current: round3(pct), Recommended: round3(pct),
 			Reason:   fmt.Sprintf("%.1f%% of the bucket sat reserved and unused while it queued or denied %.0f attempts: correct the route estimates rather than the bucket size", pct, refused),
-			Evidence: []Evidence{{"stranded token·s", round3(get(sq, row, "stranded_token_s"))}, {"% of capacity", round3(pct)}, {"attempts queued or denied here", refused}},
+			Evidence: []Evidence{{"stranded token·s", round3(colF(sq, row, "stranded_token_s"))}, {"% of capacity", round3(pct)}, {"attempts queued or denied here", refused}},
 			Effect:   "none by itself (advice): the route estimates and the holds' owners (see stranded quota by tenant, route and class) are where the capacity comes back"})
 	}
+	return recs
+}
 
+// recommendClasses: raise the max wait of a class that misses deadlines.
+func recommendClasses(dm, qw *analytics.Result, b Bounds, recs []Recommendation, p *Patch) []Recommendation {
 	// Classes: deadline misses above the threshold raise the class's max
 	// queue wait, bounded.
-	dm, qw := cur["deadline_misses"], cur["queue_wait"]
 	p99 := map[string]float64{}
 	for _, row := range qw.Rows {
-		p99[str(qw, row, "class")] = get(qw, row, "p99_ms")
+		p99[colS(qw, row, "class")] = colF(qw, row, "p99_ms")
 	}
 	for _, row := range dm.Rows {
-		ratio := get(dm, row, "miss_ratio")
+		ratio := colF(dm, row, "miss_ratio")
 		if ratio <= b.DeadlineMissMin {
 			continue
 		}
-		class := str(dm, row, "class")
+		class := colS(dm, row, "class")
 		f := round3(1 + math.Min(b.DeadlineRaiseMax, 5*ratio))
 		p.Classes = append(p.Classes, ClassPatch{Class: class, MaxWaitFactor: f})
 		recs = append(recs, Recommendation{Kind: KindClassDeadline, Target: class, Current: 1, Recommended: f, InPatch: true,
 			Reason: fmt.Sprintf("%.1f%% of %s requests missed their deadline or expired queued: raise the class's max wait, at most +%.0f%% per report",
 				100*ratio, class, 100*b.DeadlineRaiseMax),
-			Evidence: []Evidence{{"requests", get(dm, row, "requests")}, {"misses", get(dm, row, "misses")}, {"miss ratio", round3(ratio)},
-				{"p99 queue wait ms (dispatched)", p99[class]}, {"deadline ms", get(dm, row, "deadline_ms_max")}},
+			Evidence: []Evidence{{"requests", colF(dm, row, "requests")}, {"misses", colF(dm, row, "misses")}, {"miss ratio", round3(ratio)},
+				{"p99 queue wait ms (dispatched)", p99[class]}, {"deadline ms", colF(dm, row, "deadline_ms_max")}},
 			Effect: fmt.Sprintf("%s requests may wait %.0f%% longer in the queue before they expire; fewer expire queued, at the price of a longer wait", class, 100*(f-1))})
 	}
-	return recs, p
+	return recs
 }
 
 // overCap says how many responses would exceed an output cap: 5 % at the

@@ -213,196 +213,265 @@ func (g *gen) request(i int, t int64) {
 // try writes one request id's attempts: clientRetries and key are its
 // ReserveRequested's client_retry_count and idempotency_key.
 func (g *gen) try(reqID string, r route, tn tenant, t int64, clientRetries int32, key string) {
-	env := func(typ schemas.Type, attempt int32) *schemas.Event {
-		return &schemas.Event{Type: typ, RequestID: reqID, Attempt: attempt, Node: "gw-1", Scope: r.scope,
-			Tenant: tn.id, KeyID: "key-" + tn.id, Route: r.name, Class: tn.class}
-	}
-	streaming := g.rng.IntN(3) == 0
+	x := &attempts{g: g, reqID: reqID, r: r, tn: tn, t: t, maxAttempts: 3, firstQueueMs: -1}
+	x.streaming = g.rng.IntN(3) == 0
 	family := families[g.rng.IntN(len(families))]
-	actIn := g.around(r.inMean)
-	actOut := g.around(r.outMean)
-	cached := int64(0)
+	x.actIn = g.around(r.inMean)
+	x.actOut = g.around(r.outMean)
 	if g.rng.IntN(4) == 0 {
-		cached = actIn / 3
+		x.cached = x.actIn / 3
 	}
-	estIn := int64(float64(actIn) * r.inFactor)
-	estOut := int64(float64(actOut) * r.outFactor)
+	x.estIn = int64(float64(x.actIn) * r.inFactor)
+	x.estOut = int64(float64(x.actOut) * r.outFactor)
 	if r.name == "chat-4x" {
-		estOut = int64(float64(actOut) * g.o.OutputFactor4x)
+		x.estOut = int64(float64(x.actOut) * g.o.OutputFactor4x)
 	}
 	path := []schemas.PathLevel{{Level: "org", ID: "org-1"}, {Level: "tenant", ID: tn.id}, {Level: "key", ID: "key-" + tn.id}}
-	deadline := map[string]int64{"interactive": 3000, "agent": 20000, "batch": 1200000}[tn.class]
-	received := t
-	firstQueueMs := int64(-1)
-	maxAttempts := int32(3)
+	x.deadline = map[string]int64{"interactive": 3000, "agent": 20000, "batch": 1200000}[tn.class]
+	x.received = t
 	// One ReserveRequested per logical request: the gateway retries with
 	// a RetryRequested, and the ledger gives the retry the same path and
 	// estimates (admission/lifecycle upstreamError, ledger/feedback.go).
-	e := env(schemas.TypeReserveRequested, 1)
-	e.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: estIn, CachedInputTokens: cached,
-		OutputTokens: estOut, Streaming: streaming, MaxWaitMs: deadline / 2, DeadlineMs: deadline,
-		MaxAttempts: maxAttempts, PromptFamily: family, ClientRetryCount: clientRetries, IdempotencyKey: key}
-	g.emit(e, r.partition, t)
+	x.first = x.env(schemas.TypeReserveRequested, 1)
+	x.first.ReserveRequested = &schemas.ReserveRequested{Path: path, InputTokens: x.estIn, CachedInputTokens: x.cached,
+		OutputTokens: x.estOut, Streaming: x.streaming, MaxWaitMs: x.deadline / 2, DeadlineMs: x.deadline,
+		MaxAttempts: x.maxAttempts, PromptFamily: family, ClientRetryCount: clientRetries, IdempotencyKey: key}
+	g.emit(x.first, r.partition, t)
 	// fresh: the attempt was announced by a ReserveRequested (the first,
 	// or one the gateway asked again after a late grant), not by a
 	// RetryRequested.
 	fresh := true
 	for attempt := int32(1); ; attempt++ {
-		t += 1 + g.rng.Int64N(3)
+		x.t += 1 + g.rng.Int64N(3)
 		roll := g.rng.IntN(100)
-		dec := func(st schemas.Status, gd schemas.GatewayDecision) *schemas.Event {
-			d := env(schemas.TypeDecision, attempt)
-			d.Node = "ledger-1"
-			d.Decision = &schemas.Decision{Status: st, GatewayDecision: gd, LogTimeMs: t, InputPartition: r.partition, HoldTTLMs: 60000}
-			return d
-		}
-		gd := schemas.GDAdmitted
-		if !fresh {
-			// The ledger answers a retry: denied when the attempts or
-			// the scope's retry budget are spent, otherwise queued
-			// until its backoff passes, then granted.
-			if attempt > maxAttempts || roll < 25 {
-				d := dec(schemas.StatusDenied, schemas.GDRejectedPolicy)
-				d.Decision.Reason, d.Decision.RetryClass = schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy
-				if attempt > maxAttempts {
-					d.Decision.Reason = schemas.ReasonRetryAttemptsExhausted
-				}
-				g.emitDecision(d, r.partition, t)
-				g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDAdmittedThenProviderReject, firstQueueMs, 0, 0)
-				return
-			}
-			q := dec(schemas.StatusQueued, schemas.GDQueued)
-			g.emitDecision(q, r.partition, t)
-			t += 1000 + g.rng.Int64N(500)
-			gd = schemas.GDQueuedThenAdmitted
+		var gd schemas.GatewayDecision
+		var done bool
+		if fresh {
+			gd, done = x.decideFresh(attempt, roll)
 		} else {
-			// The ledger: mostly granted at once; some queued then
-			// granted, expired or cancelled by a client that went away;
-			// a few denied.
-			if roll < 6 { // denied
-				d := dec(schemas.StatusDenied, schemas.GDRejectedLocally)
-				d.Decision.Reason, d.Decision.LimitPath, d.Decision.LimitDimension = "over_limit", "org:org-1", schemas.DimOutputTokens
-				d.Decision.Needed, d.Decision.Available, d.Decision.RetryAfterMs = estOut, estOut/3, 800
-				d.Decision.RetryClass = "retryable_capacity"
-				g.emitDecision(d, r.partition, t)
-				g.outcome(env, attempt, t, received, "failure", 429, "rate_limited", schemas.GDRejectedLocally, firstQueueMs, 0, 0)
-				return
-			}
-			if roll < 20 { // queued
-				d := dec(schemas.StatusQueued, schemas.GDQueued)
-				d.Decision.LimitPath, d.Decision.LimitDimension = "org:org-1/tenant:"+tn.id, schemas.DimTotalTokens
-				d.Decision.Needed, d.Decision.Available = estIn+estOut, (estIn+estOut)/2
-				g.emitDecision(d, r.partition, t)
-				wait := 5 + g.rng.Int64N(deadline/2)
-				switch {
-				case roll == 6 && attempt == 1: // its gateway died (kill -9) while it
-					// waited: the ledger drops it as node_lost once the
-					// node is silent for node_liveness_ms; nobody writes
-					// an Outcome (ledger/liveness.go)
-					t += wait
-					x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
-					x.Decision.Reason = schemas.ReasonNodeLost
-					g.emitDecision(x, r.partition, t)
-					return
-				case roll < 9: // expired in the queue
-					t += deadline / 2
-					x := dec(schemas.StatusExpired, schemas.GDQueuedThenExpired)
-					x.Decision.Reason = "queue_timeout"
-					g.emitDecision(x, r.partition, t)
-					g.outcome(env, attempt, t, received, "timeout", 429, "queue_timeout", schemas.GDQueuedThenExpired, firstQueueMs, 0, 0)
-					return
-				case roll < 10: // the client went away while queued
-					t += wait / 2
-					rel := env(schemas.TypeReleased, attempt)
-					rel.Released = &schemas.Released{Reason: schemas.ReasonClientDisconnect}
-					g.emit(rel, r.partition, t)
-					t++
-					g.emitDecision(dec(schemas.StatusCancelled, schemas.GDQueued), r.partition, t)
-					g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", schemas.GDQueued, firstQueueMs, 0, 0)
-					return
-				}
-				t += wait
-				gd = schemas.GDQueuedThenAdmitted
-			}
+			gd, done = x.decideRetry(attempt, roll)
 		}
-		gr := dec(schemas.StatusGranted, gd)
-		gr.Decision.Borrowed = tn.class == "batch" && g.rng.IntN(5) == 0
-		gr.Decision.Shadow = shadowVerdict(r, tn, estIn, estOut, t)
-		switch g.rng.IntN(200) {
-		case 0: // a late grant: it reached the gateway seconds after the
-			// ledger charged the bucket (a stalled ledger); the gateway
-			// releases it unused and, when the deadline allows, asks
-			// again with a new ReserveRequested (admission/lifecycle
-			// decided); otherwise the request fails late_grant
-			lag := 3000 + g.rng.Int64N(2000)
-			g.emit(gr, r.partition, t+lag)
-			t += lag + 1
-			rel := env(schemas.TypeReleased, attempt)
-			rel.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
-			g.emit(rel, r.partition, t)
-			if tn.class != "interactive" && attempt < maxAttempts {
-				again := env(schemas.TypeReserveRequested, attempt+1)
-				rr := *e.ReserveRequested
-				again.ReserveRequested = &rr
-				g.emit(again, r.partition, t)
-				fresh = true
-				continue
-			}
-			g.outcome(env, attempt, t, received, "timeout", 504, "late_grant", schemas.GDLateGrant, firstQueueMs, 0, 0)
-			return
-		case 1: // the gateway died holding the grant: the ledger expires
-			// the hold after its TTL, or (a gateway that heartbeats,
-			// as every current one does) once the node is silent for
-			// node_liveness_ms; nobody writes an Outcome
-			g.emitDecision(gr, r.partition, t)
-			x := dec(schemas.StatusHoldExpired, gd)
-			x.Decision.Reason, x.Decision.LogTimeMs = schemas.ReasonHoldAbandoned, t+gr.Decision.HoldTTLMs
-			if tn.class != "interactive" {
-				x.Decision.Reason, x.Decision.LogTimeMs = schemas.ReasonNodeLost, t+10_000
-			}
-			g.emitDecision(x, r.partition, x.Decision.LogTimeMs)
+		if done {
 			return
 		}
-		g.emitDecision(gr, r.partition, t)
-		t += 1 + g.rng.Int64N(4)
-		disp := env(schemas.TypeDispatched, attempt)
-		q := t - received
-		if firstQueueMs < 0 {
-			firstQueueMs = q
-		}
-		disp.Dispatched = &schemas.Dispatched{Provider: schemas.ProviderKind(r.provider), Deployment: r.model + "-east", Model: r.model, QueueMs: q}
-		g.emit(disp, r.partition, t)
-		lat := 200 + g.rng.Int64N(2500)
-		t += lat
-		if g.rng.IntN(100) < 5 { // provider 429 (or 503), retried by the gateway
-			pr := env(schemas.TypeProviderRejected, attempt)
-			pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 429, Kind: "rate_limited", Limiter: schemas.DimRequests, RetryAfterMs: 1000, Deployment: r.model + "-east"}
-			if g.rng.IntN(4) == 0 {
-				pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 503, Kind: "overloaded", Deployment: r.model + "-east"}
-			}
-			g.emit(pr, r.partition, t)
-			rr := env(schemas.TypeRetryRequested, attempt+1)
-			rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: pr.ProviderRejected.RetryAfterMs}
-			g.emit(rr, r.partition, t)
-			fresh = false
+		switch x.grant(attempt, gd) {
+		case stepDone:
+			return
+		case stepAskAgain:
+			fresh = true
 			continue
 		}
-		rc := env(schemas.TypeReconciled, attempt)
-		rc.Reconciled = &schemas.Reconciled{InputTokens: actIn, CachedInputTokens: cached, OutputTokens: actOut,
-			HTTPStatus: 200, FirstByteMs: lat / 4, TotalMs: lat, Streaming: streaming,
-			EstimatedInputTokens: estIn, EstimatedOutputTokens: estOut}
-		if g.rng.IntN(100) < 3 { // the client went away mid-answer: a partial reconcile
-			// (the gateway settles what the provider reported; it
-			// writes a Released only for a grant it never used)
-			rc.Reconciled.OutputTokens, rc.Reconciled.Partial, rc.Reconciled.HTTPStatus = actOut/2, true, 499
-			g.emit(rc, r.partition, t)
-			g.outcome(env, attempt, t, received, "cancelled", 499, "client_disconnect", gd, firstQueueMs, actIn, actOut/2)
+		if x.dispatch(attempt, gd) == stepDone {
 			return
 		}
-		g.emit(rc, r.partition, t)
-		g.outcome(env, attempt, t, received, "success", 200, "", gd, firstQueueMs, actIn, actOut)
-		return
+		fresh = false
 	}
+}
+
+// attempts is one logical request of the generator, attempt by attempt.
+type attempts struct {
+	g                     *gen
+	reqID                 string
+	r                     route
+	tn                    tenant
+	t                     int64 // the log time reached
+	streaming             bool
+	actIn, actOut, cached int64
+	estIn, estOut         int64
+	deadline, received    int64
+	firstQueueMs          int64
+	maxAttempts           int32
+	first                 *schemas.Event // the ReserveRequested
+}
+
+// step is what follows an attempt's grant or dispatch.
+type step int
+
+const (
+	stepNext     step = iota // go on with this attempt
+	stepDone                 // the request ended (or its gateway died)
+	stepAskAgain             // a new ReserveRequested for the next attempt
+	stepRetry                // a RetryRequested for the next attempt
+)
+
+func (x *attempts) env(typ schemas.Type, attempt int32) *schemas.Event {
+	return &schemas.Event{Type: typ, RequestID: x.reqID, Attempt: attempt, Node: "gw-1", Scope: x.r.scope,
+		Tenant: x.tn.id, KeyID: "key-" + x.tn.id, Route: x.r.name, Class: x.tn.class}
+}
+
+func (x *attempts) dec(attempt int32, st schemas.Status, gd schemas.GatewayDecision) *schemas.Event {
+	d := x.env(schemas.TypeDecision, attempt)
+	d.Node = "ledger-1"
+	d.Decision = &schemas.Decision{Status: st, GatewayDecision: gd, LogTimeMs: x.t, InputPartition: x.r.partition, HoldTTLMs: 60000}
+	return d
+}
+
+func (x *attempts) outcome(attempt int32, status string, http int32, code string, gd schemas.GatewayDecision, in, out int64) {
+	x.g.outcome(x.env, attempt, x.t, x.received, status, http, code, gd, x.firstQueueMs, in, out)
+}
+
+// decideRetry is the ledger's answer to a retry: denied when the attempts
+// or the scope's retry budget are spent, otherwise queued until its
+// backoff passes, then granted.
+func (x *attempts) decideRetry(attempt int32, roll int) (schemas.GatewayDecision, bool) {
+	g, p := x.g, x.r.partition
+	if attempt > x.maxAttempts || roll < 25 {
+		d := x.dec(attempt, schemas.StatusDenied, schemas.GDRejectedPolicy)
+		d.Decision.Reason, d.Decision.RetryClass = schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy
+		if attempt > x.maxAttempts {
+			d.Decision.Reason = schemas.ReasonRetryAttemptsExhausted
+		}
+		g.emitDecision(d, p, x.t)
+		x.outcome(attempt, "failure", 429, "rate_limited", schemas.GDAdmittedThenProviderReject, 0, 0)
+		return "", true
+	}
+	g.emitDecision(x.dec(attempt, schemas.StatusQueued, schemas.GDQueued), p, x.t)
+	x.t += 1000 + g.rng.Int64N(500)
+	return schemas.GDQueuedThenAdmitted, false
+}
+
+// decideFresh is the ledger's answer to a ReserveRequested: mostly granted
+// at once; some queued then granted, expired or cancelled by a client that
+// went away; a few denied.
+func (x *attempts) decideFresh(attempt int32, roll int) (schemas.GatewayDecision, bool) {
+	g, p, tn := x.g, x.r.partition, x.tn
+	if roll < 6 { // denied
+		d := x.dec(attempt, schemas.StatusDenied, schemas.GDRejectedLocally)
+		d.Decision.Reason, d.Decision.LimitPath, d.Decision.LimitDimension = "over_limit", "org:org-1", schemas.DimOutputTokens
+		d.Decision.Needed, d.Decision.Available, d.Decision.RetryAfterMs = x.estOut, x.estOut/3, 800
+		d.Decision.RetryClass = "retryable_capacity"
+		g.emitDecision(d, p, x.t)
+		x.outcome(attempt, "failure", 429, "rate_limited", schemas.GDRejectedLocally, 0, 0)
+		return "", true
+	}
+	if roll >= 20 {
+		return schemas.GDAdmitted, false
+	}
+	// queued
+	d := x.dec(attempt, schemas.StatusQueued, schemas.GDQueued)
+	d.Decision.LimitPath, d.Decision.LimitDimension = "org:org-1/tenant:"+tn.id, schemas.DimTotalTokens
+	d.Decision.Needed, d.Decision.Available = x.estIn+x.estOut, (x.estIn+x.estOut)/2
+	g.emitDecision(d, p, x.t)
+	wait := 5 + g.rng.Int64N(x.deadline/2)
+	switch {
+	case roll == 6 && attempt == 1: // its gateway died (kill -9) while it
+		// waited: the ledger drops it as node_lost once the node is
+		// silent for node_liveness_ms; nobody writes an Outcome
+		// (ledger/liveness.go)
+		x.t += wait
+		e := x.dec(attempt, schemas.StatusExpired, schemas.GDQueuedThenExpired)
+		e.Decision.Reason = schemas.ReasonNodeLost
+		g.emitDecision(e, p, x.t)
+		return "", true
+	case roll < 9: // expired in the queue
+		x.t += x.deadline / 2
+		e := x.dec(attempt, schemas.StatusExpired, schemas.GDQueuedThenExpired)
+		e.Decision.Reason = "queue_timeout"
+		g.emitDecision(e, p, x.t)
+		x.outcome(attempt, "timeout", 429, "queue_timeout", schemas.GDQueuedThenExpired, 0, 0)
+		return "", true
+	case roll < 10: // the client went away while queued
+		x.t += wait / 2
+		rel := x.env(schemas.TypeReleased, attempt)
+		rel.Released = &schemas.Released{Reason: schemas.ReasonClientDisconnect}
+		g.emit(rel, p, x.t)
+		x.t++
+		g.emitDecision(x.dec(attempt, schemas.StatusCancelled, schemas.GDQueued), p, x.t)
+		x.outcome(attempt, "cancelled", 499, "client_disconnect", schemas.GDQueued, 0, 0)
+		return "", true
+	}
+	x.t += wait
+	return schemas.GDQueuedThenAdmitted, false
+}
+
+// grant writes the attempt's grant: mostly delivered at once; rarely
+// late (released unused, asked again when the deadline allows) or held by
+// a gateway that then died.
+func (x *attempts) grant(attempt int32, gd schemas.GatewayDecision) step {
+	g, p, tn := x.g, x.r.partition, x.tn
+	gr := x.dec(attempt, schemas.StatusGranted, gd)
+	gr.Decision.Borrowed = tn.class == "batch" && g.rng.IntN(5) == 0
+	gr.Decision.Shadow = shadowVerdict(x.r, tn, x.estIn, x.estOut, x.t)
+	switch g.rng.IntN(200) {
+	case 0: // a late grant: it reached the gateway seconds after the
+		// ledger charged the bucket (a stalled ledger); the gateway
+		// releases it unused and, when the deadline allows, asks again
+		// with a new ReserveRequested (admission/lifecycle decided);
+		// otherwise the request fails late_grant
+		lag := 3000 + g.rng.Int64N(2000)
+		g.emit(gr, p, x.t+lag)
+		x.t += lag + 1
+		rel := x.env(schemas.TypeReleased, attempt)
+		rel.Released = &schemas.Released{Reason: schemas.ReasonLateGrant}
+		g.emit(rel, p, x.t)
+		if tn.class != "interactive" && attempt < x.maxAttempts {
+			again := x.env(schemas.TypeReserveRequested, attempt+1)
+			rr := *x.first.ReserveRequested
+			again.ReserveRequested = &rr
+			g.emit(again, p, x.t)
+			return stepAskAgain
+		}
+		x.outcome(attempt, "timeout", 504, "late_grant", schemas.GDLateGrant, 0, 0)
+		return stepDone
+	case 1: // the gateway died holding the grant: the ledger expires the
+		// hold after its TTL, or (a gateway that heartbeats, as every
+		// current one does) once the node is silent for
+		// node_liveness_ms; nobody writes an Outcome
+		g.emitDecision(gr, p, x.t)
+		e := x.dec(attempt, schemas.StatusHoldExpired, gd)
+		e.Decision.Reason, e.Decision.LogTimeMs = schemas.ReasonHoldAbandoned, x.t+gr.Decision.HoldTTLMs
+		if tn.class != "interactive" {
+			e.Decision.Reason, e.Decision.LogTimeMs = schemas.ReasonNodeLost, x.t+10_000
+		}
+		g.emitDecision(e, p, e.Decision.LogTimeMs)
+		return stepDone
+	}
+	g.emitDecision(gr, p, x.t)
+	return stepNext
+}
+
+// dispatch sends the granted attempt to the provider: a 429 or 503 is
+// retried by the gateway (stepRetry), else the answer is reconciled,
+// sometimes partially by a client that went away.
+func (x *attempts) dispatch(attempt int32, gd schemas.GatewayDecision) step {
+	g, p, r := x.g, x.r.partition, x.r
+	x.t += 1 + g.rng.Int64N(4)
+	disp := x.env(schemas.TypeDispatched, attempt)
+	q := x.t - x.received
+	if x.firstQueueMs < 0 {
+		x.firstQueueMs = q
+	}
+	disp.Dispatched = &schemas.Dispatched{Provider: schemas.ProviderKind(r.provider), Deployment: r.model + "-east", Model: r.model, QueueMs: q}
+	g.emit(disp, p, x.t)
+	lat := 200 + g.rng.Int64N(2500)
+	x.t += lat
+	if g.rng.IntN(100) < 5 { // provider 429 (or 503), retried by the gateway
+		pr := x.env(schemas.TypeProviderRejected, attempt)
+		pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 429, Kind: "rate_limited", Limiter: schemas.DimRequests, RetryAfterMs: 1000, Deployment: r.model + "-east"}
+		if g.rng.IntN(4) == 0 {
+			pr.ProviderRejected = &schemas.ProviderRejected{HTTPStatus: 503, Kind: "overloaded", Deployment: r.model + "-east"}
+		}
+		g.emit(pr, p, x.t)
+		rr := x.env(schemas.TypeRetryRequested, attempt+1)
+		rr.RetryRequested = &schemas.RetryRequested{PreviousAttempt: attempt, Reason: "retryable_capacity", RetryAfterMs: pr.ProviderRejected.RetryAfterMs}
+		g.emit(rr, p, x.t)
+		return stepRetry
+	}
+	rc := x.env(schemas.TypeReconciled, attempt)
+	rc.Reconciled = &schemas.Reconciled{InputTokens: x.actIn, CachedInputTokens: x.cached, OutputTokens: x.actOut,
+		HTTPStatus: 200, FirstByteMs: lat / 4, TotalMs: lat, Streaming: x.streaming,
+		EstimatedInputTokens: x.estIn, EstimatedOutputTokens: x.estOut}
+	if g.rng.IntN(100) < 3 { // the client went away mid-answer: a partial reconcile
+		// (the gateway settles what the provider reported; it writes a
+		// Released only for a grant it never used)
+		rc.Reconciled.OutputTokens, rc.Reconciled.Partial, rc.Reconciled.HTTPStatus = x.actOut/2, true, 499
+		g.emit(rc, p, x.t)
+		x.outcome(attempt, "cancelled", 499, "client_disconnect", gd, x.actIn, x.actOut/2)
+		return stepDone
+	}
+	g.emit(rc, p, x.t)
+	x.outcome(attempt, "success", 200, "", gd, x.actIn, x.actOut)
+	return stepDone
 }
 
 // emitDecision writes a Decision whose record reaches sluice.decisions a

@@ -599,7 +599,7 @@ func TestTopicsMatchBus(t *testing.T) {
 // TestUserACLs: the ACLs of docs/kafka-security.md, as the KafkaUsers
 // hold them: each names a topic that exists (or a group or transactional
 // id a service uses), and the roles that write sluice.requests are only
-// the gateway and the ledger.
+// the gateways (the admin writer is one) and the ledger.
 func TestUserACLs(t *testing.T) {
 	s := index(t)
 	writers := []string{}
@@ -636,9 +636,92 @@ func TestUserACLs(t *testing.T) {
 		}
 	}
 	sort.Strings(writers)
-	if !slices.Equal(writers, []string{"sluice-gateway", "sluice-ledger"}) {
-		t.Errorf("writers of sluice.requests %v, want only the gateway and the ledger", writers)
+	if !slices.Equal(writers, []string{"sluice-admin", "sluice-gateway", "sluice-ledger"}) {
+		t.Errorf("writers of sluice.requests %v, want only the gateways (serving, admin writer) and the ledger", writers)
 	}
+}
+
+// TestAdminWriterSplit: one workload, of one replica, holds the
+// config-signing key, and its Kafka principal is the only one that may
+// write the admin topic or use the admin writer's transactional id; every
+// other Sluice workload that reads the config (gateways, ledgers, the
+// view) verifies it with the public key, mounted from a file. A serving
+// gateway's credentials then can neither forge, roll back nor write admin
+// changes (docs/admin-api.md, Signed config changes).
+func TestAdminWriterSplit(t *testing.T) {
+	s := index(t)
+	var signers []string
+	for name, w := range s.pods {
+		vols := map[string]corev1.Volume{}
+		for _, v := range w.tmpl.Spec.Volumes {
+			vols[v.Name] = v
+		}
+		for _, c := range w.tmpl.Spec.Containers {
+			env := map[string]string{}
+			for _, e := range c.Env {
+				env[e.Name] = e.Value
+			}
+			if c.Args[0] == "sink" {
+				continue // reads events only, never a config
+			}
+			if f := env["SLUICE_ADMIN_PUBLIC_KEY"]; f == "" || !mountsFile(c, vols, f) {
+				t.Errorf("%s/%s: SLUICE_ADMIN_PUBLIC_KEY %q is not a mounted file: it would accept unsigned config", name, c.Name, f)
+			}
+			f, ok := env["SLUICE_ADMIN_SIGNING_KEY"]
+			if !ok {
+				continue
+			}
+			signers = append(signers, name)
+			if !mountsFile(c, vols, f) {
+				t.Errorf("%s/%s: SLUICE_ADMIN_SIGNING_KEY %q is not a mounted file", name, c.Name, f)
+			}
+			if w.replicas == nil || *w.replicas != 1 {
+				t.Errorf("%s: the admin writer wants exactly one replica", name)
+			}
+			if u := env["SLUICE_KAFKA_SASL_USER"]; u != "sluice-admin" {
+				t.Errorf("%s/%s: the admin writer logs in as %q, want sluice-admin", name, c.Name, u)
+			}
+		}
+	}
+	if !slices.Equal(signers, []string{"sluice-admin-writer"}) {
+		t.Errorf("workloads holding the signing key: %v, want only sluice-admin-writer", signers)
+	}
+	for name, u := range s.users {
+		for _, a := range u.Spec.Authorization.ACLs {
+			r := a.Resource
+			adminWrite := r.Type == "topic" && r.Name == "sluice.admin" && slices.Contains(a.Operations, "Write") ||
+				r.Type == "transactionalId" && r.Name == "sluice.admin.writer"
+			if adminWrite && name != "sluice-admin" {
+				t.Errorf("KafkaUser %s may %v %s %s: only sluice-admin writes admin changes", name, a.Operations, r.Type, r.Name)
+			}
+		}
+	}
+}
+
+// mountsFile reports whether file is a file of a Secret or ConfigMap
+// volume mounted in c (a volume without items holds every key).
+func mountsFile(c corev1.Container, vols map[string]corev1.Volume, file string) bool {
+	for _, m := range c.VolumeMounts {
+		v := vols[m.Name]
+		var items []corev1.KeyToPath
+		switch {
+		case v.Secret != nil:
+			items = v.Secret.Items
+		case v.ConfigMap != nil:
+			items = v.ConfigMap.Items
+		default:
+			continue
+		}
+		if len(items) == 0 && filepath.Dir(file) == filepath.Clean(m.MountPath) {
+			return true
+		}
+		for _, it := range items {
+			if filepath.Join(m.MountPath, it.Path) == file {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestClickHouse: the installation's default templates exist, and the

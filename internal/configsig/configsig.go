@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -70,11 +71,12 @@ var (
 // the signature's own, each length-prefixed, after a domain string. It
 // does not depend on the wire encoding, so a record re-serialised (a
 // space in its JSON) keeps a valid signature, and a field moved from one
-// to another does not.
+// to another does not. Seq is appended only when it is set, so that
+// changes signed before it existed still verify.
 func Message(cc *schemas.ConfigChanged) []byte {
 	fields := [...][]byte{[]byte(cc.ConfigVersion), []byte(cc.Source), []byte(cc.Actor), []byte(cc.Reason),
 		cc.Ledger, []byte(cc.Change), cc.Admission, []byte(cc.KeyID)}
-	n := len(domain)
+	n := len(domain) + 16
 	for _, f := range fields {
 		n += 8 + len(f)
 	}
@@ -83,6 +85,10 @@ func Message(cc *schemas.ConfigChanged) []byte {
 	for _, f := range fields {
 		b = binary.BigEndian.AppendUint64(b, uint64(len(f)))
 		b = append(b, f...)
+	}
+	if cc.Seq != 0 {
+		b = binary.BigEndian.AppendUint64(b, 8)
+		b = binary.BigEndian.AppendUint64(b, cc.Seq)
 	}
 	return b
 }
@@ -97,6 +103,7 @@ func KeyID(pub ed25519.PublicKey) string {
 type Signer struct {
 	priv ed25519.PrivateKey
 	id   string
+	last atomic.Uint64 // the last Seq NextSeq handed out
 }
 
 // Generate makes a fresh key pair (sluice dev's ephemeral one, `sluice
@@ -115,6 +122,21 @@ func newSigner(priv ed25519.PrivateKey) *Signer {
 
 // KeyID names the signer's public key.
 func (s *Signer) KeyID() string { return s.id }
+
+// NextSeq returns a sequence number above every one this signer handed
+// out before and at least nowNs: the wall clock orders the changes of
+// successive writer processes (a restarted admin writer, a new replica),
+// the bump orders two changes in one nanosecond or across a clock step
+// backwards within one process.
+func (s *Signer) NextSeq(nowNs int64) uint64 {
+	for {
+		last := s.last.Load()
+		next := max(uint64(max(nowNs, 0)), last+1)
+		if s.last.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
 
 // Sign sets cc.KeyID and cc.Signature. Call it last: a field changed
 // afterwards invalidates the signature.
@@ -277,13 +299,16 @@ func FromEnv(getenv func(string) string) (Keys, error) {
 	return k, nil
 }
 
-// SignForWrite signs cc with the process's key if it holds one. A
-// process that enforces signatures but holds no signing key gets
-// ErrNotAdminWriter: what it would write, the ledgers refuse.
+// SignForWrite signs cc with the process's key if it holds one, after
+// giving it the next sequence number (cc.Seq; the ledgers refuse a signed
+// change older than the one in force). A process that enforces
+// signatures but holds no signing key gets ErrNotAdminWriter: what it
+// would write, the ledgers refuse.
 func SignForWrite(cc *schemas.ConfigChanged) error {
 	k := Process()
 	switch {
 	case k.Signer != nil:
+		cc.Seq = k.Signer.NextSeq(time.Now().UnixNano())
 		k.Signer.Sign(cc)
 	case k.Enforced():
 		return ErrNotAdminWriter

@@ -50,6 +50,9 @@ func TestVerify(t *testing.T) {
 		// Length prefixes: moving bytes from one field to its neighbour
 		// keeps the concatenation, not the message.
 		{"bytes moved between fields", func(cc *schemas.ConfigChanged) { cc.Source, cc.Actor = "admin-apiop", "erator" }, ErrBadSignature},
+		{"sequence added after signing", func(cc *schemas.ConfigChanged) { cc.Seq = 1 << 62 }, ErrBadSignature},
+		{"signed sequence lowered", func(cc *schemas.ConfigChanged) { cc.Seq = 20; writer.Sign(cc); cc.Seq = 10 }, ErrBadSignature},
+		{"signed with a sequence", func(cc *schemas.ConfigChanged) { cc.Seq = 20; writer.Sign(cc) }, nil},
 		{"truncated signature", func(cc *schemas.ConfigChanged) { cc.Signature = cc.Signature[:10] }, ErrBadSignature},
 		{"re-encoded with spaces", func(cc *schemas.ConfigChanged) {
 			b, _ := json.MarshalIndent(cc, "", "  ")
@@ -140,4 +143,34 @@ func FuzzParseVerifier(f *testing.F) {
 		cc := schemas.ConfigChanged{Ledger: b, KeyID: KeyID(b), Signature: b}
 		_ = v.Verify(&cc)
 	})
+}
+
+// TestNextSeq: sequences increase whatever the clock does, and a change
+// without one signs the message it did before sequences existed (so the
+// changes already on a log still verify).
+func TestNextSeq(t *testing.T) {
+	s, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i, now := range []int64{1_000, 2_000, 2_000, 500, -7, 3_000} {
+		got := s.NextSeq(now)
+		if got <= last || now > 0 && got < uint64(now) {
+			t.Fatalf("step %d (clock %d): seq %d after %d", i, now, got, last)
+		}
+		last = got
+	}
+	cc := schemas.ConfigChanged{ConfigVersion: "v", Ledger: []byte("{}")}
+	legacy := len(domain)
+	for _, f := range []string{"v", "", "", "", "{}", "", "", ""} {
+		legacy += 8 + len(f)
+	}
+	if n := len(Message(&cc)); n != legacy {
+		t.Fatalf("message without a sequence: %d bytes, want the pre-sequence %d", n, legacy)
+	}
+	cc.Seq = 1
+	if n := len(Message(&cc)); n != legacy+16 {
+		t.Fatalf("message with a sequence: %d bytes, want %d", n, legacy+16)
+	}
 }

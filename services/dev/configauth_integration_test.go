@@ -198,8 +198,43 @@ func TestForgedConfigRefusedRealBroker(t *testing.T) {
 		t.Errorf("after the signed change %d of 4 served and %d limited, want at most 1 served (burst 1): not applied?", served, limited)
 	}
 
+	// A rollback: the start-up change (ten a window), validly signed by
+	// the writer, appended again verbatim by a principal that can write
+	// the topic. Its sequence is below the one-a-minute change's, so the
+	// ledger refuses it and the requests stay limited.
 	hist, err := ledgerd.ConfigHistory(ctx, brokers, names, 0)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var startup *schemas.ConfigChanged
+	for i := range hist {
+		if hist[i].Refused == "" {
+			startup = &hist[i].Change
+			break
+		}
+	}
+	if startup == nil || startup.Seq == 0 {
+		t.Fatalf("no signed start-up change with a sequence in the history: %+v", hist)
+	}
+	old := eventid.New(schemas.TypeConfigChanged, time.Now().UnixMilli())
+	old.ConfigChanged = startup
+	b, err := schemas.Encode(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.ProduceSync(ctx, &kgo.Record{Topic: names.Requests, Partition: 0, Value: b}).FirstErr(); err != nil {
+		t.Fatalf("re-append the start-up change: %v", err)
+	}
+	for i := range 3 {
+		if code, ec := chatStatus(ctx, t, st, 1500); code != http.StatusTooManyRequests {
+			t.Errorf("request %d after the old change was re-appended: %d %s, want 429 (one a minute stays in force): rolled back?", i+1, code, ec)
+		}
+	}
+	if n := logged.count("ConfigChanged refused by the ledger", "rollback", startup.ConfigVersion); n != 1 {
+		t.Errorf("%d log lines refusing the re-appended %s as a rollback, want 1", n, startup.ConfigVersion)
+	}
+
+	if hist, err = ledgerd.ConfigHistory(ctx, brokers, names, 0); err != nil {
 		t.Fatal(err)
 	}
 	refused := map[string]string{}
@@ -211,13 +246,14 @@ func TestForgedConfigRefusedRealBroker(t *testing.T) {
 			applied++
 		}
 	}
-	for _, c := range []struct{ ver, why string }{{"forged-1", "not signed"}, {"forged-2", "does not trust"}, {"forged-3", "does not verify"}} {
+	for _, c := range []struct{ ver, why string }{{"forged-1", "not signed"}, {"forged-2", "does not trust"}, {"forged-3", "does not verify"},
+		{startup.ConfigVersion, "older than the config in force"}} {
 		if !strings.Contains(refused[c.ver], c.why) {
 			t.Errorf("history of %s: refused %q, want it to say %q", c.ver, refused[c.ver], c.why)
 		}
 	}
-	if applied != 2 || len(refused) != 3 {
-		t.Errorf("history: %d applied, %d refused, want 2 (start-up, signed) and 3: %+v", applied, len(refused), hist)
+	if applied != 2 || len(refused) != 4 {
+		t.Errorf("history: %d applied, %d refused, want 2 (start-up, signed) and 4 (3 forged, 1 rollback): %+v", applied, len(refused), hist)
 	}
 
 	// Replay refuses the same records: no divergence. The ledger commits
@@ -226,11 +262,11 @@ func TestForgedConfigRefusedRealBroker(t *testing.T) {
 	var rep *ledgerd.ReplayReport
 	for {
 		rep, err = ledgerd.Verify(ctx, ledgerd.ReplayOptions{Brokers: brokers, Topics: names, Group: st.LedgerGroup})
-		if err == nil && (len(rep.Divergences) > 0 || rep.Decisions >= 9) {
+		if err == nil && (len(rep.Divergences) > 0 || rep.Decisions >= 12) {
 			break
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("replay --verify never covered the run's 9 decisions: %v, %+v", err, rep)
+			t.Fatalf("replay --verify never covered the run's 12 decisions: %v, %+v", err, rep)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/configsig"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
 )
@@ -72,7 +73,8 @@ type ConfigEntry struct {
 	LogTimeMs int64                 `json:"log_time_ms"`
 	Change    schemas.ConfigChanged `json:"change"`
 	// Refused says why the ledger did not apply this change (no valid
-	// admin signature; configauth.go), "" if it did.
+	// admin signature, configauth.go; a signed change older than the one
+	// in force, ledger.ErrConfigRollback), "" if it did.
 	Refused string `json:"refused,omitempty"`
 }
 
@@ -83,6 +85,7 @@ func ConfigHistory(ctx context.Context, brokers []string, names bus.Names, p int
 	names = names.OrDefault()
 	var out []ConfigEntry
 	var ev schemas.Event
+	var inForce uint64 // the signed sequence in force, as the ledger keeps it
 	err := ReadPartition(ctx, brokers, names.Requests, p, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
 		// Every record is decoded as the ledger decodes it (decodeInput):
 		// a byte filter such as `"type":"ConfigChanged"` missed a change
@@ -93,8 +96,13 @@ func ConfigHistory(ctx context.Context, brokers []string, names bus.Names, p int
 			return nil
 		}
 		e := ConfigEntry{Offset: r.Offset, LogTimeMs: r.Timestamp.UnixMilli(), Change: *ev.ConfigChanged}
-		if err := authInput(&ev); err != nil {
+		switch err := authInput(&ev); {
+		case err != nil:
 			e.Refused = err.Error()
+		case e.Change.Seq != 0 && e.Change.Seq < inForce:
+			e.Refused = fmt.Sprintf("%v: sequence %d, in force %d", ledger.ErrConfigRollback, e.Change.Seq, inForce)
+		default:
+			inForce = max(inForce, e.Change.Seq)
 		}
 		out = append(out, e)
 		return nil

@@ -3,6 +3,9 @@ package ledgerd
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/sluice-dev/sluice/ledger"
 
 	"github.com/sluice-dev/sluice/internal/configsig"
 	"github.com/sluice-dev/sluice/schemas"
@@ -58,4 +61,21 @@ func (s *Service) badInput(p int32, offset int64, err error) {
 	}
 	s.m.invalid.Inc()
 	s.log.Warn("undecodable request record skipped", "partition", p, "offset", offset, "err", err)
+}
+
+// configApplied logs a ConfigChanged that the ledger itself refused after
+// it passed the signature check: a document that does not validate, or a
+// signed change older than the one in force (ledger.ErrConfigRollback: an
+// old change re-appended). Either way the config in force stays; the
+// metric counts them beside the signature refusals.
+func (s *Service) configApplied(p int32, offset int64, configErr string) {
+	if configErr == "" {
+		return
+	}
+	reason := "invalid"
+	if strings.Contains(configErr, ledger.ErrConfigRollback.Error()) {
+		reason = "rollback"
+	}
+	s.m.configRefused.WithLabelValues(reason).Inc()
+	s.log.Error("ConfigChanged refused by the ledger: not applied, the config in force stays", "partition", p, "offset", offset, "reason", reason, "err", configErr)
 }

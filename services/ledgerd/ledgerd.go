@@ -673,6 +673,9 @@ func (s *Service) apply(fs kgo.Fetches) error {
 				ps.tickInFlight = false
 			}
 			s.outs = ps.l.Apply(r.Timestamp.UnixMilli(), r.Offset, &s.ev, s.outs[:0])
+			if s.ev.Type == schemas.TypeConfigChanged {
+				s.configApplied(fp.Partition, r.Offset, ps.l.ConfigError()) // configauth.go
+			}
 			if s.trace != nil && s.ev.Type == schemas.TypeReserveRequested {
 				s.trace.polled(s.ev.RequestID, r.Timestamp, s.polledAt)
 			}

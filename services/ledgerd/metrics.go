@@ -48,8 +48,8 @@ type metrics struct {
 	// recreates the sessions recreated after one.
 	fatalErrors prometheus.Counter
 	recreates   prometheus.Counter
-	// configRefused counts ConfigChanged records refused for their
-	// signature (configauth.go), by reason.
+	// configRefused counts ConfigChanged records not applied, by reason:
+	// their signature, a rollback, an invalid document (configauth.go).
 	configRefused *prometheus.CounterVec
 	// peerEvictions counts silent peers this member fenced and removed
 	// from the group (liveness.go).
@@ -77,7 +77,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
 		peerEvictions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_peer_evictions_total", Help: "Silent peers this member fenced and removed from the group (a crashed member found before the session timeout)."}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
-		configRefused:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_config_refused_total", Help: "ConfigChanged records not applied because they carry no valid admin signature (unsigned, unknown_key, bad_signature)."}, []string{"reason"}),
+		configRefused:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_config_refused_total", Help: "ConfigChanged records not applied: no valid admin signature (unsigned, unknown_key, bad_signature), a signed change older than the one in force (rollback), or a document that does not validate (invalid)."}, []string{"reason"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
 		commitSeconds:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_commit_seconds", Help: "Time to end a ledger transaction (flush, offset commit, heartbeat, EndTxn).", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}

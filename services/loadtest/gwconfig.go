@@ -137,7 +137,33 @@ func DispatchJitterMs(sc *Scenario) int64 {
 // tenant daily quotas, tenant weights and the scenario's classes.
 func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 	q := EffectiveQuota(sc)
-	lim := sc.ProviderLimits()
+	bs := windowBuckets(sc, q)
+	bs, err := periodBuckets(sc, q, bs)
+	if err != nil {
+		return ledger.Config{}, err
+	}
+	tenants, bs := scenarioTenants(sc, q, bs)
+	classes := scenarioClasses(sc)
+	doc := ledger.Config{
+		Scopes:       []ledger.ScopeConfig{{Name: simScope, Buckets: bs, Tenants: tenants, DefaultTenantWeight: 1}},
+		Classes:      classes,
+		DefaultClass: classes[0].Name,
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return ledger.Config{}, err
+	}
+	out, err := ledger.ParseConfig(b)
+	if err != nil {
+		return ledger.Config{}, fmt.Errorf("generated ledger config: %w", err)
+	}
+	return out, nil
+}
+
+// windowBuckets are the deployment's per-minute buckets (requests and
+// tokens), each with a window that holds at least one unit and leaves room
+// for the grants that delivery bunches together.
+func windowBuckets(sc *Scenario, q SluiceQuota) []ledger.BucketConfig {
 	var bs []ledger.BucketConfig
 	acct := simAccounting(sc.Provider, sc.SimConfig.Providers[sc.Provider])
 	jitter := DispatchJitterMs(sc)
@@ -181,10 +207,16 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 	tok(schemas.DimTotalTokens, q.TokensPerMin)
 	tok(schemas.DimInputTokens, q.InputTokensPerMin)
 	tok(schemas.DimOutputTokens, q.OutputTokensPerMin)
+	return bs
+}
+
+// periodBuckets adds the daily, concurrency and ramp buckets.
+func periodBuckets(sc *Scenario, q SluiceQuota, bs []ledger.BucketConfig) ([]ledger.BucketConfig, error) {
+	lim := sc.ProviderLimits()
 	if q.RequestsPerDay > 0 && !q.Disabled {
 		off, err := resetOffsetMs(lim.DailyReset)
 		if err != nil {
-			return ledger.Config{}, err
+			return nil, err
 		}
 		bs = append(bs, ledger.BucketConfig{Level: ledger.LevelDeployment, ID: simProviderName, Dimension: schemas.DimRequestsPerDay,
 			Capacity: q.RequestsPerDay, PeriodMs: 86_400_000, ResetOffsetMs: off})
@@ -209,6 +241,12 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 		bs = append(bs, ledger.BucketConfig{Level: ledger.LevelTenant, ID: "*", Dimension: schemas.DimRequestsPerDay,
 			Capacity: q.TenantRequestsPerDay, PeriodMs: 86_400_000})
 	}
+	return bs, nil
+}
+
+// scenarioTenants are the scenario's tenants with their weights, and a
+// guaranteed tenant's own requests bucket.
+func scenarioTenants(sc *Scenario, q SluiceQuota, bs []ledger.BucketConfig) ([]ledger.TenantConfig, []ledger.BucketConfig) {
 	var tenants []ledger.TenantConfig
 	for _, t := range sc.Tenants {
 		tenants = append(tenants, ledger.TenantConfig{ID: t.ID, Weight: t.Weight})
@@ -225,26 +263,18 @@ func LedgerConfig(sc *Scenario) (ledger.Config, error) {
 			}
 		}
 	}
+	return tenants, bs
+}
+
+// scenarioClasses are the scenario's traffic classes, in name order.
+func scenarioClasses(sc *Scenario) []ledger.ClassConfig {
 	var classes []ledger.ClassConfig
 	for _, name := range sc.ClassNames() {
 		c := sc.Classes[name]
 		classes = append(classes, ledger.ClassConfig{Name: name, AgeOffsetMs: c.AgeOffset.D().Milliseconds(),
 			MaxWaitMs: c.MaxWait.D().Milliseconds(), MaxDepth: c.MaxDepth, Overload: ledger.OverloadDeny})
 	}
-	doc := ledger.Config{
-		Scopes:       []ledger.ScopeConfig{{Name: simScope, Buckets: bs, Tenants: tenants, DefaultTenantWeight: 1}},
-		Classes:      classes,
-		DefaultClass: classes[0].Name,
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return ledger.Config{}, err
-	}
-	out, err := ledger.ParseConfig(b)
-	if err != nil {
-		return ledger.Config{}, fmt.Errorf("generated ledger config: %w", err)
-	}
-	return out, nil
+	return classes
 }
 
 // simCounting is how a simulator provider counts tokens, as ledger bucket

@@ -235,7 +235,6 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = 20000
 	}
-	tg := target{}
 	hc := &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -245,126 +244,177 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	}}
 	defer hc.CloseIdleConnections()
 
+	var (
+		tg   target
+		stop func()
+		err  error
+	)
 	switch {
 	case o.Embedded:
-		tg.mode = "embedded"
-		keys := NewKeys(sc)
-		gwYAML, err := o.gatewayYAML(sc, keys)
-		if err != nil {
-			return nil, err
-		}
-		simCfg := sc.SimConfig
-		hasBudgets := false
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		if o.Verbose {
-			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		}
-		st, err := dev.Start(ctx, dev.Options{
-			Addr:   "127.0.0.1:0",
-			APIKey: keys[warmupTenant] + "-dev",
-			Sim:    &simCfg,
-			Config: func(simURL string) (*config.Config, error) {
-				y, err := gwYAML(simURL)
-				if err != nil {
-					return nil, err
-				}
-				cfg, err := config.Load(bytes.NewReader(y))
-				if err == nil {
-					if lc, perr := ledger.ParseConfig(cfg.LedgerJSON()); perr == nil && lc.Budget != nil && len(lc.Budget.Budgets) > 0 {
-						hasBudgets = true
-					}
-				}
-				return cfg, err
-			},
-			Log: log,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("embedded stack: %w", err)
-		}
-		defer st.Close()
-		tg.chatURL = st.GatewayURL + "/v1/chat/completions"
-		tg.simURL, tg.ownSim = st.SimURL, true
-		if hasBudgets { // read back from the in-process broker's log after the run
-			tg.budgetBrokers = st.Brokers
-		}
-		for _, t := range sc.Tenants {
-			tg.keys = append(tg.keys, keys[t.ID])
-		}
-		if o.ConfigFile == "" { // a hand-written config's limits are its own
-			q := EffectiveQuota(sc)
-			tg.quota = &q
-		}
-		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
-			return nil, err
-		}
-		if o.Started != nil {
-			o.Started(st.MetricsURL, st.SimURL)
-		}
+		tg, stop, err = o.embeddedTarget(ctx, sc, hc, stderr)
 	case len(o.Brokers) > 0:
-		tg.mode = "stack"
-		keys := NewKeys(sc)
-		gwYAML, err := o.gatewayYAML(sc, keys)
-		if err != nil {
-			return nil, err
-		}
-		log := slog.New(slog.NewTextHandler(io.Discard, nil))
-		if o.Verbose {
-			log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		}
-		fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
-		st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, gwYAML, log)
-		if err != nil {
-			return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
-		}
-		defer st.Close()
-		tg.stack = st
-		tg.killLedgerAt, tg.killOwnerOf = o.KillLedgerAt, o.KillOwnerOf
-		tg.chatURL = st.gwURL + "/v1/chat/completions"
-		tg.simURL, tg.ownSim = st.simURL, true
-		for _, t := range sc.Tenants {
-			tg.keys = append(tg.keys, keys[t.ID])
-		}
-		if o.ConfigFile == "" { // a hand-written config's limits are its own
-			q := EffectiveQuota(sc)
-			tg.quota = &q
-		}
-		if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
-			return nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
-		}
+		tg, stop, err = o.stackTarget(ctx, sc, hc, stderr)
 	case o.URL != "":
-		tg.mode = "gateway"
-		base := strings.TrimRight(o.URL, "/")
-		base = strings.TrimSuffix(base, "/v1")
-		tg.chatURL = base + "/v1/chat/completions"
-		tg.simURL = strings.TrimRight(o.SimURL, "/")
-		for i := range sc.Tenants {
-			tg.keys = append(tg.keys, o.APIKeys[min(i, len(o.APIKeys)-1)])
-		}
-		q := EffectiveQuota(sc)
-		tg.quota = &q
+		tg, stop = o.gatewayTarget(sc), func() {}
 	case o.Baseline:
-		tg.mode = "baseline"
-		if o.SimURL != "" {
-			tg.simURL = strings.TrimRight(o.SimURL, "/")
-		} else {
-			srv, err := sim.New(sc.SimConfig)
-			if err != nil {
-				return nil, fmt.Errorf("simulator: %w", err)
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
+		tg, stop, err = o.baselineTarget(sc)
+	default:
+		stop = func() {}
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	o.finishTarget(sc, &tg)
+	drain := o.Drain
+	if drain <= 0 {
+		for _, t := range sc.Tenants {
+			drain = max(drain, sc.Classes[t.Class].Deadline.D())
+		}
+		drain = min(drain+time.Second, 2*time.Minute)
+	}
+	return execute(ctx, sc, tg, hc, dur, drain, o.MaxInFlight, stderr)
+}
+
+// runLog is the stack's logger: silent unless --verbose.
+func (o *Options) runLog(stderr io.Writer) *slog.Logger {
+	if o.Verbose {
+		return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// embeddedTarget starts the whole stack in this process (services/dev).
+func (o *Options) embeddedTarget(ctx context.Context, sc *Scenario, hc *http.Client, stderr io.Writer) (target, func(), error) {
+	tg := target{mode: "embedded"}
+	keys := NewKeys(sc)
+	gwYAML, err := o.gatewayYAML(sc, keys)
+	if err != nil {
+		return tg, nil, err
+	}
+	simCfg := sc.SimConfig
+	hasBudgets := false
+	st, err := dev.Start(ctx, dev.Options{
+		Addr:   "127.0.0.1:0",
+		APIKey: keys[warmupTenant] + "-dev",
+		Sim:    &simCfg,
+		Config: func(simURL string) (*config.Config, error) {
+			y, err := gwYAML(simURL)
 			if err != nil {
 				return nil, err
 			}
-			hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
-			go func() { _ = hs.Serve(ln) }()
-			defer hs.Close()
-			tg.simURL, tg.ownSim = "http://"+ln.Addr().String(), true
-		}
-		tg.chatURL = tg.simURL + "/openai/v1/chat/completions"
-		for range sc.Tenants {
-			tg.keys = append(tg.keys, "sk-baseline")
-		}
+			cfg, err := config.Load(bytes.NewReader(y))
+			if err == nil {
+				if lc, perr := ledger.ParseConfig(cfg.LedgerJSON()); perr == nil && lc.Budget != nil && len(lc.Budget.Budgets) > 0 {
+					hasBudgets = true
+				}
+			}
+			return cfg, err
+		},
+		Log: o.runLog(stderr),
+	})
+	if err != nil {
+		return tg, nil, fmt.Errorf("embedded stack: %w", err)
 	}
+	tg.chatURL = st.GatewayURL + "/v1/chat/completions"
+	tg.simURL, tg.ownSim = st.SimURL, true
+	if hasBudgets { // read back from the in-process broker's log after the run
+		tg.budgetBrokers = st.Brokers
+	}
+	o.tenantKeys(sc, keys, &tg)
+	if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
+		st.Close()
+		return tg, nil, err
+	}
+	if o.Started != nil {
+		o.Started(st.MetricsURL, st.SimURL)
+	}
+	return tg, st.Close, nil
+}
+
+// stackTarget starts the stack as separate processes on the brokers.
+func (o *Options) stackTarget(ctx context.Context, sc *Scenario, hc *http.Client, stderr io.Writer) (target, func(), error) {
+	tg := target{mode: "stack"}
+	keys := NewKeys(sc)
+	gwYAML, err := o.gatewayYAML(sc, keys)
+	if err != nil {
+		return tg, nil, err
+	}
+	fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, gwYAML, o.runLog(stderr))
+	if err != nil {
+		return tg, nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
+	}
+	tg.stack = st
+	tg.killLedgerAt, tg.killOwnerOf = o.KillLedgerAt, o.KillOwnerOf
+	tg.chatURL = st.gwURL + "/v1/chat/completions"
+	tg.simURL, tg.ownSim = st.simURL, true
+	o.tenantKeys(sc, keys, &tg)
+	if err := warmup(ctx, hc, tg.chatURL, keys[warmupTenant], sc.Model); err != nil {
+		st.Close()
+		return tg, nil, fmt.Errorf("%w (logs in %s)", err, st.dir)
+	}
+	return tg, st.Close, nil
+}
+
+// tenantKeys gives each tenant its key, and the quota the report checks
+// against when the config is generated (a hand-written config's limits are
+// its own).
+func (o *Options) tenantKeys(sc *Scenario, keys Keys, tg *target) {
+	for _, t := range sc.Tenants {
+		tg.keys = append(tg.keys, keys[t.ID])
+	}
+	if o.ConfigFile == "" {
+		q := EffectiveQuota(sc)
+		tg.quota = &q
+	}
+}
+
+// gatewayTarget drives a gateway that is already running (--url).
+func (o *Options) gatewayTarget(sc *Scenario) target {
+	tg := target{mode: "gateway"}
+	base := strings.TrimRight(o.URL, "/")
+	base = strings.TrimSuffix(base, "/v1")
+	tg.chatURL = base + "/v1/chat/completions"
+	tg.simURL = strings.TrimRight(o.SimURL, "/")
+	for i := range sc.Tenants {
+		tg.keys = append(tg.keys, o.APIKeys[min(i, len(o.APIKeys)-1)])
+	}
+	q := EffectiveQuota(sc)
+	tg.quota = &q
+	return tg
+}
+
+// baselineTarget sends straight to a simulator (--baseline): no Sluice.
+func (o *Options) baselineTarget(sc *Scenario) (target, func(), error) {
+	tg := target{mode: "baseline"}
+	stop := func() {}
+	if o.SimURL != "" {
+		tg.simURL = strings.TrimRight(o.SimURL, "/")
+	} else {
+		srv, err := sim.New(sc.SimConfig)
+		if err != nil {
+			return tg, nil, fmt.Errorf("simulator: %w", err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return tg, nil, err
+		}
+		hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = hs.Serve(ln) }()
+		stop = func() { hs.Close() }
+		tg.simURL, tg.ownSim = "http://"+ln.Addr().String(), true
+	}
+	tg.chatURL = tg.simURL + "/openai/v1/chat/completions"
+	for range sc.Tenants {
+		tg.keys = append(tg.keys, "sk-baseline")
+	}
+	return tg, stop, nil
+}
+
+// finishTarget sets what every mode shares: the config label, SDK
+// retries, the route tag and the stack's faults.
+func (o *Options) finishTarget(sc *Scenario, tg *target) {
 	tg.gwConfig = "generated"
 	if o.ConfigFile != "" {
 		tg.gwConfig = o.ConfigFile
@@ -385,14 +435,6 @@ func Execute(ctx context.Context, sc *Scenario, o Options, stderr io.Writer) (*R
 	if tg.stack != nil {
 		tg.faults, tg.verify = o.Faults, o.VerifyReplay
 	}
-	drain := o.Drain
-	if drain <= 0 {
-		for _, t := range sc.Tenants {
-			drain = max(drain, sc.Classes[t.Class].Deadline.D())
-		}
-		drain = min(drain+time.Second, 2*time.Minute)
-	}
-	return execute(ctx, sc, tg, hc, dur, drain, o.MaxInFlight, stderr)
 }
 
 // warmup waits until the gateway serves a request end to end (the ledger
@@ -545,24 +587,18 @@ func isTerminal(w io.Writer) bool {
 }
 
 func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur, drain time.Duration, maxInFlight int, stderr io.Writer) (*Report, error) {
-	sched := Schedule(sc, sc.Seed, dur)
-	bodies := make([][]byte, len(sc.Tenants))
+	x := &execution{sc: sc, tg: tg, hc: hc, dur: dur, drain: drain, maxInFlight: maxInFlight, faultsDone: make(chan struct{})}
+	x.sched = Schedule(sc, sc.Seed, dur)
+	x.bodies = make([][]byte, len(sc.Tenants))
 	for i, t := range sc.Tenants {
-		bodies[i] = requestBody(t.Model, &t)
+		x.bodies[i] = requestBody(t.Model, &t)
 	}
 	if tg.ownSim {
 		if err := resetSim(ctx, hc, tg.simURL); err != nil {
 			return nil, err
 		}
 	}
-	before, statsErr := fetchStats(ctx, hc, tg.simURL)
-	// Goodput is measured after the first enforcement window, so the
-	// provider's initially full buckets do not count as sustained capacity.
-	skip := sc.ProviderLimits().Window.D()
-	if skip <= 0 || skip > dur/2 {
-		skip = 0
-	}
-	var gStartP atomic.Pointer[sim.Stats]
+	x.before, x.statsErr = fetchStats(ctx, hc, tg.simURL)
 
 	// Requests run under runCtx; it is cancelled when the drain period ends.
 	runCtx, abort := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -574,118 +610,22 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		case <-runCtx.Done():
 		}
 	}()
+	x.records = make([]record, len(x.sched))
+	x.start = time.Now()
+	stopProgress := startProgress(stderr, &x.pr, x.start, dur, len(x.sched))
+	defer x.startFaults(runCtx)()
+	defer x.startSnapshots(ctx)()
 
-	var (
-		pr       progress
-		inflight atomic.Int64
-		maxIn    atomic.Int64
-		wg       sync.WaitGroup
-		records  = make([]record, len(sched))
-	)
-	start := time.Now()
-	stopProgress := startProgress(stderr, &pr, start, dur, len(sched))
-	var faults []string
-	var faultMu sync.Mutex
-	if tg.stack != nil && tg.killLedgerAt > 0 {
-		t := time.AfterFunc(tg.killLedgerAt, func() {
-			var f string
-			if tg.killOwnerOf != "" {
-				name, owned, err := tg.stack.killOwnerOf(runCtx, tg.killOwnerOf)
-				f = fmt.Sprintf("kill -9 %s (owner of %q's partition; it owned %v) at %s, %s (err: %v)", name, tg.killOwnerOf, owned, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
-			} else {
-				name, err := tg.stack.killBusiestLedger()
-				f = fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
-			}
-			faultMu.Lock()
-			faults = append(faults, f)
-			faultMu.Unlock()
-		})
-		defer t.Stop()
-	}
-	var windows []FaultWindow
-	faultsDone := make(chan struct{})
-	if tg.stack != nil && tg.faults != nil {
-		go func() {
-			defer close(faultsDone)
-			env := tg.stack.env(start)
-			env.Provider429 = func(ctx context.Context) (int64, error) {
-				st, err := fetchStats(ctx, hc, tg.simURL)
-				if err != nil {
-					return 0, err
-				}
-				if p := st.Providers[sc.Provider]; p != nil {
-					return p.RateLimited, nil
-				}
-				return 0, nil
-			}
-			windows = tg.faults(runCtx, env)
-		}()
-	} else {
-		close(faultsDone)
-	}
-
-	var atEndP atomic.Pointer[sim.Stats]
-	endTimer := time.AfterFunc(dur, func() {
-		if s, err := fetchStats(ctx, hc, tg.simURL); err == nil {
-			atEndP.Store(s)
-		}
-	})
-	defer endTimer.Stop()
-	if skip > 0 {
-		t := time.AfterFunc(skip, func() {
-			if s, err := fetchStats(ctx, hc, tg.simURL); err == nil {
-				gStartP.Store(s)
-			}
-		})
-		defer t.Stop()
-	} else {
-		gStartP.Store(before)
-	}
-
-	interrupted := false
-	for i := range sched {
-		a := sched[i]
-		if wait := time.Until(start.Add(a.At)); wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				interrupted = true
-			case <-t.C:
-			}
-		}
-		if interrupted {
-			for j := i; j < len(sched); j++ {
-				records[j] = record{tenant: sched[j].Tenant, class: sc.Tenants[sched[j].Tenant].Class, route: tg.route(sc, sched[j].Tenant), outcome: OutUnfinished}
-			}
-			break
-		}
-		pr.sent.Add(1)
-		if int(inflight.Load()) >= maxInFlight {
-			records[i] = record{tenant: a.Tenant, class: sc.Tenants[a.Tenant].Class, route: tg.route(sc, a.Tenant), outcome: OutDropped}
-			pr.done.Add(1)
-			continue
-		}
-		n := inflight.Add(1)
-		for m := maxIn.Load(); n > m && !maxIn.CompareAndSwap(m, n); m = maxIn.Load() {
-		}
-		wg.Add(1)
-		go func(i int, a Arrival) {
-			defer wg.Done()
-			defer inflight.Add(-1)
-			records[i] = doRequest(runCtx, sc, tg, hc, bodies[a.Tenant], a, start, &pr)
-			pr.done.Add(1)
-		}(i, a)
-	}
+	interrupted := x.send(ctx, runCtx)
 	// Arrival window over: wait for in-flight requests up to the drain.
-	if w := time.Until(start.Add(dur)); w > 0 && !interrupted {
+	if w := time.Until(x.start.Add(dur)); w > 0 && !interrupted {
 		select {
 		case <-ctx.Done():
 		case <-time.After(w):
 		}
 	}
 	waitDone := make(chan struct{})
-	go func() { wg.Wait(); close(waitDone) }()
+	go func() { x.wg.Wait(); close(waitDone) }()
 	select {
 	case <-waitDone:
 	case <-time.After(drain):
@@ -695,39 +635,178 @@ func execute(ctx context.Context, sc *Scenario, tg target, hc *http.Client, dur,
 		abort(errRunOver)
 		<-waitDone
 	}
-	end := time.Now()
-	<-faultsDone
+	x.end = time.Now()
+	<-x.faultsDone
 	stopProgress()
-	endTimer.Stop()
-	final, _ := fetchStats(context.WithoutCancel(ctx), hc, tg.simURL)
-	atEnd := atEndP.Load()
+	return x.report(context.WithoutCancel(ctx))
+}
+
+// execution is one run of execute: the schedule, what each arrival
+// became, and the simulator's counters at the points the report needs.
+type execution struct {
+	sc          *Scenario
+	tg          target
+	hc          *http.Client
+	dur, drain  time.Duration
+	maxInFlight int
+
+	sched      []Arrival
+	bodies     [][]byte
+	records    []record
+	start, end time.Time
+	pr         progress
+	inflight   atomic.Int64
+	maxIn      atomic.Int64
+	wg         sync.WaitGroup
+
+	before   *sim.Stats
+	statsErr error
+	gStart   atomic.Pointer[sim.Stats] // after the first enforcement window
+	atEnd    atomic.Pointer[sim.Stats] // at the end of the arrival window
+
+	faultMu    sync.Mutex
+	faults     []string
+	windows    []FaultWindow
+	faultsDone chan struct{}
+}
+
+// startFaults arms the run's faults: the ledger kill at killLedgerAt and
+// the scenario's fault script. The returned func disarms the kill timer.
+func (x *execution) startFaults(runCtx context.Context) (stop func()) {
+	tg := x.tg
+	stop = func() {}
+	if tg.stack != nil && tg.killLedgerAt > 0 {
+		t := time.AfterFunc(tg.killLedgerAt, func() {
+			var f string
+			if tg.killOwnerOf != "" {
+				name, owned, err := tg.stack.killOwnerOf(runCtx, tg.killOwnerOf)
+				f = fmt.Sprintf("kill -9 %s (owner of %q's partition; it owned %v) at %s, %s (err: %v)", name, tg.killOwnerOf, owned, time.Since(x.start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
+			} else {
+				name, err := tg.stack.killBusiestLedger()
+				f = fmt.Sprintf("kill -9 %s (the busiest) at %s, %s (err: %v)", name, time.Since(x.start).Truncate(time.Millisecond), time.Now().UTC().Format("15:04:05.000"), err)
+			}
+			x.faultMu.Lock()
+			x.faults = append(x.faults, f)
+			x.faultMu.Unlock()
+		})
+		stop = func() { t.Stop() }
+	}
+	if tg.stack == nil || tg.faults == nil {
+		close(x.faultsDone)
+		return stop
+	}
+	go func() {
+		defer close(x.faultsDone)
+		env := tg.stack.env(x.start)
+		env.Provider429 = func(ctx context.Context) (int64, error) {
+			st, err := fetchStats(ctx, x.hc, tg.simURL)
+			if err != nil {
+				return 0, err
+			}
+			if p := st.Providers[x.sc.Provider]; p != nil {
+				return p.RateLimited, nil
+			}
+			return 0, nil
+		}
+		x.windows = tg.faults(runCtx, env)
+	}()
+	return stop
+}
+
+// startSnapshots takes the simulator's counters at the end of the
+// arrival window and after the first enforcement window: goodput is
+// measured from there, so the provider's initially full buckets do not
+// count as sustained capacity.
+func (x *execution) startSnapshots(ctx context.Context) (stop func()) {
+	snap := func(into *atomic.Pointer[sim.Stats]) func() {
+		return func() {
+			if s, err := fetchStats(ctx, x.hc, x.tg.simURL); err == nil {
+				into.Store(s)
+			}
+		}
+	}
+	endTimer := time.AfterFunc(x.dur, snap(&x.atEnd))
+	skip := x.sc.ProviderLimits().Window.D()
+	if skip <= 0 || skip > x.dur/2 {
+		x.gStart.Store(x.before)
+		return func() { endTimer.Stop() }
+	}
+	t := time.AfterFunc(skip, snap(&x.gStart))
+	return func() { endTimer.Stop(); t.Stop() }
+}
+
+// send starts each arrival at its time, dropping those over maxInFlight,
+// and reports whether ctx ended the arrival window early (the arrivals
+// not sent are recorded as unfinished).
+func (x *execution) send(ctx, runCtx context.Context) (interrupted bool) {
+	sc, tg := x.sc, x.tg
+	for i := range x.sched {
+		a := x.sched[i]
+		if wait := time.Until(x.start.Add(a.At)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				for j := i; j < len(x.sched); j++ {
+					x.records[j] = record{tenant: x.sched[j].Tenant, class: sc.Tenants[x.sched[j].Tenant].Class, route: tg.route(sc, x.sched[j].Tenant), outcome: OutUnfinished}
+				}
+				return true
+			case <-t.C:
+			}
+		}
+		x.pr.sent.Add(1)
+		if int(x.inflight.Load()) >= x.maxInFlight {
+			x.records[i] = record{tenant: a.Tenant, class: sc.Tenants[a.Tenant].Class, route: tg.route(sc, a.Tenant), outcome: OutDropped}
+			x.pr.done.Add(1)
+			continue
+		}
+		n := x.inflight.Add(1)
+		for m := x.maxIn.Load(); n > m && !x.maxIn.CompareAndSwap(m, n); m = x.maxIn.Load() {
+		}
+		x.wg.Add(1)
+		go func(i int, a Arrival) {
+			defer x.wg.Done()
+			defer x.inflight.Add(-1)
+			x.records[i] = doRequest(runCtx, sc, tg, x.hc, x.bodies[a.Tenant], a, x.start, &x.pr)
+			x.pr.done.Add(1)
+		}(i, a)
+	}
+	return false
+}
+
+// report builds the run's report, with the budgets and the stack's audit
+// of the log when the run has them.
+func (x *execution) report(ctx context.Context) (*Report, error) {
+	tg := x.tg
+	final, _ := fetchStats(ctx, x.hc, tg.simURL)
+	atEnd := x.atEnd.Load()
 	if atEnd == nil {
 		atEnd = final
 	}
-
-	rep := buildReport(sc, tg, records, before, gStartP.Load(), atEnd, final, statsErr, start, end, dur, drain, int(maxIn.Load()), maxInFlight)
+	rep := buildReport(x.sc, tg, x.records, x.before, x.gStart.Load(), atEnd, final, x.statsErr, x.start, x.end, x.dur, x.drain, int(x.maxIn.Load()), x.maxInFlight)
 	if tg.budgetBrokers != nil {
-		bs, err := readBudgets(context.WithoutCancel(ctx), tg.budgetBrokers, bus.DefaultNames(), start)
+		bs, err := readBudgets(ctx, tg.budgetBrokers, bus.DefaultNames(), x.start)
 		if err != nil {
 			return rep, fmt.Errorf("read the run's budgets: %w", err)
 		}
 		rep.Budgets = bs
 	}
-	if tg.stack != nil {
-		sr, err := tg.stack.report(context.WithoutCancel(ctx), start, start.Add(dur), rep, windows, tg.verify)
-		faultMu.Lock()
-		sr.Faults = faults
-		faultMu.Unlock()
-		for _, r := range records {
-			if r.class == "interactive" && r.outcome != OutSuccess {
-				sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
-					r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
-			}
+	if tg.stack == nil {
+		return rep, nil
+	}
+	sr, err := tg.stack.report(ctx, x.start, x.start.Add(x.dur), rep, x.windows, tg.verify)
+	x.faultMu.Lock()
+	sr.Faults = x.faults
+	x.faultMu.Unlock()
+	for _, r := range x.records {
+		if r.class == "interactive" && r.outcome != OutSuccess {
+			sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
+				r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
 		}
-		rep.Stack = sr
-		if err != nil {
-			return rep, fmt.Errorf("audit the run's log: %w", err)
-		}
+	}
+	rep.Stack = sr
+	if err != nil {
+		return rep, fmt.Errorf("audit the run's log: %w", err)
 	}
 	return rep, nil
 }
@@ -885,63 +964,10 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 			gwAttempts = v
 		}
 		if resp.StatusCode < 300 {
-			rec.outcome = OutSuccess
-			rec.upstream += gwAttempts
-			rec.dispatched = true
-			pr.ok.Add(1)
-			if q := resp.Header.Get("X-Sluice-Queue-Ms"); q != "" {
-				if v, err := strconv.ParseFloat(q, 64); err == nil {
-					rec.queueMs, rec.queueKnown = v, true
-				}
-			}
-			if !rec.queueKnown {
-				// No queue header: the caller's wait until the response
-				// headers of this success (retries and backoff included).
-				rec.queueMs = float64(headersAt.Sub(start).Microseconds()) / 1000
-			}
+			rec.succeeded(resp.Header, gwAttempts, headersAt.Sub(start), pr)
 			return rec
 		}
-		var eb errorBody
-		_ = json.Unmarshal(rb, &eb)
-		code := ""
-		switch c := eb.Error.Code.(type) {
-		case string:
-			code = c
-		case float64:
-			code = strconv.Itoa(int(c))
-		}
-		rec.code = code
-		local := false
-		decision := ""
-		if s := eb.Error.Sluice; s != nil && tg.mode != "baseline" {
-			decision = s.GatewayDecision
-			local = decision != "admitted_then_provider_rejected" && decision != "admitted" && decision != "queued_then_admitted"
-		}
-		rec.decision = decision
-		if resp.StatusCode == http.StatusTooManyRequests {
-			pr.n429.Add(1)
-		}
-		if !local {
-			rec.upstream += max(1, gwAttempts)
-			rec.dispatched = true
-			switch {
-			case resp.StatusCode == http.StatusTooManyRequests:
-				rec.p429++
-			case resp.StatusCode >= 500:
-				rec.p503++
-			}
-		} else if resp.StatusCode == http.StatusTooManyRequests {
-			rec.l429++
-		}
-		rec.outcome = OutFinalFailure
-		if decision == "queued_then_expired" {
-			rec.outcome = OutTimeout
-		}
-		retryable := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == 500 || resp.StatusCode == 502 ||
-			resp.StatusCode == 503 || resp.StatusCode == 504 || resp.StatusCode == 529
-		if code == "insufficient_quota" || code == "cancelled" || resp.Header.Get("x-should-retry") == "false" {
-			retryable = false
-		}
+		retryable := rec.failed(resp, rb, gwAttempts, tg.mode != "baseline", pr)
 		if retryable && attempt < tg.retries {
 			if sleepBackoff(ctx, rng, attempt, retryAfter(resp.Header)) {
 				continue
@@ -952,6 +978,74 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 		}
 		return rec
 	}
+}
+
+// succeeded records a success: the gateway's attempts upstream, and the
+// queue wait from X-Sluice-Queue-Ms or else the caller's wait until the
+// response headers (retries and backoff included).
+func (rec *record) succeeded(h http.Header, gwAttempts int, waited time.Duration, pr *progress) {
+	rec.outcome = OutSuccess
+	rec.upstream += gwAttempts
+	rec.dispatched = true
+	pr.ok.Add(1)
+	if q := h.Get("X-Sluice-Queue-Ms"); q != "" {
+		if v, err := strconv.ParseFloat(q, 64); err == nil {
+			rec.queueMs, rec.queueKnown = v, true
+		}
+	}
+	if !rec.queueKnown {
+		rec.queueMs = float64(waited.Microseconds()) / 1000
+	}
+}
+
+// failed records an error answer: its code, the gateway's decision, whether
+// the provider refused it (it was dispatched) or the gateway did, and
+// returns whether an SDK would retry it.
+func (rec *record) failed(resp *http.Response, body []byte, gwAttempts int, viaSluice bool, pr *progress) (retryable bool) {
+	var eb errorBody
+	_ = json.Unmarshal(body, &eb)
+	code := ""
+	switch c := eb.Error.Code.(type) {
+	case string:
+		code = c
+	case float64:
+		code = strconv.Itoa(int(c))
+	}
+	rec.code = code
+	local := false
+	decision := ""
+	if s := eb.Error.Sluice; s != nil && viaSluice {
+		decision = s.GatewayDecision
+		local = decision != "admitted_then_provider_rejected" && decision != "admitted" && decision != "queued_then_admitted"
+	}
+	rec.decision = decision
+	if resp.StatusCode == http.StatusTooManyRequests {
+		pr.n429.Add(1)
+	}
+	if !local {
+		rec.upstream += max(1, gwAttempts)
+		rec.dispatched = true
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			rec.p429++
+		case resp.StatusCode >= 500:
+			rec.p503++
+		}
+	} else if resp.StatusCode == http.StatusTooManyRequests {
+		rec.l429++
+	}
+	rec.outcome = OutFinalFailure
+	if decision == "queued_then_expired" {
+		rec.outcome = OutTimeout
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, 500, 502, 503, 504, 529:
+		retryable = true
+	}
+	if code == "insufficient_quota" || code == "cancelled" || resp.Header.Get("x-should-retry") == "false" {
+		retryable = false
+	}
+	return retryable
 }
 
 // setSDKHeaders sets the headers every request of the official OpenAI and
@@ -1024,11 +1118,10 @@ func version() string {
 	return v
 }
 
-func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEnd, final *sim.Stats, statsErr error,
-	start, end time.Time, dur, drain time.Duration, maxIn, limit int) *Report {
-	rep := &Report{Schema: ReportSchema, Scenario: sc.Name, Description: sc.Description, Mode: tg.mode,
-		Classes: map[string]*Group{}, Routes: map[string]*Group{}}
-	c := &rep.Conditions
+// conditions are the run's conditions as the report states them.
+func conditions(sc *Scenario, tg target, records []record, start, end time.Time, dur, drain time.Duration, maxIn, limit int) Conditions {
+	var cc Conditions
+	c := &cc
 	c.Version, c.GoVersion, c.Seed = version(), runtime.Version(), sc.Seed
 	c.StartedAt, c.EndedAt = start.UTC().Truncate(time.Millisecond), end.UTC().Truncate(time.Millisecond)
 	c.DurationS, c.DrainS = round3(dur.Seconds()), round3(drain.Seconds())
@@ -1062,6 +1155,49 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 			break
 		}
 	}
+	return cc
+}
+
+// providerCounts fills what the provider saw (the simulator's own
+// counters, else the client's view) and the goodput over the window after
+// the first enforcement window.
+func (rep *Report) providerCounts(sc *Scenario, tg target, before, gStart, atEnd, final *sim.Stats, statsErr error,
+	dur time.Duration, offRPS, offTPS, offIn, offOut float64) {
+	rep.Local429 = int64(rep.Totals.Local429)
+	if d := statsDelta(before, final, allProviders); d != nil {
+		rep.Simulator, rep.SimulatorProviders = d, perProvider(before, final)
+		rep.Provider429, rep.Provider503, rep.Provider429Source = d.RateLimited, d.Overloaded, "simulator"
+		rep.UpstreamAttempts = d.Requests
+		rep.Wasted = Wasted{Source: "simulator", UpstreamCalls: d.Cancelled, Tokens: d.CancelledTokens,
+			Ratio: ratio(float64(d.Cancelled), float64(d.OK+d.Cancelled))}
+	} else {
+		rep.Wasted = Wasted{Source: "unavailable"}
+		rep.Provider429, rep.Provider503, rep.Provider429Source = int64(rep.Totals.Provider429), int64(rep.Totals.Provider503), "client"
+		rep.UpstreamAttempts = int64(rep.Totals.UpstreamAttempts)
+	}
+	rep.RetryAmplification = ratio(float64(rep.UpstreamAttempts), float64(rep.Totals.Requests))
+	window := dur
+	var gd *sim.ProviderStats
+	if gStart == nil {
+		gStart = before
+	}
+	if atEnd != nil && gStart != nil {
+		gd = statsDelta(gStart, atEnd, sc.Provider)
+		if s, e := atEnd.Now, gStart.Now; !s.IsZero() && !e.IsZero() && s.After(e) {
+			window = s.Sub(e)
+		}
+	}
+	rep.Goodput = computeGoodput(sc, gd, window, offRPS, offTPS, offIn, offOut, tg.quota, rep.Totals.Outcomes.Success)
+	if statsErr != nil && gd == nil {
+		rep.Goodput.Note = strings.TrimSpace(rep.Goodput.Note + " (" + statsErr.Error() + ")")
+	}
+}
+
+func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEnd, final *sim.Stats, statsErr error,
+	start, end time.Time, dur, drain time.Duration, maxIn, limit int) *Report {
+	rep := &Report{Schema: ReportSchema, Scenario: sc.Name, Description: sc.Description, Mode: tg.mode,
+		Classes: map[string]*Group{}, Routes: map[string]*Group{}}
+	rep.Conditions = conditions(sc, tg, records, start, end, dur, drain, maxIn, limit)
 
 	// Offered load.
 	offered := make([]float64, len(sc.Tenants))
@@ -1130,35 +1266,7 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 	}
 	rep.Fairness, rep.JainFairness = fairness(sc, rep.Tenants)
 
-	// Provider counts: the simulator's own, else the client's view.
-	rep.Local429 = int64(rep.Totals.Local429)
-	if d := statsDelta(before, final, allProviders); d != nil {
-		rep.Simulator, rep.SimulatorProviders = d, perProvider(before, final)
-		rep.Provider429, rep.Provider503, rep.Provider429Source = d.RateLimited, d.Overloaded, "simulator"
-		rep.UpstreamAttempts = d.Requests
-		rep.Wasted = Wasted{Source: "simulator", UpstreamCalls: d.Cancelled, Tokens: d.CancelledTokens,
-			Ratio: ratio(float64(d.Cancelled), float64(d.OK+d.Cancelled))}
-	} else {
-		rep.Wasted = Wasted{Source: "unavailable"}
-		rep.Provider429, rep.Provider503, rep.Provider429Source = int64(rep.Totals.Provider429), int64(rep.Totals.Provider503), "client"
-		rep.UpstreamAttempts = int64(rep.Totals.UpstreamAttempts)
-	}
-	rep.RetryAmplification = ratio(float64(rep.UpstreamAttempts), float64(rep.Totals.Requests))
-	window := dur
-	var gd *sim.ProviderStats
-	if gStart == nil {
-		gStart = before
-	}
-	if atEnd != nil && gStart != nil {
-		gd = statsDelta(gStart, atEnd, sc.Provider)
-		if s, e := atEnd.Now, gStart.Now; !s.IsZero() && !e.IsZero() && s.After(e) {
-			window = s.Sub(e)
-		}
-	}
-	rep.Goodput = computeGoodput(sc, gd, window, offRPS, offTPS, offIn, offOut, tg.quota, rep.Totals.Outcomes.Success)
-	if statsErr != nil && gd == nil {
-		rep.Goodput.Note = strings.TrimSpace(rep.Goodput.Note + " (" + statsErr.Error() + ")")
-	}
+	rep.providerCounts(sc, tg, before, gStart, atEnd, final, statsErr, dur, offRPS, offTPS, offIn, offOut)
 	rep.GoodputRatio = rep.Goodput.Ratio
 	rep.CapacityStorm = stormReport(sc, records, dur, offRPS)
 	return rep

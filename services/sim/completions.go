@@ -20,28 +20,7 @@ func (s *Server) openAICompletions(provider string) http.HandlerFunc {
 		if !ok {
 			return
 		}
-		var prompts, tokenIDs int64
-		var textBytes int64
-		switch p := body["prompt"].(type) {
-		case string:
-			prompts, textBytes = 1, int64(len(p))
-		case []any:
-			if len(p) > 0 {
-				if _, isNum := p[0].(float64); isNum {
-					prompts, tokenIDs = 1, int64(len(p))
-					break
-				}
-			}
-			for _, e := range p {
-				switch x := e.(type) {
-				case string:
-					textBytes += int64(len(x))
-				case []any:
-					tokenIDs += int64(len(x))
-				}
-			}
-			prompts = int64(len(p))
-		}
+		prompts, tokenIDs, textBytes := completionsPrompt(body["prompt"])
 		if prompts == 0 {
 			s.writeBadRequest(w, provider, "'prompt' is a required property (a string, strings, or token arrays)")
 			return
@@ -98,53 +77,86 @@ func (s *Server) openAICompletions(provider string) http.HandlerFunc {
 			s.finish(t, total, false)
 			return
 		}
-		sse := newSSE(w)
-		chunk := func(i int64, text string, fin any) map[string]any {
-			m := map[string]any{"id": id, "object": "text_completion", "created": created, "model": ec.model, "system_fingerprint": "fp_sim",
-				"choices": []any{map[string]any{"text": text, "index": i, "logprobs": nil, "finish_reason": fin}}}
-			if includeUsage {
-				m["usage"] = nil
+		s.streamCompletions(w, r, t, ec.model, id, created, choices, finish, includeUsage, usage)
+	}
+}
+
+// completionsPrompt counts a legacy completion's prompts and their size:
+// a string, a token array, or a list of either.
+func completionsPrompt(prompt any) (prompts, tokenIDs, textBytes int64) {
+	switch p := prompt.(type) {
+	case string:
+		return 1, 0, int64(len(p))
+	case []any:
+		if len(p) > 0 {
+			if _, isNum := p[0].(float64); isNum {
+				return 1, int64(len(p)), 0
 			}
-			return m
 		}
-		var sent int64
-		fail := func() { s.finish(t, sent, true) }
-		if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
-			fail()
-			return
+		for _, e := range p {
+			switch x := e.(type) {
+			case string:
+				textBytes += int64(len(x))
+			case []any:
+				tokenIDs += int64(len(x))
+			}
 		}
-		for i := range choices {
-			var off int64
-			for _, k := range chunks(t.output, s.cfg.StreamChunkTokens) {
-				if sent > 0 {
-					if err := s.sleep(ctx, s.perToken(k)); err != nil {
-						fail()
-						return
-					}
-				}
-				if sse.data(chunk(i, outputText(off, k), nil)) != nil {
+		return int64(len(p)), tokenIDs, textBytes
+	}
+	return 0, 0, 0
+}
+
+// streamCompletions streams an admitted legacy completion as server-sent
+// events, choice after choice, with the usage chunk when asked for.
+func (s *Server) streamCompletions(w http.ResponseWriter, r *http.Request, t *ticket, model, id string, created, choices int64,
+	finish string, includeUsage bool, usage func(int64) map[string]any) {
+	ctx := r.Context()
+	sse := newSSE(w)
+	chunk := func(i int64, text string, fin any) map[string]any {
+		m := map[string]any{"id": id, "object": "text_completion", "created": created, "model": model, "system_fingerprint": "fp_sim",
+			"choices": []any{map[string]any{"text": text, "index": i, "logprobs": nil, "finish_reason": fin}}}
+		if includeUsage {
+			m["usage"] = nil
+		}
+		return m
+	}
+	var sent int64
+	fail := func() { s.finish(t, sent, true) }
+	if err := s.sleep(ctx, s.cfg.Latency.TimeToFirstToken.D()); err != nil {
+		fail()
+		return
+	}
+	for i := range choices {
+		var off int64
+		for _, k := range chunks(t.output, s.cfg.StreamChunkTokens) {
+			if sent > 0 {
+				if err := s.sleep(ctx, s.perToken(k)); err != nil {
 					fail()
 					return
 				}
-				off += k
-				sent += k
 			}
-			if sse.data(chunk(i, "", finish)) != nil {
+			if sse.data(chunk(i, outputText(off, k), nil)) != nil {
 				fail()
 				return
 			}
+			off += k
+			sent += k
 		}
-		if includeUsage {
-			if sse.data(map[string]any{"id": id, "object": "text_completion", "created": created, "model": ec.model,
-				"system_fingerprint": "fp_sim", "choices": []any{}, "usage": usage(sent)}) != nil {
-				fail()
-				return
-			}
-		}
-		if sse.raw("data: [DONE]\n\n") != nil {
+		if sse.data(chunk(i, "", finish)) != nil {
 			fail()
 			return
 		}
-		s.finish(t, sent, false)
 	}
+	if includeUsage {
+		if sse.data(map[string]any{"id": id, "object": "text_completion", "created": created, "model": model,
+			"system_fingerprint": "fp_sim", "choices": []any{}, "usage": usage(sent)}) != nil {
+			fail()
+			return
+		}
+	}
+	if sse.raw("data: [DONE]\n\n") != nil {
+		fail()
+		return
+	}
+	s.finish(t, sent, false)
 }

@@ -489,55 +489,11 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 		return rateView{req: view(sc.req, now), tok: view(sc.tok, now), in: view(sc.in, now), out: view(sc.out, now), now: now}
 	}
 
-	for _, storm := range s.storms {
-		if storm.Kind == StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
-			continue
-		}
-		storm.n++
-		if storm.Every > 1 && (storm.n-1)%int64(storm.Every) != 0 {
-			continue
-		}
-		rj := &rejection{storm: &storm.Storm, wait: storm.RetryAfter.D(), rv: rvNow()}
-		if storm.EchoKey {
-			rj.echo = presentedKey(r)
-		}
-		if storm.Kind == "429" {
-			rj.status = http.StatusTooManyRequests
-			if rj.wait == 0 {
-				rj.wait = time.Second
-			}
-			st.RateLimited++
-			st.RateLimitedBy[DimStorm]++
-			s.mLimited.WithLabelValues(c.provider, DimStorm).Inc()
-		} else {
-			rj.status = http.StatusServiceUnavailable
-			st.Overloaded++
-		}
-		if storm.Status != 0 {
-			rj.status = storm.Status
-		}
-		s.mRequests.WithLabelValues(c.provider, strconv.Itoa(rj.status)).Inc()
+	if rj := s.stormRefusal(r, c, st, now, rvNow); rj != nil {
 		return nil, rj
 	}
 
-	// Anthropic prompt cache: a live prefix is a cache read, otherwise the
-	// prefix is written to the cache (and counts as input).
-	hit := false
-	if c.cacheKey != "" {
-		if exp, ok := s.cache[c.cacheKey]; ok && now.Before(exp) {
-			hit = true
-		}
-	}
-	if hit {
-		c.cacheRead = c.cacheSize
-	} else {
-		c.cacheWrit = c.cacheSize
-	}
-	c.input -= c.cacheRead + c.cacheWrit
-	counted := c.input + c.cacheWrit
-	if pc.CountCacheReads {
-		counted += c.cacheRead
-	}
+	counted := s.cacheAccount(&c, pc, now)
 
 	bound := c.maxTokens
 	if bound <= 0 {
@@ -579,6 +535,66 @@ func (s *Server) admit(r *http.Request, c call) (*ticket, *rejection) {
 	}
 	s.mInFlight.WithLabelValues(c.provider).Inc()
 	return t, nil
+}
+
+// stormRefusal is the answer of the first active request storm that
+// refuses this call (counted), or nil. Capacity storms are not request
+// storms: capacityStorms handles them against the reduced capacity.
+func (s *Server) stormRefusal(r *http.Request, c call, st *ProviderStats, now time.Time, rvNow func() rateView) *rejection {
+	for _, storm := range s.storms {
+		if storm.Kind == StormCapacity || !storm.active(now) || (storm.Provider != "" && storm.Provider != c.provider) {
+			continue
+		}
+		storm.n++
+		if storm.Every > 1 && (storm.n-1)%int64(storm.Every) != 0 {
+			continue
+		}
+		rj := &rejection{storm: &storm.Storm, wait: storm.RetryAfter.D(), rv: rvNow()}
+		if storm.EchoKey {
+			rj.echo = presentedKey(r)
+		}
+		if storm.Kind == "429" {
+			rj.status = http.StatusTooManyRequests
+			if rj.wait == 0 {
+				rj.wait = time.Second
+			}
+			st.RateLimited++
+			st.RateLimitedBy[DimStorm]++
+			s.mLimited.WithLabelValues(c.provider, DimStorm).Inc()
+		} else {
+			rj.status = http.StatusServiceUnavailable
+			st.Overloaded++
+		}
+		if storm.Status != 0 {
+			rj.status = storm.Status
+		}
+		s.mRequests.WithLabelValues(c.provider, strconv.Itoa(rj.status)).Inc()
+		return rj
+	}
+	return nil
+}
+
+// cacheAccount applies the Anthropic prompt cache to c: a live prefix is
+// a cache read, otherwise the prefix is written to the cache (and counts
+// as input). It returns the input tokens the provider's limits count.
+func (s *Server) cacheAccount(c *call, pc ProviderConfig, now time.Time) (counted int64) {
+	hit := false
+	if c.cacheKey != "" {
+		if exp, ok := s.cache[c.cacheKey]; ok && now.Before(exp) {
+			hit = true
+		}
+	}
+	if hit {
+		c.cacheRead = c.cacheSize
+	} else {
+		c.cacheWrit = c.cacheSize
+	}
+	c.input -= c.cacheRead + c.cacheWrit
+	counted = c.input + c.cacheWrit
+	if pc.CountCacheReads {
+		counted += c.cacheRead
+	}
+	return counted
 }
 
 func (s *Server) drawOutput(r *http.Request, bound int64) int64 {

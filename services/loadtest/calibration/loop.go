@@ -108,6 +108,112 @@ func (o Options) say(format string, a ...any) {
 	}
 }
 
+// offer sends the scenario's first tenant's requests open-loop at its rate
+// for o.Duration, and counts what was sent and served into st.
+func (o Options) offer(ctx context.Context, sc *loadtest.Scenario, gatewayURL, key, which string, st *RunStats) error {
+	t := sc.Tenants[0]
+	body, _ := json.Marshal(map[string]any{"model": sc.Model, "max_tokens": t.MaxTokens,
+		"messages": []map[string]string{{"role": "user", "content": strings.Repeat("tok ", int(max(1, t.PromptTokens-8)))}}})
+	hc := &http.Client{Timeout: sc.Classes[t.Class].Deadline.D() + 5*time.Second}
+	defer hc.CloseIdleConnections()
+	start := time.Now()
+	o.say("%s: %.0f s of %.1f req/s against %s", which, o.Duration.Seconds(), t.Rate, gatewayURL)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / t.Rate)
+	for i := 0; time.Since(start) < o.Duration; i++ {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
+		st.Sent++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL+"/v1/chat/completions", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			var out struct {
+				Usage struct {
+					CompletionTokens int64 `json:"completion_tokens"`
+				} `json:"usage"`
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			if resp.StatusCode == http.StatusOK {
+				mu.Lock()
+				st.OK++
+				st.OutputTokens += out.Usage.CompletionTokens
+				mu.Unlock()
+			}
+		}()
+	}
+	st.Seconds = time.Since(start).Seconds()
+	wg.Wait()
+	st.GoodputRPS = float64(st.OK) / st.Seconds
+	st.GoodputTokensPS = float64(st.OutputTokens) / st.Seconds
+	return nil
+}
+
+// awaitSink waits until every logical request's Outcome is in ClickHouse,
+// then a second more for the inserts that carry the views' rows.
+func (o Options) awaitSink(ctx context.Context, conn driver.Conn, db, tenant, which string, sent int, sinkDone <-chan error) error {
+	// Wait until every logical request's Outcome is in ClickHouse.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var n uint64
+		q := "SELECT uniqExact(request_id) FROM `" + db + "`.events WHERE type = 'Outcome' AND tenant = ?"
+		if err := conn.QueryRow(ctx, q, tenant).Scan(&n); err != nil {
+			n = 0 // the sink may still be migrating
+		}
+		if int(n) >= sent {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d of %d outcomes reached ClickHouse", which, n, sent)
+		}
+		select {
+		case err := <-sinkDone:
+			return fmt.Errorf("sink stopped: %v", err)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	// Let the inserts that carry the views' rows return.
+	time.Sleep(time.Second)
+	return nil
+}
+
+// fromReport takes the loop's figures from the report: stranded quota
+// and output bias (headline), the route's mean reserved output.
+func (st *RunStats) fromReport(rep *report.Report) {
+	for _, h := range rep.Headline {
+		switch h.Name {
+		case "stranded token·s":
+			st.StrandedTokenS = h.Value
+		case "output estimation bias":
+			st.OutputBias = h.Value
+		}
+	}
+	for _, s := range rep.Sections {
+		if s.Name != "route_calibration" {
+			continue
+		}
+		for _, row := range s.Rows {
+			for i, c := range s.Columns {
+				if c == "est_out_mean" {
+					if f, ok := row[i].(float64); ok {
+						st.ReservedOutput = f
+					}
+				}
+			}
+		}
+	}
+}
+
 func runOnce(ctx context.Context, o Options, sc *loadtest.Scenario, conn driver.Conn, patch *report.Patch, which string) (RunStats, *report.Report, []report.Change, error) {
 	var st RunStats
 	keys := loadtest.NewKeys(sc)
@@ -152,53 +258,12 @@ func runOnce(ctx context.Context, o Options, sc *loadtest.Scenario, conn driver.
 			FlushInterval: 200 * time.Millisecond, Registerer: reg}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 
-	// Open-loop arrivals at the scenario's rate, one tenant.
 	t := sc.Tenants[0]
-	body, _ := json.Marshal(map[string]any{"model": sc.Model, "max_tokens": t.MaxTokens,
-		"messages": []map[string]string{{"role": "user", "content": strings.Repeat("tok ", int(max(1, t.PromptTokens-8)))}}})
-	hc := &http.Client{Timeout: sc.Classes[t.Class].Deadline.D() + 5*time.Second}
-	defer hc.CloseIdleConnections()
 	start := time.Now()
-	o.say("%s: %.0f s of %.1f req/s against %s", which, o.Duration.Seconds(), t.Rate, stack.GatewayURL)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) / t.Rate)
-	for i := 0; time.Since(start) < o.Duration; i++ {
-		if ctx.Err() != nil {
-			return st, nil, nil, ctx.Err()
-		}
-		time.Sleep(time.Until(start.Add(time.Duration(i) * interval)))
-		st.Sent++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, stack.GatewayURL+"/v1/chat/completions", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+keys[t.ID])
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := hc.Do(req)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			var out struct {
-				Usage struct {
-					CompletionTokens int64 `json:"completion_tokens"`
-				} `json:"usage"`
-			}
-			_ = json.NewDecoder(resp.Body).Decode(&out)
-			if resp.StatusCode == http.StatusOK {
-				mu.Lock()
-				st.OK++
-				st.OutputTokens += out.Usage.CompletionTokens
-				mu.Unlock()
-			}
-		}()
+	if err := o.offer(ctx, sc, stack.GatewayURL, keys[t.ID], which, &st); err != nil {
+		return st, nil, nil, err
 	}
-	st.Seconds = time.Since(start).Seconds()
-	wg.Wait()
 	end := time.Now()
-	st.GoodputRPS = float64(st.OK) / st.Seconds
-	st.GoodputTokensPS = float64(st.OutputTokens) / st.Seconds
 
 	var ss sim.Stats
 	if resp, err := http.Get(stack.SimURL + "/sim/stats"); err == nil {
@@ -207,29 +272,10 @@ func runOnce(ctx context.Context, o Options, sc *loadtest.Scenario, conn driver.
 		st.Provider429 = ss.Totals.RateLimited
 	}
 
-	// Wait until every logical request's Outcome is in ClickHouse.
 	o.say("%s: %d sent, %d ok; waiting for the sink", which, st.Sent, st.OK)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var n uint64
-		q := "SELECT uniqExact(request_id) FROM `" + db + "`.events WHERE type = 'Outcome' AND tenant = ?"
-		if err := conn.QueryRow(ctx, q, t.ID).Scan(&n); err != nil {
-			n = 0 // the sink may still be migrating
-		}
-		if int(n) >= st.Sent {
-			break
-		}
-		if time.Now().After(deadline) {
-			return st, nil, nil, fmt.Errorf("%s: %d of %d outcomes reached ClickHouse", which, n, st.Sent)
-		}
-		select {
-		case err := <-sinkDone:
-			return st, nil, nil, fmt.Errorf("sink stopped: %v", err)
-		case <-time.After(300 * time.Millisecond):
-		}
+	if err := o.awaitSink(ctx, conn, db, t.ID, which, st.Sent, sinkDone); err != nil {
+		return st, nil, nil, err
 	}
-	// Let the inserts that carry the views' rows return.
-	time.Sleep(time.Second)
 
 	rng := analytics.Range{From: start.Add(-time.Minute).Truncate(time.Second), To: end.Add(2 * time.Minute).Truncate(time.Second)}
 	src := report.NewClickHouse(conn, db)
@@ -238,28 +284,7 @@ func runOnce(ctx context.Context, o Options, sc *loadtest.Scenario, conn driver.
 	if err != nil {
 		return st, nil, nil, err
 	}
-	for _, h := range rep.Headline {
-		switch h.Name {
-		case "stranded token·s":
-			st.StrandedTokenS = h.Value
-		case "output estimation bias":
-			st.OutputBias = h.Value
-		}
-	}
-	for _, s := range rep.Sections {
-		if s.Name != "route_calibration" {
-			continue
-		}
-		for _, row := range s.Rows {
-			for i, c := range s.Columns {
-				if c == "est_out_mean" {
-					if f, ok := row[i].(float64); ok {
-						st.ReservedOutput = f
-					}
-				}
-			}
-		}
-	}
+	st.fromReport(rep)
 	o.say("%s: goodput %.2f req/s, %.0f output tok/s, stranded %.0f token·s, provider 429s %d",
 		which, st.GoodputRPS, st.GoodputTokensPS, st.StrandedTokenS, st.Provider429)
 	cancel()
