@@ -296,45 +296,7 @@ func (e *Estimator) EstimateRoute(req Request, rt Route) Estimate {
 		}
 		text += req.InputTokens
 	} else {
-		for _, p := range req.System {
-			t, m, a := e.partTokens(c, fam, model, p)
-			text, media, approx = text+t, media+m, approx || a
-		}
-		if len(req.System) > 0 {
-			text += tokensPerMessage
-		}
-		for i := range req.Messages {
-			msg := &req.Messages[i]
-			text += tokensPerMessage + c.count(msg.Role)
-			if msg.Name != "" {
-				text += c.count(msg.Name) + tokensPerName
-			}
-			if msg.ToolCallID != "" {
-				text += c.count(msg.ToolCallID)
-			}
-			for _, p := range msg.Parts {
-				t, m, a := e.partTokens(c, fam, model, p)
-				text, media, approx = text+t, media+m, approx || a
-			}
-			for _, tc := range msg.ToolCalls {
-				text += tokensPerToolCall + c.count(tc.Name) + c.count(tc.Arguments)
-			}
-		}
-		text += tokensReplyPriming
-		if len(req.Tools) > 0 {
-			approx = true
-			if fam == famClaude {
-				text += tokensClaudeToolSys
-			} else {
-				text += tokensToolsPreamble
-			}
-			for _, t := range req.Tools {
-				text += tokensPerTool + c.count(t.Name) + c.count(t.Description) + c.countJSON(t.Parameters)
-			}
-		}
-		if rf := req.ResponseFormat; rf.Structured() {
-			text += tokensResponseFmt + c.count(rf.Name) + c.countJSON(rf.Schema)
-		}
+		text, media, approx = e.chatTokens(c, fam, model, &req)
 	}
 	if fam != famOpenAI {
 		text = int64(math.Ceil(float64(text) * e.factor))
@@ -353,6 +315,53 @@ func (e *Estimator) EstimateRoute(req Request, rt Route) Estimate {
 		out.ArrivalOutputTokens = req.MaxTokens * max(1, req.N)
 	}
 	return out
+}
+
+// chatTokens counts a chat-shaped request's input: the system prompt and
+// messages with their framing, tool calls, tool definitions and the
+// response format. media are the parts (images, …) that the family factor
+// does not scale.
+func (e *Estimator) chatTokens(c *counter, fam family, model string, req *Request) (text, media int64, approx bool) {
+	for _, p := range req.System {
+		t, m, a := e.partTokens(c, fam, model, p)
+		text, media, approx = text+t, media+m, approx || a
+	}
+	if len(req.System) > 0 {
+		text += tokensPerMessage
+	}
+	for i := range req.Messages {
+		msg := &req.Messages[i]
+		text += tokensPerMessage + c.count(msg.Role)
+		if msg.Name != "" {
+			text += c.count(msg.Name) + tokensPerName
+		}
+		if msg.ToolCallID != "" {
+			text += c.count(msg.ToolCallID)
+		}
+		for _, p := range msg.Parts {
+			t, m, a := e.partTokens(c, fam, model, p)
+			text, media, approx = text+t, media+m, approx || a
+		}
+		for _, tc := range msg.ToolCalls {
+			text += tokensPerToolCall + c.count(tc.Name) + c.count(tc.Arguments)
+		}
+	}
+	text += tokensReplyPriming
+	if len(req.Tools) > 0 {
+		approx = true
+		if fam == famClaude {
+			text += tokensClaudeToolSys
+		} else {
+			text += tokensToolsPreamble
+		}
+		for _, t := range req.Tools {
+			text += tokensPerTool + c.count(t.Name) + c.count(t.Description) + c.countJSON(t.Parameters)
+		}
+	}
+	if rf := req.ResponseFormat; rf.Structured() {
+		text += tokensResponseFmt + c.count(rf.Name) + c.countJSON(rf.Schema)
+	}
+	return text, media, approx
 }
 
 // ClampInputCorrection returns f within [InputCorrectionMin,

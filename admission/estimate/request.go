@@ -732,47 +732,73 @@ func openAIMessageFrom(m *openAIMessage, param string) (Message, *RequestError) 
 		}
 		msg.Parts = []Part{{Type: PartText, Text: s}}
 	case '[':
-		var parts []json.RawMessage
-		if e := decode(m.Content, &parts, param+".content"); e != nil {
+		parts, e := openAIParts(m.Content, param)
+		if e != nil {
 			return Message{}, e
 		}
-		msg.Parts = make([]Part, 0, len(parts))
-		for j, pr := range parts {
-			pp := fmt.Sprintf("%s.content[%d]", param, j)
-			if firstByte(pr) != '{' {
-				return Message{}, typeErr(pp, "an object", pr)
-			}
-			var p openAIPart
-			if e := decode(pr, &p, pp); e != nil {
-				return Message{}, e
-			}
-			switch p.Type {
-			case "text", "input_text":
-				msg.Parts = append(msg.Parts, Part{Type: PartText, Text: p.Text})
-			case "refusal":
-				msg.Parts = append(msg.Parts, Part{Type: PartText, Text: p.Refusal})
-			case "image_url":
-				if p.ImageURL == nil {
-					return Message{}, &RequestError{Code: CodeMissingField, Param: pp + ".image_url", Message: pp + ".image_url is required"}
-				}
-				msg.Parts = append(msg.Parts, Part{Type: PartImage, Image: &Image{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
-			case "input_audio":
-				msg.Parts = append(msg.Parts, Part{Type: PartAudio})
-			case "file":
-				msg.Parts = append(msg.Parts, Part{Type: PartDocument})
-			case "":
-				return Message{}, &RequestError{Code: CodeMissingField, Param: pp + ".type", Message: pp + ".type is required"}
-			default:
-				msg.Parts = append(msg.Parts, Part{Type: PartOther, Text: string(pr)})
-			}
-		}
+		msg.Parts = parts
 	default:
 		return Message{}, typeErr(param+".content", "a string, an array or null", m.Content)
 	}
 	if m.Refusal != nil && *m.Refusal != "" {
 		msg.Parts = append(msg.Parts, Part{Type: PartText, Text: *m.Refusal})
 	}
-	for j, tc := range m.ToolCalls {
+	calls, e := openAIToolCalls(m.ToolCalls, param)
+	if e != nil {
+		return Message{}, e
+	}
+	msg.ToolCalls = calls
+	if m.FunctionCall != nil {
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: m.FunctionCall.Name, Arguments: m.FunctionCall.Arguments})
+	}
+	return msg, nil
+}
+
+// openAIParts parses an array content's parts (text, refusal, image,
+// audio, file); a part of an unknown type counts by its JSON.
+func openAIParts(content json.RawMessage, param string) ([]Part, *RequestError) {
+	var parts []json.RawMessage
+	if e := decode(content, &parts, param+".content"); e != nil {
+		return nil, e
+	}
+	out := make([]Part, 0, len(parts))
+	for j, pr := range parts {
+		pp := fmt.Sprintf("%s.content[%d]", param, j)
+		if firstByte(pr) != '{' {
+			return nil, typeErr(pp, "an object", pr)
+		}
+		var p openAIPart
+		if e := decode(pr, &p, pp); e != nil {
+			return nil, e
+		}
+		switch p.Type {
+		case "text", "input_text":
+			out = append(out, Part{Type: PartText, Text: p.Text})
+		case "refusal":
+			out = append(out, Part{Type: PartText, Text: p.Refusal})
+		case "image_url":
+			if p.ImageURL == nil {
+				return nil, &RequestError{Code: CodeMissingField, Param: pp + ".image_url", Message: pp + ".image_url is required"}
+			}
+			out = append(out, Part{Type: PartImage, Image: &Image{URL: p.ImageURL.URL, Detail: p.ImageURL.Detail}})
+		case "input_audio":
+			out = append(out, Part{Type: PartAudio})
+		case "file":
+			out = append(out, Part{Type: PartDocument})
+		case "":
+			return nil, &RequestError{Code: CodeMissingField, Param: pp + ".type", Message: pp + ".type is required"}
+		default:
+			out = append(out, Part{Type: PartOther, Text: string(pr)})
+		}
+	}
+	return out, nil
+}
+
+// openAIToolCalls parses an assistant message's tool calls (function and
+// custom).
+func openAIToolCalls(raw []json.RawMessage, param string) ([]ToolCall, *RequestError) {
+	var out []ToolCall
+	for j, tc := range raw {
 		var c struct {
 			Function *openAIFunction `json:"function"`
 			Custom   *struct {
@@ -781,19 +807,16 @@ func openAIMessageFrom(m *openAIMessage, param string) (Message, *RequestError) 
 			} `json:"custom"`
 		}
 		if e := decode(tc, &c, fmt.Sprintf("%s.tool_calls[%d]", param, j)); e != nil {
-			return Message{}, e
+			return nil, e
 		}
 		switch {
 		case c.Function != nil:
-			msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: c.Function.Name, Arguments: c.Function.Arguments})
+			out = append(out, ToolCall{Name: c.Function.Name, Arguments: c.Function.Arguments})
 		case c.Custom != nil:
-			msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: c.Custom.Name, Arguments: c.Custom.Input})
+			out = append(out, ToolCall{Name: c.Custom.Name, Arguments: c.Custom.Input})
 		}
 	}
-	if m.FunctionCall != nil {
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: m.FunctionCall.Name, Arguments: m.FunctionCall.Arguments})
-	}
-	return msg, nil
+	return out, nil
 }
 
 func parseOpenAITool(raw json.RawMessage, param string, wrapped bool) (Tool, *RequestError) {
@@ -928,35 +951,57 @@ func ParseAnthropicMessages(body []byte) (Request, error) {
 		}
 		req.System = parts
 	}
-	req.Messages = make([]Message, 0, len(msgs))
+	if req.Messages, e = anthropicMessages(msgs); e != nil {
+		return Request{}, e
+	}
+	if req.Tools, e = anthropicTools(b.Tools); e != nil {
+		return Request{}, e
+	}
+	if b.Stream != nil {
+		req.Stream = *b.Stream
+	}
+	return req, nil
+}
+
+// anthropicMessages parses the messages array's elements: a role and
+// content (a string or blocks) each.
+func anthropicMessages(msgs []json.RawMessage) ([]Message, *RequestError) {
+	out := make([]Message, 0, len(msgs))
 	for i, raw := range msgs {
 		param := fmt.Sprintf("messages[%d]", i)
 		if firstByte(raw) != '{' {
-			return Request{}, typeErr(param, "an object", raw)
+			return nil, typeErr(param, "an object", raw)
 		}
 		var m struct {
 			Role    *string         `json:"role"`
 			Content json.RawMessage `json:"content"`
 		}
 		if e := decode(raw, &m, param); e != nil {
-			return Request{}, e
+			return nil, e
 		}
 		if m.Role == nil {
-			return Request{}, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
+			return nil, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
 		}
 		if isNull(m.Content) {
-			return Request{}, &RequestError{Code: CodeMissingField, Param: param + ".content", Message: param + ".content is required"}
+			return nil, &RequestError{Code: CodeMissingField, Param: param + ".content", Message: param + ".content is required"}
 		}
 		parts, e := parseAnthropicContent(m.Content, param+".content")
 		if e != nil {
-			return Request{}, e
+			return nil, e
 		}
-		req.Messages = append(req.Messages, Message{Role: *m.Role, Parts: parts})
+		out = append(out, Message{Role: *m.Role, Parts: parts})
 	}
-	for i, raw := range b.Tools {
+	return out, nil
+}
+
+// anthropicTools parses the tool definitions: custom tools by their input
+// schema, server tools (web_search, bash, …) by their whole definition.
+func anthropicTools(tools []json.RawMessage) ([]Tool, *RequestError) {
+	var out []Tool
+	for i, raw := range tools {
 		param := fmt.Sprintf("tools[%d]", i)
 		if firstByte(raw) != '{' {
-			return Request{}, typeErr(param, "an object", raw)
+			return nil, typeErr(param, "an object", raw)
 		}
 		var t struct {
 			Type        string          `json:"type"`
@@ -965,18 +1010,15 @@ func ParseAnthropicMessages(body []byte) (Request, error) {
 			InputSchema json.RawMessage `json:"input_schema"`
 		}
 		if e := decode(raw, &t, param); e != nil {
-			return Request{}, e
+			return nil, e
 		}
 		if t.InputSchema == nil { // server tools (web_search, bash, …): count the definition
-			req.Tools = append(req.Tools, Tool{Type: t.Type, Name: t.Name, Parameters: raw})
+			out = append(out, Tool{Type: t.Type, Name: t.Name, Parameters: raw})
 			continue
 		}
-		req.Tools = append(req.Tools, Tool{Type: "custom", Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
+		out = append(out, Tool{Type: "custom", Name: t.Name, Description: t.Description, Parameters: t.InputSchema})
 	}
-	if b.Stream != nil {
-		req.Stream = *b.Stream
-	}
-	return req, nil
+	return out, nil
 }
 
 func parseAnthropicContent(raw json.RawMessage, param string) ([]Part, *RequestError) {
@@ -1081,25 +1123,34 @@ func ParseEmbeddings(body []byte) (Request, error) {
 	default:
 		return Request{}, typeErr("input", "a string or an array", b.Input)
 	}
-	var items []json.RawMessage
-	if e := decode(b.Input, &items, "input"); e != nil {
+	if e := embeddingItems(&req, b.Input); e != nil {
 		return Request{}, e
 	}
+	return req, nil
+}
+
+// embeddingItems parses an array input: one flat array of token ids, or
+// items that are each a string or an array of token ids.
+func embeddingItems(req *Request, input json.RawMessage) *RequestError {
+	var items []json.RawMessage
+	if e := decode(input, &items, "input"); e != nil {
+		return e
+	}
 	if len(items) == 0 {
-		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "input", Message: "input must not be empty"}
+		return &RequestError{Code: CodeInvalidValue, Param: "input", Message: "input must not be empty"}
 	}
 	// A flat array of token ids is one input.
 	if c := firstByte(items[0]); c == '-' || (c >= '0' && c <= '9') {
 		for i, it := range items {
 			if e := tokenID(it, fmt.Sprintf("input[%d]", i)); e != nil {
-				return Request{}, e
+				return e
 			}
 		}
 		req.InputTokens = int64(len(items))
-		return req, nil
+		return nil
 	}
 	if len(items) > MaxEmbeddingInputs {
-		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "input", Message: fmt.Sprintf("input must have at most %d items", MaxEmbeddingInputs)}
+		return &RequestError{Code: CodeInvalidValue, Param: "input", Message: fmt.Sprintf("input must have at most %d items", MaxEmbeddingInputs)}
 	}
 	for i, it := range items {
 		param := fmt.Sprintf("input[%d]", i)
@@ -1107,25 +1158,25 @@ func ParseEmbeddings(body []byte) (Request, error) {
 		case '"':
 			var s string
 			if e := decode(it, &s, param); e != nil {
-				return Request{}, e
+				return e
 			}
 			req.Input = append(req.Input, s)
 		case '[':
 			var ids []json.RawMessage
 			if e := decode(it, &ids, param); e != nil {
-				return Request{}, e
+				return e
 			}
 			for j, id := range ids {
 				if e := tokenID(id, fmt.Sprintf("%s[%d]", param, j)); e != nil {
-					return Request{}, e
+					return e
 				}
 			}
 			req.InputTokens += int64(len(ids))
 		default:
-			return Request{}, typeErr(param, "a string or an array of token ids", it)
+			return typeErr(param, "a string or an array of token ids", it)
 		}
 	}
-	return req, nil
+	return nil
 }
 
 func tokenID(raw json.RawMessage, param string) *RequestError {

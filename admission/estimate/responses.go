@@ -69,46 +69,8 @@ func ParseOpenAIResponses(body []byte) (Request, error) {
 		return Request{}, &RequestError{Code: CodeInvalidValue, Param: "background",
 			Message: "background responses are not supported through Sluice: the gateway reconciles each request with the usage of its answer, which a background response does not carry; send it without background (stream it instead for long outputs)"}
 	}
-	switch firstByte(b.Instructions) {
-	case 0, 'n':
-	case '"':
-		var s string
-		if e := decode(b.Instructions, &s, "instructions"); e != nil {
-			return Request{}, e
-		}
-		req.System = []Part{{Type: PartText, Text: s}}
-	default:
-		return Request{}, typeErr("instructions", "a string", b.Instructions)
-	}
-	switch firstByte(b.Input) {
-	case 0, 'n':
-		if len(req.System) == 0 {
-			return Request{}, &RequestError{Code: CodeMissingField, Param: "input", Message: "input is required"}
-		}
-	case '"':
-		var s string
-		if e := decode(b.Input, &s, "input"); e != nil {
-			return Request{}, e
-		}
-		req.Messages = []Message{{Role: "user", Parts: []Part{{Type: PartText, Text: s}}}}
-	case '[':
-		var items []json.RawMessage
-		if e := decode(b.Input, &items, "input"); e != nil {
-			return Request{}, e
-		}
-		if len(items) == 0 && len(req.System) == 0 {
-			return Request{}, &RequestError{Code: CodeInvalidValue, Param: "input", Message: "input must contain at least one item"}
-		}
-		req.Messages = make([]Message, 0, len(items))
-		for i, raw := range items {
-			m, e := parseResponsesItem(raw, fmt.Sprintf("input[%d]", i))
-			if e != nil {
-				return Request{}, e
-			}
-			req.Messages = append(req.Messages, m)
-		}
-	default:
-		return Request{}, typeErr("input", "a string or an array of input items", b.Input)
+	if e := responsesInput(&req, b.Instructions, b.Input); e != nil {
+		return Request{}, e
 	}
 	for i, raw := range b.Tools {
 		t, e := parseResponsesTool(raw, fmt.Sprintf("tools[%d]", i))
@@ -133,6 +95,53 @@ func ParseOpenAIResponses(body []byte) (Request, error) {
 		req.Stream = *b.Stream
 	}
 	return req, nil
+}
+
+// responsesInput parses instructions (the system prompt) and input (a
+// string or input items) into req.
+func responsesInput(req *Request, instructions, input json.RawMessage) *RequestError {
+	switch firstByte(instructions) {
+	case 0, 'n':
+	case '"':
+		var s string
+		if e := decode(instructions, &s, "instructions"); e != nil {
+			return e
+		}
+		req.System = []Part{{Type: PartText, Text: s}}
+	default:
+		return typeErr("instructions", "a string", instructions)
+	}
+	switch firstByte(input) {
+	case 0, 'n':
+		if len(req.System) == 0 {
+			return &RequestError{Code: CodeMissingField, Param: "input", Message: "input is required"}
+		}
+	case '"':
+		var s string
+		if e := decode(input, &s, "input"); e != nil {
+			return e
+		}
+		req.Messages = []Message{{Role: "user", Parts: []Part{{Type: PartText, Text: s}}}}
+	case '[':
+		var items []json.RawMessage
+		if e := decode(input, &items, "input"); e != nil {
+			return e
+		}
+		if len(items) == 0 && len(req.System) == 0 {
+			return &RequestError{Code: CodeInvalidValue, Param: "input", Message: "input must contain at least one item"}
+		}
+		req.Messages = make([]Message, 0, len(items))
+		for i, raw := range items {
+			m, e := parseResponsesItem(raw, fmt.Sprintf("input[%d]", i))
+			if e != nil {
+				return e
+			}
+			req.Messages = append(req.Messages, m)
+		}
+	default:
+		return typeErr("input", "a string or an array of input items", input)
+	}
+	return nil
 }
 
 func parseResponsesItem(raw json.RawMessage, param string) (Message, *RequestError) {
