@@ -643,28 +643,56 @@ type auditResult struct {
 	undecidedSample []string
 }
 
+// auditAttempt names one attempt of one request.
+type auditAttempt struct {
+	id string
+	n  int32
+}
+
+// auditor holds what audit gathers while it reads the run's topics record
+// by record, so that each step of the audit is a method over one state.
+type auditor struct {
+	runStart, arrivalsEnd time.Time
+	a                     auditResult
+	reserved              map[auditAttempt]string // what each reserve or retry asked, for the undecided sample
+	decided               map[auditAttempt]bool
+	seen                  map[string]bool   // decision ids, to count doubles
+	times                 map[int32][]int64 // decision times in the arrival window, by input partition
+	ba                    *budgetAudit
+}
+
 // audit reads the run's committed requests and decisions.
 func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (auditResult, error) {
-	var a auditResult
+	au := &auditor{runStart: runStart, arrivalsEnd: arrivalsEnd,
+		reserved: map[auditAttempt]string{}, decided: map[auditAttempt]bool{},
+		seen: map[string]bool{}, times: map[int32][]int64{}, ba: newBudgetAudit(runStart)}
+	if err := st.auditTopics(ctx, au); err != nil {
+		return au.a, err
+	}
+	au.a.budgets = au.ba.reports()
+	au.countUndecided()
+	busiest := au.busiestPartition()
+	au.a.busiest = max(busiest, 0)
+	if err := st.auditSnapshots(ctx, au); err != nil {
+		return au.a, err
+	}
+	au.gaps(busiest)
+	return au.a, nil
+}
+
+// auditTopics feeds every committed record of the requests and decisions
+// topics, partition by partition, to the auditor.
+func (st *stack) auditTopics(ctx context.Context, au *auditor) error {
 	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
 	if err != nil {
-		return a, err
+		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	type attempt struct {
-		id string
-		n  int32
-	}
-	reserved := map[attempt]string{}
-	decided := map[attempt]bool{}
-	seen := map[string]bool{}
-	times := map[int32][]int64{}
-	ba := newBudgetAudit(runStart)
 	for _, topic := range []string{st.names.Requests, st.names.Decisions} {
 		td, err := adm.ListTopics(ctx, topic)
 		if err != nil {
-			return a, err
+			return err
 		}
 		for _, p := range td[topic].Partitions.Numbers() {
 			var ev schemas.Event
@@ -672,71 +700,97 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 				if schemas.Decode(r.Value, &ev) != nil {
 					return nil
 				}
-				ba.add(&ev, r.Timestamp)
-				switch {
-				case ev.ReserveRequested != nil, ev.RetryRequested != nil:
-					kind := "reserve"
-					if ev.RetryRequested != nil {
-						kind = "retry"
-					}
-					reserved[attempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
-						r.Partition, r.Offset, r.Timestamp.Sub(runStart).Milliseconds())
-				case ev.Decision != nil:
-					a.decisions++
-					if seen[ev.ID] {
-						a.doubled++
-					}
-					seen[ev.ID] = true
-					decided[attempt{ev.RequestID, ev.Attempt}] = true
-					if ts := r.Timestamp; !ts.Before(runStart) && ts.Before(arrivalsEnd) {
-						// Decisions go to their gateway's partition: group
-						// them by the input partition that decided them.
-						ip := ev.Decision.InputPartition
-						times[ip] = append(times[ip], ts.UnixMilli())
-					}
-				}
+				au.record(r, &ev)
 				return nil
 			})
 			if err != nil {
-				return a, fmt.Errorf("audit %s/%d: %w", topic, p, err)
+				return fmt.Errorf("audit %s/%d: %w", topic, p, err)
 			}
 		}
 	}
-	a.budgets = ba.reports()
-	for k, what := range reserved {
-		if !decided[k] {
-			a.undecided++
-			if len(a.undecidedSample) < 10 {
-				a.undecidedSample = append(a.undecidedSample, what)
+	return nil
+}
+
+// record takes one decoded event: a reserve or retry is remembered until a
+// decision for its attempt arrives; a decision is counted, checked for a
+// double and, in the arrival window, timed.
+func (au *auditor) record(r *kgo.Record, ev *schemas.Event) {
+	au.ba.add(ev, r.Timestamp)
+	switch {
+	case ev.ReserveRequested != nil, ev.RetryRequested != nil:
+		kind := "reserve"
+		if ev.RetryRequested != nil {
+			kind = "retry"
+		}
+		au.reserved[auditAttempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
+			r.Partition, r.Offset, r.Timestamp.Sub(au.runStart).Milliseconds())
+	case ev.Decision != nil:
+		au.a.decisions++
+		if au.seen[ev.ID] {
+			au.a.doubled++
+		}
+		au.seen[ev.ID] = true
+		au.decided[auditAttempt{ev.RequestID, ev.Attempt}] = true
+		if ts := r.Timestamp; !ts.Before(au.runStart) && ts.Before(au.arrivalsEnd) {
+			// Decisions go to their gateway's partition: group
+			// them by the input partition that decided them.
+			ip := ev.Decision.InputPartition
+			au.times[ip] = append(au.times[ip], ts.UnixMilli())
+		}
+	}
+}
+
+// countUndecided counts the attempts that never got a decision and keeps
+// up to 10 of them, sorted, as a sample to show.
+func (au *auditor) countUndecided() {
+	for k, what := range au.reserved {
+		if !au.decided[k] {
+			au.a.undecided++
+			if len(au.a.undecidedSample) < 10 {
+				au.a.undecidedSample = append(au.a.undecidedSample, what)
 			}
 		}
 	}
-	sort.Strings(a.undecidedSample)
+	sort.Strings(au.a.undecidedSample)
+}
+
+// busiestPartition is the input partition with the most decisions in the
+// arrival window, or -1 if there were none.
+func (au *auditor) busiestPartition() int32 {
 	busiest := int32(-1)
-	for p, ts := range times {
-		if busiest < 0 || len(ts) > len(times[busiest]) {
+	for p, ts := range au.times {
+		if busiest < 0 || len(ts) > len(au.times[busiest]) {
 			busiest = p
 		}
 	}
-	a.busiest = max(busiest, 0)
-	key := string(ledgerd.SnapshotKey(a.busiest))
-	err = ledgerd.ReadPartition(ctx, st.brokers, st.names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+	return busiest
+}
+
+// auditSnapshots counts the snapshots written for the busiest partition.
+func (st *stack) auditSnapshots(ctx context.Context, au *auditor) error {
+	key := string(ledgerd.SnapshotKey(au.a.busiest))
+	err := ledgerd.ReadPartition(ctx, st.brokers, st.names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
 		if string(r.Key) == key {
-			a.busiestSnapshots++
+			au.a.busiestSnapshots++
 		}
 		return nil
 	})
 	if err != nil {
-		return a, fmt.Errorf("audit %s: %w", st.names.Snapshots, err)
+		return fmt.Errorf("audit %s: %w", st.names.Snapshots, err)
 	}
-	if ts := times[busiest]; len(ts) > 1 {
+	return nil
+}
+
+// gaps sorts the busiest partition's decision times and finds the longest
+// gap between two in a row.
+func (au *auditor) gaps(busiest int32) {
+	if ts := au.times[busiest]; len(ts) > 1 {
 		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-		a.busiestTimes = ts
+		au.a.busiestTimes = ts
 		for i := 1; i < len(ts); i++ {
-			a.longestGapMs = max(a.longestGapMs, ts[i]-ts[i-1])
+			au.a.longestGapMs = max(au.a.longestGapMs, ts[i]-ts[i-1])
 		}
 	}
-	return a, nil
 }
 
 // actedGap returns the longest gap between consecutive decisions of input
