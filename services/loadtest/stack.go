@@ -223,34 +223,11 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.topics(ctx); err != nil {
 		return st, err
 	}
-	simYAML, err := yaml.Marshal(sc.SimConfig)
-	if err != nil {
-		return st, fmt.Errorf("simulator config: %w", err)
-	}
-	simCfg := filepath.Join(dir, "sim.yaml")
-	if err := os.WriteFile(simCfg, simYAML, 0o600); err != nil {
+	if err := st.startSim(ctx, sc); err != nil {
 		return st, err
 	}
-	_, line, err := st.start(ctx, "sim", "sim", "--config", simCfg, "--addr", "127.0.0.1:0")
-	if err != nil {
+	if err := st.startLedgers(ctx); err != nil {
 		return st, err
-	}
-	st.simURL = strings.TrimSpace(line)
-	for i := 1; i <= stackLedgers; i++ {
-		maddr, err := freeAddr()
-		if err != nil {
-			return st, err
-		}
-		name := "ledger-" + strconv.Itoa(i)
-		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
-			// Info: rebuilds and evictions, a few lines per takeover.
-			"-v")
-		if err != nil {
-			return st, err
-		}
-		p.metricsURL = "http://" + maddr + "/metrics"
-		st.ledgers = append(st.ledgers, p)
 	}
 	// The gateway publishes its config (ConfigChanged on every requests
 	// partition) at start, and the ledgers decide and snapshot it: start
@@ -260,30 +237,80 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.waitLedgersJoined(ctx); err != nil {
 		return st, err
 	}
-	gwYAML, err := gwConfig(st.simURL)
-	if err != nil {
+	if err := st.startGateway(ctx, gwConfig, gwArgs); err != nil {
 		return st, err
 	}
-	gwCfg := filepath.Join(dir, "gateway.yaml")
+	go st.scrapeLoop()
+	return st, nil
+}
+
+// startSim starts the provider simulator with the scenario's config and
+// records its URL.
+func (st *stack) startSim(ctx context.Context, sc *Scenario) error {
+	simYAML, err := yaml.Marshal(sc.SimConfig)
+	if err != nil {
+		return fmt.Errorf("simulator config: %w", err)
+	}
+	simCfg := filepath.Join(st.dir, "sim.yaml")
+	if err := os.WriteFile(simCfg, simYAML, 0o600); err != nil {
+		return err
+	}
+	_, line, err := st.start(ctx, "sim", "sim", "--config", simCfg, "--addr", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	st.simURL = strings.TrimSpace(line)
+	return nil
+}
+
+// startLedgers starts stackLedgers ledgers in one group, each with its own
+// metrics listener.
+func (st *stack) startLedgers(ctx context.Context) error {
+	for i := 1; i <= stackLedgers; i++ {
+		maddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		name := "ledger-" + strconv.Itoa(i)
+		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(st.brokers, ","), "--topic-prefix", st.prefix,
+			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
+			// Info: rebuilds and evictions, a few lines per takeover.
+			"-v")
+		if err != nil {
+			return err
+		}
+		p.metricsURL = "http://" + maddr + "/metrics"
+		st.ledgers = append(st.ledgers, p)
+	}
+	return nil
+}
+
+// startGateway writes the gateway's config (which points at the simulator)
+// and starts it on free API and metrics addresses; gwArgs are extra flags.
+func (st *stack) startGateway(ctx context.Context, gwConfig gatewayYAML, gwArgs []string) error {
+	gwYAML, err := gwConfig(st.simURL)
+	if err != nil {
+		return err
+	}
+	gwCfg := filepath.Join(st.dir, "gateway.yaml")
 	if err := os.WriteFile(gwCfg, gwYAML, 0o600); err != nil {
-		return st, err
+		return err
 	}
 	gaddr, err := freeAddr()
 	if err != nil {
-		return st, err
+		return err
 	}
 	gmaddr, err := freeAddr()
 	if err != nil {
-		return st, err
+		return err
 	}
-	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
+	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(st.brokers, ","), "--topic-prefix", st.prefix,
 		"--config", gwCfg, "--addr", gaddr, "--metrics-addr", gmaddr, "--ledger-group", st.prefix + "ledger"}, gwArgs...)...); err != nil {
-		return st, err
+		return err
 	}
 	st.gwURL = "http://" + gaddr
 	st.gwMetricsURL = "http://" + gmaddr + "/metrics"
-	go st.scrapeLoop()
-	return st, nil
+	return nil
 }
 
 // waitLedgersJoined waits until every ledger is a member of the group and
