@@ -106,9 +106,37 @@ type Options struct {
 
 // Run implements `sluice loadtest`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, helped, err := parseRunFlags(args, stdout)
+	if err != nil || helped {
+		return err
+	}
+	if err := o.checkModes(); err != nil {
+		return err
+	}
+	sc, err := LoadScenario(o.Scenario, o.ScenariosDir)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.URL != "" && len(o.APIKeys) != 1 && len(o.APIKeys) != len(sc.Tenants) {
+		return fmt.Errorf("sluice loadtest: %d --api-key values for %d tenants (give one per tenant, or one for all)", len(o.APIKeys), len(sc.Tenants))
+	}
+	rep, err := Execute(ctx, sc, o, stderr)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// parseRunFlags reads the command line of `sluice loadtest` into Options.
+// -h prints the usage and the flags to stdout and reports helped.
+func parseRunFlags(args []string, stdout io.Writer) (o Options, helped bool, err error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var o Options
 	var keys stringList
 	fs.StringVar(&o.Scenario, "scenario", "", "scenario name (deploy/scenarios/NAME.yaml) or file")
 	fs.StringVar(&o.ScenariosDir, "scenarios-dir", "", "directory of scenario files (default: deploy/scenarios found from the working directory up; env SLUICE_SCENARIOS_DIR)")
@@ -135,59 +163,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprint(stdout, usage)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
-			return nil
+			return o, true, nil
 		}
-		return fmt.Errorf("sluice loadtest: %w", err)
+		return o, false, fmt.Errorf("sluice loadtest: %w", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("sluice loadtest: unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return o, false, fmt.Errorf("sluice loadtest: unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	o.APIKeys = keys
 	o.Seed = *seed
 	if *brokers != "" {
 		o.Brokers = bus.SplitBrokers(*brokers)
 	}
-	if o.Scenario == "" {
-		return errors.New("sluice loadtest: --scenario NAME|FILE is required")
-	}
+	return o, false, nil
+}
+
+// checkModes refuses a command line that names no scenario, not exactly
+// one way to run, or a flag without the mode it needs; the first broken
+// rule, in this order, is the error.
+func (o *Options) checkModes() error {
 	modes := 0
 	for _, b := range []bool{o.Embedded, o.URL != "", o.Baseline, len(o.Brokers) > 0} {
 		if b {
 			modes++
 		}
 	}
-	if modes != 1 {
-		return errors.New("sluice loadtest: choose exactly one of --embedded, --brokers ADDR, --url URL, --baseline")
+	for _, r := range []struct {
+		broken bool
+		why    string
+	}{
+		{o.Scenario == "", "--scenario NAME|FILE is required"},
+		{modes != 1, "choose exactly one of --embedded, --brokers ADDR, --url URL, --baseline"},
+		{o.KillLedgerAt > 0 && len(o.Brokers) == 0, "--kill-ledger-at needs --brokers"},
+		{o.KillOwnerOf != "" && o.KillLedgerAt <= 0, "--kill-owner-of needs --kill-ledger-at"},
+		{o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0, "--config needs --embedded or --brokers"},
+		{o.URL != "" && len(o.APIKeys) == 0, "--url needs --api-key"},
+	} {
+		if r.broken {
+			return errors.New("sluice loadtest: " + r.why)
+		}
 	}
-	if o.KillLedgerAt > 0 && len(o.Brokers) == 0 {
-		return errors.New("sluice loadtest: --kill-ledger-at needs --brokers")
-	}
-	if o.KillOwnerOf != "" && o.KillLedgerAt <= 0 {
-		return errors.New("sluice loadtest: --kill-owner-of needs --kill-ledger-at")
-	}
-	if o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0 {
-		return errors.New("sluice loadtest: --config needs --embedded or --brokers")
-	}
-	if o.URL != "" && len(o.APIKeys) == 0 {
-		return errors.New("sluice loadtest: --url needs --api-key")
-	}
-	sc, err := LoadScenario(o.Scenario, o.ScenariosDir)
-	if err != nil {
-		return fmt.Errorf("sluice loadtest: %w", err)
-	}
-	if o.URL != "" && len(o.APIKeys) != 1 && len(o.APIKeys) != len(sc.Tenants) {
-		return fmt.Errorf("sluice loadtest: %d --api-key values for %d tenants (give one per tenant, or one for all)", len(o.APIKeys), len(sc.Tenants))
-	}
-	rep, err := Execute(ctx, sc, o, stderr)
-	if err != nil {
-		return fmt.Errorf("sluice loadtest: %w", err)
-	}
-	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	return rep.WriteText(stdout)
+	return nil
 }
 
 // gatewayYAML is the run's gateway config maker: o.ConfigFile made to run
