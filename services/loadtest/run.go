@@ -927,73 +927,116 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 		tm := time.AfterFunc(a.CancelAt, func() { cancel(errClientCancel) })
 		defer tm.Stop()
 	}
-	rng := rand.New(rand.NewPCG(a.Seed, uint64(a.Tenant)))
-	start := time.Now()
-	endedBy := func() string {
-		switch {
-		case context.Cause(cctx) == errClientCancel:
-			return OutCancelled
-		case context.Cause(runCtx) != nil:
-			return OutUnfinished
-		case ctx.Err() != nil:
-			return OutTimeout
-		}
-		return ""
-	}
-	defer func() { rec.latency, rec.doneAt = time.Since(start), time.Since(runStart) }()
+	c := &logicalCall{runCtx: runCtx, cctx: cctx, ctx: ctx, tg: tg, t: t, a: a, body: body, deadline: deadline,
+		rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Tenant)))}
+	c.start = time.Now()
+	defer func() { rec.latency, rec.doneAt = time.Since(c.start), time.Since(runStart) }()
 	for attempt := 0; ; attempt++ {
 		rec.attempts++
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.chatURL, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tg.keys[a.Tenant])
-		// What the official SDKs send (no X-Sluice-Deadline-Ms): the
-		// client's timeout and its retry count, so the gateway learns the
-		// deadline the way it does from real callers.
-		setSDKHeaders(req.Header, time.Until(start.Add(deadline)), attempt)
-		if tg.mode != "baseline" {
-			req.Header.Set("X-Sluice-Class", t.Class)
-		}
-		resp, err := hc.Do(req)
-		headersAt := time.Now()
-		var rb []byte
-		if err == nil {
-			rb, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
+		resp, rb, headersAt, err := c.send(hc, attempt)
+		var again bool
 		if err != nil {
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-				return rec
-			}
-			rec.outcome, rec.code = OutFinalFailure, "transport_error"
-			if attempt < tg.retries && sleepBackoff(ctx, rng, attempt, 0) {
-				continue
-			}
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-			}
+			again = c.transportFailed(&rec, attempt)
+		} else {
+			again = c.answered(&rec, resp, rb, headersAt, attempt, pr)
+		}
+		if !again {
 			return rec
 		}
-		rec.status = resp.StatusCode
-		gwAttempts := 1
-		if v, err := strconv.Atoi(resp.Header.Get("X-Sluice-Attempts")); err == nil && v >= 0 {
-			gwAttempts = v
-		}
-		if resp.StatusCode < 300 {
-			rec.succeeded(resp.Header, gwAttempts, headersAt.Sub(start), pr)
-			return rec
-		}
-		retryable := rec.failed(resp, rb, gwAttempts, tg.mode != "baseline", pr)
-		if retryable && attempt < tg.retries {
-			if sleepBackoff(ctx, rng, attempt, retryAfter(resp.Header)) {
-				continue
-			}
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-			}
-		}
-		return rec
 	}
+}
+
+// logicalCall is one logical request of doRequest: its three contexts (the
+// run's; the client's, which a client cancel ends; and the deadline's
+// within it), its retry randomness and when it started.
+type logicalCall struct {
+	runCtx, cctx, ctx context.Context
+	tg                target
+	t                 *TenantSpec
+	a                 Arrival
+	body              []byte
+	deadline          time.Duration
+	rng               *rand.Rand
+	start             time.Time
+}
+
+// endedBy names what ended the call early (a client cancel, the run's end,
+// the deadline), or "" if nothing did.
+func (c *logicalCall) endedBy() string {
+	switch {
+	case context.Cause(c.cctx) == errClientCancel:
+		return OutCancelled
+	case context.Cause(c.runCtx) != nil:
+		return OutUnfinished
+	case c.ctx.Err() != nil:
+		return OutTimeout
+	}
+	return ""
+}
+
+// send makes one attempt and reads its whole answer; headersAt is when the
+// response headers arrived.
+func (c *logicalCall) send(hc *http.Client, attempt int) (resp *http.Response, rb []byte, headersAt time.Time, err error) {
+	req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, c.tg.chatURL, bytes.NewReader(c.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.tg.keys[c.a.Tenant])
+	// What the official SDKs send (no X-Sluice-Deadline-Ms): the
+	// client's timeout and its retry count, so the gateway learns the
+	// deadline the way it does from real callers.
+	setSDKHeaders(req.Header, time.Until(c.start.Add(c.deadline)), attempt)
+	if c.tg.mode != "baseline" {
+		req.Header.Set("X-Sluice-Class", c.t.Class)
+	}
+	resp, err = hc.Do(req)
+	headersAt = time.Now()
+	if err == nil {
+		rb, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	return resp, rb, headersAt, err
+}
+
+// transportFailed records an attempt that got no answer and says whether
+// to try again (after a backoff): not if the call was ended, nor when the
+// retries are spent.
+func (c *logicalCall) transportFailed(rec *record, attempt int) (again bool) {
+	if out := c.endedBy(); out != "" {
+		rec.outcome = out
+		return false
+	}
+	rec.outcome, rec.code = OutFinalFailure, "transport_error"
+	if attempt < c.tg.retries && sleepBackoff(c.ctx, c.rng, attempt, 0) {
+		return true
+	}
+	if out := c.endedBy(); out != "" {
+		rec.outcome = out
+	}
+	return false
+}
+
+// answered records an attempt's answer and says whether to try again: a
+// retryable failure with retries left, once its backoff (or Retry-After)
+// has passed within the deadline.
+func (c *logicalCall) answered(rec *record, resp *http.Response, rb []byte, headersAt time.Time, attempt int, pr *progress) (again bool) {
+	rec.status = resp.StatusCode
+	gwAttempts := 1
+	if v, err := strconv.Atoi(resp.Header.Get("X-Sluice-Attempts")); err == nil && v >= 0 {
+		gwAttempts = v
+	}
+	if resp.StatusCode < 300 {
+		rec.succeeded(resp.Header, gwAttempts, headersAt.Sub(c.start), pr)
+		return false
+	}
+	retryable := rec.failed(resp, rb, gwAttempts, c.tg.mode != "baseline", pr)
+	if retryable && attempt < c.tg.retries {
+		if sleepBackoff(c.ctx, c.rng, attempt, retryAfter(resp.Header)) {
+			return true
+		}
+		if out := c.endedBy(); out != "" {
+			rec.outcome = out
+		}
+	}
+	return false
 }
 
 // succeeded records a success: the gateway's attempts upstream, and the
