@@ -1252,24 +1252,46 @@ func (rep *Report) providerCounts(sc *Scenario, tg target, before, gStart, atEnd
 	}
 }
 
+// buildReport sums a run's records and the simulator's counts into the
+// report: offered load, then classes, routes and totals, then tenants and
+// their fair shares, then what the provider saw.
 func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEnd, final *sim.Stats, statsErr error,
 	start, end time.Time, dur, drain time.Duration, maxIn, limit int) *Report {
 	rep := &Report{Schema: ReportSchema, Scenario: sc.Name, Description: sc.Description, Mode: tg.mode,
 		Classes: map[string]*Group{}, Routes: map[string]*Group{}}
 	rep.Conditions = conditions(sc, tg, records, start, end, dur, drain, maxIn, limit)
+	off := offeredLoad(sc, dur)
+	tAcc := rep.groupRecords(sc, records, dur, off)
+	rep.tenantShares(sc, tAcc, dur, off.tenants)
+	rep.providerCounts(sc, tg, before, gStart, atEnd, final, statsErr, dur, off.rps, off.tps, off.in, off.out)
+	rep.GoodputRatio = rep.Goodput.Ratio
+	rep.CapacityStorm = stormReport(sc, records, dur, off.rps)
+	return rep
+}
 
-	// Offered load.
-	offered := make([]float64, len(sc.Tenants))
-	var offRPS, offTPS, offIn, offOut float64
+// offered is the scenario's offered load: each tenant's request rate, and
+// over all tenants requests, tokens, prompt and completion tokens a second.
+type offered struct {
+	tenants           []float64
+	rps, tps, in, out float64
+}
+
+func offeredLoad(sc *Scenario, dur time.Duration) offered {
+	o := offered{tenants: make([]float64, len(sc.Tenants))}
 	for i := range sc.Tenants {
 		t := &sc.Tenants[i]
-		offered[i] = OfferedRate(t, dur)
-		offRPS += offered[i]
-		offIn += offered[i] * float64(t.PromptTokens)
-		offOut += offered[i] * float64(t.MaxTokens)
+		o.tenants[i] = OfferedRate(t, dur)
+		o.rps += o.tenants[i]
+		o.in += o.tenants[i] * float64(t.PromptTokens)
+		o.out += o.tenants[i] * float64(t.MaxTokens)
 	}
-	offTPS = offIn + offOut
+	o.tps = o.in + o.out
+	return o
+}
 
+// groupRecords sums the records by class, by route and in total into the
+// report, and returns each tenant's sums for tenantShares.
+func (rep *Report) groupRecords(sc *Scenario, records []record, dur time.Duration, off offered) []groupAcc {
 	tAcc := make([]groupAcc, len(sc.Tenants))
 	for i := range tAcc {
 		tAcc[i].window = dur
@@ -1279,7 +1301,7 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 	all := groupAcc{window: dur}
 	cOff := map[string]float64{}
 	for i, t := range sc.Tenants {
-		cOff[t.Class] += offered[i]
+		cOff[t.Class] += off.tenants[i]
 	}
 	for i := range records {
 		r := &records[i]
@@ -1298,15 +1320,19 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Classes[k] = a.finish(dur, cOff[k])
 	}
 	for k, a := range rAcc {
-		rep.Routes[k] = a.finish(dur, offRPS)
+		rep.Routes[k] = a.finish(dur, off.rps)
 	}
-	rep.Totals = *all.finish(dur, offRPS)
+	rep.Totals = *all.finish(dur, off.rps)
+	return tAcc
+}
 
-	// Tenants and fair shares.
+// tenantShares reports each tenant and its weighted fair share of what was
+// served, and the run's fairness.
+func (rep *Report) tenantShares(sc *Scenario, tAcc []groupAcc, dur time.Duration, offeredRPS []float64) {
 	var served float64
 	weights := make([]float64, len(sc.Tenants))
 	for i := range sc.Tenants {
-		g := tAcc[i].finish(dur, offered[i])
+		g := tAcc[i].finish(dur, offeredRPS[i])
 		rep.Tenants = append(rep.Tenants, TenantReport{ID: sc.Tenants[i].ID, Weight: sc.Tenants[i].Weight, Class: sc.Tenants[i].Class, Group: *g})
 		served += g.ThroughputRPS
 		weights[i] = float64(sc.Tenants[i].Weight)
@@ -1324,9 +1350,4 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Tenants[i].FairRatio = ratio(rep.Tenants[i].ThroughputRPS, shares[i])
 	}
 	rep.Fairness, rep.JainFairness = fairness(sc, rep.Tenants)
-
-	rep.providerCounts(sc, tg, before, gStart, atEnd, final, statsErr, dur, offRPS, offTPS, offIn, offOut)
-	rep.GoodputRatio = rep.Goodput.Ratio
-	rep.CapacityStorm = stormReport(sc, records, dur, offRPS)
-	return rep
 }
