@@ -146,76 +146,12 @@ func (s Security) GoString() string { return "bus.Security{" + s.String() + "}" 
 // that implement it (none for the zero value). It reads the password,
 // CA and certificate files.
 func (s Security) Opts() ([]kgo.Opt, error) {
-	var errs []error
-	bad := func(loc, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("kafka security: %s: %s", loc, fmt.Sprintf(format, a...)))
-	}
-	mech := strings.ToUpper(strings.TrimSpace(s.Mechanism))
-	pass := s.Password
-	readFailed := false
-	if s.PasswordFile != "" {
-		if s.Password != "" {
-			bad("sasl password", "set either the password or the password file, not both")
-		}
-		b, err := os.ReadFile(s.PasswordFile)
-		if err != nil {
-			// The path is in the error, never the content.
-			bad("sasl password file", "%v", err)
-			readFailed = true
-		}
-		pass = strings.TrimRight(string(b), "\r\n")
-	}
-	var m sasl.Mechanism
-	switch mech {
-	case "":
-		if s.User != "" || pass != "" {
-			bad("sasl mechanism", "a SASL user or password is set but no mechanism (want one of %s)", strings.Join(Mechanisms, ", "))
-		}
-	case MechPlain:
-		m = plain.Plain(func(context.Context) (plain.Auth, error) { return plain.Auth{User: s.User, Pass: pass}, nil })
-	case MechScramSHA256:
-		m = scram.Sha256(func(context.Context) (scram.Auth, error) { return scram.Auth{User: s.User, Pass: pass}, nil })
-	case MechScramSHA512:
-		m = scram.Sha512(func(context.Context) (scram.Auth, error) { return scram.Auth{User: s.User, Pass: pass}, nil })
-	default:
-		bad("sasl mechanism", "unknown mechanism %q (want one of %s)", s.Mechanism, strings.Join(Mechanisms, ", "))
-	}
-	if mech != "" {
-		if s.User == "" {
-			bad("sasl user", "empty (required with mechanism %s)", mech)
-		}
-		if pass == "" && !readFailed {
-			bad("sasl password", "empty (required with mechanism %s)", mech)
-		}
-	}
-	var tc *tls.Config
-	if s.tlsOn() {
-		tc = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify}
-		if s.CAFile != "" {
-			pem, err := os.ReadFile(s.CAFile)
-			if err != nil {
-				bad("tls ca", "%v", err)
-			} else {
-				tc.RootCAs = x509.NewCertPool()
-				if !tc.RootCAs.AppendCertsFromPEM(pem) {
-					bad("tls ca", "%s holds no PEM certificate", s.CAFile)
-				}
-			}
-		}
-		switch {
-		case (s.CertFile == "") != (s.KeyFile == ""):
-			bad("tls client certificate", "set both the certificate and the key file, or neither")
-		case s.CertFile != "":
-			cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
-			if err != nil {
-				bad("tls client certificate", "%v", err)
-			} else {
-				tc.Certificates = []tls.Certificate{cert}
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	var p secProblems
+	pass, readFailed := s.password(&p)
+	m := s.mechanism(&p, pass, readFailed)
+	tc := s.tlsConfig(&p)
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
 	}
 	var opts []kgo.Opt
 	if tc != nil {
@@ -225,6 +161,96 @@ func (s Security) Opts() ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(m))
 	}
 	return opts, nil
+}
+
+// secProblems gathers every problem of a Security, so that Opts reports
+// them all at once with where each is, not only the first.
+type secProblems struct{ errs []error }
+
+func (p *secProblems) bad(loc, format string, a ...any) {
+	p.errs = append(p.errs, fmt.Errorf("kafka security: %s: %s", loc, fmt.Sprintf(format, a...)))
+}
+
+// password is the SASL password, read from the password file if one is
+// set; readFailed says the file could not be read (already reported, so
+// an empty password is not reported twice).
+func (s Security) password(p *secProblems) (pass string, readFailed bool) {
+	pass = s.Password
+	if s.PasswordFile != "" {
+		if s.Password != "" {
+			p.bad("sasl password", "set either the password or the password file, not both")
+		}
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			// The path is in the error, never the content.
+			p.bad("sasl password file", "%v", err)
+			readFailed = true
+		}
+		pass = strings.TrimRight(string(b), "\r\n")
+	}
+	return pass, readFailed
+}
+
+// mechanism is the SASL mechanism s names, or nil for none, after checking
+// that a mechanism comes with a user and a password and none without.
+func (s Security) mechanism(p *secProblems, pass string, readFailed bool) sasl.Mechanism {
+	mech := strings.ToUpper(strings.TrimSpace(s.Mechanism))
+	var m sasl.Mechanism
+	switch mech {
+	case "":
+		if s.User != "" || pass != "" {
+			p.bad("sasl mechanism", "a SASL user or password is set but no mechanism (want one of %s)", strings.Join(Mechanisms, ", "))
+		}
+	case MechPlain:
+		m = plain.Plain(func(context.Context) (plain.Auth, error) { return plain.Auth{User: s.User, Pass: pass}, nil })
+	case MechScramSHA256:
+		m = scram.Sha256(func(context.Context) (scram.Auth, error) { return scram.Auth{User: s.User, Pass: pass}, nil })
+	case MechScramSHA512:
+		m = scram.Sha512(func(context.Context) (scram.Auth, error) { return scram.Auth{User: s.User, Pass: pass}, nil })
+	default:
+		p.bad("sasl mechanism", "unknown mechanism %q (want one of %s)", s.Mechanism, strings.Join(Mechanisms, ", "))
+	}
+	if mech != "" {
+		if s.User == "" {
+			p.bad("sasl user", "empty (required with mechanism %s)", mech)
+		}
+		if pass == "" && !readFailed {
+			p.bad("sasl password", "empty (required with mechanism %s)", mech)
+		}
+	}
+	return m
+}
+
+// tlsConfig is the TLS configuration s asks for, with its CA and client
+// certificate loaded, or nil when TLS is off.
+func (s Security) tlsConfig(p *secProblems) *tls.Config {
+	if !s.tlsOn() {
+		return nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName, InsecureSkipVerify: s.InsecureSkipVerify}
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			p.bad("tls ca", "%v", err)
+		} else {
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				p.bad("tls ca", "%s holds no PEM certificate", s.CAFile)
+			}
+		}
+	}
+	switch {
+	case (s.CertFile == "") != (s.KeyFile == ""):
+		p.bad("tls client certificate", "set both the certificate and the key file, or neither")
+	case s.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			p.bad("tls client certificate", "%v", err)
+		} else {
+			tc.Certificates = []tls.Certificate{cert}
+		}
+	}
+	return tc
 }
 
 var (

@@ -128,8 +128,28 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureR
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
-	var res []EnsureResult
-	var existing []TopicSpec
+	res, existing, err := createMissing(ctx, adm, specs, details)
+	if err != nil {
+		return res, err
+	}
+	// Metadata of a just-created topic lags its CreateTopics answer (on a
+	// freshly started KRaft broker by up to seconds), and a caller that
+	// produces or counts partitions at once would see "unknown topic". So
+	// Ensure returns only once every topic, created or existing, shows its
+	// partitions.
+	if details, err = waitVisible(ctx, adm, names, details); err != nil {
+		return res, err
+	}
+	if len(existing) == 0 {
+		return res, nil
+	}
+	return checkExisting(ctx, adm, existing, details, res)
+}
+
+// createMissing creates each topic of specs that details does not list,
+// and returns the results so far and the topics that already exist,
+// including those a peer created between the listing and our create.
+func createMissing(ctx context.Context, adm *kadm.Client, specs []TopicSpec, details kadm.TopicDetails) (res []EnsureResult, existing []TopicSpec, err error) {
 	for _, s := range specs {
 		if d, ok := details[s.Name]; ok && d.Err == nil {
 			existing = append(existing, s)
@@ -150,21 +170,17 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureR
 			continue
 		}
 		if err != nil {
-			return res, fmt.Errorf("create topic %s: %w", s.Name, err)
+			return res, existing, fmt.Errorf("create topic %s: %w", s.Name, err)
 		}
 		res = append(res, EnsureResult{Topic: s.Name, Action: "created"})
 	}
-	// Metadata of a just-created topic lags its CreateTopics answer (on a
-	// freshly started KRaft broker by up to seconds), and a caller that
-	// produces or counts partitions at once would see "unknown topic". So
-	// Ensure returns only once every topic, created or existing, shows its
-	// partitions.
-	if details, err = waitVisible(ctx, adm, names, details); err != nil {
-		return res, err
-	}
-	if len(existing) == 0 {
-		return res, nil
-	}
+	return res, existing, nil
+}
+
+// checkExisting compares each existing topic's partition count and
+// configs with its spec, appending an "ok" result per topic to res; every
+// difference goes into one *MismatchError.
+func checkExisting(ctx context.Context, adm *kadm.Client, existing []TopicSpec, details kadm.TopicDetails, res []EnsureResult) ([]EnsureResult, error) {
 	var problems []string
 	exNames := make([]string, len(existing))
 	for i, s := range existing {
@@ -185,28 +201,36 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]EnsureR
 		if rc.Err != nil {
 			return res, fmt.Errorf("describe topic %s: %w", s.Name, rc.Err)
 		}
-		have := map[string]string{}
-		for _, c := range rc.Configs {
-			if c.Value != nil {
-				have[c.Key] = *c.Value
-			}
-		}
-		keys := make([]string, 0, len(s.Configs))
-		for k := range s.Configs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if have[k] != s.Configs[k] {
-				problems = append(problems, fmt.Sprintf("%s: %s=%q, want %q", s.Name, k, have[k], s.Configs[k]))
-			}
-		}
+		problems = append(problems, configProblems(s, rc.Configs)...)
 		res = append(res, EnsureResult{Topic: s.Name, Action: "ok"})
 	}
 	if len(problems) > 0 {
 		return res, &MismatchError{Problems: problems}
 	}
 	return res, nil
+}
+
+// configProblems lists, in key order, each config of s whose value on the
+// broker differs from the wanted one.
+func configProblems(s TopicSpec, configs []kadm.Config) []string {
+	have := map[string]string{}
+	for _, c := range configs {
+		if c.Value != nil {
+			have[c.Key] = *c.Value
+		}
+	}
+	keys := make([]string, 0, len(s.Configs))
+	for k := range s.Configs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var problems []string
+	for _, k := range keys {
+		if have[k] != s.Configs[k] {
+			problems = append(problems, fmt.Sprintf("%s: %s=%q, want %q", s.Name, k, have[k], s.Configs[k]))
+		}
+	}
+	return problems
 }
 
 // waitVisible polls the metadata until every named topic has partitions, for

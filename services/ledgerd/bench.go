@@ -361,26 +361,8 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 		return 0, 0, err
 	}
 	defer prod.Close()
-	var perr error
-	var pmu sync.Mutex
-	for i := 0; i < n; i++ {
-		b, err := schemas.Encode(benchReserve(fmt.Sprintf("s-%d", i)))
-		if err != nil {
-			return 0, 0, err
-		}
-		prod.Produce(ctx, &kgo.Record{Topic: names.Requests, Value: b}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				pmu.Lock()
-				perr = err
-				pmu.Unlock()
-			}
-		})
-	}
-	if err := prod.Flush(ctx); err != nil {
+	if err := produceBenchRequests(ctx, prod, names.Requests, n); err != nil {
 		return 0, 0, err
-	}
-	if perr != nil {
-		return 0, 0, perr
 	}
 	svc, err := New(ctx, Config{Brokers: brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench-s", Log: log,
 		Registerer: prometheus.NewRegistry(), SnapshotEvery: 1 << 30, SnapshotInterval: time.Hour, CommitInterval: commitEvery})
@@ -394,6 +376,44 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 	defer func() { stop(); wg.Wait(); svc.Close() }()
 	// The producer's buffer, sampled while the backlog is worked off.
 	var peak atomic.Int64
+	sampled := sampleBuffered(lctx, svc, &peak)
+	first, last, got, err := awaitDecisions(ctx, brokers, names.Decisions, n)
+	if err != nil {
+		return 0, 0, err
+	}
+	stop()
+	<-sampled
+	return float64(got-1) / last.Sub(first).Seconds(), peak.Load(), nil
+}
+
+// produceBenchRequests produces n reserve requests to topic and waits for
+// every one, so that the backlog is whole before the ledger starts.
+func produceBenchRequests(ctx context.Context, prod *kgo.Client, topic string, n int) error {
+	var perr error
+	var pmu sync.Mutex
+	for i := 0; i < n; i++ {
+		b, err := schemas.Encode(benchReserve(fmt.Sprintf("s-%d", i)))
+		if err != nil {
+			return err
+		}
+		prod.Produce(ctx, &kgo.Record{Topic: topic, Value: b}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				pmu.Lock()
+				perr = err
+				pmu.Unlock()
+			}
+		})
+	}
+	if err := prod.Flush(ctx); err != nil {
+		return err
+	}
+	return perr
+}
+
+// sampleBuffered keeps in peak the most records the service's producer
+// held buffered, sampled every millisecond until ctx ends; the returned
+// channel closes when sampling has stopped.
+func sampleBuffered(ctx context.Context, svc *Service, peak *atomic.Int64) <-chan struct{} {
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -401,7 +421,7 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 		defer t.Stop()
 		for {
 			select {
-			case <-lctx.Done():
+			case <-ctx.Done():
 				return
 			case <-t.C:
 				if cl := svc.sessClient.Load(); cl != nil {
@@ -412,15 +432,19 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 			}
 		}
 	}()
+	return sampled
+}
 
-	cons, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ConsumeTopics(names.Decisions),
+// awaitDecisions reads the committed decisions topic from the start until
+// n decisions arrived (at most 5 minutes) and returns the log append times
+// of the first and the last.
+func awaitDecisions(ctx context.Context, brokers []string, topic string, n int) (first, last time.Time, got int, err error) {
+	cons, err := bus.NewClient(ctx, brokers, 10*time.Second, kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
-		return 0, 0, err
+		return first, last, 0, err
 	}
 	defer cons.Close()
-	var first, last time.Time
-	got := 0
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	for got < n && wctx.Err() == nil {
@@ -434,11 +458,9 @@ func sustained(ctx context.Context, brokers []string, n int, commitEvery time.Du
 		})
 	}
 	if got < n {
-		return 0, 0, fmt.Errorf("sustained run: only %d of %d decisions arrived", got, n)
+		return first, last, got, fmt.Errorf("sustained run: only %d of %d decisions arrived", got, n)
 	}
-	stop()
-	<-sampled
-	return float64(got-1) / last.Sub(first).Seconds(), peak.Load(), nil
+	return first, last, got, nil
 }
 
 // benchTopics creates a throwaway set of topics and publishes the bench

@@ -84,15 +84,7 @@ func BenchWhatIf(ctx context.Context, o WhatIfBenchOptions) (*WhatIfBenchResult,
 	}
 
 	fmt.Fprintf(o.Progress, "whatif over the recorded partition…\n")
-	if o.CPUProfile != nil {
-		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
-			return nil, fmt.Errorf("cpu profile: %w", err)
-		}
-	}
-	rep, err := WhatIf(ctx, WhatIfOptions{Brokers: o.Brokers, Topics: names, Group: group})
-	if o.CPUProfile != nil {
-		pprof.StopCPUProfile()
-	}
+	rep, err := profiledWhatIf(ctx, o, names, group)
 	if err != nil {
 		return nil, err
 	}
@@ -102,18 +94,44 @@ func BenchWhatIf(ctx context.Context, o WhatIfBenchOptions) (*WhatIfBenchResult,
 
 	// The engine alone and the decoding alone, over the same records.
 	fmt.Fprintf(o.Progress, "engine and decoder alone…\n")
-	ro := ReplayOptions{Brokers: o.Brokers, Topics: names, Group: group}
-	pr := rep.Ranges[0]
+	if err := benchEngineAlone(ctx, o.Brokers, names, group, rep.Ranges[0], res); err != nil {
+		return nil, err
+	}
+	res.LoadAverage = loadAverage()
+	return res, nil
+}
+
+// profiledWhatIf runs `sluice whatif` over the recorded topics with the
+// recorded config, under o.CPUProfile if set: the profile covers the
+// measured run alone, not the recording before it.
+func profiledWhatIf(ctx context.Context, o WhatIfBenchOptions, names bus.Names, group string) (*WhatIfReport, error) {
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	rep, err := WhatIf(ctx, WhatIfOptions{Brokers: o.Brokers, Topics: names, Group: group})
+	if o.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	return rep, err
+}
+
+// benchEngineAlone reads partition 0's inputs of range pr and their
+// recorded decisions into memory, then times decoding them (on every
+// core) and the what-if engine over them, apart from the reading.
+func benchEngineAlone(ctx context.Context, brokers []string, names bus.Names, group string, pr PartitionRange, res *WhatIfBenchResult) error {
+	ro := ReplayOptions{Brokers: brokers, Topics: names, Group: group}
 	var inputs []*kgo.Record
-	if err := ReadPartition(ctx, o.Brokers, names.Requests, 0, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
+	if err := ReadPartition(ctx, brokers, names.Requests, 0, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
 		inputs = append(inputs, r)
 		return nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	recorded, err := recordedDecisions(ctx, ro, 0, pr.From, pr.To, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	start := time.Now()
 	recEvs := make([]schemas.Event, len(recorded))
@@ -126,7 +144,7 @@ func BenchWhatIf(ctx context.Context, o WhatIfBenchOptions) (*WhatIfBenchResult,
 	start = time.Now()
 	pt, err := whatif.NewPartition(0, whatif.Options{ToMs: time.Now().UnixMilli()})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i := range recEvs {
 		if recEvs[i].Decision != nil {
@@ -140,8 +158,7 @@ func BenchWhatIf(ctx context.Context, o WhatIfBenchOptions) (*WhatIfBenchResult,
 	if el := time.Since(start); el > 0 {
 		res.EngineEventsPerSec = float64(len(inputs)) / el.Seconds()
 	}
-	res.LoadAverage = loadAverage()
-	return res, nil
+	return nil
 }
 
 // produceWhatIfWorkload appends n inputs to the requests topic: reserves

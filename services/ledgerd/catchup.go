@@ -196,9 +196,25 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 		return err
 	}
 	defer cl.Close()
+	end, err := readEnd(ctx, cl, topic, p, upto)
+	if err != nil {
+		return err
+	}
+	if end <= 0 {
+		return nil
+	}
+	if at := from.EpochOffset().Offset; at >= end {
+		return nil // nothing to read (and nothing to wait for)
+	}
+	return readRange(ctx, cl, topic, p, end, fn)
+}
+
+// readEnd is the offset ReadPartition reads up to: the partition's last
+// stable offset, or upto if that comes first; -1 when neither is known.
+func readEnd(ctx context.Context, cl *kgo.Client, topic string, p int32, upto int64) (int64, error) {
 	lso, err := kadm.NewClient(cl).ListCommittedOffsets(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("list stable offsets of %s: %w", topic, err)
+		return 0, fmt.Errorf("list stable offsets of %s: %w", topic, err)
 	}
 	end := int64(-1)
 	if o, ok := lso.Lookup(topic, p); ok && o.Err == nil {
@@ -207,12 +223,13 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 	if upto >= 0 && (end < 0 || upto < end) {
 		end = upto
 	}
-	if end <= 0 {
-		return nil
-	}
-	if at := from.EpochOffset().Offset; at >= end {
-		return nil // nothing to read (and nothing to wait for)
-	}
+	return end, nil
+}
+
+// readRange polls cl's partition until a record at or past end, or a poll
+// that brings nothing (the rest of the range is aborted records only). The
+// first poll may wait firstFetch, later ones idleEnd.
+func readRange(ctx context.Context, cl *kgo.Client, topic string, p int32, end int64, fn func(*kgo.Record) error) error {
 	next := int64(0)
 	for next < end {
 		wait := idleEnd
@@ -225,7 +242,6 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		got := 0
 		var ferr error
 		fs.EachError(func(_ string, _ int32, err error) {
 			if !errors.Is(err, context.DeadlineExceeded) {
@@ -235,24 +251,9 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 		if ferr != nil {
 			return fmt.Errorf("read %s/%d: %w", topic, p, ferr)
 		}
-		stop := false
-		fs.EachRecord(func(r *kgo.Record) {
-			if stop || r.Offset >= end {
-				stop = true
-				return
-			}
-			got++
-			next = r.Offset + 1
-			if r.Attrs.IsControl() {
-				return
-			}
-			if err := fn(r); err != nil {
-				ferr = err
-				stop = true
-			}
-		})
-		if ferr != nil {
-			return ferr
+		got, stop, err := deliverRecords(fs, end, &next, fn)
+		if err != nil {
+			return err
 		}
 		if stop || got == 0 {
 			// Either we passed the end, or the rest of the range is
@@ -261,4 +262,27 @@ func ReadPartition(ctx context.Context, brokers []string, topic string, p int32,
 		}
 	}
 	return nil
+}
+
+// deliverRecords hands fn each data record of fs before end, skipping
+// transaction markers, and advances next past every record it saw. got
+// counts the records (markers too) before end; stop says end was reached
+// or fn failed.
+func deliverRecords(fs kgo.Fetches, end int64, next *int64, fn func(*kgo.Record) error) (got int, stop bool, err error) {
+	fs.EachRecord(func(r *kgo.Record) {
+		if stop || r.Offset >= end {
+			stop = true
+			return
+		}
+		got++
+		*next = r.Offset + 1
+		if r.Attrs.IsControl() {
+			return
+		}
+		if ferr := fn(r); ferr != nil {
+			err = ferr
+			stop = true
+		}
+	})
+	return got, stop, err
 }

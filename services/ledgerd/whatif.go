@@ -78,29 +78,52 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	parts := ro.Partitions
-	if len(parts) == 0 {
-		td, err := adm.ListTopics(ctx, ro.Topics.Requests)
-		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", ro.Topics.Requests, err)
-		}
-		t, ok := td[ro.Topics.Requests]
-		if !ok || t.Err != nil {
-			return nil, fmt.Errorf("topic %s missing", ro.Topics.Requests)
-		}
-		parts = t.Partitions.Numbers()
-	}
-	ends, err := inputEnds(ctx, adm, ro, parts)
+	parts, ends, total, err := whatIfRanges(ctx, kadm.NewClient(cl), ro, o.ToMs)
 	if err != nil {
 		return nil, err
 	}
-	// The first input at or after ToMs ends each partition's range.
-	after, err := adm.ListOffsetsAfterMilli(ctx, o.ToMs, ro.Topics.Requests)
-	if err != nil {
-		return nil, fmt.Errorf("offsets after %d ms of %s: %w", o.ToMs, ro.Topics.Requests, err)
+	rep := &WhatIfReport{FromMs: o.FromMs, ToMs: o.ToMs}
+	if whatif.NeedsJoint(o.Ledger) {
+		err = whatIfJoint(ctx, ro, o, parts, ends, rep)
+	} else {
+		err = whatIfSeparate(ctx, ro, o, parts, ends, total, rep)
 	}
-	var total int64
+	if err != nil {
+		return rep, err
+	}
+	el := time.Since(start)
+	rep.ElapsedMs = el.Milliseconds()
+	if el > 0 {
+		rep.EventsPerSec = float64(rep.Inputs) / el.Seconds()
+	}
+	return rep, nil
+}
+
+// whatIfRanges finds the partitions to replay (ro's, or every partition of
+// the requests topic) and each one's range of committed inputs, ended by
+// the first input at or after toMs; total is the inputs of all ranges.
+func whatIfRanges(ctx context.Context, adm *kadm.Client, ro ReplayOptions, toMs int64) (parts []int32, ends map[int32]PartitionRange, total int64, err error) {
+	parts = ro.Partitions
+	if len(parts) == 0 {
+		td, err := adm.ListTopics(ctx, ro.Topics.Requests)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("list %s: %w", ro.Topics.Requests, err)
+		}
+		t, ok := td[ro.Topics.Requests]
+		if !ok || t.Err != nil {
+			return nil, nil, 0, fmt.Errorf("topic %s missing", ro.Topics.Requests)
+		}
+		parts = t.Partitions.Numbers()
+	}
+	ends, err = inputEnds(ctx, adm, ro, parts)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	// The first input at or after ToMs ends each partition's range.
+	after, err := adm.ListOffsetsAfterMilli(ctx, toMs, ro.Topics.Requests)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("offsets after %d ms of %s: %w", toMs, ro.Topics.Requests, err)
+	}
 	for _, p := range parts {
 		pr := ends[p]
 		if r, ok := after.Lookup(ro.Topics.Requests, p); ok && r.Err == nil && r.Offset >= 0 && r.Offset < pr.To {
@@ -109,44 +132,53 @@ func WhatIf(ctx context.Context, o WhatIfOptions) (*WhatIfReport, error) {
 		ends[p] = pr
 		total += max(0, pr.To-pr.From)
 	}
-	rep := &WhatIfReport{FromMs: o.FromMs, ToMs: o.ToMs}
-	if whatif.NeedsJoint(o.Ledger) {
-		if err := whatIfJoint(ctx, ro, o, parts, ends, rep); err != nil {
-			return rep, err
-		}
-		el := time.Since(start)
-		rep.ElapsedMs = el.Milliseconds()
-		if el > 0 {
-			rep.EventsPerSec = float64(rep.Inputs) / el.Seconds()
-		}
-		return rep, nil
-	}
-	rec, wi := whatif.NewTally(), whatif.NewTally()
+	return parts, ends, total, nil
+}
+
+// whatIfSeparate is WhatIf for a configuration without cross-scope
+// budgets: each partition is replayed on its own, one after another.
+func whatIfSeparate(ctx context.Context, ro ReplayOptions, o WhatIfOptions, parts []int32, ends map[int32]PartitionRange, total int64, rep *WhatIfReport) error {
+	sum := newWhatIfSum(rep)
 	var done int64
 	for _, p := range parts {
 		pt, err := whatIfPartition(ctx, ro, o, p, ends[p], &done, total)
 		if err != nil {
-			return rep, fmt.Errorf("partition %d: %w", p, err)
+			return fmt.Errorf("partition %d: %w", p, err)
 		}
-		pr := ends[p]
-		pr.Inputs, pr.Decisions = int(pt.Inputs), int(pt.WhatIf.Decisions)
-		rep.Ranges = append(rep.Ranges, pr)
-		rep.Partitions++
-		rep.Inputs += pt.Inputs
-		rep.Differences += pt.Differences
-		if pt.First != nil {
-			rep.First = append(rep.First, pt.First)
-		}
-		rec.Merge(pt.Recorded)
-		wi.Merge(pt.WhatIf)
+		sum.add(ends[p], pt)
 	}
-	rep.Recorded, rep.WhatIf = rec.Summary(), wi.Summary()
-	el := time.Since(start)
-	rep.ElapsedMs = el.Milliseconds()
-	if el > 0 {
-		rep.EventsPerSec = float64(rep.Inputs) / el.Seconds()
+	sum.finish()
+	return nil
+}
+
+// whatIfSum adds the partitions' comparisons up into one report, both
+// sides' tallies merged.
+type whatIfSum struct {
+	rep     *WhatIfReport
+	rec, wi *whatif.Tally
+}
+
+func newWhatIfSum(rep *WhatIfReport) *whatIfSum {
+	return &whatIfSum{rep: rep, rec: whatif.NewTally(), wi: whatif.NewTally()}
+}
+
+// add counts one replayed partition, whose range was pr.
+func (s *whatIfSum) add(pr PartitionRange, pt *whatif.Partition) {
+	pr.Inputs, pr.Decisions = int(pt.Inputs), int(pt.WhatIf.Decisions)
+	s.rep.Ranges = append(s.rep.Ranges, pr)
+	s.rep.Partitions++
+	s.rep.Inputs += pt.Inputs
+	s.rep.Differences += pt.Differences
+	if pt.First != nil {
+		s.rep.First = append(s.rep.First, pt.First)
 	}
-	return rep, nil
+	s.rec.Merge(pt.Recorded)
+	s.wi.Merge(pt.WhatIf)
+}
+
+// finish writes the summed tallies into the report.
+func (s *whatIfSum) finish() {
+	s.rep.Recorded, s.rep.WhatIf = s.rec.Summary(), s.wi.Summary()
 }
 
 // whatIfPartition reads the recorded decisions of the inputs of pr, then
@@ -302,79 +334,29 @@ func decodeParallel(n int, fn func(i int)) {
 // holds the whole range in memory: a budget what-if is for a day or a
 // week of a deployment's log, not for its whole history at once.
 func whatIfJoint(ctx context.Context, ro ReplayOptions, o WhatIfOptions, parts []int32, ends map[int32]PartitionRange, rep *WhatIfReport) error {
-	nparts := len(parts)
-	if td, err := func() (kadm.TopicDetails, error) {
-		cl, err := bus.NewClient(ctx, ro.Brokers, 10*time.Second)
-		if err != nil {
-			return nil, err
-		}
-		defer cl.Close()
-		return kadm.NewClient(cl).ListTopics(ctx, ro.Topics.Requests)
-	}(); err == nil {
-		nparts = len(td[ro.Topics.Requests].Partitions)
-	}
+	nparts := requestPartitions(ctx, ro, len(parts))
 	j, err := whatif.NewJoint(parts, whatif.Options{Ledger: o.Ledger, FromMs: o.FromMs, ToMs: o.ToMs},
 		func(key string) int32 { return PartitionOf(key, nparts) })
 	if err != nil {
 		return err
 	}
-	type input struct {
-		p   int32
-		off int64
-		ms  int64
-		ev  schemas.Event
+	all, err := readJointInputs(ctx, ro, parts, ends, j)
+	if err != nil {
+		return err
 	}
-	var all []input
-	for _, p := range parts {
-		pr := ends[p]
-		if pr.From >= pr.To {
-			continue
-		}
-		if err := feedRecorded(ctx, ro, p, pr, j.Partition(p)); err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-		err := ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
-			in := input{p: p, off: r.Offset, ms: r.Timestamp.UnixMilli()}
-			_ = decodeInput(r.Value, &in.ev) // a bad record is the same no-op here as live
-			all = append(all, in)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("partition %d: %w", p, err)
-		}
-	}
-	slices.SortStableFunc(all, func(a, b input) int {
-		switch {
-		case a.ms != b.ms:
-			return cmp.Compare(a.ms, b.ms)
-		case a.p != b.p:
-			return cmp.Compare(a.p, b.p)
-		}
-		return cmp.Compare(a.off, b.off)
-	})
 	for i := range all {
 		j.Input(all[i].p, all[i].off, all[i].ms, &all[i].ev)
 		if o.Progress != nil && i%4096 == 0 {
 			o.Progress(int64(i), int64(len(all)))
 		}
 	}
-	rec, wi := whatif.NewTally(), whatif.NewTally()
+	sum := newWhatIfSum(rep)
 	for _, p := range parts {
 		pt := j.Partition(p)
 		pt.Finish()
-		pr := ends[p]
-		pr.Inputs, pr.Decisions = int(pt.Inputs), int(pt.WhatIf.Decisions)
-		rep.Ranges = append(rep.Ranges, pr)
-		rep.Partitions++
-		rep.Inputs += pt.Inputs
-		rep.Differences += pt.Differences
-		if pt.First != nil {
-			rep.First = append(rep.First, pt.First)
-		}
-		rec.Merge(pt.Recorded)
-		wi.Merge(pt.WhatIf)
+		sum.add(ends[p], pt)
 	}
-	rep.Recorded, rep.WhatIf = rec.Summary(), wi.Summary()
+	sum.finish()
 	rep.LeaseMessagesDropped = j.Dropped
 	if j.Overflow > 0 {
 		return fmt.Errorf("what-if lease messages overflowed between two recorded inputs %d times", j.Overflow)
@@ -384,4 +366,64 @@ func whatIfJoint(ctx context.Context, ro ReplayOptions, o WhatIfOptions, parts [
 	}
 	rep.Budgets, err = j.Budgets(o.Ledger)
 	return err
+}
+
+// requestPartitions is the requests topic's partition count, which routes
+// a budget's lease messages as the ledgers do; fallback (the partitions
+// replayed) if the topic cannot be listed.
+func requestPartitions(ctx context.Context, ro ReplayOptions, fallback int) int {
+	cl, err := bus.NewClient(ctx, ro.Brokers, 10*time.Second)
+	if err != nil {
+		return fallback
+	}
+	defer cl.Close()
+	td, err := kadm.NewClient(cl).ListTopics(ctx, ro.Topics.Requests)
+	if err != nil {
+		return fallback
+	}
+	return len(td[ro.Topics.Requests].Partitions)
+}
+
+// jointInput is one recorded input of a joint replay, with where and when
+// it was appended.
+type jointInput struct {
+	p   int32
+	off int64
+	ms  int64
+	ev  schemas.Event
+}
+
+// readJointInputs feeds each partition's recorded decisions to j and reads
+// its inputs, then merges them all in log order: log time, then
+// partition, then offset.
+func readJointInputs(ctx context.Context, ro ReplayOptions, parts []int32, ends map[int32]PartitionRange, j *whatif.Joint) ([]jointInput, error) {
+	var all []jointInput
+	for _, p := range parts {
+		pr := ends[p]
+		if pr.From >= pr.To {
+			continue
+		}
+		if err := feedRecorded(ctx, ro, p, pr, j.Partition(p)); err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+		err := ReadPartition(ctx, ro.Brokers, ro.Topics.Requests, p, kgo.NewOffset().At(pr.From), pr.To, func(r *kgo.Record) error {
+			in := jointInput{p: p, off: r.Offset, ms: r.Timestamp.UnixMilli()}
+			_ = decodeInput(r.Value, &in.ev) // a bad record is the same no-op here as live
+			all = append(all, in)
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+	}
+	slices.SortStableFunc(all, func(a, b jointInput) int {
+		switch {
+		case a.ms != b.ms:
+			return cmp.Compare(a.ms, b.ms)
+		case a.p != b.p:
+			return cmp.Compare(a.p, b.p)
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	return all, nil
 }

@@ -191,22 +191,37 @@ func (b *budgetAudit) add(ev *schemas.Event, ts time.Time) {
 	}
 }
 
+// budgetDef is one budget of the run's ledger config, as far as the
+// audit needs it.
+type budgetDef struct {
+	ID      string `json:"id"`
+	Level   string `json:"level"`
+	Subject string `json:"subject"`
+	Unit    string `json:"unit"`
+	Limit   int64  `json:"limit"`
+}
+
 // reports builds the budget reports (nil when the run has no budget).
 func (b *budgetAudit) reports() []BudgetReport {
 	var doc struct {
 		Budget *struct {
-			Budgets []struct {
-				ID      string `json:"id"`
-				Level   string `json:"level"`
-				Subject string `json:"subject"`
-				Unit    string `json:"unit"`
-				Limit   int64  `json:"limit"`
-			} `json:"budgets"`
+			Budgets []budgetDef `json:"budgets"`
 		} `json:"budget"`
 	}
 	if len(b.ledger) == 0 || json.Unmarshal(b.ledger, &doc) != nil || doc.Budget == nil {
 		return nil
 	}
+	b.resolveRetryPaths()
+	var out []BudgetReport
+	for _, bc := range doc.Budget.Budgets {
+		out = append(out, b.report(bc))
+	}
+	return out
+}
+
+// resolveRetryPaths gives each retry the path of the attempt it retried,
+// which only the first attempt's request carried.
+func (b *budgetAudit) resolveRetryPaths() {
 	for _, r := range b.retries {
 		if prev, ok := b.paths[attemptKey{r.key.id, r.prev}]; ok {
 			r.at.path = prev.path
@@ -214,61 +229,69 @@ func (b *budgetAudit) reports() []BudgetReport {
 		}
 	}
 	b.retries = nil
-	var out []BudgetReport
-	for _, bc := range doc.Budget.Budgets {
-		r := BudgetReport{ID: bc.ID, Unit: bc.Unit, Limit: bc.Limit, LeaseMessages: b.msgs[bc.ID]}
-		hs := map[string]*BudgetHolder{}
-		get := func(scope string) *BudgetHolder {
-			h := hs[scope]
-			if h == nil {
-				h = &BudgetHolder{Scope: scope, FirstRequestMs: -1, FirstLeaseMs: -1, FollowMs: -1}
-				hs[scope] = h
-			}
-			return h
+}
+
+// report is one budget's report: each holder scope's leases and requests,
+// the fallbacks, the sums over the holders and the overspend.
+func (b *budgetAudit) report(bc budgetDef) BudgetReport {
+	r := BudgetReport{ID: bc.ID, Unit: bc.Unit, Limit: bc.Limit, LeaseMessages: b.msgs[bc.ID]}
+	hs := map[string]*BudgetHolder{}
+	get := func(scope string) *BudgetHolder {
+		h := hs[scope]
+		if h == nil {
+			h = &BudgetHolder{Scope: scope, FirstRequestMs: -1, FirstLeaseMs: -1, FollowMs: -1}
+			hs[scope] = h
 		}
-		for k, h := range b.holders {
-			if k[0] != bc.ID {
-				continue
-			}
-			bh := get(k[1])
-			bh.Spent, bh.Granted, bh.Returned, bh.FirstLeaseMs = h.used, h.grantd, h.returned, h.firstLeaseMs
-		}
-		for k, ap := range b.paths {
-			if !pathNames(ap.path, bc.Level, bc.Subject) {
-				continue
-			}
-			bh := get(ap.scope)
-			if bh.FirstRequestMs < 0 || ap.ms < bh.FirstRequestMs {
-				bh.FirstRequestMs = ap.ms
-			}
-			if b.granted[k] && !b.givenBack[k] {
-				bh.GrantedAttempts++
-			}
-		}
-		r.FallbackRequests = b.fallbacks(bc.Level, bc.Subject, get)
-		for _, h := range hs {
-			r.FallbackCharged += h.FallbackCharged
-			if h.FirstLeaseMs >= 0 && h.FirstRequestMs >= 0 {
-				h.FollowMs = max(0, h.FirstLeaseMs-h.FirstRequestMs)
-			}
-			r.Spent += h.Spent
-			r.GrantedAttempts += h.GrantedAttempts
-			r.Granted += h.Granted
-			r.Returned += h.Returned
-			r.Holders = append(r.Holders, *h)
-		}
-		sort.Slice(r.Holders, func(i, j int) bool { return r.Holders[i].Scope < r.Holders[j].Scope })
-		spent := r.Spent
-		if bc.Unit == "requests" {
-			spent = max(spent, r.GrantedAttempts)
-		}
-		r.Overspend = max(0, spent-r.Limit)
-		if r.Limit > 0 {
-			r.UsedPct = 100 * float64(r.Spent) / float64(r.Limit)
-		}
-		out = append(out, r)
+		return h
 	}
-	return out
+	b.fillHolders(bc, get)
+	r.FallbackRequests = b.fallbacks(bc.Level, bc.Subject, get)
+	for _, h := range hs {
+		r.FallbackCharged += h.FallbackCharged
+		if h.FirstLeaseMs >= 0 && h.FirstRequestMs >= 0 {
+			h.FollowMs = max(0, h.FirstLeaseMs-h.FirstRequestMs)
+		}
+		r.Spent += h.Spent
+		r.GrantedAttempts += h.GrantedAttempts
+		r.Granted += h.Granted
+		r.Returned += h.Returned
+		r.Holders = append(r.Holders, *h)
+	}
+	sort.Slice(r.Holders, func(i, j int) bool { return r.Holders[i].Scope < r.Holders[j].Scope })
+	spent := r.Spent
+	if bc.Unit == "requests" {
+		spent = max(spent, r.GrantedAttempts)
+	}
+	r.Overspend = max(0, spent-r.Limit)
+	if r.Limit > 0 {
+		r.UsedPct = 100 * float64(r.Spent) / float64(r.Limit)
+	}
+	return r
+}
+
+// fillHolders gives each holder of budget bc (got through get) its lease
+// counters, its first request under the budget and its granted attempts
+// that were not given back.
+func (b *budgetAudit) fillHolders(bc budgetDef, get func(scope string) *BudgetHolder) {
+	for k, h := range b.holders {
+		if k[0] != bc.ID {
+			continue
+		}
+		bh := get(k[1])
+		bh.Spent, bh.Granted, bh.Returned, bh.FirstLeaseMs = h.used, h.grantd, h.returned, h.firstLeaseMs
+	}
+	for k, ap := range b.paths {
+		if !pathNames(ap.path, bc.Level, bc.Subject) {
+			continue
+		}
+		bh := get(ap.scope)
+		if bh.FirstRequestMs < 0 || ap.ms < bh.FirstRequestMs {
+			bh.FirstRequestMs = ap.ms
+		}
+		if b.granted[k] && !b.givenBack[k] {
+			bh.GrantedAttempts++
+		}
+	}
 }
 
 // pathNames reports whether a request's path names level/subject.

@@ -106,9 +106,37 @@ type Options struct {
 
 // Run implements `sluice loadtest`.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, helped, err := parseRunFlags(args, stdout)
+	if err != nil || helped {
+		return err
+	}
+	if err := o.checkModes(); err != nil {
+		return err
+	}
+	sc, err := LoadScenario(o.Scenario, o.ScenariosDir)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.URL != "" && len(o.APIKeys) != 1 && len(o.APIKeys) != len(sc.Tenants) {
+		return fmt.Errorf("sluice loadtest: %d --api-key values for %d tenants (give one per tenant, or one for all)", len(o.APIKeys), len(sc.Tenants))
+	}
+	rep, err := Execute(ctx, sc, o, stderr)
+	if err != nil {
+		return fmt.Errorf("sluice loadtest: %w", err)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// parseRunFlags reads the command line of `sluice loadtest` into Options.
+// -h prints the usage and the flags to stdout and reports helped.
+func parseRunFlags(args []string, stdout io.Writer) (o Options, helped bool, err error) {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var o Options
 	var keys stringList
 	fs.StringVar(&o.Scenario, "scenario", "", "scenario name (deploy/scenarios/NAME.yaml) or file")
 	fs.StringVar(&o.ScenariosDir, "scenarios-dir", "", "directory of scenario files (default: deploy/scenarios found from the working directory up; env SLUICE_SCENARIOS_DIR)")
@@ -135,59 +163,47 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprint(stdout, usage)
 			fs.SetOutput(stdout)
 			fs.PrintDefaults()
-			return nil
+			return o, true, nil
 		}
-		return fmt.Errorf("sluice loadtest: %w", err)
+		return o, false, fmt.Errorf("sluice loadtest: %w", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("sluice loadtest: unexpected arguments: %s", strings.Join(fs.Args(), " "))
+		return o, false, fmt.Errorf("sluice loadtest: unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	o.APIKeys = keys
 	o.Seed = *seed
 	if *brokers != "" {
 		o.Brokers = bus.SplitBrokers(*brokers)
 	}
-	if o.Scenario == "" {
-		return errors.New("sluice loadtest: --scenario NAME|FILE is required")
-	}
+	return o, false, nil
+}
+
+// checkModes refuses a command line that names no scenario, not exactly
+// one way to run, or a flag without the mode it needs; the first broken
+// rule, in this order, is the error.
+func (o *Options) checkModes() error {
 	modes := 0
 	for _, b := range []bool{o.Embedded, o.URL != "", o.Baseline, len(o.Brokers) > 0} {
 		if b {
 			modes++
 		}
 	}
-	if modes != 1 {
-		return errors.New("sluice loadtest: choose exactly one of --embedded, --brokers ADDR, --url URL, --baseline")
+	for _, r := range []struct {
+		broken bool
+		why    string
+	}{
+		{o.Scenario == "", "--scenario NAME|FILE is required"},
+		{modes != 1, "choose exactly one of --embedded, --brokers ADDR, --url URL, --baseline"},
+		{o.KillLedgerAt > 0 && len(o.Brokers) == 0, "--kill-ledger-at needs --brokers"},
+		{o.KillOwnerOf != "" && o.KillLedgerAt <= 0, "--kill-owner-of needs --kill-ledger-at"},
+		{o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0, "--config needs --embedded or --brokers"},
+		{o.URL != "" && len(o.APIKeys) == 0, "--url needs --api-key"},
+	} {
+		if r.broken {
+			return errors.New("sluice loadtest: " + r.why)
+		}
 	}
-	if o.KillLedgerAt > 0 && len(o.Brokers) == 0 {
-		return errors.New("sluice loadtest: --kill-ledger-at needs --brokers")
-	}
-	if o.KillOwnerOf != "" && o.KillLedgerAt <= 0 {
-		return errors.New("sluice loadtest: --kill-owner-of needs --kill-ledger-at")
-	}
-	if o.ConfigFile != "" && !o.Embedded && len(o.Brokers) == 0 {
-		return errors.New("sluice loadtest: --config needs --embedded or --brokers")
-	}
-	if o.URL != "" && len(o.APIKeys) == 0 {
-		return errors.New("sluice loadtest: --url needs --api-key")
-	}
-	sc, err := LoadScenario(o.Scenario, o.ScenariosDir)
-	if err != nil {
-		return fmt.Errorf("sluice loadtest: %w", err)
-	}
-	if o.URL != "" && len(o.APIKeys) != 1 && len(o.APIKeys) != len(sc.Tenants) {
-		return fmt.Errorf("sluice loadtest: %d --api-key values for %d tenants (give one per tenant, or one for all)", len(o.APIKeys), len(sc.Tenants))
-	}
-	rep, err := Execute(ctx, sc, o, stderr)
-	if err != nil {
-		return fmt.Errorf("sluice loadtest: %w", err)
-	}
-	if o.JSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	return rep.WriteText(stdout)
+	return nil
 }
 
 // gatewayYAML is the run's gateway config maker: o.ConfigFile made to run
@@ -911,73 +927,116 @@ func doRequest(runCtx context.Context, sc *Scenario, tg target, hc *http.Client,
 		tm := time.AfterFunc(a.CancelAt, func() { cancel(errClientCancel) })
 		defer tm.Stop()
 	}
-	rng := rand.New(rand.NewPCG(a.Seed, uint64(a.Tenant)))
-	start := time.Now()
-	endedBy := func() string {
-		switch {
-		case context.Cause(cctx) == errClientCancel:
-			return OutCancelled
-		case context.Cause(runCtx) != nil:
-			return OutUnfinished
-		case ctx.Err() != nil:
-			return OutTimeout
-		}
-		return ""
-	}
-	defer func() { rec.latency, rec.doneAt = time.Since(start), time.Since(runStart) }()
+	c := &logicalCall{runCtx: runCtx, cctx: cctx, ctx: ctx, tg: tg, t: t, a: a, body: body, deadline: deadline,
+		rng: rand.New(rand.NewPCG(a.Seed, uint64(a.Tenant)))}
+	c.start = time.Now()
+	defer func() { rec.latency, rec.doneAt = time.Since(c.start), time.Since(runStart) }()
 	for attempt := 0; ; attempt++ {
 		rec.attempts++
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tg.chatURL, bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tg.keys[a.Tenant])
-		// What the official SDKs send (no X-Sluice-Deadline-Ms): the
-		// client's timeout and its retry count, so the gateway learns the
-		// deadline the way it does from real callers.
-		setSDKHeaders(req.Header, time.Until(start.Add(deadline)), attempt)
-		if tg.mode != "baseline" {
-			req.Header.Set("X-Sluice-Class", t.Class)
-		}
-		resp, err := hc.Do(req)
-		headersAt := time.Now()
-		var rb []byte
-		if err == nil {
-			rb, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
+		resp, rb, headersAt, err := c.send(hc, attempt)
+		var again bool
 		if err != nil {
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-				return rec
-			}
-			rec.outcome, rec.code = OutFinalFailure, "transport_error"
-			if attempt < tg.retries && sleepBackoff(ctx, rng, attempt, 0) {
-				continue
-			}
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-			}
+			again = c.transportFailed(&rec, attempt)
+		} else {
+			again = c.answered(&rec, resp, rb, headersAt, attempt, pr)
+		}
+		if !again {
 			return rec
 		}
-		rec.status = resp.StatusCode
-		gwAttempts := 1
-		if v, err := strconv.Atoi(resp.Header.Get("X-Sluice-Attempts")); err == nil && v >= 0 {
-			gwAttempts = v
-		}
-		if resp.StatusCode < 300 {
-			rec.succeeded(resp.Header, gwAttempts, headersAt.Sub(start), pr)
-			return rec
-		}
-		retryable := rec.failed(resp, rb, gwAttempts, tg.mode != "baseline", pr)
-		if retryable && attempt < tg.retries {
-			if sleepBackoff(ctx, rng, attempt, retryAfter(resp.Header)) {
-				continue
-			}
-			if out := endedBy(); out != "" {
-				rec.outcome = out
-			}
-		}
-		return rec
 	}
+}
+
+// logicalCall is one logical request of doRequest: its three contexts (the
+// run's; the client's, which a client cancel ends; and the deadline's
+// within it), its retry randomness and when it started.
+type logicalCall struct {
+	runCtx, cctx, ctx context.Context
+	tg                target
+	t                 *TenantSpec
+	a                 Arrival
+	body              []byte
+	deadline          time.Duration
+	rng               *rand.Rand
+	start             time.Time
+}
+
+// endedBy names what ended the call early (a client cancel, the run's end,
+// the deadline), or "" if nothing did.
+func (c *logicalCall) endedBy() string {
+	switch {
+	case context.Cause(c.cctx) == errClientCancel:
+		return OutCancelled
+	case context.Cause(c.runCtx) != nil:
+		return OutUnfinished
+	case c.ctx.Err() != nil:
+		return OutTimeout
+	}
+	return ""
+}
+
+// send makes one attempt and reads its whole answer; headersAt is when the
+// response headers arrived.
+func (c *logicalCall) send(hc *http.Client, attempt int) (resp *http.Response, rb []byte, headersAt time.Time, err error) {
+	req, _ := http.NewRequestWithContext(c.ctx, http.MethodPost, c.tg.chatURL, bytes.NewReader(c.body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.tg.keys[c.a.Tenant])
+	// What the official SDKs send (no X-Sluice-Deadline-Ms): the
+	// client's timeout and its retry count, so the gateway learns the
+	// deadline the way it does from real callers.
+	setSDKHeaders(req.Header, time.Until(c.start.Add(c.deadline)), attempt)
+	if c.tg.mode != "baseline" {
+		req.Header.Set("X-Sluice-Class", c.t.Class)
+	}
+	resp, err = hc.Do(req)
+	headersAt = time.Now()
+	if err == nil {
+		rb, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	return resp, rb, headersAt, err
+}
+
+// transportFailed records an attempt that got no answer and says whether
+// to try again (after a backoff): not if the call was ended, nor when the
+// retries are spent.
+func (c *logicalCall) transportFailed(rec *record, attempt int) (again bool) {
+	if out := c.endedBy(); out != "" {
+		rec.outcome = out
+		return false
+	}
+	rec.outcome, rec.code = OutFinalFailure, "transport_error"
+	if attempt < c.tg.retries && sleepBackoff(c.ctx, c.rng, attempt, 0) {
+		return true
+	}
+	if out := c.endedBy(); out != "" {
+		rec.outcome = out
+	}
+	return false
+}
+
+// answered records an attempt's answer and says whether to try again: a
+// retryable failure with retries left, once its backoff (or Retry-After)
+// has passed within the deadline.
+func (c *logicalCall) answered(rec *record, resp *http.Response, rb []byte, headersAt time.Time, attempt int, pr *progress) (again bool) {
+	rec.status = resp.StatusCode
+	gwAttempts := 1
+	if v, err := strconv.Atoi(resp.Header.Get("X-Sluice-Attempts")); err == nil && v >= 0 {
+		gwAttempts = v
+	}
+	if resp.StatusCode < 300 {
+		rec.succeeded(resp.Header, gwAttempts, headersAt.Sub(c.start), pr)
+		return false
+	}
+	retryable := rec.failed(resp, rb, gwAttempts, c.tg.mode != "baseline", pr)
+	if retryable && attempt < c.tg.retries {
+		if sleepBackoff(c.ctx, c.rng, attempt, retryAfter(resp.Header)) {
+			return true
+		}
+		if out := c.endedBy(); out != "" {
+			rec.outcome = out
+		}
+	}
+	return false
 }
 
 // succeeded records a success: the gateway's attempts upstream, and the
@@ -1193,24 +1252,46 @@ func (rep *Report) providerCounts(sc *Scenario, tg target, before, gStart, atEnd
 	}
 }
 
+// buildReport sums a run's records and the simulator's counts into the
+// report: offered load, then classes, routes and totals, then tenants and
+// their fair shares, then what the provider saw.
 func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEnd, final *sim.Stats, statsErr error,
 	start, end time.Time, dur, drain time.Duration, maxIn, limit int) *Report {
 	rep := &Report{Schema: ReportSchema, Scenario: sc.Name, Description: sc.Description, Mode: tg.mode,
 		Classes: map[string]*Group{}, Routes: map[string]*Group{}}
 	rep.Conditions = conditions(sc, tg, records, start, end, dur, drain, maxIn, limit)
+	off := offeredLoad(sc, dur)
+	tAcc := rep.groupRecords(sc, records, dur, off)
+	rep.tenantShares(sc, tAcc, dur, off.tenants)
+	rep.providerCounts(sc, tg, before, gStart, atEnd, final, statsErr, dur, off.rps, off.tps, off.in, off.out)
+	rep.GoodputRatio = rep.Goodput.Ratio
+	rep.CapacityStorm = stormReport(sc, records, dur, off.rps)
+	return rep
+}
 
-	// Offered load.
-	offered := make([]float64, len(sc.Tenants))
-	var offRPS, offTPS, offIn, offOut float64
+// offered is the scenario's offered load: each tenant's request rate, and
+// over all tenants requests, tokens, prompt and completion tokens a second.
+type offered struct {
+	tenants           []float64
+	rps, tps, in, out float64
+}
+
+func offeredLoad(sc *Scenario, dur time.Duration) offered {
+	o := offered{tenants: make([]float64, len(sc.Tenants))}
 	for i := range sc.Tenants {
 		t := &sc.Tenants[i]
-		offered[i] = OfferedRate(t, dur)
-		offRPS += offered[i]
-		offIn += offered[i] * float64(t.PromptTokens)
-		offOut += offered[i] * float64(t.MaxTokens)
+		o.tenants[i] = OfferedRate(t, dur)
+		o.rps += o.tenants[i]
+		o.in += o.tenants[i] * float64(t.PromptTokens)
+		o.out += o.tenants[i] * float64(t.MaxTokens)
 	}
-	offTPS = offIn + offOut
+	o.tps = o.in + o.out
+	return o
+}
 
+// groupRecords sums the records by class, by route and in total into the
+// report, and returns each tenant's sums for tenantShares.
+func (rep *Report) groupRecords(sc *Scenario, records []record, dur time.Duration, off offered) []groupAcc {
 	tAcc := make([]groupAcc, len(sc.Tenants))
 	for i := range tAcc {
 		tAcc[i].window = dur
@@ -1220,7 +1301,7 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 	all := groupAcc{window: dur}
 	cOff := map[string]float64{}
 	for i, t := range sc.Tenants {
-		cOff[t.Class] += offered[i]
+		cOff[t.Class] += off.tenants[i]
 	}
 	for i := range records {
 		r := &records[i]
@@ -1239,15 +1320,19 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Classes[k] = a.finish(dur, cOff[k])
 	}
 	for k, a := range rAcc {
-		rep.Routes[k] = a.finish(dur, offRPS)
+		rep.Routes[k] = a.finish(dur, off.rps)
 	}
-	rep.Totals = *all.finish(dur, offRPS)
+	rep.Totals = *all.finish(dur, off.rps)
+	return tAcc
+}
 
-	// Tenants and fair shares.
+// tenantShares reports each tenant and its weighted fair share of what was
+// served, and the run's fairness.
+func (rep *Report) tenantShares(sc *Scenario, tAcc []groupAcc, dur time.Duration, offeredRPS []float64) {
 	var served float64
 	weights := make([]float64, len(sc.Tenants))
 	for i := range sc.Tenants {
-		g := tAcc[i].finish(dur, offered[i])
+		g := tAcc[i].finish(dur, offeredRPS[i])
 		rep.Tenants = append(rep.Tenants, TenantReport{ID: sc.Tenants[i].ID, Weight: sc.Tenants[i].Weight, Class: sc.Tenants[i].Class, Group: *g})
 		served += g.ThroughputRPS
 		weights[i] = float64(sc.Tenants[i].Weight)
@@ -1265,9 +1350,4 @@ func buildReport(sc *Scenario, tg target, records []record, before, gStart, atEn
 		rep.Tenants[i].FairRatio = ratio(rep.Tenants[i].ThroughputRPS, shares[i])
 	}
 	rep.Fairness, rep.JainFairness = fairness(sc, rep.Tenants)
-
-	rep.providerCounts(sc, tg, before, gStart, atEnd, final, statsErr, dur, offRPS, offTPS, offIn, offOut)
-	rep.GoodputRatio = rep.Goodput.Ratio
-	rep.CapacityStorm = stormReport(sc, records, dur, offRPS)
-	return rep
 }

@@ -223,34 +223,11 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.topics(ctx); err != nil {
 		return st, err
 	}
-	simYAML, err := yaml.Marshal(sc.SimConfig)
-	if err != nil {
-		return st, fmt.Errorf("simulator config: %w", err)
-	}
-	simCfg := filepath.Join(dir, "sim.yaml")
-	if err := os.WriteFile(simCfg, simYAML, 0o600); err != nil {
+	if err := st.startSim(ctx, sc); err != nil {
 		return st, err
 	}
-	_, line, err := st.start(ctx, "sim", "sim", "--config", simCfg, "--addr", "127.0.0.1:0")
-	if err != nil {
+	if err := st.startLedgers(ctx); err != nil {
 		return st, err
-	}
-	st.simURL = strings.TrimSpace(line)
-	for i := 1; i <= stackLedgers; i++ {
-		maddr, err := freeAddr()
-		if err != nil {
-			return st, err
-		}
-		name := "ledger-" + strconv.Itoa(i)
-		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
-			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
-			// Info: rebuilds and evictions, a few lines per takeover.
-			"-v")
-		if err != nil {
-			return st, err
-		}
-		p.metricsURL = "http://" + maddr + "/metrics"
-		st.ledgers = append(st.ledgers, p)
 	}
 	// The gateway publishes its config (ConfigChanged on every requests
 	// partition) at start, and the ledgers decide and snapshot it: start
@@ -260,30 +237,80 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.waitLedgersJoined(ctx); err != nil {
 		return st, err
 	}
-	gwYAML, err := gwConfig(st.simURL)
-	if err != nil {
+	if err := st.startGateway(ctx, gwConfig, gwArgs); err != nil {
 		return st, err
 	}
-	gwCfg := filepath.Join(dir, "gateway.yaml")
+	go st.scrapeLoop()
+	return st, nil
+}
+
+// startSim starts the provider simulator with the scenario's config and
+// records its URL.
+func (st *stack) startSim(ctx context.Context, sc *Scenario) error {
+	simYAML, err := yaml.Marshal(sc.SimConfig)
+	if err != nil {
+		return fmt.Errorf("simulator config: %w", err)
+	}
+	simCfg := filepath.Join(st.dir, "sim.yaml")
+	if err := os.WriteFile(simCfg, simYAML, 0o600); err != nil {
+		return err
+	}
+	_, line, err := st.start(ctx, "sim", "sim", "--config", simCfg, "--addr", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	st.simURL = strings.TrimSpace(line)
+	return nil
+}
+
+// startLedgers starts stackLedgers ledgers in one group, each with its own
+// metrics listener.
+func (st *stack) startLedgers(ctx context.Context) error {
+	for i := 1; i <= stackLedgers; i++ {
+		maddr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		name := "ledger-" + strconv.Itoa(i)
+		p, _, err := st.start(ctx, name, "ledger", "--brokers", strings.Join(st.brokers, ","), "--topic-prefix", st.prefix,
+			"--group", st.prefix+"ledger", "--node", st.prefix+name, "--metrics", maddr,
+			// Info: rebuilds and evictions, a few lines per takeover.
+			"-v")
+		if err != nil {
+			return err
+		}
+		p.metricsURL = "http://" + maddr + "/metrics"
+		st.ledgers = append(st.ledgers, p)
+	}
+	return nil
+}
+
+// startGateway writes the gateway's config (which points at the simulator)
+// and starts it on free API and metrics addresses; gwArgs are extra flags.
+func (st *stack) startGateway(ctx context.Context, gwConfig gatewayYAML, gwArgs []string) error {
+	gwYAML, err := gwConfig(st.simURL)
+	if err != nil {
+		return err
+	}
+	gwCfg := filepath.Join(st.dir, "gateway.yaml")
 	if err := os.WriteFile(gwCfg, gwYAML, 0o600); err != nil {
-		return st, err
+		return err
 	}
 	gaddr, err := freeAddr()
 	if err != nil {
-		return st, err
+		return err
 	}
 	gmaddr, err := freeAddr()
 	if err != nil {
-		return st, err
+		return err
 	}
-	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(brokers, ","), "--topic-prefix", st.prefix,
+	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(st.brokers, ","), "--topic-prefix", st.prefix,
 		"--config", gwCfg, "--addr", gaddr, "--metrics-addr", gmaddr, "--ledger-group", st.prefix + "ledger"}, gwArgs...)...); err != nil {
-		return st, err
+		return err
 	}
 	st.gwURL = "http://" + gaddr
 	st.gwMetricsURL = "http://" + gmaddr + "/metrics"
-	go st.scrapeLoop()
-	return st, nil
+	return nil
 }
 
 // waitLedgersJoined waits until every ledger is a member of the group and
@@ -643,28 +670,56 @@ type auditResult struct {
 	undecidedSample []string
 }
 
+// auditAttempt names one attempt of one request.
+type auditAttempt struct {
+	id string
+	n  int32
+}
+
+// auditor holds what audit gathers while it reads the run's topics record
+// by record, so that each step of the audit is a method over one state.
+type auditor struct {
+	runStart, arrivalsEnd time.Time
+	a                     auditResult
+	reserved              map[auditAttempt]string // what each reserve or retry asked, for the undecided sample
+	decided               map[auditAttempt]bool
+	seen                  map[string]bool   // decision ids, to count doubles
+	times                 map[int32][]int64 // decision times in the arrival window, by input partition
+	ba                    *budgetAudit
+}
+
 // audit reads the run's committed requests and decisions.
 func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (auditResult, error) {
-	var a auditResult
+	au := &auditor{runStart: runStart, arrivalsEnd: arrivalsEnd,
+		reserved: map[auditAttempt]string{}, decided: map[auditAttempt]bool{},
+		seen: map[string]bool{}, times: map[int32][]int64{}, ba: newBudgetAudit(runStart)}
+	if err := st.auditTopics(ctx, au); err != nil {
+		return au.a, err
+	}
+	au.a.budgets = au.ba.reports()
+	au.countUndecided()
+	busiest := au.busiestPartition()
+	au.a.busiest = max(busiest, 0)
+	if err := st.auditSnapshots(ctx, au); err != nil {
+		return au.a, err
+	}
+	au.gaps(busiest)
+	return au.a, nil
+}
+
+// auditTopics feeds every committed record of the requests and decisions
+// topics, partition by partition, to the auditor.
+func (st *stack) auditTopics(ctx context.Context, au *auditor) error {
 	cl, err := bus.NewClient(ctx, st.brokers, 10*time.Second)
 	if err != nil {
-		return a, err
+		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	type attempt struct {
-		id string
-		n  int32
-	}
-	reserved := map[attempt]string{}
-	decided := map[attempt]bool{}
-	seen := map[string]bool{}
-	times := map[int32][]int64{}
-	ba := newBudgetAudit(runStart)
 	for _, topic := range []string{st.names.Requests, st.names.Decisions} {
 		td, err := adm.ListTopics(ctx, topic)
 		if err != nil {
-			return a, err
+			return err
 		}
 		for _, p := range td[topic].Partitions.Numbers() {
 			var ev schemas.Event
@@ -672,71 +727,97 @@ func (st *stack) audit(ctx context.Context, runStart, arrivalsEnd time.Time) (au
 				if schemas.Decode(r.Value, &ev) != nil {
 					return nil
 				}
-				ba.add(&ev, r.Timestamp)
-				switch {
-				case ev.ReserveRequested != nil, ev.RetryRequested != nil:
-					kind := "reserve"
-					if ev.RetryRequested != nil {
-						kind = "retry"
-					}
-					reserved[attempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
-						r.Partition, r.Offset, r.Timestamp.Sub(runStart).Milliseconds())
-				case ev.Decision != nil:
-					a.decisions++
-					if seen[ev.ID] {
-						a.doubled++
-					}
-					seen[ev.ID] = true
-					decided[attempt{ev.RequestID, ev.Attempt}] = true
-					if ts := r.Timestamp; !ts.Before(runStart) && ts.Before(arrivalsEnd) {
-						// Decisions go to their gateway's partition: group
-						// them by the input partition that decided them.
-						ip := ev.Decision.InputPartition
-						times[ip] = append(times[ip], ts.UnixMilli())
-					}
-				}
+				au.record(r, &ev)
 				return nil
 			})
 			if err != nil {
-				return a, fmt.Errorf("audit %s/%d: %w", topic, p, err)
+				return fmt.Errorf("audit %s/%d: %w", topic, p, err)
 			}
 		}
 	}
-	a.budgets = ba.reports()
-	for k, what := range reserved {
-		if !decided[k] {
-			a.undecided++
-			if len(a.undecidedSample) < 10 {
-				a.undecidedSample = append(a.undecidedSample, what)
+	return nil
+}
+
+// record takes one decoded event: a reserve or retry is remembered until a
+// decision for its attempt arrives; a decision is counted, checked for a
+// double and, in the arrival window, timed.
+func (au *auditor) record(r *kgo.Record, ev *schemas.Event) {
+	au.ba.add(ev, r.Timestamp)
+	switch {
+	case ev.ReserveRequested != nil, ev.RetryRequested != nil:
+		kind := "reserve"
+		if ev.RetryRequested != nil {
+			kind = "retry"
+		}
+		au.reserved[auditAttempt{ev.RequestID, ev.Attempt}] = fmt.Sprintf("%s/%d %s %s p%d@%d at %d ms", ev.RequestID, ev.Attempt, kind, ev.Scope,
+			r.Partition, r.Offset, r.Timestamp.Sub(au.runStart).Milliseconds())
+	case ev.Decision != nil:
+		au.a.decisions++
+		if au.seen[ev.ID] {
+			au.a.doubled++
+		}
+		au.seen[ev.ID] = true
+		au.decided[auditAttempt{ev.RequestID, ev.Attempt}] = true
+		if ts := r.Timestamp; !ts.Before(au.runStart) && ts.Before(au.arrivalsEnd) {
+			// Decisions go to their gateway's partition: group
+			// them by the input partition that decided them.
+			ip := ev.Decision.InputPartition
+			au.times[ip] = append(au.times[ip], ts.UnixMilli())
+		}
+	}
+}
+
+// countUndecided counts the attempts that never got a decision and keeps
+// up to 10 of them, sorted, as a sample to show.
+func (au *auditor) countUndecided() {
+	for k, what := range au.reserved {
+		if !au.decided[k] {
+			au.a.undecided++
+			if len(au.a.undecidedSample) < 10 {
+				au.a.undecidedSample = append(au.a.undecidedSample, what)
 			}
 		}
 	}
-	sort.Strings(a.undecidedSample)
+	sort.Strings(au.a.undecidedSample)
+}
+
+// busiestPartition is the input partition with the most decisions in the
+// arrival window, or -1 if there were none.
+func (au *auditor) busiestPartition() int32 {
 	busiest := int32(-1)
-	for p, ts := range times {
-		if busiest < 0 || len(ts) > len(times[busiest]) {
+	for p, ts := range au.times {
+		if busiest < 0 || len(ts) > len(au.times[busiest]) {
 			busiest = p
 		}
 	}
-	a.busiest = max(busiest, 0)
-	key := string(ledgerd.SnapshotKey(a.busiest))
-	err = ledgerd.ReadPartition(ctx, st.brokers, st.names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
+	return busiest
+}
+
+// auditSnapshots counts the snapshots written for the busiest partition.
+func (st *stack) auditSnapshots(ctx context.Context, au *auditor) error {
+	key := string(ledgerd.SnapshotKey(au.a.busiest))
+	err := ledgerd.ReadPartition(ctx, st.brokers, st.names.Snapshots, 0, kgo.NewOffset().AtStart(), -1, func(r *kgo.Record) error {
 		if string(r.Key) == key {
-			a.busiestSnapshots++
+			au.a.busiestSnapshots++
 		}
 		return nil
 	})
 	if err != nil {
-		return a, fmt.Errorf("audit %s: %w", st.names.Snapshots, err)
+		return fmt.Errorf("audit %s: %w", st.names.Snapshots, err)
 	}
-	if ts := times[busiest]; len(ts) > 1 {
+	return nil
+}
+
+// gaps sorts the busiest partition's decision times and finds the longest
+// gap between two in a row.
+func (au *auditor) gaps(busiest int32) {
+	if ts := au.times[busiest]; len(ts) > 1 {
 		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
-		a.busiestTimes = ts
+		au.a.busiestTimes = ts
 		for i := 1; i < len(ts); i++ {
-			a.longestGapMs = max(a.longestGapMs, ts[i]-ts[i-1])
+			au.a.longestGapMs = max(au.a.longestGapMs, ts[i]-ts[i-1])
 		}
 	}
-	return a, nil
 }
 
 // actedGap returns the longest gap between consecutive decisions of input

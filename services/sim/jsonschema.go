@@ -45,30 +45,59 @@ type generator struct {
 // spent reports whether the node bound is reached.
 func (g *generator) spent() bool { return g.nodes >= schemaNodesMax }
 
+// value is an instance of schema s for a member called name (which names
+// its strings), depth levels down; nil past the depth and node bounds.
 func (g *generator) value(s map[string]any, name string, depth int) any {
 	g.nodes++
-	root := g.root
 	if s == nil || depth > schemaDepthMax || g.nodes > 4*schemaNodesMax {
 		return nil
 	}
-	if ref, ok := s["$ref"].(string); ok {
-		return g.value(resolveRef(root, ref), name, depth+1)
-	}
-	if v, ok := s["const"]; ok {
+	if v, ok := g.composed(s, name, depth); ok {
 		return v
 	}
+	switch schemaType(s) {
+	case "object":
+		return g.object(s, depth)
+	case "array":
+		return g.array(s, name, depth)
+	case "string":
+		return genString(s, name)
+	case "integer":
+		return genNumber(s, true)
+	case "number":
+		return genNumber(s, false)
+	case "boolean":
+		return true
+	case "null":
+		return nil
+	}
+	return "sim"
+}
+
+// composed answers the keywords that decide a value before its type: a
+// $ref is followed, a const or the first enum value is the value, anyOf
+// and oneOf take their first branch that is not null, and allOf merges
+// its branches. ok is false when s has none of them.
+func (g *generator) composed(s map[string]any, name string, depth int) (v any, ok bool) {
+	root := g.root
+	if ref, ok := s["$ref"].(string); ok {
+		return g.value(resolveRef(root, ref), name, depth+1), true
+	}
+	if v, ok := s["const"]; ok {
+		return v, true
+	}
 	if e, ok := s["enum"].([]any); ok && len(e) > 0 {
-		return e[0]
+		return e[0], true
 	}
 	for _, k := range []string{"anyOf", "oneOf"} {
 		if alts, ok := s[k].([]any); ok && len(alts) > 0 {
 			for _, a := range alts { // prefer a branch that is not null
 				if am, _ := a.(map[string]any); am != nil && am["type"] != "null" {
-					return g.value(am, name, depth+1)
+					return g.value(am, name, depth+1), true
 				}
 			}
 			am, _ := alts[0].(map[string]any)
-			return g.value(am, name, depth+1)
+			return g.value(am, name, depth+1), true
 		}
 	}
 	if all, ok := s["allOf"].([]any); ok && len(all) > 0 {
@@ -82,43 +111,34 @@ func (g *generator) value(s map[string]any, name string, depth int) any {
 				merged[k] = v
 			}
 		}
-		return g.value(merged, name, depth+1)
+		return g.value(merged, name, depth+1), true
 	}
-	switch schemaType(s) {
-	case "object":
-		return g.object(s, depth)
-	case "array":
-		items, _ := s["items"].(map[string]any)
-		n := 1
-		if lo, ok := s["minItems"].(float64); ok && lo > 1 {
+	return nil, false
+}
+
+// array is an array of one item (minItems if more, up to 16; none once
+// the node bound is spent unless minItems asks), within maxItems. Items
+// of a plural name get the singular.
+func (g *generator) array(s map[string]any, name string, depth int) []any {
+	items, _ := s["items"].(map[string]any)
+	n := 1
+	if lo, ok := s["minItems"].(float64); ok && lo > 1 {
+		n = int(min(lo, 16))
+	}
+	if g.spent() {
+		n = 0
+		if lo, ok := s["minItems"].(float64); ok && lo > 0 {
 			n = int(min(lo, 16))
 		}
-		if g.spent() {
-			n = 0
-			if lo, ok := s["minItems"].(float64); ok && lo > 0 {
-				n = int(min(lo, 16))
-			}
-		}
-		if hi, ok := s["maxItems"].(float64); ok && float64(n) > hi {
-			n = int(hi)
-		}
-		out := make([]any, 0, n)
-		for range n {
-			out = append(out, g.value(items, strings.TrimSuffix(name, "s"), depth+1))
-		}
-		return out
-	case "string":
-		return genString(s, name)
-	case "integer":
-		return genNumber(s, true)
-	case "number":
-		return genNumber(s, false)
-	case "boolean":
-		return true
-	case "null":
-		return nil
 	}
-	return "sim"
+	if hi, ok := s["maxItems"].(float64); ok && float64(n) > hi {
+		n = int(hi)
+	}
+	out := make([]any, 0, n)
+	for range n {
+		out = append(out, g.value(items, strings.TrimSuffix(name, "s"), depth+1))
+	}
+	return out
 }
 
 // schemaType is the schema's type: the first non-null of a type list,

@@ -35,7 +35,50 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
-	fs := newFlags("bench " + args[0])
+	f, err := parseBenchFlags(args[0], args[1:])
+	if err != nil {
+		return err
+	}
+	var whatIfProfile io.Writer
+	if f.cpuprofile != "" && args[0] == "whatif" {
+		// The what-if bench profiles its measured run only.
+		pf, err := os.Create(f.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pf.Close()
+		whatIfProfile = pf
+	} else if f.cpuprofile != "" && !(args[0] == "gateway" && f.process) {
+		// gateway --process profiles the gateway process, not this one.
+		stop, err := startCPUProfile(f.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	res, err := runNamedBench(ctx, args[0], f, whatIfProfile)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// benchFlags are the flags of every benchmark (each help text names the
+// benchmarks that read it), parsed once for runNamedBench.
+type benchFlags struct {
+	n, events, conc, batch, rounds int
+	brokers, chAddr, reuse, parts  string
+	cpuprofile                     string
+	dur, commitEvery               time.Duration
+	keep, process, stages, floor   bool
+	rpm                            int64
+}
+
+// parseBenchFlags declares and parses the flags of sluice bench name.
+func parseBenchFlags(name string, args []string) (benchFlags, error) {
+	fs := newFlags("bench " + name)
 	_ = fs.Bool("json", true, "print JSON (the only format)")
 	n := fs.Int("n", 0, "iterations / events (0 = the benchmark's default)")
 	events := fs.Int("events", 0, "whatif: inputs recorded and replayed (0 = 200000; -n works too)")
@@ -54,66 +97,48 @@ func runBench(ctx context.Context, args []string) error {
 	parts := fs.String("partitions", "1,2,4", "hot: the splits of the hot deployment's scope to measure (partitions and ledgers each)")
 	rpm := fs.Int64("rpm", 0, "hot: the hot deployment's requests-per-minute limit (0 = 100000000: the path, not the limit)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone; gateway --process: of the gateway process)")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
+	if err := parseFlags(fs, args); err != nil {
+		return benchFlags{}, err
 	}
-	var whatIfProfile io.Writer
-	if *cpuprofile != "" && args[0] == "whatif" {
-		// The what-if bench profiles its measured run only.
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		whatIfProfile = f
-	} else if *cpuprofile != "" && !(args[0] == "gateway" && *process) {
-		// gateway --process profiles the gateway process, not this one.
-		stop, err := startCPUProfile(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	var res any
-	var err error
-	switch args[0] {
+	return benchFlags{n: *n, events: *events, conc: *conc, batch: *batch, rounds: *rounds,
+		brokers: *brokers, chAddr: *chAddr, reuse: *reuse, parts: *parts, cpuprofile: *cpuprofile,
+		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, rpm: *rpm}, nil
+}
+
+// runNamedBench runs benchmark name and returns its result, to be printed
+// as JSON.
+func runNamedBench(ctx context.Context, name string, f benchFlags, whatIfProfile io.Writer) (any, error) {
+	switch name {
 	case "ledger":
-		res, err = benchLedger(*n)
+		return benchLedger(f.n)
 	case "codec":
-		res, err = benchCodec(*n)
+		return benchCodec(f.n)
 	case "gateway":
-		if *process {
-			res, err = loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(*brokers), Requests: *n, Clients: *conc, Duration: *dur,
-				GatewayCPUProfile: *cpuprofile})
-			break
+		if f.process {
+			return loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(f.brokers), Requests: f.n, Clients: f.conc, Duration: f.dur,
+				GatewayCPUProfile: f.cpuprofile})
 		}
-		res, err = benchGateway(ctx, *n, *conc)
+		return benchGateway(ctx, f.n, f.conc)
 	case "ledger-kafka":
-		res, err = ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(*brokers), Duration: *dur,
-			SustainEvents: *n, CommitInterval: *commitEvery, Stages: *stages, Floor: *floor, Progress: os.Stderr})
+		return ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(f.brokers), Duration: f.dur,
+			SustainEvents: f.n, CommitInterval: f.commitEvery, Stages: f.stages, Floor: f.floor, Progress: os.Stderr})
 	case "hot":
-		var ps []int
-		if ps, err = intList(*parts); err != nil {
-			return fmt.Errorf("--partitions: %w", err)
+		ps, err := intList(f.parts)
+		if err != nil {
+			return nil, fmt.Errorf("--partitions: %w", err)
 		}
-		res, err = ledgerd.BenchHot(ctx, ledgerd.HotBenchOptions{Brokers: bus.SplitBrokers(*brokers), Partitions: ps, Duration: *dur,
-			Clients: *conc, RPM: *rpm, Progress: os.Stderr})
+		return ledgerd.BenchHot(ctx, ledgerd.HotBenchOptions{Brokers: bus.SplitBrokers(f.brokers), Partitions: ps, Duration: f.dur,
+			Clients: f.conc, RPM: f.rpm, Progress: os.Stderr})
 	case "sink":
-		res, err = benchSink(ctx, bus.SplitBrokers(*brokers), *chAddr, *n, *batch)
+		return benchSink(ctx, bus.SplitBrokers(f.brokers), f.chAddr, f.n, f.batch)
 	case "report":
-		res, err = benchReport(ctx, *chAddr, *n, *keep, *rounds, *reuse)
+		return benchReport(ctx, f.chAddr, f.n, f.keep, f.rounds, f.reuse)
 	case "whatif":
-		res, err = ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(*brokers), Events: max(*events, *n),
+		return ledgerd.BenchWhatIf(ctx, ledgerd.WhatIfBenchOptions{Brokers: bus.SplitBrokers(f.brokers), Events: max(f.events, f.n),
 			Progress: os.Stderr, CPUProfile: whatIfProfile})
 	default:
-		return fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, hot, gateway, codec, sink, report, whatif)", args[0])
+		return nil, fmt.Errorf("unknown benchmark %q (ledger, ledger-kafka, hot, gateway, codec, sink, report, whatif)", name)
 	}
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(res)
 }
 
 // startCPUProfile starts a CPU profile into path; stop ends it and closes

@@ -155,6 +155,9 @@ func sinkReference(ctx context.Context, conn driver.Conn, chAddr, db string, bat
 		Events: int(n), Seconds: secs, EventsPerSec: float64(n) / secs}, nil
 }
 
+// benchSink times the analytics sink over n events produced beforehand to
+// a fresh two-partition topic and database, both dropped at the end, and
+// compares it with clickhouse-client inserting the same rows.
 func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch int) (*SinkBench, error) {
 	if n <= 0 {
 		n = 1_000_000
@@ -181,23 +184,8 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 	}
 	defer adm.DeleteTopics(context.Background(), topic)
 	fmt.Fprintf(os.Stderr, "bench sink: producing %d events to %s…\n", n, topic)
-	produced := 0
-	for b := 1; produced < n; b++ {
-		// Live traffic moves forward in time: each batch is its own hour,
-		// so an insert lands in one day partition, as the sink's do.
-		recs := synth.Generate(synth.Options{Seed: uint64(b), Batch: b, Requests: 20000,
-			StartMs: synth.DefaultStartMs + int64(b)*3_600_000, SpanMs: 3_600_000})
-		var krs []*kgo.Record
-		for _, r := range recs {
-			if produced == n {
-				break
-			}
-			krs = append(krs, &kgo.Record{Topic: topic, Partition: r.Partition, Value: r.Value, Timestamp: time.UnixMilli(r.LogTimeMs)})
-			produced++
-		}
-		if err := cl.ProduceSync(ctx, krs...).FirstErr(); err != nil {
-			return nil, fmt.Errorf("produce: %w", err)
-		}
+	if err := produceSinkEvents(ctx, cl, topic, n); err != nil {
+		return nil, err
 	}
 	// Migrate first so the measurement is the steady state.
 	if _, err := analytics.Migrate(ctx, conn, db); err != nil {
@@ -213,26 +201,9 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 			ClickHouseAddr: chAddr, Database: db, BatchSize: batch, FlushInterval: time.Second, Registerer: reg},
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
-	last := time.Now()
-	var firstAt time.Time
-	var firstRows float64
-	for {
-		ins := gathered(reg, "sluice_sink_rows_inserted_total")
-		if ins > 0 && firstAt.IsZero() {
-			firstAt, firstRows = time.Now(), ins
-		}
-		if ins >= float64(n) {
-			break
-		}
-		select {
-		case err := <-done:
-			return nil, fmt.Errorf("sink stopped: %v", err)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Since(last) > 2*time.Second {
-			fmt.Fprintf(os.Stderr, "bench sink: %.0f of %d inserted\n", ins, n)
-			last = time.Now()
-		}
+	firstAt, firstRows, err := waitSinkInserted(reg, done, n)
+	if err != nil {
+		return nil, err
 	}
 	secs := time.Since(t0).Seconds()
 	res := &SinkBench{Events: n, Partitions: 2, BatchSize: batch, Seconds: secs, EventsPerSec: float64(n) / secs,
@@ -249,6 +220,56 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 	load.End = loadAvg1()
 	res.Load = load
 	return res, nil
+}
+
+// produceSinkEvents writes n synthetic events to topic before the sink
+// starts, so that the bench times the sink alone. Live traffic moves
+// forward in time: each batch is its own hour, so an insert lands in one
+// day partition, as the sink's do.
+func produceSinkEvents(ctx context.Context, cl *kgo.Client, topic string, n int) error {
+	produced := 0
+	for b := 1; produced < n; b++ {
+		recs := synth.Generate(synth.Options{Seed: uint64(b), Batch: b, Requests: 20000,
+			StartMs: synth.DefaultStartMs + int64(b)*3_600_000, SpanMs: 3_600_000})
+		var krs []*kgo.Record
+		for _, r := range recs {
+			if produced == n {
+				break
+			}
+			krs = append(krs, &kgo.Record{Topic: topic, Partition: r.Partition, Value: r.Value, Timestamp: time.UnixMilli(r.LogTimeMs)})
+			produced++
+		}
+		if err := cl.ProduceSync(ctx, krs...).FirstErr(); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+	}
+	return nil
+}
+
+// waitSinkInserted polls the sink's inserted-rows counter every 20 ms until
+// it reaches n, reporting progress every 2 s. It returns when the first
+// rows landed and how many, from which the steady rate (without the
+// sink's start-up) is figured; a sink that stops early is an error.
+func waitSinkInserted(reg *prometheus.Registry, done <-chan error, n int) (firstAt time.Time, firstRows float64, err error) {
+	last := time.Now()
+	for {
+		ins := gathered(reg, "sluice_sink_rows_inserted_total")
+		if ins > 0 && firstAt.IsZero() {
+			firstAt, firstRows = time.Now(), ins
+		}
+		if ins >= float64(n) {
+			return firstAt, firstRows, nil
+		}
+		select {
+		case err := <-done:
+			return firstAt, firstRows, fmt.Errorf("sink stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Since(last) > 2*time.Second {
+			fmt.Fprintf(os.Stderr, "bench sink: %.0f of %d inserted\n", ins, n)
+			last = time.Now()
+		}
+	}
 }
 
 func gathered(reg *prometheus.Registry, name string) float64 {

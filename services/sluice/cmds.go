@@ -255,7 +255,17 @@ func devBanner(st *dev.Stack, cfgPath string, keys []string, adminToken string) 
 	return b.String()
 }
 
-func runGateway(ctx context.Context, args []string) error {
+// gatewayFlags are the command line of sluice gateway, read once so that
+// the steps of runGateway share them without a dozen pointers.
+type gatewayFlags struct {
+	brokers, prefix, cfgPath, addr, metricsAddr string
+	ledgerGroup, adminTokenFile, cpuprofile     string
+	tenantLabels, publish, verbose              bool
+}
+
+// parseGatewayFlags declares and parses the gateway's flags; their names
+// and help texts are the command's interface, so they live in one place.
+func parseGatewayFlags(args []string) (gatewayFlags, error) {
 	fs := newFlags("gateway")
 	brokers := brokersFlag(fs)
 	prefix := prefixFlag(fs)
@@ -269,26 +279,38 @@ func runGateway(ctx context.Context, args []string) error {
 	verbose := fs.Bool("v", false, "log at info level")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process to this file until it stops (sluice bench gateway --process --cpuprofile uses it)")
 	if err := parseFlags(fs, args); err != nil {
+		return gatewayFlags{}, err
+	}
+	return gatewayFlags{
+		brokers: *brokers, prefix: *prefix, cfgPath: *cfgPath, addr: *addr, metricsAddr: *metricsAddr,
+		ledgerGroup: *ledgerGroup, adminTokenFile: *adminTokenFile, cpuprofile: *cpuprofile,
+		tenantLabels: *tenantLabels, publish: *publish, verbose: *verbose,
+	}, nil
+}
+
+func runGateway(ctx context.Context, args []string) error {
+	f, err := parseGatewayFlags(args)
+	if err != nil {
 		return err
 	}
-	if *cpuprofile != "" {
-		stop, err := startCPUProfile(*cpuprofile)
+	if f.cpuprofile != "" {
+		stop, err := startCPUProfile(f.cpuprofile)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
-	log := logger(*verbose)
-	cfg, err := config.LoadFile(*cfgPath)
+	log := logger(f.verbose)
+	cfg, err := config.LoadFile(f.cfgPath)
 	if err != nil {
 		return err
 	}
-	adminToken, err := readAdminToken(*adminTokenFile)
+	adminToken, err := readAdminToken(f.adminTokenFile)
 	if err != nil {
 		return err
 	}
-	bs := bus.SplitBrokers(*brokers)
-	names := bus.NamesWithPrefix(*prefix)
+	bs := bus.SplitBrokers(f.brokers)
+	names := bus.NamesWithPrefix(f.prefix)
 	rc, err := reserve.New(ctx, reserve.Config{Brokers: bs, Topics: names, Node: cfg.Node, AnswerTimeout: time.Duration(cfg.LedgerTimeoutMs) * time.Millisecond, Log: log})
 	if err != nil {
 		return err
@@ -300,7 +322,7 @@ func runGateway(ctx context.Context, args []string) error {
 	}
 	defer levels.Close()
 	gw := gateway.New(cfg, rc, log, gateway.WithLevels(levels), gateway.WithExplainer(dev.Explainer(bs, names)),
-		gateway.WithLedgerProbe(*ledgerGroup), gateway.WithAdminState(), gateway.WithTenantLabels(*tenantLabels))
+		gateway.WithLedgerProbe(f.ledgerGroup), gateway.WithAdminState(), gateway.WithTenantLabels(f.tenantLabels))
 	// Every gateway follows the admin topic, token or not: a change made
 	// on any gateway takes effect on all. Once the admin API has made a
 	// change, tenants, keys and the ledger section are its, not the file's.
@@ -309,15 +331,8 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	defer adm.Close()
-	if *publish {
-		// A gateway that is not the admin writer (the deployment signs
-		// its config; this one holds no signing key) publishes nothing:
-		// the ledgers would refuse it. The admin writer publishes.
-		err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), *cfgPath)
-		switch {
-		case errors.Is(err, configsig.ErrNotAdminWriter):
-			log.Warn("ledger section of the config file not published: this gateway is not the admin writer", "err", err)
-		case err != nil:
+	if f.publish {
+		if err := publishGatewayConfig(ctx, bs, names, gw, f.cfgPath, log); err != nil {
 			return err
 		}
 	}
@@ -327,23 +342,45 @@ func runGateway(ctx context.Context, args []string) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	reloader := gateway.NewReloader(*cfgPath, gw, func(ctx context.Context, ledgerJSON []byte, source string) error {
+	reloader := gateway.NewReloader(f.cfgPath, gw, func(ctx context.Context, ledgerJSON []byte, source string) error {
 		return ledgerd.PublishConfig(ctx, bs, names, ledgerJSON, source)
 	}, log)
 	reloader.SetOverlay(adm.Binding.Overlay, adm.Binding.Installed)
 	go reloader.Run(ctx, time.Duration(cfg.ReloadIntervalMs)*time.Millisecond, hup)
-	srv := &http.Server{Addr: *addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	return serveGateway(ctx, f, gw)
+}
+
+// publishGatewayConfig publishes the file's ledger section at start. A
+// gateway that is not the admin writer (the deployment signs its config;
+// this one holds no signing key) publishes nothing: the ledgers would
+// refuse it. The admin writer publishes.
+func publishGatewayConfig(ctx context.Context, bs []string, names bus.Names, gw *gateway.Server, cfgPath string, log *slog.Logger) error {
+	err := ledgerd.PublishConfig(ctx, bs, names, gw.Config().LedgerJSON(), cfgPath)
+	switch {
+	case errors.Is(err, configsig.ErrNotAdminWriter):
+		log.Warn("ledger section of the config file not published: this gateway is not the admin writer", "err", err)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// serveGateway runs the API listener and, if asked, the metrics listener
+// until either fails or ctx ends; at the end the API server shuts down
+// gracefully within 5 s and then the metrics listener closes.
+func serveGateway(ctx context.Context, f gatewayFlags, gw *gateway.Server) error {
+	srv := &http.Server{Addr: f.addr, Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.ListenAndServe() }()
-	if *metricsAddr != "" {
-		msrv := &http.Server{Addr: *metricsAddr, Handler: metricsMux(gw.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second}
+	if f.metricsAddr != "" {
+		msrv := &http.Server{Addr: f.metricsAddr, Handler: metricsMux(gw.MetricsHandler()), ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- fmt.Errorf("metrics listener: %w", msrv.ListenAndServe()) }()
 		defer msrv.Close()
 	}
-	fmt.Printf("OPENAI_BASE_URL=http://%s/v1\n", *addr)
+	fmt.Printf("OPENAI_BASE_URL=http://%s/v1\n", f.addr)
 	select {
 	case err := <-errc:
-		return fmt.Errorf("listen on %s: %w", *addr, err)
+		return fmt.Errorf("listen on %s: %w", f.addr, err)
 	case <-ctx.Done():
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -52,19 +52,10 @@ func runConfig(ctx context.Context, args []string) error {
 	if *dryRun && *yes {
 		return errors.New("config apply: --dry-run and --yes contradict each other")
 	}
-	b, err := os.ReadFile(fs.Arg(0))
+	p, doc, err := readPatchAndConfig(fs.Arg(0), *cfgPath)
 	if err != nil {
 		return err
 	}
-	p, err := report.ParsePatch(b)
-	if err != nil {
-		return err
-	}
-	doc, err := os.ReadFile(*cfgPath)
-	if err != nil {
-		return err
-	}
-	fillCredentialEnv(doc)
 	if *dryRun {
 		return dryRunApply(os.Stdout, *cfgPath, doc, p)
 	}
@@ -80,26 +71,54 @@ func runConfig(ctx context.Context, args []string) error {
 	if st.Version > 0 {
 		return ap.viaAdmin(ctx, doc, p, st, *yes)
 	}
+	return ap.viaFile(ctx, doc, p, *yes, *brokers)
+}
+
+// readPatchAndConfig reads and parses the patch, and reads the gateway
+// file it applies to (credentials it names by environment filled in).
+func readPatchAndConfig(patchPath, cfgPath string) (report.Patch, []byte, error) {
+	b, err := os.ReadFile(patchPath)
+	if err != nil {
+		return report.Patch{}, nil, err
+	}
+	p, err := report.ParsePatch(b)
+	if err != nil {
+		return report.Patch{}, nil, err
+	}
+	doc, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return report.Patch{}, nil, err
+	}
+	fillCredentialEnv(doc)
+	return p, doc, nil
+}
+
+// viaFile installs the patch where the admin API has made no change: the
+// patched file must validate, the change is confirmed (or --yes), its
+// ledger section is published as ConfigChanged, and only then is the file
+// written, so a failed publish changes nothing. brokersFlag is --brokers
+// as given, for the closing line.
+func (ap applyPlan) viaFile(ctx context.Context, doc []byte, p report.Patch, yes bool, brokersFlag string) error {
 	next, changes, skipped, err := report.ApplyPatch(doc, p)
 	if err != nil {
 		return err
 	}
 	cfg, err := loadPatched(next)
 	if err != nil {
-		return fmt.Errorf("patched %s does not validate, nothing changed: %w", *cfgPath, err)
+		return fmt.Errorf("patched %s does not validate, nothing changed: %w", ap.cfgPath, err)
 	}
-	printChanges(os.Stdout, *cfgPath, changes, skipped)
-	if ok, err := proceed(len(changes), *yes, *actor); !ok {
+	printChanges(os.Stdout, ap.cfgPath, changes, skipped)
+	if ok, err := proceed(len(changes), yes, ap.actor); !ok {
 		return err
 	}
-	cc := schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: report.PatchSource, Actor: *actor, Reason: *reason}
+	cc := schemas.ConfigChanged{Ledger: cfg.LedgerJSON(), Source: report.PatchSource, Actor: ap.actor, Reason: ap.reason}
 	if err := ledgerd.PublishConfigChange(ctx, ap.brokers, ap.names, cc); err != nil {
 		return fmt.Errorf("nothing changed: %w", err)
 	}
-	if err := writeFileAtomic(*cfgPath, next); err != nil {
-		return fmt.Errorf("ConfigChanged published but %s not written: %w", *cfgPath, err)
+	if err := writeFileAtomic(ap.cfgPath, next); err != nil {
+		return fmt.Errorf("ConfigChanged published but %s not written: %w", ap.cfgPath, err)
 	}
-	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, *actor, *brokers, *cfgPath)
+	fmt.Printf("installed: ConfigChanged (source %s, actor %s) published to %s; %s written (gateways reload it)\n", report.PatchSource, ap.actor, brokersFlag, ap.cfgPath)
 	return nil
 }
 

@@ -89,6 +89,19 @@ func locateInClickHouse(ctx context.Context, addr, db string, o *ledgerd.Explain
 
 // printExplanation renders a timeline for a terminal.
 func printExplanation(w io.Writer, x *ledger.Explanation) {
+	printExplanationHead(w, x)
+	multi := false
+	for _, s := range x.Steps {
+		multi = multi || s.Partition != x.Partition
+	}
+	for i := range x.Steps {
+		printExplainStep(w, x, &x.Steps[i], multi)
+	}
+}
+
+// printExplanationHead prints the request, its outcome and, for a request
+// that moved (retry or fallback), its attempts.
+func printExplanationHead(w io.Writer, x *ledger.Explanation) {
 	fmt.Fprintf(w, "request %s — scope %s, tenant %s, key %s, class %s (partition %d)\n", x.RequestID, x.Scope, x.Tenant, x.KeyID, x.Class, x.Partition)
 	fmt.Fprintf(w, "outcome: %s", x.Outcome)
 	if x.LimitPath != "" {
@@ -112,72 +125,84 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 			fmt.Fprintf(w, "  %d. %s %s (partition %d): %s\n", h.Attempt, how, h.Scope, h.Partition, orDash(h.Outcome))
 		}
 	}
-	multi := false
-	for _, s := range x.Steps {
-		multi = multi || s.Partition != x.Partition
-	}
-	for _, s := range x.Steps {
-		who := "its own"
-		if !s.Own {
-			who = "another record"
-			if s.OtherTenant {
-				who = "another tenant's request"
-			}
-		}
-		where := ""
-		if multi {
-			where = fmt.Sprintf("partition %d ", s.Partition)
-		}
-		if s.Own && s.Scope != "" && s.Scope != x.Scope {
-			who += ", scope " + s.Scope
-		}
-		fmt.Fprintf(w, "\n%s  %soffset %d  %s (%s, attempt %d)\n", time.UnixMilli(s.LogTimeMs).UTC().Format("15:04:05.000"), where, s.Offset, s.Input, who, s.Attempt)
-		if s.Note != "" {
-			fmt.Fprintf(w, "  %s\n", s.Note)
-		}
-		for _, d := range s.Decisions {
-			line := "  → " + string(d.Status)
-			if d.Reason != "" {
-				line += " " + string(d.Reason)
-			}
-			line += " (" + string(d.GatewayDecision) + ")"
-			if d.LimitPath != "" {
-				line += fmt.Sprintf(": %s %s needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
-			}
-			if d.RetryAfterMs > 0 {
-				line += fmt.Sprintf(", retry after %d ms", d.RetryAfterMs)
-			}
-			if d.Shadow != nil && d.Shadow.Limited {
-				line += fmt.Sprintf(" [shadow: %s %s would have limited it]", d.Shadow.LimitPath, d.Shadow.LimitDimension)
-			}
-			fmt.Fprintln(w, line)
-		}
-		for _, b := range s.Buckets {
-			mark := " "
-			if b.Limiting {
-				mark = "*"
-			}
-			sh := ""
-			if b.Shadow {
-				sh = " (shadow)"
-			}
-			if b.Learned {
-				sh += fmt.Sprintf(" (learned from the provider; configured %d)", b.Configured)
-			}
-			fmt.Fprintf(w, "  %s %-28s %-14s %-11s cap %d/%s max %d: %d → %d, needs %d, held %d%s\n", mark, b.Node, b.Dimension, b.Refill,
-				b.Capacity, periodText(b.PeriodMs), b.Max, b.Before, b.After, b.Needed, b.Held, sh)
-		}
-		for _, c := range s.Learned {
-			fmt.Fprintf(w, "  learned limit: %s:%s %s %d → %d/%s (%s; configured %d)\n", c.Level, c.ID, c.Dimension,
-				c.PreviousCapacity, c.LearnedCapacity, periodText(c.PeriodMs), learnedWhy(c), c.ConfiguredCapacity)
-		}
-		if q := s.Queue; q != nil {
-			fmt.Fprintf(w, "  queue: position %d of %d; %d ahead (%d of other tenants)\n", q.Position+1, q.Depth, q.AheadTotal, q.OtherTenantsAhead)
-			for _, a := range q.Ahead {
-				fmt.Fprintf(w, "    %s/%d tenant %s key %s %s, waiting %d ms\n", a.RequestID, a.Attempt, a.Tenant, a.KeyID, a.Class, a.WaitedMs)
-			}
+}
+
+// printExplainStep prints one record of the timeline: whose it was, then
+// its decisions, buckets, learned limits and queue. multi says the
+// timeline spans partitions, so each step names its own.
+func printExplainStep(w io.Writer, x *ledger.Explanation, s *ledger.ExplainStep, multi bool) {
+	who := "its own"
+	if !s.Own {
+		who = "another record"
+		if s.OtherTenant {
+			who = "another tenant's request"
 		}
 	}
+	where := ""
+	if multi {
+		where = fmt.Sprintf("partition %d ", s.Partition)
+	}
+	if s.Own && s.Scope != "" && s.Scope != x.Scope {
+		who += ", scope " + s.Scope
+	}
+	fmt.Fprintf(w, "\n%s  %soffset %d  %s (%s, attempt %d)\n", time.UnixMilli(s.LogTimeMs).UTC().Format("15:04:05.000"), where, s.Offset, s.Input, who, s.Attempt)
+	if s.Note != "" {
+		fmt.Fprintf(w, "  %s\n", s.Note)
+	}
+	for _, d := range s.Decisions {
+		fmt.Fprintln(w, explainDecisionLine(d))
+	}
+	for _, b := range s.Buckets {
+		printExplainBucket(w, b)
+	}
+	for _, c := range s.Learned {
+		fmt.Fprintf(w, "  learned limit: %s:%s %s %d → %d/%s (%s; configured %d)\n", c.Level, c.ID, c.Dimension,
+			c.PreviousCapacity, c.LearnedCapacity, periodText(c.PeriodMs), learnedWhy(c), c.ConfiguredCapacity)
+	}
+	if q := s.Queue; q != nil {
+		fmt.Fprintf(w, "  queue: position %d of %d; %d ahead (%d of other tenants)\n", q.Position+1, q.Depth, q.AheadTotal, q.OtherTenantsAhead)
+		for _, a := range q.Ahead {
+			fmt.Fprintf(w, "    %s/%d tenant %s key %s %s, waiting %d ms\n", a.RequestID, a.Attempt, a.Tenant, a.KeyID, a.Class, a.WaitedMs)
+		}
+	}
+}
+
+// explainDecisionLine is one decision of a step: status, reason, what the
+// gateway does, and the limit, retry hint and shadow verdict if any.
+func explainDecisionLine(d schemas.Decision) string {
+	line := "  → " + string(d.Status)
+	if d.Reason != "" {
+		line += " " + string(d.Reason)
+	}
+	line += " (" + string(d.GatewayDecision) + ")"
+	if d.LimitPath != "" {
+		line += fmt.Sprintf(": %s %s needed %d, available %d", d.LimitPath, d.LimitDimension, d.Needed, d.Available)
+	}
+	if d.RetryAfterMs > 0 {
+		line += fmt.Sprintf(", retry after %d ms", d.RetryAfterMs)
+	}
+	if d.Shadow != nil && d.Shadow.Limited {
+		line += fmt.Sprintf(" [shadow: %s %s would have limited it]", d.Shadow.LimitPath, d.Shadow.LimitDimension)
+	}
+	return line
+}
+
+// printExplainBucket prints one bucket a step touched; * marks the one
+// that limited it.
+func printExplainBucket(w io.Writer, b ledger.BucketView) {
+	mark := " "
+	if b.Limiting {
+		mark = "*"
+	}
+	sh := ""
+	if b.Shadow {
+		sh = " (shadow)"
+	}
+	if b.Learned {
+		sh += fmt.Sprintf(" (learned from the provider; configured %d)", b.Configured)
+	}
+	fmt.Fprintf(w, "  %s %-28s %-14s %-11s cap %d/%s max %d: %d → %d, needs %d, held %d%s\n", mark, b.Node, b.Dimension, b.Refill,
+		b.Capacity, periodText(b.PeriodMs), b.Max, b.Before, b.After, b.Needed, b.Held, sh)
 }
 
 func periodText(ms int64) string {

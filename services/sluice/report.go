@@ -17,6 +17,51 @@ import (
 
 // runReport implements `sluice report`: the weekly calibration report.
 func runReport(ctx context.Context, args []string) error {
+	f, rng, err := parseReportFlags(args)
+	if err != nil {
+		return err
+	}
+	conn, err := analytics.Open(ctx, f.ch, "")
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := checkMigrated(ctx, conn, f.db, f.ch); err != nil {
+		return err
+	}
+	var progress io.Writer = os.Stderr
+	if f.quiet {
+		progress = nil
+	}
+	t0 := time.Now()
+	src := report.NewClickHouse(conn, f.db)
+	defer src.Close()
+	rep, err := report.Build(ctx, src, rng, report.Options{Progress: progress})
+	if errors.Is(err, report.ErrNoData) {
+		return fmt.Errorf("%w in database %s at %s (is `sluice sink` running? try --from/--to)", err, f.db, f.ch)
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeReportFiles(rep, f); err != nil {
+		return err
+	}
+	if progress != nil {
+		fmt.Fprintf(progress, "report: %s – %s done in %.1fs (%d recommendations)\n",
+			rng.From.Format("2006-01-02"), rng.To.Format("2006-01-02"), time.Since(t0).Seconds(), len(rep.Recommendations))
+	}
+	return nil
+}
+
+// reportFlags are the command line of sluice report.
+type reportFlags struct {
+	ch, db, format, out, patch string
+	quiet                      bool
+}
+
+// parseReportFlags reads and checks the command line before anything
+// connects: the range, the database name and the format.
+func parseReportFlags(args []string) (reportFlags, analytics.Range, error) {
 	fs := newFlags("report")
 	ch := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	db := fs.String("database", analytics.DefaultDatabase, "ClickHouse database the sink writes")
@@ -27,69 +72,49 @@ func runReport(ctx context.Context, args []string) error {
 	patch := fs.String("patch", "", "also write the config patch (JSON) to this file, for `sluice config apply`")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return reportFlags{}, analytics.Range{}, err
 	}
 	rng, err := reportRange(*from, *to, time.Now())
 	if err != nil {
-		return err
+		return reportFlags{}, analytics.Range{}, err
 	}
 	if err := analytics.ValidDatabase(*db); err != nil {
-		return err
+		return reportFlags{}, analytics.Range{}, err
 	}
 	okFormat := false
 	for _, f := range report.Formats {
 		okFormat = okFormat || f == *format
 	}
 	if !okFormat {
-		return fmt.Errorf("--format %q: want one of %s", *format, strings.Join(report.Formats, ", "))
+		return reportFlags{}, analytics.Range{}, fmt.Errorf("--format %q: want one of %s", *format, strings.Join(report.Formats, ", "))
 	}
-	conn, err := analytics.Open(ctx, *ch, "")
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if err := checkMigrated(ctx, conn, *db, *ch); err != nil {
-		return err
-	}
-	var progress io.Writer = os.Stderr
-	if *quiet {
-		progress = nil
-	}
-	t0 := time.Now()
-	src := report.NewClickHouse(conn, *db)
-	defer src.Close()
-	rep, err := report.Build(ctx, src, rng, report.Options{Progress: progress})
-	if errors.Is(err, report.ErrNoData) {
-		return fmt.Errorf("%w in database %s at %s (is `sluice sink` running? try --from/--to)", err, *db, *ch)
-	}
-	if err != nil {
-		return err
-	}
+	return reportFlags{ch: *ch, db: *db, format: *format, out: *out, patch: *patch, quiet: *quiet}, rng, nil
+}
+
+// writeReportFiles writes the report to --out (or stdout) in --format and,
+// with --patch, its config patch.
+func writeReportFiles(rep *report.Report, f reportFlags) error {
 	w := io.Writer(os.Stdout)
-	if *out != "" {
-		f, err := os.Create(*out)
+	if f.out != "" {
+		of, err := os.Create(f.out)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		w = f
+		defer of.Close()
+		w = of
 	}
-	if err := report.Write(w, rep, *format); err != nil {
+	if err := report.Write(w, rep, f.format); err != nil {
 		return err
 	}
-	if *patch != "" {
-		f, err := os.Create(*patch)
+	if f.patch != "" {
+		pf, err := os.Create(f.patch)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := writePatch(f, rep.Patch); err != nil {
+		defer pf.Close()
+		if err := writePatch(pf, rep.Patch); err != nil {
 			return err
 		}
-	}
-	if progress != nil {
-		fmt.Fprintf(progress, "report: %s – %s done in %.1fs (%d recommendations)\n",
-			rng.From.Format("2006-01-02"), rng.To.Format("2006-01-02"), time.Since(t0).Seconds(), len(rep.Recommendations))
 	}
 	return nil
 }
