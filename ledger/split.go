@@ -22,7 +22,8 @@ import (
 // PeriodMs/splitSlots, which each sub-scope spends through its lease, so
 // that Σ over sub-scopes of what they grant in any PeriodMs never exceeds
 // Capacity (ledger/budget/README.md, "Hot scopes"). Each sub-scope keeps
-// the bucket as well, which bounds its own burst.
+// the bucket as well, its window divided by Partitions (splitBurst), so
+// that the sub-scopes' bursts add up to the deployment's.
 // A concurrency limit is split statically: sub-scope i holds
 // Capacity/Partitions, the remainder going to the lowest indexes, so the
 // parts sum to Capacity. Every other limit of the scope (keys, tenants,
@@ -146,7 +147,7 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 			p.Add(bloc, "cannot be split over partitions: %s", why)
 			continue
 		}
-		kept = append(kept, b)
+		kept = append(kept, splitBurst(b, n))
 		buds = append(buds, budget.Budget{ID: SplitBudgetID(s.Name, b.ID, b.Dimension), Level: LevelDeployment, Subject: b.ID,
 			Unit: unit, Limit: b.Capacity, Window: budget.WindowRolling, RollingMs: rollingMs, Slots: slots})
 	}
@@ -180,8 +181,8 @@ const splitSlots = 8
 
 // splitUnit maps a deployment bucket to its budget's unit and rolling
 // window, or says why it cannot be split. The bucket itself stays in
-// every sub-scope too: it bounds each sub-scope's burst (window_ms) as
-// before, while the budget bounds their sum over each period.
+// every sub-scope too: it bounds each sub-scope's burst (window_ms, split
+// by splitBurst), while the budget bounds their sum over each period.
 func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why string) {
 	switch b.Dimension {
 	case schemas.DimRequests:
@@ -198,6 +199,23 @@ func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why st
 		return "", 0, 0, fmt.Sprintf("period_ms %d is not a multiple of %d", b.PeriodMs, splitSlots)
 	}
 	return unit, b.PeriodMs / splitSlots * (splitSlots + 1), splitSlots + 1, ""
+}
+
+// splitBurst returns the deployment bucket b as each of n sub-scopes
+// keeps it: the same capacity per period (one sub-scope may take the
+// whole rate while the others idle; the budget bounds their sum), but a
+// token bucket's window divided by n, so that the n sub-scopes bursting
+// together hold the deployment's burst (capacity × window / period) once,
+// not n times. The window stays long enough for a burst of one unit (the
+// config's own bound): a burst below n units is then up to n units over
+// all sub-scopes, and never more than the capacity in a period.
+func splitBurst(b BucketConfig, n int) BucketConfig {
+	if b.Refill != RefillToken || b.WindowMs <= 0 || b.Capacity <= 0 {
+		return b
+	}
+	floorMs := (b.PeriodMs + b.Capacity - 1) / b.Capacity // capacity × window ≥ period
+	b.WindowMs = min(b.WindowMs, max(b.WindowMs/int64(n), floorMs))
+	return b
 }
 
 func boolInt(b bool) int64 {

@@ -56,7 +56,9 @@ func TestSplitScopeConfig(t *testing.T) {
 					case b.Level == LevelDeployment && b.Dimension == schemas.DimConcurrency:
 						conc += b.Capacity
 					case b.Level == LevelDeployment && b.Capacity != map[schemas.Dimension]int64{schemas.DimRequests: 600, schemas.DimTotalTokens: 1000000}[b.Dimension]:
-						t.Errorf("%s: deployment bucket %s %d, want it copied whole (each sub-scope's burst)", s.Name, b.Dimension, b.Capacity)
+						t.Errorf("%s: deployment bucket %s %d, want its capacity copied whole", s.Name, b.Dimension, b.Capacity)
+					case b.Level == LevelDeployment && b.WindowMs != map[schemas.Dimension]int64{schemas.DimRequests: max(1000/int64(n), 100), schemas.DimTotalTokens: 1000 / int64(n)}[b.Dimension]:
+						t.Errorf("%s: deployment bucket %s window %d ms, want 1000/%d (the bursts sum to the deployment's; at least one request's worth)", s.Name, b.Dimension, b.WindowMs, n)
 					case b.Level == LevelKey && b.Capacity != 100000:
 						t.Errorf("%s: key limit %d, want it copied whole", s.Name, b.Capacity)
 					}

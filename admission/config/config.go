@@ -76,6 +76,7 @@ type Config struct {
 	raw        []byte // the file as read, for WithAdmission
 	ledger     ledger.Config
 	ledgerJSON []byte
+	scopeParts map[string]int // provider scope → sub-scopes, for a split one (LedgerScope)
 	classes    map[string]bool
 	deadlines  map[string]ClassDeadline // class → its deadline default and cap
 	lateMs     map[string]int64         // class → late-grant bound
@@ -620,6 +621,12 @@ func (c *Config) finishLedger(p *problems.List, keyClasses []keyClass) {
 	if c.ledgerJSON, err = json.Marshal(lc); err != nil {
 		add("ledger", "%v", err)
 	}
+	c.scopeParts = map[string]int{}
+	for _, s := range lc.Scopes {
+		if name, _, split := strings.Cut(s.Name, ledger.SplitSep); split {
+			c.scopeParts[name] = lc.ScopePartitions(name)
+		}
+	}
 	c.classes = map[string]bool{}
 	c.lateMs = map[string]int64{}
 	c.deadlines = map[string]ClassDeadline{}
@@ -1010,6 +1017,15 @@ func (c *Config) ClassNames() []string {
 
 // LedgerJSON is the validated ledger document, defaults filled, as JSON.
 func (c *Config) LedgerJSON() []byte { return c.ledgerJSON }
+
+// LedgerScope is the ledger scope that decides a request of key keyID on
+// provider p: p.Scope, or, when the ledger document splits that scope
+// over partitions (scopes[].partitions), the key's sub-scope
+// (ledger.PartitionScope: a pure function of the key, so every gateway
+// sends a key to the same one and its own limits stay whole there).
+func (c *Config) LedgerScope(p *Provider, keyID string) string {
+	return ledger.PartitionScope(p.Scope, c.scopeParts[p.Scope], keyID)
+}
 
 // Lookup returns the identity of a presented API key, or nil.
 //

@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// 2.4 % of a busy gateway's CPU (and the ledger's to undo) for a
 		// few hundred bytes saved per request.
 		kgo.ProducerBatchCompression(kgo.NoCompression()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(bus.ScopePartitioner()), // a split scope's sub-scopes on partitions apart
 		kgo.WithHooks(counter),
 		// Retry at most a second apart, as the ledger does: franz-go's
 		// default backoff grows to 5 s during an outage and then holds a
@@ -206,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	tele, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ProducerLinger(TelemetryLinger),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(bus.ScopePartitioner()),
 		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -40,4 +41,56 @@ func PartitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, e
 		return 0, fmt.Errorf("topic %s has no partitions (run `sluice topics ensure`)", topic)
 	}
 	return int32(len(t.Partitions)), nil
+}
+
+// ScopePartitioner is the partitioner of sluice.requests, whose records
+// are keyed by scope: Kafka's (murmur2 of the key, as kgo's
+// StickyKeyPartitioner), except that the sub-scopes of a split hot scope,
+// "<scope>#<i>" (ledger.SubScope), go to consecutive partitions from the
+// one of "<scope>": sub-scope i to (partition of scope + i) mod n. So the
+// N sub-scopes of a scope split over N ≤ n partitions always land on N
+// different partitions, which is the point of splitting it, whatever the
+// scope is called; hashed as names they shared one about as often as not
+// (two of four sub-scopes on one partition, undoing the split). Every
+// producer of sluice.requests and every computation of a scope's
+// partition (ledgerd.PartitionOf) must use it.
+func ScopePartitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(scopeHasher) }
+
+// kafkaKeyed is Kafka's key partitioner; for keyed records it is a pure
+// function of the key, safe for concurrent use.
+var kafkaKeyed = kgo.StickyKeyPartitioner(nil).ForTopic("")
+
+func scopeHasher(key []byte, n int) int {
+	rec := kgo.Record{Key: key}
+	base, i, ok := SubScopeKey(key)
+	if !ok {
+		return kafkaKeyed.Partition(&rec, n)
+	}
+	rec.Key = base
+	return (kafkaKeyed.Partition(&rec, n) + i) % n
+}
+
+// subScopeIndexMax bounds the index SubScopeKey accepts (the ledger
+// splits a scope over at most 64 partitions).
+const subScopeIndexMax = 999
+
+// SubScopeKey splits a sub-scope's key "<scope>#<i>" into the scope and
+// i (ok false: key is not one: no "#", more than one, an empty scope, or
+// i not a decimal in [0, 999] without leading zeros).
+func SubScopeKey(key []byte) (scope []byte, i int, ok bool) {
+	j := bytes.IndexByte(key, '#')
+	if j <= 0 || bytes.IndexByte(key[j+1:], '#') >= 0 {
+		return nil, 0, false
+	}
+	d := key[j+1:]
+	if len(d) == 0 || len(d) > 3 || (len(d) > 1 && d[0] == '0') {
+		return nil, 0, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return nil, 0, false
+		}
+		i = i*10 + int(c-'0')
+	}
+	return key[:j], i, i <= subScopeIndexMax
 }

@@ -1,6 +1,11 @@
 package bus
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // The partition of a node must never change between releases: a ledger and
 // a gateway of different versions must agree on it.
@@ -25,5 +30,69 @@ func TestDecisionPartitionIsStable(t *testing.T) {
 	}
 	if len(seen) < 6 {
 		t.Errorf("64 node ids use only %d of 8 partitions", len(seen))
+	}
+}
+
+// TestSubScopeKey: only "<scope>#<i>" with one "#", a scope and a decimal
+// index is a sub-scope key.
+func TestSubScopeKey(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		scope string
+		i     int
+		ok    bool
+	}{
+		{"openai:hot#0", "openai:hot", 0, true},
+		{"openai:hot#3", "openai:hot", 3, true},
+		{"x#63", "x", 63, true},
+		{"x#999", "x", 999, true},
+		{"x#1000", "", 0, false},
+		{"x#01", "", 0, false},
+		{"x#", "", 0, false},
+		{"#1", "", 0, false},
+		{"a#b#1", "", 0, false},
+		{"x#1a", "", 0, false},
+		{"openai:hot", "", 0, false},
+		{"", "", 0, false},
+	} {
+		scope, i, ok := SubScopeKey([]byte(c.key))
+		if string(scope) != c.scope || i != c.i || ok != c.ok {
+			t.Errorf("SubScopeKey(%q) = %q, %d, %v; want %q, %d, %v", c.key, scope, i, ok, c.scope, c.i, c.ok)
+		}
+	}
+}
+
+// TestScopePartitioner: a key that is not a sub-scope goes where Kafka's
+// default partitioner puts it (every scope stays where it was), and the
+// sub-scopes of any scope split over N ≤ n partitions land on N
+// different partitions.
+func TestScopePartitioner(t *testing.T) {
+	ours, kafkas := ScopePartitioner().ForTopic("t"), kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	part := func(tp kgo.TopicPartitioner, key string, n int) int {
+		return tp.Partition(&kgo.Record{Key: []byte(key)}, n)
+	}
+	for _, key := range []string{"openai:gpt-4o", "anthropic:acme", "split:hot:dep:requests", "a#b#1", "x#01"} {
+		for _, n := range []int{1, 3, 8} {
+			if got, want := part(ours, key, n), part(kafkas, key, n); got != want {
+				t.Errorf("%q over %d partitions: %d, Kafka's partitioner %d", key, n, got, want)
+			}
+		}
+	}
+	for s := 0; s < 200; s++ {
+		scope := fmt.Sprintf("scope-%d", s)
+		for _, n := range []int{2, 4, 8} {
+			for _, split := range []int{2, n} {
+				seen := map[int]bool{}
+				for i := 0; i < split; i++ {
+					seen[part(ours, fmt.Sprintf("%s#%d", scope, i), n)] = true
+				}
+				if len(seen) != split {
+					t.Fatalf("%s split %d over %d partitions uses %d of them", scope, split, n, len(seen))
+				}
+			}
+		}
+	}
+	if got, want := part(ours, "openai:hot#1", 4), (part(kafkas, "openai:hot", 4)+1)%4; got != want {
+		t.Errorf("openai:hot#1 over 4: %d, want %d (the scope's partition + 1)", got, want)
 	}
 }

@@ -268,3 +268,68 @@ func TestConfigListsEveryProblem(t *testing.T) {
 		t.Errorf("%d problems listed, want ≥ 12", n)
 	}
 }
+
+// TestHolderAsksAhead: a holder that has spent more of its lease than is
+// left asks for the next term before anything waits (Want with nothing
+// queued), with its term's charge scaled to a whole term as demand, once
+// while the ask is in flight, and is granted enough to hold a term of
+// traffic again; a holder that has spent less does not ask.
+func TestHolderAsksAhead(t *testing.T) {
+	cfg := Config{Budgets: []Budget{{ID: "dep", Level: "deployment", Subject: "d", Unit: UnitRequests, Limit: 1_000_000, Window: WindowDay}}}
+	h, err := NewHolder("hot#0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPartition(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// deliver applies the holder's messages at the budget partition and
+	// its answers at the holder.
+	deliver := func(now int64, msgs []Msg) {
+		t.Helper()
+		for _, m := range msgs {
+			if m.Requested == nil {
+				t.Fatalf("unexpected message %+v", m)
+			}
+			for _, o := range p.Apply(now, &schemas.Event{Type: schemas.TypeLeaseRequested, LeaseRequested: m.Requested}, nil) {
+				g := o.Grant
+				if out := h.Apply(now, &g, nil); len(out) != 0 {
+					t.Fatalf("the grant caused %+v", out)
+				}
+			}
+		}
+	}
+	first := h.Want(t0, "dep", 100, 1, nil) // a first lease of 100
+	deliver(t0, first)
+	h.Want(t0, "dep", 0, 0, nil)
+	steps := []struct {
+		atMs, charge int64
+		wantDemand   int64 // 0: no ask
+	}{
+		{500, 40, 0},    // 60 left ≥ 40 charged: no ask
+		{1000, 20, 120}, // 40 left < 60 charged in 1 s: a term (2 s) at that rate
+		{1100, 10, 0},   // in flight: no second ask
+	}
+	var inFlight []Msg
+	for i, st := range steps {
+		now := t0 + st.atMs
+		if v, _ := h.Check(now, "dep", st.charge, nil); v != Fits {
+			t.Fatalf("step %d: check %v, want fits", i, v)
+		}
+		h.Charge("dep", st.charge)
+		out := h.Want(now, "dep", 0, 0, nil)
+		switch {
+		case st.wantDemand == 0 && len(out) != 0:
+			t.Errorf("step %d: asked %+v, want no ask", i, out)
+		case st.wantDemand != 0 && (len(out) != 1 || out[0].Requested == nil || out[0].Requested.Demand != st.wantDemand):
+			t.Errorf("step %d: sent %+v, want one LeaseRequested with demand %d", i, out, st.wantDemand)
+		}
+		inFlight = append(inFlight, out...)
+	}
+	deliver(t0+1200, inFlight)
+	l, _ := h.Lease("dep")
+	if free := l.Granted - l.Returned - l.Used; l.Used != 70 || free != 110 {
+		t.Errorf("after the answer: used %d, free %d; want 70 and 110 (120 demanded on 60 used, then 10 more spent)", l.Used, free)
+	}
+}

@@ -243,7 +243,8 @@ func (h *Holder) Adjust(id string, windowMs, delta int64) {
 
 // Want states the holder's queued demand of budget id: the sum and the
 // smallest of the costs of its requests waiting for the lease. When the
-// lease cannot cover them and no request is in flight, it asks.
+// lease cannot cover them and no request is in flight, it asks; when it
+// covers them but is running low, it asks ahead (ahead).
 func (h *Holder) Want(nowMs int64, id string, queued, need int64, out []Msg) []Msg {
 	if invariantsOn {
 		defer h.checkStep("Want")
@@ -254,8 +255,11 @@ func (h *Holder) Want(nowMs int64, id string, queued, need int64, out []Msg) []M
 		return out
 	}
 	l.Queued, l.Need = max(0, queued), max(0, need)
-	if l.short() && (!l.Dry || h.st.NowMs-l.SentMs >= h.cfg.RetryMs) {
+	switch {
+	case l.short() && (!l.Dry || h.st.NowMs-l.SentMs >= h.cfg.RetryMs):
 		out = h.send(l, "", out)
+	case h.ahead(l):
+		out = h.sendDemand(l, "", l.aheadDemand(h.st.NowMs, h.cfg.TermMs), out)
 	}
 	return out
 }
@@ -280,11 +284,45 @@ func (h *Holder) WantAll(nowMs int64, ids []string, sum, need []int64, out []Msg
 			}
 		}
 		if q == 0 && l.Queued == 0 && l.Need == 0 {
-			continue
+			if !h.ahead(l) {
+				continue
+			}
 		}
 		out = h.Want(nowMs, l.B.ID, q, n, out)
 	}
 	return out
+}
+
+// ahead says whether l should ask for more before it runs out: nothing
+// waits for it, but less is left of it than its term has charged so far
+// (more than half of what the last grant left it is spent, at the rate
+// that grant was sized for), and nothing is in flight. Asking then keeps
+// the lease round trip off the requests' path: the answer comes while
+// the rest is being spent. A dry answer (the budget has nothing to give)
+// holds the next ask back RetryMs, as for a queued request.
+func (h *Holder) ahead(l *lease) bool {
+	now := h.st.NowMs
+	return l.Charged > 0 && l.TermEndMs > now && l.free() < l.Charged && l.Acked >= l.Seq &&
+		(!l.Dry || now-l.SentMs >= h.cfg.RetryMs)
+}
+
+// aheadRatioMax bounds an early ask's demand at this many times what its
+// term charged so far (a burst just after a grant must not claim the
+// budget for a whole term at its rate).
+const aheadRatioMax = 4
+
+// aheadDemand is an early ask's demand: what the term has charged so
+// far, scaled to a whole term (the rate it is spent at, for one term
+// ahead), at most aheadRatioMax times it, plus what is queued. A grant
+// restarts the term (Apply), so under steady demand the lease holds
+// about one term of traffic and asks twice a term.
+func (l *lease) aheadDemand(nowMs, termMs int64) int64 {
+	elapsed := max(nowMs-(l.TermEndMs-termMs), termMs/aheadRatioMax, 1)
+	proj := l.Charged
+	if l.Charged <= amountMax/termMs { // no overflow: else the cap applies
+		proj = l.Charged * termMs / elapsed
+	}
+	return min(amountMax, l.Queued+max(proj, l.Charged))
 }
 
 // demand is what the lease asks to hold unused for its next term: what
@@ -294,12 +332,17 @@ func (l *lease) demand() int64 { return min(amountMax, l.Queued+l.Charged) }
 // send appends l's counters as a LeaseRequested (reason "") or a
 // LeaseReturned.
 func (h *Holder) send(l *lease, reason string, out []Msg) []Msg {
+	return h.sendDemand(l, reason, l.demand(), out)
+}
+
+// sendDemand is send with the demand a LeaseRequested states.
+func (h *Holder) sendDemand(l *lease, reason string, demand int64, out []Msg) []Msg {
 	l.Seq++
 	l.SentMs, l.SentUsed = h.st.NowMs, l.Used
 	l.UsedAt[l.Seq%int64(len(l.UsedAt))] = l.Used
 	if reason == "" {
 		return append(out, Msg{Requested: &schemas.LeaseRequested{Budget: l.B.ID, Holder: h.st.Name, WindowStartMs: l.StartMs,
-			Seq: l.Seq, Granted: l.Granted, Returned: l.Returned, Used: l.Used, Demand: l.demand(), Need: l.Need}})
+			Seq: l.Seq, Granted: l.Granted, Returned: l.Returned, Used: l.Used, Demand: demand, Need: l.Need}})
 	}
 	return append(out, Msg{Returned: &schemas.LeaseReturned{Budget: l.B.ID, Holder: h.st.Name, WindowStartMs: l.StartMs,
 		Seq: l.Seq, Granted: l.Granted, Returned: l.Returned, Used: l.Used, Reason: reason}})

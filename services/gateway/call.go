@@ -456,7 +456,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens,
 		ClientRetryCount: c.adm.ClientRetryCount}
 	for _, cd := range c.cands {
-		req.Targets = append(req.Targets, lifecycle.Target{Scope: cd.prov.Scope, Profile: cd.Profile, Provider: cd.prov.Name,
+		req.Targets = append(req.Targets, lifecycle.Target{Scope: c.cfg.LedgerScope(cd.prov, c.id.KeyID), Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
 			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
 			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,

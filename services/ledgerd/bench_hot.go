@@ -126,9 +126,10 @@ func HotConfig(scope string, n int, rpm int64) string {
 }
 
 // HotScope picks the name of the bench's hot scope for n partitions: the
-// first "hot-<i>" whose sub-scopes hash to n different partitions, so
-// that the split is not undone by the key partitioner (a deployment's
-// operator chooses its scope name the same way; ledger/budget/README.md).
+// first "hot-<i>" whose sub-scopes land on n different partitions. Since
+// the key partitioner puts sub-scopes on consecutive partitions
+// (bus.ScopePartitioner) that is "hot-0" for every n; the check stays so
+// that a partitioner that undid the split would show here.
 func HotScope(n int) string {
 	for i := 0; ; i++ {
 		s := fmt.Sprintf("hot-%d", i)

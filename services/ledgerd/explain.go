@@ -128,12 +128,15 @@ func markFallbacks(hops []ledger.ExplainHop) {
 }
 
 // PartitionOf returns the partition of sluice.requests that a record keyed
-// by scope lands in (the gateways' key partitioner: murmur2, as Kafka's
-// default).
+// by scope lands in (the gateways' key partitioner, bus.ScopePartitioner:
+// murmur2, as Kafka's default, and a split scope's sub-scopes on
+// consecutive partitions).
 func PartitionOf(scope string, partitions int) int32 {
-	pt := kgo.StickyKeyPartitioner(nil).ForTopic("")
-	return int32(pt.Partition(&kgo.Record{Key: []byte(scope)}, partitions))
+	return int32(scopePartitioner.Partition(&kgo.Record{Key: []byte(scope)}, partitions))
 }
+
+// scopePartitioner is stateless for keyed records: safe to share.
+var scopePartitioner = bus.ScopePartitioner().ForTopic("")
 
 func candidatePartitions(ctx context.Context, adm *kadm.Client, o ExplainOptions) ([]int32, error) {
 	if o.Partition >= 0 {

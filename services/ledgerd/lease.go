@@ -26,7 +26,7 @@ func (s *Service) leaseOutputs(ps *partState, p int32, offset, logTimeMs int64) 
 		}
 		key := lo.Key()
 		ps.pending = append(ps.pending, output{topic: s.cfg.Topics.Requests,
-			partition: PartitionOf(key, int(s.requestParts)), key: []byte(key), value: b})
+			partition: PartitionOf(key, int(s.requestParts)), key: []byte(key), value: b, lease: true})
 	}
 	if n := len(los); n > 0 {
 		s.m.leaseMessages.Add(float64(n))

@@ -119,7 +119,7 @@ func newRigOn(t *testing.T, brokers []string, partitions int32) *rig {
 	if err := ledgerd.PublishConfig(ctx, r.brokers, r.names, []byte(testLedgerConfig), "test"); err != nil {
 		t.Fatal(err)
 	}
-	r.prod, err = kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ProducerLinger(0), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	r.prod, err = kgo.NewClient(kgo.SeedBrokers(r.brokers...), kgo.ProducerLinger(0), kgo.RecordPartitioner(bus.ScopePartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}

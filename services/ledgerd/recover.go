@@ -132,7 +132,7 @@ func (s *Service) resetState() {
 	clear(s.dropped)
 	s.revokeSeen = false
 	s.mu.Unlock()
-	s.inTxn, s.txnDropped = false, false
+	s.inTxn, s.txnDropped, s.txnLease = false, false, false
 	s.perrMu.Lock()
 	s.produceErr = nil
 	s.perrMu.Unlock()
