@@ -191,24 +191,7 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	if own && (ev.Type == schemas.TypeReserveRequested || ev.Type == schemas.TypeRetryRequested) {
 		e.x.Hops = append(e.x.Hops, ExplainHop{Attempt: ev.Attempt, Input: ev.Type, Scope: ev.Scope, Partition: e.x.Partition, LogTimeMs: l.st.Now})
 	}
-	var mine []schemas.Decision
-	for i := start; i < len(out); i++ {
-		if o := &out[i]; o.RequestID == e.x.RequestID {
-			mine = append(mine, o.Decision)
-			for h := len(e.x.Hops) - 1; h >= 0; h-- {
-				if e.x.Hops[h].Attempt == o.Attempt {
-					e.x.Hops[h].Outcome = outcomeText(o.Decision)
-					break
-				}
-			}
-			e.attempt = max(e.attempt, o.Attempt)
-			e.x.Scope, e.x.Tenant, e.x.KeyID, e.x.Class = o.Scope, o.Tenant, o.KeyID, o.Class
-			e.x.Outcome = outcomeText(o.Decision)
-			if o.Decision.LimitPath != "" {
-				e.x.LimitPath, e.x.LimitDimension = o.Decision.LimitPath, o.Decision.LimitDimension
-			}
-		}
-	}
+	mine := e.noteDecisions(out[start:])
 	if own && ev.Type == schemas.TypeRetryRequested && ev.RetryRequested != nil {
 		e.attempt = max(e.attempt, ev.RetryRequested.PreviousAttempt+1)
 	}
@@ -232,22 +215,64 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 	} else {
 		e.lastPos = -1
 	}
-	// Capacity learned on the request's path.
 	var learned []schemas.CapacityLearned
-	if live && len(l.LearnedOutputs()) > 0 {
-		for _, lo := range l.LearnedOutputs() {
-			name := lo.Learned.Level + ":" + lo.Learned.ID
-			for _, b := range buckets {
-				if b.Node == name && b.Dimension == lo.Learned.Dimension {
-					learned = append(learned, lo.Learned)
-					break
-				}
-			}
-		}
+	if live {
+		learned = e.learnedOnPath(buckets)
 	}
 	if !own && len(mine) == 0 && !(feedback && moved(buckets)) && !queueMoved && len(learned) == 0 {
 		return out
 	}
+	e.x.Steps = append(e.x.Steps, e.step(offset, ev, own, feedback, mine, buckets, queue, learned))
+	return out
+}
+
+// noteDecisions records the explained request's decisions among outs (the
+// outputs of one record): each attempt's outcome, the request's identity
+// and outcome, and the bucket that limited it.
+func (e *Explainer) noteDecisions(outs []Output) []schemas.Decision {
+	var mine []schemas.Decision
+	for i := range outs {
+		o := &outs[i]
+		if o.RequestID != e.x.RequestID {
+			continue
+		}
+		mine = append(mine, o.Decision)
+		for h := len(e.x.Hops) - 1; h >= 0; h-- {
+			if e.x.Hops[h].Attempt == o.Attempt {
+				e.x.Hops[h].Outcome = outcomeText(o.Decision)
+				break
+			}
+		}
+		e.attempt = max(e.attempt, o.Attempt)
+		e.x.Scope, e.x.Tenant, e.x.KeyID, e.x.Class = o.Scope, o.Tenant, o.KeyID, o.Class
+		e.x.Outcome = outcomeText(o.Decision)
+		if o.Decision.LimitPath != "" {
+			e.x.LimitPath, e.x.LimitDimension = o.Decision.LimitPath, o.Decision.LimitDimension
+		}
+	}
+	return mine
+}
+
+// learnedOnPath is the capacity learned, in this record, on a bucket of
+// the request's path.
+func (e *Explainer) learnedOnPath(buckets []BucketView) []schemas.CapacityLearned {
+	var learned []schemas.CapacityLearned
+	for _, lo := range e.l.LearnedOutputs() {
+		name := lo.Learned.Level + ":" + lo.Learned.ID
+		for _, b := range buckets {
+			if b.Node == name && b.Dimension == lo.Learned.Dimension {
+				learned = append(learned, lo.Learned)
+				break
+			}
+		}
+	}
+	return learned
+}
+
+// step is the timeline's line for one record.
+func (e *Explainer) step(offset int64, ev *schemas.Event, own, feedback bool, mine []schemas.Decision, buckets []BucketView,
+	queue *QueueView, learned []schemas.CapacityLearned) ExplainStep {
+	l := e.l
 	step := ExplainStep{Offset: offset, LogTimeMs: l.st.Now, Own: own, Attempt: e.attempt, Partition: e.x.Partition, Decisions: mine, Buckets: buckets, Queue: queue, Learned: learned}
 	if ev != nil {
 		step.Input, step.Scope = ev.Type, ev.Scope
@@ -270,8 +295,7 @@ func (e *Explainer) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Outp
 			step.Other = &ExplainOtherTenant{Tenant: ev.Tenant}
 		}
 	}
-	e.x.Steps = append(e.x.Steps, step)
-	return out
+	return step
 }
 
 // outcomeText is a decision's status and reason: "denied (rate_limited)".

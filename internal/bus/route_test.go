@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"bytes"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -95,4 +97,25 @@ func TestScopePartitioner(t *testing.T) {
 	if got, want := part(ours, "openai:hot#1", 4), (part(kafkas, "openai:hot", 4)+1)%4; got != want {
 		t.Errorf("openai:hot#1 over 4: %d, want %d (the scope's partition + 1)", got, want)
 	}
+}
+
+// FuzzSubScopeKey: any key either is not a sub-scope key or splits into a
+// non-empty scope without '#' and an index in range that, joined again,
+// is the key itself (one spelling per sub-scope, so one partition).
+func FuzzSubScopeKey(f *testing.F) {
+	for _, s := range []string{"openai:org/proj#0", "a#12", "a#012", "#1", "a#", "a#1#2", "a#1000", "plain"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, key []byte) {
+		scope, i, ok := SubScopeKey(key)
+		if !ok {
+			return
+		}
+		if len(scope) == 0 || bytes.IndexByte(scope, '#') >= 0 || i < 0 || i > subScopeIndexMax {
+			t.Fatalf("SubScopeKey(%q) = %q, %d: not a sub-scope", key, scope, i)
+		}
+		if back := string(scope) + "#" + strconv.Itoa(i); back != string(key) {
+			t.Fatalf("SubScopeKey(%q) = %q, %d, which spells %q", key, scope, i, back)
+		}
+	})
 }
