@@ -196,31 +196,50 @@ func benchHotRun(ctx context.Context, o HotBenchOptions, n int) (*HotRun, error)
 		return nil, err
 	}
 	defer rc.Close()
-
-	// Warm up: every key once (every sub-scope answers, every lease is
-	// held), then a second of the closed loop.
-	var seq atomic.Int64
-	send := func(key int) (schemas.Decision, time.Duration, error) {
-		k := fmt.Sprintf("k%d", key)
-		ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
-		ev.RequestID = fmt.Sprintf("h%d-%d", n, seq.Add(1))
-		ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = 1, "bench-hot-gw", ledger.PartitionScope(scope, n, k), "t", k, "agent"
-		ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: ledger.LevelKey, ID: k}, {Level: ledger.LevelDeployment, ID: hotDeployment}},
-			InputTokens: 100, OutputTokens: 100}
-		t0 := time.Now()
-		d, err := rc.Reserve(ctx, ev)
-		return d, time.Since(t0), err
+	hc := &hotClient{rc: rc, scope: scope, n: n}
+	if err := hc.warm(ctx); err != nil {
+		return nil, err
 	}
-	const keys = 1000
+	hc.closedLoop(ctx, o, run)
+	return run, nil
+}
+
+// hotKeys is how many keys the bench's clients spread over.
+const hotKeys = 1000
+
+// hotClient sends the bench's reservations through one gateway client.
+type hotClient struct {
+	rc    *reserve.Client
+	scope string
+	n     int
+	seq   atomic.Int64
+}
+
+// send reserves one request of key and waits for its decision.
+func (h *hotClient) send(ctx context.Context, key int) (schemas.Decision, time.Duration, error) {
+	k := fmt.Sprintf("k%d", key)
+	ev := eventid.New(schemas.TypeReserveRequested, time.Now().UnixMilli())
+	ev.RequestID = fmt.Sprintf("h%d-%d", h.n, h.seq.Add(1))
+	ev.Attempt, ev.Node, ev.Scope, ev.Tenant, ev.KeyID, ev.Class = 1, "bench-hot-gw", ledger.PartitionScope(h.scope, h.n, k), "t", k, "agent"
+	ev.ReserveRequested = &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: ledger.LevelKey, ID: k}, {Level: ledger.LevelDeployment, ID: hotDeployment}},
+		InputTokens: 100, OutputTokens: 100}
+	t0 := time.Now()
+	d, err := h.rc.Reserve(ctx, ev)
+	return d, time.Since(t0), err
+}
+
+// warm sends every key once, 50 at a time: every sub-scope answers and
+// every lease is held before the measurement.
+func (h *hotClient) warm(ctx context.Context) error {
 	var werr error
 	var wmu sync.Mutex
 	var wwg sync.WaitGroup
-	for k := 0; k < keys; k += keys / 50 {
+	for k := 0; k < hotKeys; k += hotKeys / 50 {
 		wwg.Add(1)
 		go func(k int) {
 			defer wwg.Done()
-			for j := k; j < k+keys/50; j++ {
-				if _, _, err := send(j); err != nil {
+			for j := k; j < k+hotKeys/50; j++ {
+				if _, _, err := h.send(ctx, j); err != nil {
 					wmu.Lock()
 					werr = fmt.Errorf("warm-up reserve: %w", err)
 					wmu.Unlock()
@@ -230,18 +249,20 @@ func benchHotRun(ctx context.Context, o HotBenchOptions, n int) (*HotRun, error)
 		}(k)
 	}
 	wwg.Wait()
-	if werr != nil {
-		return nil, werr
-	}
+	return werr
+}
 
-	// The closed loop: warm for a second, then measure.
+// closedLoop runs o.Clients × n clients, each sending its next request as
+// soon as the last is decided: a second warm, then o.Duration measured
+// into run.
+func (h *hotClient) closedLoop(ctx context.Context, o HotBenchOptions, run *HotRun) {
 	var mu sync.Mutex
 	var lat []float64
 	perSec := map[int64]int{}
 	measuring := atomic.Bool{}
 	done := make(chan struct{})
 	var cwg sync.WaitGroup
-	for c := 0; c < o.Clients*n; c++ {
+	for c := 0; c < o.Clients*h.n; c++ {
 		cwg.Add(1)
 		go func(c int) {
 			defer cwg.Done()
@@ -251,7 +272,7 @@ func benchHotRun(ctx context.Context, o HotBenchOptions, n int) (*HotRun, error)
 					return
 				default:
 				}
-				d, el, err := send((c*7919 + i) % keys)
+				d, el, err := h.send(ctx, (c*7919+i)%hotKeys)
 				if !measuring.Load() {
 					continue
 				}
@@ -290,7 +311,6 @@ func benchHotRun(ctx context.Context, o HotBenchOptions, n int) (*HotRun, error)
 		run.P50Ms, run.P99Ms = quantile.Nearest(lat, 0.5), quantile.Nearest(lat, 0.99)
 	}
 	run.GrantedMinuteMax = minuteMax(perSec)
-	return run, nil
 }
 
 // minuteMax is the most grants of any 60 consecutive seconds of perSec.
