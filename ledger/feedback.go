@@ -101,6 +101,13 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	// An overload counts when it says so (503, Anthropic's 529); another
 	// 5xx is a failure, not a capacity.
 	overload := pr.Kind == schemas.KindOverloaded && (pr.HTTPStatus == 0 || pr.HTTPStatus == 503 || pr.HTTPStatus == 529)
+	if known {
+		// Any answer confirms the scope; a refusal ends its slow start.
+		sc.Answered = true
+		if pr.Kind == schemas.KindRateLimited || overload || pr.Kind == schemas.KindQuotaExhausted {
+			sc.Slow = 0
+		}
+	}
 	if pr.Kind == schemas.KindRateLimited || overload {
 		// A refusal the headers do not explain (none reported a limit on
 		// this response, or they reported room for it) lowers the learned
@@ -194,8 +201,13 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		return
 	}
 	po := ev.ProviderObserved
+	var own *res // the attempt whose response carried the headers, if granted
 	if ev.RequestID != "" {
 		if ri, known := l.lookup(ev); known {
+			l.st.Scopes[si].Answered = true
+			if l.st.Res[ri].State == stGranted {
+				own = &l.st.Res[ri]
+			}
 			l.markRoom(&l.st.Res[ri], po.Observations)
 			for _, ob := range po.Observations {
 				if ob.Limit > 0 {
@@ -234,7 +246,7 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 			}
 		}
 	}
-	l.learnHeaders(si, enf, po.Deployment, po.Observations)
+	l.learnHeaders(si, enf, po.Deployment, po.Observations, own)
 	if enf >= 0 {
 		n := &l.st.Nodes[enf]
 		l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)

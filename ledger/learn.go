@@ -500,7 +500,10 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 // the dimension, else on a bucket the headers alone set (headers only:
 // nothing configured for that dimension), on the deployment's node
 // (created if need be) or, without a deployment, the scope root.
-func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation) {
+//
+// own is the granted attempt whose response carried the headers (nil if
+// none): learnRemaining leaves its charge out of what else is in flight.
+func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation, own *res) {
 	if l.st.Config.Learn.Off {
 		return
 	}
@@ -511,7 +514,7 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		}
 		if ob.Limit <= 0 {
 			if ob.Remaining >= 0 && enf >= 0 {
-				l.learnRemaining(si, enf, d, ob.Remaining)
+				l.learnRemaining(si, enf, d, ob.Remaining, own)
 			}
 			continue
 		}
@@ -570,7 +573,9 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 // bound on the new limit), and the next reports tighten it again. Only a
 // configured bucket is bounded (the configured capacity caps it);
 // without a limit a headers-only bucket has nothing to set it.
-func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
+//
+// A report that lowers the bound also lowers the level (remainingLevel).
+func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64, own *res) {
 	bi := l.learnBucket(ni, d)
 	if bi < 0 {
 		return
@@ -596,9 +601,10 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		i = l.entry(ni, d, bi)
 	}
 	e := &l.st.Learned[i]
+	lowered := false
 	switch {
 	case e.Hdr == 0 || rep < e.Hdr:
-		e.Hdr = rep
+		e.Hdr, lowered = rep, true
 	case remP > e.Hdr:
 		e.Hdr = remP
 	default:
@@ -608,6 +614,41 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		e.Aimd, e.Safe = 0, 0
 	}
 	l.applyLearned(i, bi, schemas.LearnedRemaining)
+	if lowered {
+		l.remainingLevel(ni, bi, e.Hdr, rem, own)
+	}
+}
+
+// remainingLevel lowers the level of node ni's learned bucket bi (its
+// reported term hdr, per period) when a report of rem remaining per
+// minute has lowered hdr. A provider that enforces its per-minute limit L also over a
+// shorter window (Azure evaluates RPM over 1 or 10 s; the simulator's
+// window) keeps both counters from full at the same refill rate, so the
+// short window has lost what the minute has: L − rem. Lowering the
+// capacity alone kept the level the old, 10× faster refill had restored,
+// so the grants right after the first answer went into a window the
+// burst before it had used (noisy-neighbor-handwritten's Azure
+// fallback). hdr bounds L from above, so hdr − rem over-counts the loss;
+// the other grants still in flight (held, less the reporting attempt's
+// own charge) may not have reached the provider's count yet and are
+// taken off too. The level is never raised. Only at a lowering: for a
+// provider that counts the minute alone, L − rem is a deficit of the
+// whole minute, not of the window, and applied at every report it would
+// hold a window smaller than it at zero for good; once lowered, the
+// bucket's own refill at the learned rate, slower than the provider's,
+// keeps it behind the provider's window.
+func (l *Ledger) remainingLevel(ni, bi int32, hdr, rem int64, own *res) {
+	b := &l.st.Buckets[bi]
+	sp := &l.cc.specs[b.Spec]
+	l.refill(b, sp, l.st.Now)
+	limit := mulSat(hdr, 60_000) / sp.period // per minute, as remaining
+	used := max(0, limit-rem)
+	held := b.Held
+	if own != nil && own.onPath(ni) && b.Gen <= own.Gen {
+		held -= sp.amount(own)
+	}
+	used = min(maxAmount, used+max(0, held))
+	b.Level = min(b.Level, clampSat(sp.burst-mulSat(used, sp.period)))
 }
 
 // learnRefusal applies the multiplicative decrease after a refusal the
@@ -888,5 +929,39 @@ func (l *Ledger) rebaseLearned() {
 			b.Level = min(b.Level, sp.burst)
 			b.Base = min(b.Base, sp.gBurst)
 		}
+	}
+}
+
+// slowStartMax ends a scope's slow start: once this many attempts may be
+// in flight, the buckets alone decide (2^6: six accepted answers).
+const slowStartMax = 64
+
+// slowArm starts slow start in scope sc when an attempt after the first
+// (a fallback, which the gateway reserves as the request's next attempt)
+// reaches it before the provider has answered any of its attempts: its
+// configured capacity is then only a guess, often 10× the real one, and
+// a fallback arrives as a burst (the overload that moved it). Without it
+// the burst was granted at the configured window before the first
+// answer's headers could say anything (noisy-neighbor-handwritten: the
+// Azure fallback's 429s). One attempt may be in flight; each accepted
+// answer doubles that (slowAccepted), up to slowStartMax; a refusal ends
+// it, leaving the learned capacity to AIMD (TCP's slow start, per answer
+// rather than per round trip). A scope whose primary traffic came first
+// is already answered and never slows down.
+func (l *Ledger) slowArm(sc *scopeState) {
+	if sc.Answered || sc.Slow > 0 || l.st.Config.Learn.Off {
+		return
+	}
+	sc.Slow = 1
+}
+
+// slowAccepted follows a 2xx answer of one of sc's attempts.
+func slowAccepted(sc *scopeState) {
+	sc.Answered = true
+	if sc.Slow == 0 {
+		return
+	}
+	if sc.Slow *= 2; sc.Slow >= slowStartMax {
+		sc.Slow = 0
 	}
 }
