@@ -201,13 +201,9 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 		return
 	}
 	po := ev.ProviderObserved
-	var own *res // the attempt whose response carried the headers, if granted
 	if ev.RequestID != "" {
 		if ri, known := l.lookup(ev); known {
 			l.st.Scopes[si].Answered = true
-			if l.st.Res[ri].State == stGranted {
-				own = &l.st.Res[ri]
-			}
 			l.markRoom(&l.st.Res[ri], po.Observations)
 			for _, ob := range po.Observations {
 				if ob.Limit > 0 {
@@ -246,7 +242,7 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 			}
 		}
 	}
-	l.learnHeaders(si, enf, po.Deployment, po.Observations, own)
+	l.learnHeaders(si, enf, po.Deployment, po.Observations)
 	if enf >= 0 {
 		n := &l.st.Nodes[enf]
 		l.lowerTo(l.st.Buckets[n.First:n.First+n.N], po.Observations)

@@ -500,10 +500,7 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 // the dimension, else on a bucket the headers alone set (headers only:
 // nothing configured for that dimension), on the deployment's node
 // (created if need be) or, without a deployment, the scope root.
-//
-// own is the granted attempt whose response carried the headers (nil if
-// none): learnRemaining leaves its charge out of what else is in flight.
-func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation, own *res) {
+func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Observation) {
 	if l.st.Config.Learn.Off {
 		return
 	}
@@ -514,7 +511,7 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		}
 		if ob.Limit <= 0 {
 			if ob.Remaining >= 0 && enf >= 0 {
-				l.learnRemaining(si, enf, d, ob.Remaining, own)
+				l.learnRemaining(si, enf, d, ob.Remaining)
 			}
 			continue
 		}
@@ -574,8 +571,8 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 // configured bucket is bounded (the configured capacity caps it);
 // without a limit a headers-only bucket has nothing to set it.
 //
-// A report that lowers the bound also lowers the level (remainingLevel).
-func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64, own *res) {
+// Each report also bounds the bucket's level (remainingLevel).
+func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 	bi := l.learnBucket(ni, d)
 	if bi < 0 {
 		return
@@ -601,53 +598,46 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64, own *res) 
 		i = l.entry(ni, d, bi)
 	}
 	e := &l.st.Learned[i]
-	lowered := false
+	changed := true
 	switch {
 	case e.Hdr == 0 || rep < e.Hdr:
-		e.Hdr, lowered = rep, true
+		e.Hdr = rep
 	case remP > e.Hdr:
 		e.Hdr = remP
 	default:
-		return
+		changed = false
 	}
-	if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-		e.Aimd, e.Safe = 0, 0
+	if changed {
+		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
+			e.Aimd, e.Safe = 0, 0
+		}
+		l.applyLearned(i, bi, schemas.LearnedRemaining)
 	}
-	l.applyLearned(i, bi, schemas.LearnedRemaining)
-	if lowered {
-		l.remainingLevel(ni, bi, e.Hdr, rem, own)
-	}
+	l.remainingLevel(bi, e.Hdr, rem)
 }
 
-// remainingLevel lowers the level of node ni's learned bucket bi (its
-// reported term hdr, per period) when a report of rem remaining per
-// minute has lowered hdr. A provider that enforces its per-minute limit L also over a
-// shorter window (Azure evaluates RPM over 1 or 10 s; the simulator's
-// window) keeps both counters from full at the same refill rate, so the
-// short window has lost what the minute has: L − rem. Lowering the
-// capacity alone kept the level the old, 10× faster refill had restored,
-// so the grants right after the first answer went into a window the
-// burst before it had used (noisy-neighbor-handwritten's Azure
-// fallback). hdr bounds L from above, so hdr − rem over-counts the loss;
-// the other grants still in flight (held, less the reporting attempt's
-// own charge) may not have reached the provider's count yet and are
-// taken off too. The level is never raised. Only at a lowering: for a
-// provider that counts the minute alone, L − rem is a deficit of the
-// whole minute, not of the window, and applied at every report it would
-// hold a window smaller than it at zero for good; once lowered, the
-// bucket's own refill at the learned rate, slower than the provider's,
-// keeps it behind the provider's window.
-func (l *Ledger) remainingLevel(ni, bi int32, hdr, rem int64, own *res) {
+// remainingLevel lowers the level of learned bucket bi (its reported
+// term hdr, per period) after a report of rem remaining per minute. A
+// provider that enforces its per-minute limit L also over a shorter
+// window (Azure evaluates RPM over 1 or 10 s; the simulator's window)
+// charges both counters alike and refills them at the same rate from
+// full, so the short window has lost what the minute has: L − rem.
+// Without this the level after a lowering was what the configured, 10×
+// faster refill had restored, and the grants after a fallback's first
+// answer went into a window it had used (noisy-neighbor-handwritten's
+// Azure fallback); and the ledger's estimate of a grant's tokens, below
+// what the provider counted, let the window drift ahead of the
+// provider's. hdr bounds L from above, so hdr − rem over-counts the
+// loss. The level is never raised. For a provider that counts the minute
+// alone, L − rem is the whole minute's deficit: a window smaller than it
+// waits until the minute has refilled below it (once: pacing at the
+// learned rate keeps it there), which costs at most one window.
+func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) {
 	b := &l.st.Buckets[bi]
 	sp := &l.cc.specs[b.Spec]
 	l.refill(b, sp, l.st.Now)
 	limit := mulSat(hdr, 60_000) / sp.period // per minute, as remaining
-	used := max(0, limit-rem)
-	held := b.Held
-	if own != nil && own.onPath(ni) && b.Gen <= own.Gen {
-		held -= sp.amount(own)
-	}
-	used = min(maxAmount, used+max(0, held))
+	used := min(maxAmount, max(0, limit-rem))
 	b.Level = min(b.Level, clampSat(sp.burst-mulSat(used, sp.period)))
 }
 

@@ -1241,7 +1241,15 @@ func (l *Ledger) release(ev *schemas.Event, out []Output) []Output {
 		if in+o > 0 {
 			actual[dSpend] = r.Need[dSpend]
 		}
-		l.settle(ri, &actual, 0, stReleased, in+o > 0)
+		// An attempt abandoned in flight (its client went away, or its
+		// deadline passed, during the upstream call) reached the
+		// provider, which counted it on arrival: taken as unsent, a
+		// max_tokens_on_arrival bucket gave its whole charge back and
+		// the next grant went into a window the provider had already
+		// spent (noisy-neighbor-handwritten's Azure fallback, whose
+		// late attempts are mostly abandoned).
+		inFlight := rl.Reason == schemas.ReasonClientDisconnect || rl.Reason == schemas.ReasonDeadline
+		l.settle(ri, &actual, 0, stReleased, in+o > 0 || inFlight)
 		l.st.Stats.Released++
 	case stQueued:
 		return l.cancel(ri, out)
