@@ -62,3 +62,22 @@ func TestSlowStartOnlyUnanswered(t *testing.T) {
 		{At: 1, Ev: fb("b"), Want: []string{"b/2 granted admitted"}, Check: slowIs(0, 2)},
 	})
 }
+
+// TestRemainingOnlyIsNoRoom: Azure reports what remains of its minute
+// without a limit, and also counts over 10 s windows; a 429 after such a
+// report is not one "with room": it closes the scope for its Retry-After
+// (cooldown_rate_limited) and drains the window.
+func TestRemainingOnlyIsNoRoom(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 10_000))
+	rem := func(id string, limit int64) *schemas.Event {
+		ev := limitObs(id, 1, schemas.DimRequests, limit, 500)
+		ev.ID += "-x"
+		return ev
+	}
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}},
+		{At: 1, Ev: rem("a", 0)},
+		{At: 2, Ev: rejected("a", 1, schemas.KindRateLimited, 1000)},
+		{At: 3, Ev: reserve("b", maxWait(5000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
+	})
+}
