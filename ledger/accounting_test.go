@@ -161,3 +161,25 @@ func TestAccountingConfigProblems(t *testing.T) {
 		t.Errorf("bucket 3 is valid: %v", err)
 	}
 }
+
+// TestAccountingAbandonedInFlightKept: an attempt released because its
+// client went away (or its deadline passed) during the upstream call was
+// counted by the provider on arrival, so a max_tokens_on_arrival bucket
+// keeps its charge; one released for another reason (the gateway never
+// sent it) gets it back.
+func TestAccountingAbandonedInFlightKept(t *testing.T) {
+	cfg := testConfig(tpm(10_000, AccountingMaxTokensOnArrival))
+	rel := func(id string, reason schemas.Reason) *schemas.Event {
+		ev := releaseEv(id)
+		ev.Released.Reason = reason
+		return ev
+	}
+	runSteps(t, cfg, []step{
+		{At: 0, Ev: reserve("a", tokens(100, 500), maxOut(1000)), Want: []string{"a/1 granted admitted"}, Check: level(schemas.DimTotalTokens, 8900)},
+		{At: 1, Ev: rel("a", schemas.ReasonClientDisconnect), Check: level(schemas.DimTotalTokens, 8900)},
+		{At: 2, Ev: reserve("b", tokens(100, 500), maxOut(1000)), Want: []string{"b/1 granted admitted"}, Check: level(schemas.DimTotalTokens, 7800)},
+		{At: 3, Ev: rel("b", schemas.ReasonDeadline), Check: level(schemas.DimTotalTokens, 7800)},
+		{At: 4, Ev: reserve("c", tokens(100, 500), maxOut(1000)), Want: []string{"c/1 granted admitted"}, Check: level(schemas.DimTotalTokens, 6700)},
+		{At: 5, Ev: rel("c", schemas.ReasonError), Check: level(schemas.DimTotalTokens, 7800)},
+	})
+}

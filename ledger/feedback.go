@@ -101,6 +101,13 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	// An overload counts when it says so (503, Anthropic's 529); another
 	// 5xx is a failure, not a capacity.
 	overload := pr.Kind == schemas.KindOverloaded && (pr.HTTPStatus == 0 || pr.HTTPStatus == 503 || pr.HTTPStatus == 529)
+	if known {
+		// Any answer confirms the scope; a refusal ends its slow start.
+		sc.Answered = true
+		if pr.Kind == schemas.KindRateLimited || overload || pr.Kind == schemas.KindQuotaExhausted {
+			sc.Slow = 0
+		}
+	}
 	if pr.Kind == schemas.KindRateLimited || overload {
 		// A refusal the headers do not explain (none reported a limit on
 		// this response, or they reported room for it) lowers the learned
@@ -196,6 +203,7 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 	po := ev.ProviderObserved
 	if ev.RequestID != "" {
 		if ri, known := l.lookup(ev); known {
+			l.st.Scopes[si].Answered = true
 			l.markRoom(&l.st.Res[ri], po.Observations)
 			for _, ob := range po.Observations {
 				if ob.Limit > 0 {
@@ -256,7 +264,14 @@ func (l *Ledger) providerObserved(ev *schemas.Event) {
 // reported room for it on every dimension they named that it needs
 // (remaining at least its amount): a 429 on it is then not one of the
 // provider's counters running out (providerRejected). Headers that name
-// no dimension it needs, or any exhausted one, leave the flag clear.
+// no dimension it needs, or any exhausted one, leave the flag clear, and
+// so does a remaining count without a limit (Azure's): it is the
+// minute's, while Azure also counts over 1 or 10 s windows, so a minute
+// with room does not explain away a 429 from the short window. Taken as
+// room, such a 429 neither closed the scope for its Retry-After nor
+// drained the bucket, and the refused grant's tokens, given back, let the
+// next waiter into the same window at once
+// (noisy-neighbor-handwritten's Azure fallback: three 429s in 800 ms).
 func (l *Ledger) markRoom(r *res, obs []schemas.Observation) {
 	if r.State != stGranted {
 		return
@@ -264,7 +279,7 @@ func (l *Ledger) markRoom(r *res, obs []schemas.Observation) {
 	room, named := true, false
 	for _, ob := range obs {
 		d, ok := dimIndex(ob.Dimension)
-		if !ok || ob.Remaining < 0 || r.Need[d] <= 0 {
+		if !ok || ob.Remaining < 0 || ob.Limit <= 0 || r.Need[d] <= 0 {
 			continue
 		}
 		named = true

@@ -78,6 +78,17 @@ func (l *Ledger) checkInvariants() error {
 		}
 	}
 	live := 0
+	flight := make([]int64, len(st.Scopes))
+	for i := range st.Res {
+		if r := &st.Res[i]; r.State == stGranted {
+			flight[r.Scope]++
+		}
+	}
+	for si := range st.Scopes {
+		if st.Scopes[si].Flight != flight[si] {
+			return fmt.Errorf("scope %s: %d in flight, %d granted", st.Scopes[si].Name, st.Scopes[si].Flight, flight[si])
+		}
+	}
 	for i := range st.Res {
 		ri := int32(i)
 		r := &st.Res[i]

@@ -570,6 +570,8 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 // bound on the new limit), and the next reports tighten it again. Only a
 // configured bucket is bounded (the configured capacity caps it);
 // without a limit a headers-only bucket has nothing to set it.
+//
+// Each report also bounds the bucket's level (remainingLevel).
 func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 	bi := l.learnBucket(ni, d)
 	if bi < 0 {
@@ -596,18 +598,47 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		i = l.entry(ni, d, bi)
 	}
 	e := &l.st.Learned[i]
+	changed := true
 	switch {
 	case e.Hdr == 0 || rep < e.Hdr:
 		e.Hdr = rep
 	case remP > e.Hdr:
 		e.Hdr = remP
 	default:
-		return
+		changed = false
 	}
-	if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
-		e.Aimd, e.Safe = 0, 0
+	if changed {
+		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
+			e.Aimd, e.Safe = 0, 0
+		}
+		l.applyLearned(i, bi, schemas.LearnedRemaining)
 	}
-	l.applyLearned(i, bi, schemas.LearnedRemaining)
+	l.remainingLevel(bi, e.Hdr, rem)
+}
+
+// remainingLevel lowers the level of learned bucket bi (its reported
+// term hdr, per period) after a report of rem remaining per minute. A
+// provider that enforces its per-minute limit L also over a shorter
+// window (Azure evaluates RPM over 1 or 10 s; the simulator's window)
+// charges both counters alike and refills them at the same rate from
+// full, so the short window has lost what the minute has: L − rem.
+// Without this the level after a lowering was what the configured, 10×
+// faster refill had restored, and the grants after a fallback's first
+// answer went into a window it had used (noisy-neighbor-handwritten's
+// Azure fallback); and the ledger's estimate of a grant's tokens, below
+// what the provider counted, let the window drift ahead of the
+// provider's. hdr bounds L from above, so hdr − rem over-counts the
+// loss. The level is never raised. For a provider that counts the minute
+// alone, L − rem is the whole minute's deficit: a window smaller than it
+// waits until the minute has refilled below it (once: pacing at the
+// learned rate keeps it there), which costs at most one window.
+func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) {
+	b := &l.st.Buckets[bi]
+	sp := &l.cc.specs[b.Spec]
+	l.refill(b, sp, l.st.Now)
+	limit := mulSat(hdr, 60_000) / sp.period // per minute, as remaining
+	used := min(maxAmount, max(0, limit-rem))
+	b.Level = min(b.Level, clampSat(sp.burst-mulSat(used, sp.period)))
 }
 
 // learnRefusal applies the multiplicative decrease after a refusal the
@@ -888,5 +919,39 @@ func (l *Ledger) rebaseLearned() {
 			b.Level = min(b.Level, sp.burst)
 			b.Base = min(b.Base, sp.gBurst)
 		}
+	}
+}
+
+// slowStartMax ends a scope's slow start: once this many attempts may be
+// in flight, the buckets alone decide (2^6: six accepted answers).
+const slowStartMax = 64
+
+// slowArm starts slow start in scope sc when an attempt after the first
+// (a fallback, which the gateway reserves as the request's next attempt)
+// reaches it before the provider has answered any of its attempts: its
+// configured capacity is then only a guess, often 10× the real one, and
+// a fallback arrives as a burst (the overload that moved it). Without it
+// the burst was granted at the configured window before the first
+// answer's headers could say anything (noisy-neighbor-handwritten: the
+// Azure fallback's 429s). One attempt may be in flight; each accepted
+// answer doubles that (slowAccepted), up to slowStartMax; a refusal ends
+// it, leaving the learned capacity to AIMD (TCP's slow start, per answer
+// rather than per round trip). A scope whose primary traffic came first
+// is already answered and never slows down.
+func (l *Ledger) slowArm(sc *scopeState) {
+	if sc.Answered || sc.Slow > 0 || l.st.Config.Learn.Off {
+		return
+	}
+	sc.Slow = 1
+}
+
+// slowAccepted follows a 2xx answer of one of sc's attempts.
+func slowAccepted(sc *scopeState) {
+	sc.Answered = true
+	if sc.Slow == 0 {
+		return
+	}
+	if sc.Slow *= 2; sc.Slow >= slowStartMax {
+		sc.Slow = 0
 	}
 }

@@ -452,6 +452,9 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if r.Deadline > 0 && r.grantBy() < now {
 		return l.refuseShortDeadline(ri, out)
 	}
+	if att > 1 {
+		l.slowArm(sc) // a fallback, most likely
+	}
 	return l.arrive(ri, out)
 }
 
@@ -616,6 +619,7 @@ const (
 	whyBackoff
 	whyBudgetLease // a budget's lease cannot cover it yet (budgets.go)
 	whyBudgetOut   // a budget has less left than it costs
+	whySlowStart   // the scope's slow-start window is full (learn.go)
 )
 
 var whyReason = [...]schemas.Reason{
@@ -629,6 +633,7 @@ var whyReason = [...]schemas.Reason{
 	whyBackoff:     schemas.ReasonRetryBackoff,
 	whyBudgetLease: schemas.ReasonBudgetLease,
 	whyBudgetOut:   schemas.ReasonBudgetExhausted,
+	whySlowStart:   schemas.ReasonCapacity,
 }
 
 type verdict struct {
@@ -669,6 +674,11 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	}
 	if hold := l.stormHold(r, sc); hold > now {
 		v.why, v.fitMs = whyCooldown, hold
+		return v
+	}
+	if sc.Slow > 0 && sc.Flight >= sc.Slow {
+		// Slow start (learn.go, slowArm): only an answer frees it.
+		v.why = whySlowStart
 		return v
 	}
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
@@ -842,7 +852,7 @@ func (l *Ledger) grantFast(ri int32) bool {
 	r := &l.st.Res[ri]
 	now := l.st.Now
 	sc := &l.st.Scopes[r.Scope]
-	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now {
+	if sc.CoolPolicy > now || sc.CoolAll > now || sc.RecoverMs > now || (sc.Slow > 0 && sc.Flight >= sc.Slow) {
 		return false
 	}
 	for d := range numDims {
@@ -966,6 +976,7 @@ func (l *Ledger) granted(ri int32, borrowed bool) {
 	r.State = stGranted
 	r.GrantMs = now
 	r.Gen = l.st.Gen
+	l.st.Scopes[r.Scope].Flight++
 	if borrowed {
 		r.Flags |= fBorrowed
 		l.st.Stats.Borrowed++
@@ -1038,7 +1049,9 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 		l.shadowSettle(r, actual, cached, sent)
 	}
 	l.finish(ri, state)
-	l.st.Scopes[r.Scope].Dirty = true
+	sc := &l.st.Scopes[r.Scope]
+	sc.Flight = max(0, sc.Flight-1)
+	sc.Dirty = true
 }
 
 // settleRules is settle's loop over r's path for a document with a
@@ -1201,6 +1214,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		}
 		if rc.HTTPStatus >= 200 && rc.HTTPStatus < 300 {
 			l.learnSuccess(r)
+			slowAccepted(&l.st.Scopes[r.Scope])
 		}
 		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++
@@ -1227,7 +1241,15 @@ func (l *Ledger) release(ev *schemas.Event, out []Output) []Output {
 		if in+o > 0 {
 			actual[dSpend] = r.Need[dSpend]
 		}
-		l.settle(ri, &actual, 0, stReleased, in+o > 0)
+		// An attempt abandoned in flight (its client went away, or its
+		// deadline passed, during the upstream call) reached the
+		// provider, which counted it on arrival: taken as unsent, a
+		// max_tokens_on_arrival bucket gave its whole charge back and
+		// the next grant went into a window the provider had already
+		// spent (noisy-neighbor-handwritten's Azure fallback, whose
+		// late attempts are mostly abandoned).
+		inFlight := rl.Reason == schemas.ReasonClientDisconnect || rl.Reason == schemas.ReasonDeadline
+		l.settle(ri, &actual, 0, stReleased, in+o > 0 || inFlight)
 		l.st.Stats.Released++
 	case stQueued:
 		return l.cancel(ri, out)

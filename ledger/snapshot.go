@@ -302,6 +302,14 @@ func Restore(b []byte) (*Ledger, error) {
 		l.nodeIdx[nodeKey{n.Scope, n.Lvl, n.ID}] = int32(i)
 	}
 	l.resIdx = resIndex{}
+	for i := range l.st.Scopes {
+		l.st.Scopes[i].Flight = 0 // counted below (a snapshot before slow start has none)
+	}
+	for i := range l.st.Res {
+		if r := &l.st.Res[i]; r.State == stGranted {
+			l.st.Scopes[r.Scope].Flight++
+		}
+	}
 	for i := range l.st.Res {
 		if r := &l.st.Res[i]; r.State != stFree {
 			if _, dup := l.resFind(r.RequestID, r.Attempt); dup {

@@ -273,7 +273,16 @@ type scopeState struct {
 	Ratio refusalRatio `json:"ratio,omitzero"`
 	// Sent is what the scope's grants charge the provider over the
 	// trailing minute (learn.go, learnRemaining).
-	Sent        sentWindow  `json:"sent,omitzero"`
+	Sent sentWindow `json:"sent,omitzero"`
+	// Flight counts the scope's granted attempts not yet settled.
+	Flight int64 `json:"flight,omitempty"`
+	// Slow is the scope's slow-start window (learn.go, slowArm): while
+	// it is > 0, at most Slow attempts are in flight. 0: none.
+	Slow int64 `json:"slow,omitempty"`
+	// Answered: the provider has answered one of the scope's attempts
+	// (headers, a 2xx, a refusal), so its capacity is no longer only
+	// the configured guess and slow start is not armed.
+	Answered    bool        `json:"answered,omitempty"`
 	Flows       []flowEntry `json:"flows,omitempty"` // snapshot only
 	flows       map[flowKey]int64
 	flowsPruned int
