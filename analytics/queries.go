@@ -276,11 +276,17 @@ func snapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range
 		if err != nil {
 			return Tables{}, nil, nil, err
 		}
-		creates = append(creates, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+c.from+where)
+		creates = append(creates, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+c.from+where+snapshotSettings)
 		drops = append(drops, "DROP TABLE IF EXISTS "+c.table)
 	}
 	return t, creates, drops, nil
 }
+
+// snapshotSettings lets a snapshot's GROUP BY spill to disk past 2 GB,
+// half the default 4 GB query limit: merging the attempts of 2M attempts
+// (two weeks of a 20M-event database) took more than 3.7 GB on 18.16 and
+// failed with "Memory limit (for query) exceeded".
+const snapshotSettings = " SETTINGS max_bytes_before_external_group_by = 2000000000"
 
 // hasEventsBefore says whether database holds an event produced before
 // t. The events are partitioned by day of produced_at, so the server
