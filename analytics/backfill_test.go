@@ -9,6 +9,8 @@ import (
 var (
 	mvStmt     = regexp.MustCompile(`(?s)^CREATE MATERIALIZED VIEW IF NOT EXISTS (\S+) TO (\S+) AS\s+(SELECT\b.*)$`)
 	insertStmt = regexp.MustCompile(`(?s)^INSERT INTO (\S+)(?: \([^)]*\))?\s+(SELECT\b.*)$`)
+	// settingsClause is a trailing SETTINGS clause of an INSERT … SELECT.
+	settingsClause = regexp.MustCompile(`\s+SETTINGS\s+[a-z_]+\s*=\s*[0-9]+(\s*,\s*[a-z_]+\s*=\s*[0-9]+)*\s*$`)
 )
 
 // TestBackfillsRepeatTheirViews: a migration that replaces a materialized
@@ -38,9 +40,12 @@ func TestBackfillsRepeatTheirViews(t *testing.T) {
 				continue
 			}
 			backfills++
+			// A SETTINGS clause (008 lets the GROUP BY spill to disk)
+			// tunes how the server runs the SELECT, not what it gives.
+			sel := settingsClause.ReplaceAllString(g[2], "")
 			found := false
 			for _, v := range views[g[1]] {
-				found = found || v == norm(g[2])
+				found = found || v == norm(sel)
 			}
 			if !found {
 				t.Errorf("%03d_%s: the backfill into %s is no view's SELECT into it:\n%s", m.Version, m.Name, g[1], g[2])

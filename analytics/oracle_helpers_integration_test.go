@@ -35,10 +35,16 @@ type oAttempt struct {
 	lastDecisionMs                 int64
 }
 
+// holdEndRank orders the kinds of hold end that fall in one millisecond
+// as migration 008 does (s_hold_end = end time × 8 + rank): the attempt's
+// own settlement, then the next attempt's retry, then the ledger's expiry.
+var holdEndRank = map[string]int{"reconciled": 1, "released": 2, "late_grant": 3, "provider_rejected": 4, "retried": 5, "hold_expired": 6}
+
 // endHold records an event that ended the attempt's hold at ms; the
-// earliest counts (the ledger settles a reservation once).
+// earliest counts (the ledger settles a reservation once), and of two in
+// the same millisecond the lower rank, whatever order the log has them in.
 func (a *oAttempt) endHold(ms int64, kind string) {
-	if a.holdEndMs == 0 || ms < a.holdEndMs {
+	if a.holdEndMs == 0 || ms < a.holdEndMs || ms == a.holdEndMs && holdEndRank[kind] < holdEndRank[a.holdEnd] {
 		a.holdEndMs, a.holdEnd = ms, kind
 	}
 }

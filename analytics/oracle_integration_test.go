@@ -490,9 +490,18 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 	}
 	var queries []map[string]string
 	qs, _ := Queries()
-	for _, qq := range qs {
-		queries = append(queries, map[string]string{"name": qq.Name, "sql": qq.Render("sluice", rng)})
+	// Each query twice: over the views, and over the ranged snapshot's
+	// subqueries (RangedTables), which must give the same rows on both
+	// engines.
+	rangedChDB, err := RangedTables("sluice", rng)
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, qq := range qs {
+		queries = append(queries, map[string]string{"name": qq.Name, "sql": qq.Render("sluice", rng)},
+			map[string]string{"name": qq.Name + "@ranged", "sql": qq.RenderIn("sluice", rng, rangedChDB)})
+	}
+	compareRanged18(t, conn, db, want, rng)
 	job, _ := json.Marshal(map[string]any{"statements": stmts, "inserts": inserts, "queries": queries})
 	cmd := exec.Command(py, script)
 	cmd.Stdin = bytes.NewReader(job)
@@ -518,35 +527,73 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 	}
 	t.Logf("chDB ClickHouse %s: %d queries", doc.Version, len(doc.Results))
 	for _, qq := range qs {
-		cur, ok := doc.Results[qq.Name]
-		old := want[qq.Name]
-		if !ok {
-			t.Errorf("%s: no chDB result", qq.Name)
-			continue
-		}
-		// clickhouse-go scans a Nullable column into pointers: every
-		// column must come back not Nullable on a current server too.
-		for j, typ := range cur.Types {
-			if strings.HasPrefix(typ, "Nullable(") && j < len(cur.Columns) {
-				t.Errorf("%s: column %s is %s on 26.x", qq.Name, cur.Columns[j], typ)
+		for _, name := range []string{qq.Name, qq.Name + "@ranged"} {
+			cur, ok := doc.Results[name]
+			if !ok {
+				t.Errorf("%s: no chDB result", name)
+				continue
 			}
+			compareChDBResult(t, name, want[qq.Name], cur.Columns, cur.Types, cur.Rows, requireRows && !noSynthRows[qq.Name])
 		}
-		if strings.Join(cur.Columns, ",") != strings.Join(old.Columns, ",") {
-			t.Errorf("%s: columns 26.x %v, 18.16 %v", qq.Name, cur.Columns, old.Columns)
+	}
+}
+
+// compareRanged18 runs every query on 18.16 over RangedTables and wants
+// the rows of the views (want).
+func compareRanged18(t *testing.T, conn driver.Conn, db string, want map[string]*Result, rng Range) {
+	t.Helper()
+	rt, err := RangedTables(db, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, _ := Queries()
+	for _, qq := range qs {
+		got, err := qq.RunIn(context.Background(), conn, db, rng, rt)
+		if err != nil {
+			t.Errorf("%s over the ranged snapshot on 18.16: %v", qq.Name, err)
 			continue
 		}
-		if len(cur.Rows) != len(old.Rows) {
-			t.Errorf("%s: %d rows on 26.x, %d on 18.16", qq.Name, len(cur.Rows), len(old.Rows))
+		old := want[qq.Name]
+		if len(got.Rows) != len(old.Rows) {
+			t.Errorf("%s: %d rows over the ranged snapshot on 18.16, %d over the views", qq.Name, len(got.Rows), len(old.Rows))
 			continue
-		}
-		if len(old.Rows) == 0 && requireRows && !noSynthRows[qq.Name] {
-			t.Errorf("%s: no rows on the fixture", qq.Name)
 		}
 		for i := range old.Rows {
 			for j := range old.Rows[i] {
-				if !sameValue(old.Rows[i][j], cur.Rows[i][j]) {
-					t.Errorf("%s row %d %s: 18.16 %v, 26.x %v", qq.Name, i, old.Columns[j], old.Rows[i][j], cur.Rows[i][j])
+				if !sameValue(old.Rows[i][j], got.Rows[i][j]) {
+					t.Errorf("%s row %d %s: views %v, ranged snapshot %v (18.16)", qq.Name, i, old.Columns[j], old.Rows[i][j], got.Rows[i][j])
 				}
+			}
+		}
+	}
+}
+
+// compareChDBResult compares one chDB result (name: the query, or the
+// query over the ranged snapshot) with 18.16's (old).
+func compareChDBResult(t *testing.T, name string, old *Result, columns, types []string, rows [][]any, requireRows bool) {
+	t.Helper()
+	// clickhouse-go scans a Nullable column into pointers: every
+	// column must come back not Nullable on a current server too.
+	for j, typ := range types {
+		if strings.HasPrefix(typ, "Nullable(") && j < len(columns) {
+			t.Errorf("%s: column %s is %s on 26.x", name, columns[j], typ)
+		}
+	}
+	if strings.Join(columns, ",") != strings.Join(old.Columns, ",") {
+		t.Errorf("%s: columns 26.x %v, 18.16 %v", name, columns, old.Columns)
+		return
+	}
+	if len(rows) != len(old.Rows) {
+		t.Errorf("%s: %d rows on 26.x, %d on 18.16", name, len(rows), len(old.Rows))
+		return
+	}
+	if len(old.Rows) == 0 && requireRows {
+		t.Errorf("%s: no rows on the fixture", name)
+	}
+	for i := range old.Rows {
+		for j := range old.Rows[i] {
+			if !sameValue(old.Rows[i][j], rows[i][j]) {
+				t.Errorf("%s row %d %s: 18.16 %v, 26.x %v", name, i, old.Columns[j], old.Rows[i][j], rows[i][j])
 			}
 		}
 	}
