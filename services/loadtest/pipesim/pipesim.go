@@ -32,15 +32,19 @@ import (
 	"bytes"
 	"container/heap"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"sort"
 
+	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/gateway/shell"
 )
 
 // Options sizes a run. The zero value takes the defaults.
@@ -784,6 +788,7 @@ type resKey struct {
 }
 
 type request struct {
+	s       *sim
 	id      string
 	node    string
 	lc      *lifecycle.Lifecycle
@@ -802,7 +807,31 @@ type request struct {
 	// its entitlement; the ledger must refuse it, so it is never
 	// dispatched.
 	forged bool
+
+	// The gateway's own shell (services/gateway/shell) runs the request,
+	// as a coroutine of the simulation: it runs until it blocks in one of
+	// its Env's waits (blocked says which), then the simulation goes on
+	// in virtual time until something answers that wait (wake or in) and
+	// resumes it (next). Only one of them runs at a time, so a seed still
+	// reproduces the run.
+	next     func() (struct{}, bool)
+	yield    func(struct{}) bool
+	blocked  blockKind
+	wake     shell.Wake      // what ended a Wait
+	in       lifecycle.Input // what ended a Dispatch or Relay
+	inbox    []shell.Wake    // decisions that came while the shell was not waiting
+	goneSaid bool            // the shell was told its client went
+	waitGen  int             // the Wait a timer event belongs to
 }
+
+// blockKind is what a request's shell is blocked in.
+type blockKind uint8
+
+const (
+	running  blockKind = iota // running, finished, or not started
+	waiting                   // Inbox.Wait
+	upstream                  // Upstream.Dispatch or Upstream.Relay
+)
 
 func (s *sim) arrive(id string) {
 	node := s.nodes[s.rng.IntN(len(s.nodes))]
@@ -833,7 +862,7 @@ func (s *sim) arrive(id string) {
 		}
 	}
 	req.FallbackAllowed = len(req.Targets) > 1
-	r := &request{id: id, node: node, req: req, forged: forged,
+	r := &request{s: s, id: id, node: node, req: req, forged: forged,
 		lc: lifecycle.New(lifecycle.Config{AnswerTimeoutMs: answerTimeoutMs, LateGrantBoundMs: lateGrantBoundMs}, req)}
 	r.actual = lifecycle.Usage{InputTokens: req.Estimate.InputTokens, OutputTokens: int64(s.rng.IntN(int(req.Estimate.OutputTokens) + 1))}
 	if forged {
@@ -850,7 +879,7 @@ func (s *sim) arrive(id string) {
 	if req.DeadlineMs == 0 {
 		s.at(s.now+clientTimeoutMs, func() { s.clientGone(r) }) // the SDK's own timeout
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.Start})
+	r.start()
 }
 
 // deliver hands a decision to its gateway's consumer, which drops copies
@@ -882,31 +911,42 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 		s.delivered[resKey{ev.RequestID, ev.Attempt}] = true
 	}
 	r := s.reqs[ev.RequestID]
-	if r == nil || ev.Node != r.node {
+	if r == nil || ev.Node != r.node || r.lc.Done() {
+		return // a gateway no longer watches a request that ended
+	}
+	w := shell.Wake{Kind: shell.WakeDecision, Attempt: ev.Attempt, Decision: *ev.Decision}
+	if r.blocked != waiting {
+		r.inbox = append(r.inbox, w) // the gateway's watch channel buffers it
 		return
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.Decided, Attempt: ev.Attempt, Decision: *ev.Decision})
+	r.wake = w
+	r.resume()
 }
 
+// clientGone ends r's client: it cancels the upstream call in flight (the
+// request's context is its parent), and the shell hears of it (Wait says
+// so once).
 func (s *sim) clientGone(r *request) {
 	if r.lc.Done() || r.gone {
 		return
 	}
 	r.gone = true
 	s.res.Stats.Cancels++
-	if r.inFlight {
-		// The shell's upstream call is cancelled with the client.
+	switch r.blocked {
+	case upstream:
 		r.gen++
 		r.inFlight = false
 		kind := lifecycle.UpstreamDone
 		if r.relayed {
 			kind = lifecycle.StreamEnded
 		}
-		s.step(r, lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
+		r.answer(lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
 			Failure: schemas.ReasonClientDisconnect, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
-		return
+	case waiting:
+		r.goneSaid = true
+		r.wake = shell.Wake{Kind: shell.WakeClientGone}
+		r.resume()
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.ClientGone})
 }
 
 func b2i(b bool) int {
@@ -916,73 +956,170 @@ func b2i(b bool) int {
 	return 0
 }
 
-// step applies one input to r's lifecycle and executes its effects, as the
-// gateway shell does, auditing each.
-func (s *sim) step(r *request, in lifecycle.Input) {
-	if r.lc.Done() {
+// ---- the gateway shell's world (shell.Env) ----
+
+// start runs r's shell until it first blocks.
+func (r *request) start() {
+	r.next, _ = iter.Pull(func(yield func(struct{}) bool) {
+		r.yield = yield
+		shell.Run(r.lc, r)
+	})
+	r.resume()
+}
+
+// resume runs r's shell from where it blocked until it blocks again or
+// ends. A shell that never ends leaves its coroutine behind; the auditor
+// reports the request unanswered.
+func (r *request) resume() {
+	r.blocked = running
+	r.next()
+}
+
+// block suspends r's shell in kind until the simulation resumes it.
+func (r *request) block(kind blockKind) {
+	r.blocked = kind
+	r.yield(struct{}{})
+}
+
+// answer ends the upstream call r's shell is blocked in with in.
+func (r *request) answer(in lifecycle.Input) {
+	if r.blocked != upstream {
+		r.s.problem("%s/%d: an upstream answer (%v) with no call waiting for it", r.id, in.Attempt, in.Kind)
 		return
 	}
-	var pending []lifecycle.Input
-	effs := r.lc.Step(s.now, in)
-	for _, e := range effs {
-		if r.relayed && (e.Kind == lifecycle.Dispatch || e.Kind == lifecycle.Produce) {
-			s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, e.Attempt)
-		}
-		switch e.Kind {
-		case lifecycle.Produce:
-			if !s.send(r.node, e.Event, true) {
-				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt})
-			}
-			if e.Event.Type == schemas.TypeRetryRequested {
-				s.res.Stats.Retries++
-			}
-		case lifecycle.Report:
-			if e.Event.Type == schemas.TypeReconciled {
-				s.reconciled[resKey{e.Event.RequestID, e.Event.Attempt}] = true
-			}
-			if t := e.Event.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
-				s.hold(r.node, e.Event) // they wait for a ride, as in admission/reserve
-				break
-			}
-			s.send(r.node, e.Event, false)
-		case lifecycle.Telemetry:
-			if o := e.Event.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
-				s.res.Stats.Success++
-			}
-		case lifecycle.Dispatch:
-			if r.forged {
-				s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
-			}
-			s.dispatch(r, e.Target, e.Attempt)
-		case lifecycle.Relay:
-			r.answers++
-			r.relayed = true
-			s.res.Stats.Streams++
-			s.relay(r, e.Attempt)
-		case lifecycle.Respond:
-			r.answers++
-			code := ""
-			if e.Error != nil {
-				code = e.Error.Code
-			}
-			switch {
-			case r.forged && code == string(schemas.ReasonPriorityNotEntitled):
-				s.res.Stats.ForgedRefused++
-			case !r.forged && (code == string(schemas.ReasonClassNotEntitled) || code == string(schemas.ReasonPriorityNotEntitled)):
-				s.problem("%s: refused %s, though within its entitlement", r.id, code)
-			}
-		case lifecycle.SetTimer:
-			t := e.Timer
-			s.at(e.AtMs, func() { s.step(r, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}) })
-		}
+	r.in = in
+	r.resume()
+}
+
+// NowMs is virtual time.
+func (r *request) NowMs() int64 { return r.s.now }
+
+// errProduceFailed is an injected produce failure.
+var errProduceFailed = errors.New("pipesim: produce failed (injected)")
+
+// Produce puts the reservation on the bus, which may fail it; the
+// simulated producer's ack takes no time.
+func (r *request) Produce(attempt int32, ev *schemas.Event) error {
+	s := r.s
+	if r.relayed {
+		s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, attempt)
 	}
-	if r.answers > 1 {
-		s.problem("%s: %d answers to its client", r.id, r.answers)
+	ok := s.send(r.node, ev, true)
+	if ev.Type == schemas.TypeRetryRequested {
+		s.res.Stats.Retries++
 	}
-	for _, in := range pending {
-		s.step(r, in)
+	if !ok {
+		return errProduceFailed
+	}
+	return nil
+}
+
+// Report sends an event the ledger must see; reconciles and provider
+// observations wait for a ride, as in admission/reserve.
+func (r *request) Report(ev *schemas.Event) {
+	s := r.s
+	if ev.Type == schemas.TypeReconciled {
+		s.reconciled[resKey{ev.RequestID, ev.Attempt}] = true
+	}
+	if t := ev.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
+		s.hold(r.node, ev)
+		return
+	}
+	s.send(r.node, ev, false)
+}
+
+// Telemetry counts the successes; nothing downstream reads it here.
+func (r *request) Telemetry(ev *schemas.Event) {
+	if o := ev.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
+		r.s.res.Stats.Success++
 	}
 }
+
+// Wait takes a decision that came while the shell was busy, says the
+// client went (once), or blocks until a decision, the client or the timer.
+func (r *request) Wait(atMs int64, timer bool) shell.Wake {
+	switch {
+	case len(r.inbox) > 0:
+		w := r.inbox[0]
+		r.inbox = r.inbox[1:]
+		return w
+	case r.gone && !r.goneSaid:
+		r.goneSaid = true
+		return shell.Wake{Kind: shell.WakeClientGone}
+	case timer && atMs <= r.s.now:
+		return shell.Wake{Kind: shell.WakeTimer}
+	}
+	r.waitGen++
+	if timer {
+		gen := r.waitGen
+		r.s.at(atMs, func() {
+			if r.blocked == waiting && r.waitGen == gen {
+				r.wake = shell.Wake{Kind: shell.WakeTimer}
+				r.resume()
+			}
+		})
+	}
+	r.block(waiting)
+	return r.wake
+}
+
+// Dispatch calls the provider model and blocks until it answers or the
+// client goes.
+func (r *request) Dispatch(target int, attempt int32) lifecycle.Input {
+	s := r.s
+	if r.relayed {
+		s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, attempt)
+	}
+	if r.forged {
+		s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
+	}
+	s.dispatch(r, target, attempt)
+	r.block(upstream)
+	return r.in
+}
+
+// Relay relays the stream and blocks until it ends.
+func (r *request) Relay(attempt int32) lifecycle.Input {
+	r.answers++
+	r.relayed = true
+	r.s.res.Stats.Streams++
+	r.checkAnswers()
+	r.s.relay(r, attempt)
+	r.block(upstream)
+	return r.in
+}
+
+// Respond audits the client's answer.
+func (r *request) Respond(e *apierr.Error) {
+	r.answers++
+	code := ""
+	if e != nil {
+		code = e.Code
+	}
+	switch {
+	case r.forged && code == string(schemas.ReasonPriorityNotEntitled):
+		r.s.res.Stats.ForgedRefused++
+	case !r.forged && (code == string(schemas.ReasonClassNotEntitled) || code == string(schemas.ReasonPriorityNotEntitled)):
+		r.s.problem("%s: refused %s, though within its entitlement", r.id, code)
+	}
+	r.checkAnswers()
+}
+
+func (r *request) checkAnswers() {
+	if r.answers > 1 {
+		r.s.problem("%s: %d answers to its client", r.id, r.answers)
+	}
+}
+
+// LocalAdmission admits nothing locally: the simulated gateways run with
+// neither degraded mode nor an emergency cap.
+func (r *request) LocalAdmission(int32) (degradedOK, emergencyOK bool) { return false, false }
+
+// Settled: the simulated gateways send no heartbeats.
+func (r *request) Settled(string, schemas.Decision) {}
+
+// Count: the simulation's counters are its Stats.
+func (r *request) Count(lifecycle.Metric, string) {}
 
 // dispatch models the provider call of attempt on target ti.
 func (s *sim) dispatch(r *request, ti int, attempt int32) {
@@ -1015,12 +1152,12 @@ func (s *sim) dispatch(r *request, ti int, attempt int32) {
 				return
 			}
 			if u.Status == 200 && r.req.Streaming {
-				s.step(r, lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: 200}})
+				r.answer(lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: 200}})
 				return
 			}
 			r.inFlight = false
 			u.TotalMs = latency
-			s.step(r, lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u})
+			r.answer(lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u})
 		})
 	})
 }
@@ -1047,7 +1184,7 @@ func (s *sim) relay(r *request, attempt int32) {
 		if cut {
 			u.Failure, u.Usage.OutputTokens = schemas.ReasonError, r.actual.OutputTokens/3
 		}
-		s.step(r, lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u})
+		r.answer(lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u})
 	})
 }
 
