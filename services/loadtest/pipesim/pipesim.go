@@ -1,7 +1,8 @@
 // Package pipesim is the seeded simulation of the whole pipeline, modelled
-// on TigerBeetle's VOPR: gateways' request lifecycles (admission/lifecycle)
-// and ledger partitions (ledger/) run in one process over a simulated bus
-// that injects faults, against a provider model, while an auditor checks
+// on TigerBeetle's VOPR: the gateways' own request shell
+// (services/gateway/shell, driving admission/lifecycle) and ledger
+// partitions (ledger/) run in one process over a simulated bus that
+// injects faults, against a provider model, while an auditor checks
 // the pipeline's promises after every step and at the end. One seed
 // reproduces a run exactly: time is virtual, every random choice comes from
 // the seed, and nothing iterates a map where order matters.
