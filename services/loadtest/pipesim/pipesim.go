@@ -100,6 +100,9 @@ type Stats struct {
 	// node and scope, Alone those sent when their linger ran out
 	// (admission/reserve's coalescing).
 	Rides, Alone int
+	// LateGrants counts the grants the gateways' shells judged too late
+	// to dispatch (given back, and reserved again or refused).
+	LateGrants int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -1119,8 +1122,13 @@ func (r *request) LocalAdmission(int32) (degradedOK, emergencyOK bool) { return 
 // Settled: the simulated gateways send no heartbeats.
 func (r *request) Settled(string, schemas.Decision) {}
 
-// Count: the simulation's counters are its Stats.
-func (r *request) Count(lifecycle.Metric, string) {}
+// Count counts the late grants; the simulation's other counters are its
+// Stats.
+func (r *request) Count(m lifecycle.Metric, _ string) {
+	if m == lifecycle.MetricLateGrant {
+		r.s.res.Stats.LateGrants++
+	}
+}
 
 // dispatch models the provider call of attempt on target ti.
 func (s *sim) dispatch(r *request, ti int, attempt int32) {
