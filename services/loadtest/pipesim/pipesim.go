@@ -80,6 +80,9 @@ type Stats struct {
 	Crashes, Stalls, LostDecisions, DupDecisions    int
 	LateDecisions, FailedProduces, Retries, Records int
 	Cancels, Success                                int
+	// Expired counts the requests whose context reached its deadline
+	// before they ended (a Wait told so, or the upstream call cut).
+	Expired int
 	// Zombies and VersionChanges count crashes whose old owner went on
 	// deciding until fenced, and whose new owner was of another version;
 	// Aborted counts decisions produced but never committed (acted on by
@@ -818,14 +821,19 @@ type request struct {
 	// in virtual time until something answers that wait (wake or in) and
 	// resumes it (next). Only one of them runs at a time, so a seed still
 	// reproduces the run.
-	next     func() (struct{}, bool)
-	yield    func(struct{}) bool
-	blocked  blockKind
-	wake     shell.Wake      // what ended a Wait
-	in       lifecycle.Input // what ended a Dispatch or Relay
-	inbox    []shell.Wake    // decisions that came while the shell was not waiting
-	goneSaid bool            // the shell was told its client went
-	waitGen  int             // the Wait a timer event belongs to
+	next    func() (struct{}, bool)
+	yield   func(struct{}) bool
+	blocked blockKind
+	wake    shell.Wake      // what ended a Wait
+	in      lifecycle.Input // what ended a Dispatch or Relay
+	inbox   []shell.Wake    // decisions that came while the shell was not waiting
+	// ctxEnd says how the request's context ended (0: it has not), and
+	// ctxWhy the failure an upstream call cut by it has; ctxSaid, that
+	// the shell was told.
+	ctxEnd  shell.WakeKind
+	ctxWhy  schemas.Reason
+	ctxSaid bool
+	waitGen int // the Wait a timer event belongs to
 }
 
 // blockKind is what a request's shell is blocked in.
@@ -882,6 +890,8 @@ func (s *sim) arrive(id string) {
 	}
 	if req.DeadlineMs == 0 {
 		s.at(s.now+clientTimeoutMs, func() { s.clientGone(r) }) // the SDK's own timeout
+	} else {
+		s.at(s.now+req.DeadlineMs, func() { s.expire(r) }) // the gateway's context's deadline
 	}
 	r.start()
 }
@@ -927,15 +937,34 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 	r.resume()
 }
 
-// clientGone ends r's client: it cancels the upstream call in flight (the
-// request's context is its parent), and the shell hears of it (Wait says
-// so once).
+// clientGone ends r's client, and with it the request's context.
 func (s *sim) clientGone(r *request) {
 	if r.lc.Done() || r.gone {
 		return
 	}
 	r.gone = true
 	s.res.Stats.Cancels++
+	s.endContext(r, schemas.ReasonClientDisconnect, shell.WakeClientGone)
+}
+
+// expire ends r's context at its deadline, as the gateway's context
+// with the request's deadline does.
+func (s *sim) expire(r *request) {
+	if r.lc.Done() || r.gone {
+		return
+	}
+	s.res.Stats.Expired++
+	s.endContext(r, schemas.ReasonDeadline, shell.WakeDeadline)
+}
+
+// endContext ends r's context (once): it cancels the upstream call in
+// flight (the context is its parent), which answers with why and the
+// usage so far, and the shell hears of it once (Wait says wake).
+func (s *sim) endContext(r *request, why schemas.Reason, wake shell.WakeKind) {
+	if r.ctxEnd != 0 {
+		return
+	}
+	r.ctxEnd, r.ctxWhy = wake, why
 	switch r.blocked {
 	case upstream:
 		r.gen++
@@ -945,10 +974,10 @@ func (s *sim) clientGone(r *request) {
 			kind = lifecycle.StreamEnded
 		}
 		r.answer(lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
-			Failure: schemas.ReasonClientDisconnect, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
+			Failure: why, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
 	case waiting:
-		r.goneSaid = true
-		r.wake = shell.Wake{Kind: shell.WakeClientGone}
+		r.ctxSaid = true
+		r.wake = shell.Wake{Kind: wake}
 		r.resume()
 	}
 }
@@ -1047,9 +1076,9 @@ func (r *request) Wait(atMs int64, timer bool) shell.Wake {
 		w := r.inbox[0]
 		r.inbox = r.inbox[1:]
 		return w
-	case r.gone && !r.goneSaid:
-		r.goneSaid = true
-		return shell.Wake{Kind: shell.WakeClientGone}
+	case r.ctxEnd != 0 && !r.ctxSaid:
+		r.ctxSaid = true
+		return shell.Wake{Kind: r.ctxEnd}
 	case timer && atMs <= r.s.now:
 		return shell.Wake{Kind: shell.WakeTimer}
 	}
@@ -1076,6 +1105,10 @@ func (r *request) Dispatch(target int, attempt int32) lifecycle.Input {
 	}
 	if r.forged {
 		s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
+	}
+	if r.ctxEnd != 0 {
+		// The call's context is done: it fails before it is sent.
+		return lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: lifecycle.Upstream{Failure: r.ctxWhy}}
 	}
 	s.dispatch(r, target, attempt)
 	r.block(upstream)
