@@ -16,9 +16,11 @@ import (
 	"github.com/sluice-dev/sluice/admission/estimate"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/provider"
+	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 	"github.com/sluice-dev/sluice/schemas/eventid"
+	"github.com/sluice-dev/sluice/services/gateway/shell"
 )
 
 // parse parses a request body of API a.
@@ -57,9 +59,14 @@ type call struct {
 	est   estimate.Estimate
 	reqID string
 
-	lreq   lifecycle.Request    // what the lifecycle knows of the request
-	lc     *lifecycle.Lifecycle // every rule of the request's life
-	timers timers               // the lifecycle's pending timers
+	lreq lifecycle.Request    // what the lifecycle knows of the request
+	lc   *lifecycle.Lifecycle // every rule of the request's life
+
+	// What the shell waits on (Wait): this request's decisions, the
+	// client's context (nil once its end was said) and the wake timer.
+	decisions <-chan *reserve.Decided
+	gone      <-chan struct{}
+	wake      *time.Timer
 
 	// The reservation waiting for its first decision, and since when
 	// (sluice_gateway_ledger_answer_seconds); zero when none waits.
@@ -249,9 +256,10 @@ func (c *call) candidates() []candidate {
 	return out
 }
 
-// run follows the request's life: it drives the lifecycle (every rule of
-// reserve, dispatch, retry, fallback, reconcile and release is there) and
-// executes the effects it asks for, until the client has its answer.
+// run follows the request's life: the shell (services/gateway/shell)
+// drives the lifecycle (every rule of reserve, dispatch, retry, fallback,
+// reconcile and release is there) and executes the effects it asks for
+// through the call (env.go), until the client has its answer.
 func (c *call) run() {
 	c.lc = lifecycle.New(c.lifecycleConfig(), c.lreq)
 	decisions, stop := c.s.rc.Watch(c.reqID)
@@ -266,87 +274,10 @@ func (c *call) run() {
 			c.upCancel()
 		}
 	}()
-	gone := c.ctx.Done()
-	wake := getWakeTimer()
-	defer putWakeTimer(wake)
-	pending := []lifecycle.Input{{Kind: lifecycle.Start}}
-	for {
-		for len(pending) > 0 {
-			in := pending[0]
-			pending = pending[1:]
-			pending = c.execute(c.lc.Step(time.Now().UnixMilli(), in), pending)
-		}
-		if c.lc.Done() {
-			return
-		}
-		wake.Reset(c.timers.next(time.Now().UnixMilli()))
-		select {
-		case d := <-decisions:
-			c.s.deg.answered(c.askedScope)
-			if !c.askedAt.IsZero() && d.Attempt == c.askedAttempt {
-				c.s.m.answer.Observe(time.Since(c.askedAt).Seconds())
-				c.askedAt = time.Time{}
-			}
-			pending = append(pending, lifecycle.Input{Kind: lifecycle.Decided, Attempt: d.Attempt, Decision: d.Decision})
-		case <-wake.C:
-			for _, t := range c.timers.due(time.Now().UnixMilli()) {
-				pending = append(pending, c.timerInput(t))
-			}
-		case <-gone:
-			gone = nil // closed for good; said once
-			if c.r.Context().Err() != nil {
-				pending = append(pending, lifecycle.Input{Kind: lifecycle.ClientGone})
-			} else {
-				pending = append(pending, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: lifecycle.Timer{Kind: lifecycle.TimerDeadline}})
-			}
-		}
-	}
-}
-
-// execute carries out effects in order and returns pending with the inputs
-// they produced (an upstream answer, a failed produce) appended.
-func (c *call) execute(effects []lifecycle.Effect, pending []lifecycle.Input) []lifecycle.Input {
-	for i := range effects {
-		e := &effects[i]
-		switch e.Kind {
-		case lifecycle.Produce:
-			c.askedAttempt, c.askedAt, c.askedScope = e.Attempt, time.Now(), e.Event.Scope
-			err := c.request(e.Event)
-			if err != nil {
-				c.s.log.Warn("ledger unavailable", "request_id", c.reqID, "err", err)
-				pending = append(pending, c.localAdmission(lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt}, e.Attempt))
-			}
-		case lifecycle.Report:
-			if rec := e.Event.Reconciled; rec != nil {
-				c.s.m.countTokens(e.Event.Tenant, rec)
-				c.s.learnOutput(e.Event.Route, rec)
-			}
-			c.s.report(stamp(e.Event))
-		case lifecycle.Telemetry:
-			c.s.background(stamp(e.Event), false)
-		case lifecycle.WaitEnded:
-			c.s.rc.Settled(e.Scope, e.Decision)
-		case lifecycle.Dispatch:
-			pending = append(pending, c.dispatch(c.cands[e.Target], e.Attempt))
-		case lifecycle.Relay:
-			pending = append(pending, c.relay(e.Attempt))
-		case lifecycle.Respond:
-			c.respond(e.Error)
-		case lifecycle.SetTimer:
-			c.timers.set(e.Timer, e.AtMs)
-		case lifecycle.Count:
-			switch e.Metric {
-			case lifecycle.MetricRequests:
-				c.s.m.count(e.Label)
-				c.s.m.countTenant(c.id.Tenant, e.Label)
-			case lifecycle.MetricLateGrant:
-				c.s.m.lateGrants.WithLabelValues(c.adm.Class, e.Label).Inc()
-			case lifecycle.MetricDegraded:
-				c.s.m.degraded.WithLabelValues(c.adm.Class, e.Label).Inc()
-			}
-		}
-	}
-	return pending
+	c.decisions, c.gone = decisions, c.ctx.Done()
+	c.wake = getWakeTimer()
+	defer putWakeTimer(c.wake)
+	shell.Run(c.lc, c)
 }
 
 // request produces the lifecycle's reservation, waiting for the broker's
@@ -366,27 +297,6 @@ func (c *call) request(ev *schemas.Event) error {
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(c.ctx), bound)
 	defer cancel()
 	return c.s.rc.Request(ctx, stamp(ev))
-}
-
-// timerInput is the input of timer t: the answer bound says whether the
-// request may be admitted locally, taken only when the lifecycle still
-// waits.
-func (c *call) timerInput(t lifecycle.Timer) lifecycle.Input {
-	in := lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}
-	if t.Kind == lifecycle.TimerAnswer {
-		in = c.localAdmission(in, t.Attempt)
-	}
-	return in
-}
-
-// localAdmission says in in whether attempt, which the ledger left
-// unanswered, may be admitted locally: degraded mode's share first, then
-// the emergency cap (whose slot is taken only if the share said no).
-func (c *call) localAdmission(in lifecycle.Input, attempt int32) lifecycle.Input {
-	if in.DegradedOK = c.degradedOK(attempt); !in.DegradedOK {
-		in.EmergencyOK = c.emergencyOK(attempt)
-	}
-	return in
 }
 
 // emergencyOK takes a slot of the emergency cap for attempt. A request

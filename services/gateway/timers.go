@@ -3,47 +3,7 @@ package gateway
 import (
 	"sync"
 	"time"
-
-	"github.com/sluice-dev/sluice/admission/lifecycle"
 )
-
-// timers holds a lifecycle's pending timers (a handful per request).
-type timers struct {
-	at []timerAt
-}
-
-type timerAt struct {
-	t    lifecycle.Timer
-	atMs int64
-}
-
-func (ts *timers) set(t lifecycle.Timer, atMs int64) { ts.at = append(ts.at, timerAt{t, atMs}) }
-
-// next is how long until the earliest timer (an hour when none is set:
-// something else will wake the request first).
-func (ts *timers) next(nowMs int64) time.Duration {
-	d := time.Hour
-	for _, t := range ts.at {
-		d = min(d, time.Duration(max(0, t.atMs-nowMs))*time.Millisecond)
-	}
-	return d
-}
-
-// due removes and returns the timers due at nowMs, in the order they were
-// set.
-func (ts *timers) due(nowMs int64) []lifecycle.Timer {
-	var out []lifecycle.Timer
-	keep := ts.at[:0]
-	for _, t := range ts.at {
-		if t.atMs <= nowMs {
-			out = append(out, t.t)
-		} else {
-			keep = append(keep, t)
-		}
-	}
-	ts.at = keep
-	return out
-}
 
 // wakeTimers keeps the stopped timers of finished requests for the next
 // ones (a timer and its channel are three allocations). Reuse is safe

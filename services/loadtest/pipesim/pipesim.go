@@ -1,7 +1,8 @@
 // Package pipesim is the seeded simulation of the whole pipeline, modelled
-// on TigerBeetle's VOPR: gateways' request lifecycles (admission/lifecycle)
-// and ledger partitions (ledger/) run in one process over a simulated bus
-// that injects faults, against a provider model, while an auditor checks
+// on TigerBeetle's VOPR: the gateways' own request shell
+// (services/gateway/shell, driving admission/lifecycle) and ledger
+// partitions (ledger/) run in one process over a simulated bus that
+// injects faults, against a provider model, while an auditor checks
 // the pipeline's promises after every step and at the end. One seed
 // reproduces a run exactly: time is virtual, every random choice comes from
 // the seed, and nothing iterates a map where order matters.
@@ -32,15 +33,19 @@ import (
 	"bytes"
 	"container/heap"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"sort"
 
+	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/lifecycle"
 	"github.com/sluice-dev/sluice/admission/reserve"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/gateway/shell"
 )
 
 // Options sizes a run. The zero value takes the defaults.
@@ -75,6 +80,9 @@ type Stats struct {
 	Crashes, Stalls, LostDecisions, DupDecisions    int
 	LateDecisions, FailedProduces, Retries, Records int
 	Cancels, Success                                int
+	// Expired counts the requests whose context reached its deadline
+	// before they ended (a Wait told so, or the upstream call cut).
+	Expired int
 	// Zombies and VersionChanges count crashes whose old owner went on
 	// deciding until fenced, and whose new owner was of another version;
 	// Aborted counts decisions produced but never committed (acted on by
@@ -95,6 +103,9 @@ type Stats struct {
 	// node and scope, Alone those sent when their linger ran out
 	// (admission/reserve's coalescing).
 	Rides, Alone int
+	// LateGrants counts the grants the gateways' shells judged too late
+	// to dispatch (given back, and reserved again or refused).
+	LateGrants int
 }
 
 // Limits of the simulated world. Sluice's scope bucket is at or below the
@@ -784,6 +795,7 @@ type resKey struct {
 }
 
 type request struct {
+	s       *sim
 	id      string
 	node    string
 	lc      *lifecycle.Lifecycle
@@ -802,7 +814,36 @@ type request struct {
 	// its entitlement; the ledger must refuse it, so it is never
 	// dispatched.
 	forged bool
+
+	// The gateway's own shell (services/gateway/shell) runs the request,
+	// as a coroutine of the simulation: it runs until it blocks in one of
+	// its Env's waits (blocked says which), then the simulation goes on
+	// in virtual time until something answers that wait (wake or in) and
+	// resumes it (next). Only one of them runs at a time, so a seed still
+	// reproduces the run.
+	next    func() (struct{}, bool)
+	yield   func(struct{}) bool
+	blocked blockKind
+	wake    shell.Wake      // what ended a Wait
+	in      lifecycle.Input // what ended a Dispatch or Relay
+	inbox   []shell.Wake    // decisions that came while the shell was not waiting
+	// ctxEnd says how the request's context ended (0: it has not), and
+	// ctxWhy the failure an upstream call cut by it has; ctxSaid, that
+	// the shell was told.
+	ctxEnd  shell.WakeKind
+	ctxWhy  schemas.Reason
+	ctxSaid bool
+	waitGen int // the Wait a timer event belongs to
 }
+
+// blockKind is what a request's shell is blocked in.
+type blockKind uint8
+
+const (
+	running  blockKind = iota // running, finished, or not started
+	waiting                   // Inbox.Wait
+	upstream                  // Upstream.Dispatch or Upstream.Relay
+)
 
 func (s *sim) arrive(id string) {
 	node := s.nodes[s.rng.IntN(len(s.nodes))]
@@ -833,7 +874,7 @@ func (s *sim) arrive(id string) {
 		}
 	}
 	req.FallbackAllowed = len(req.Targets) > 1
-	r := &request{id: id, node: node, req: req, forged: forged,
+	r := &request{s: s, id: id, node: node, req: req, forged: forged,
 		lc: lifecycle.New(lifecycle.Config{AnswerTimeoutMs: answerTimeoutMs, LateGrantBoundMs: lateGrantBoundMs}, req)}
 	r.actual = lifecycle.Usage{InputTokens: req.Estimate.InputTokens, OutputTokens: int64(s.rng.IntN(int(req.Estimate.OutputTokens) + 1))}
 	if forged {
@@ -849,8 +890,10 @@ func (s *sim) arrive(id string) {
 	}
 	if req.DeadlineMs == 0 {
 		s.at(s.now+clientTimeoutMs, func() { s.clientGone(r) }) // the SDK's own timeout
+	} else {
+		s.at(s.now+req.DeadlineMs, func() { s.expire(r) }) // the gateway's context's deadline
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.Start})
+	r.start()
 }
 
 // deliver hands a decision to its gateway's consumer, which drops copies
@@ -882,31 +925,61 @@ func (s *sim) deliver(part int32, key [2]int64, b []byte, ev *schemas.Event) {
 		s.delivered[resKey{ev.RequestID, ev.Attempt}] = true
 	}
 	r := s.reqs[ev.RequestID]
-	if r == nil || ev.Node != r.node {
+	if r == nil || ev.Node != r.node || r.lc.Done() {
+		return // a gateway no longer watches a request that ended
+	}
+	w := shell.Wake{Kind: shell.WakeDecision, Attempt: ev.Attempt, Decision: *ev.Decision}
+	if r.blocked != waiting {
+		r.inbox = append(r.inbox, w) // the gateway's watch channel buffers it
 		return
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.Decided, Attempt: ev.Attempt, Decision: *ev.Decision})
+	r.wake = w
+	r.resume()
 }
 
+// clientGone ends r's client, and with it the request's context.
 func (s *sim) clientGone(r *request) {
 	if r.lc.Done() || r.gone {
 		return
 	}
 	r.gone = true
 	s.res.Stats.Cancels++
-	if r.inFlight {
-		// The shell's upstream call is cancelled with the client.
+	s.endContext(r, schemas.ReasonClientDisconnect, shell.WakeClientGone)
+}
+
+// expire ends r's context at its deadline, as the gateway's context
+// with the request's deadline does.
+func (s *sim) expire(r *request) {
+	if r.lc.Done() || r.gone {
+		return
+	}
+	s.res.Stats.Expired++
+	s.endContext(r, schemas.ReasonDeadline, shell.WakeDeadline)
+}
+
+// endContext ends r's context (once): it cancels the upstream call in
+// flight (the context is its parent), which answers with why and the
+// usage so far, and the shell hears of it once (Wait says wake).
+func (s *sim) endContext(r *request, why schemas.Reason, wake shell.WakeKind) {
+	if r.ctxEnd != 0 {
+		return
+	}
+	r.ctxEnd, r.ctxWhy = wake, why
+	switch r.blocked {
+	case upstream:
 		r.gen++
 		r.inFlight = false
 		kind := lifecycle.UpstreamDone
 		if r.relayed {
 			kind = lifecycle.StreamEnded
 		}
-		s.step(r, lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
-			Failure: schemas.ReasonClientDisconnect, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
-		return
+		r.answer(lifecycle.Input{Kind: kind, Attempt: r.attempt, Upstream: lifecycle.Upstream{Status: 200 * b2i(r.relayed),
+			Failure: why, Usage: lifecycle.Usage{OutputTokens: r.actual.OutputTokens / 2}}})
+	case waiting:
+		r.ctxSaid = true
+		r.wake = shell.Wake{Kind: wake}
+		r.resume()
 	}
-	s.step(r, lifecycle.Input{Kind: lifecycle.ClientGone})
 }
 
 func b2i(b bool) int {
@@ -916,71 +989,177 @@ func b2i(b bool) int {
 	return 0
 }
 
-// step applies one input to r's lifecycle and executes its effects, as the
-// gateway shell does, auditing each.
-func (s *sim) step(r *request, in lifecycle.Input) {
-	if r.lc.Done() {
+// ---- the gateway shell's world (shell.Env) ----
+
+// start runs r's shell until it first blocks.
+func (r *request) start() {
+	r.next, _ = iter.Pull(func(yield func(struct{}) bool) {
+		r.yield = yield
+		shell.Run(r.lc, r)
+	})
+	r.resume()
+}
+
+// resume runs r's shell from where it blocked until it blocks again or
+// ends. A shell that never ends leaves its coroutine behind; the auditor
+// reports the request unanswered.
+func (r *request) resume() {
+	r.blocked = running
+	r.next()
+}
+
+// block suspends r's shell in kind until the simulation resumes it.
+func (r *request) block(kind blockKind) {
+	r.blocked = kind
+	r.yield(struct{}{})
+}
+
+// answer ends the upstream call r's shell is blocked in with in.
+func (r *request) answer(in lifecycle.Input) {
+	if r.blocked != upstream {
+		r.s.problem("%s/%d: an upstream answer (%v) with no call waiting for it", r.id, in.Attempt, in.Kind)
 		return
 	}
-	var pending []lifecycle.Input
-	effs := r.lc.Step(s.now, in)
-	for _, e := range effs {
-		if r.relayed && (e.Kind == lifecycle.Dispatch || e.Kind == lifecycle.Produce) {
-			s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, e.Attempt)
-		}
-		switch e.Kind {
-		case lifecycle.Produce:
-			if !s.send(r.node, e.Event, true) {
-				pending = append(pending, lifecycle.Input{Kind: lifecycle.ProduceFailed, Attempt: e.Attempt})
-			}
-			if e.Event.Type == schemas.TypeRetryRequested {
-				s.res.Stats.Retries++
-			}
-		case lifecycle.Report:
-			if e.Event.Type == schemas.TypeReconciled {
-				s.reconciled[resKey{e.Event.RequestID, e.Event.Attempt}] = true
-			}
-			if t := e.Event.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
-				s.hold(r.node, e.Event) // they wait for a ride, as in admission/reserve
-				break
-			}
-			s.send(r.node, e.Event, false)
-		case lifecycle.Telemetry:
-			if o := e.Event.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
-				s.res.Stats.Success++
-			}
-		case lifecycle.Dispatch:
-			if r.forged {
-				s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
-			}
-			s.dispatch(r, e.Target, e.Attempt)
-		case lifecycle.Relay:
-			r.answers++
-			r.relayed = true
-			s.res.Stats.Streams++
-			s.relay(r, e.Attempt)
-		case lifecycle.Respond:
-			r.answers++
-			code := ""
-			if e.Error != nil {
-				code = e.Error.Code
-			}
-			switch {
-			case r.forged && code == string(schemas.ReasonPriorityNotEntitled):
-				s.res.Stats.ForgedRefused++
-			case !r.forged && (code == string(schemas.ReasonClassNotEntitled) || code == string(schemas.ReasonPriorityNotEntitled)):
-				s.problem("%s: refused %s, though within its entitlement", r.id, code)
-			}
-		case lifecycle.SetTimer:
-			t := e.Timer
-			s.at(e.AtMs, func() { s.step(r, lifecycle.Input{Kind: lifecycle.TimerFired, Timer: t}) })
-		}
+	r.in = in
+	r.resume()
+}
+
+// NowMs is virtual time.
+func (r *request) NowMs() int64 { return r.s.now }
+
+// errProduceFailed is an injected produce failure.
+var errProduceFailed = errors.New("pipesim: produce failed (injected)")
+
+// Produce puts the reservation on the bus, which may fail it; the
+// simulated producer's ack takes no time.
+func (r *request) Produce(attempt int32, ev *schemas.Event) error {
+	s := r.s
+	if r.relayed {
+		s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, attempt)
 	}
+	ok := s.send(r.node, ev, true)
+	if ev.Type == schemas.TypeRetryRequested {
+		s.res.Stats.Retries++
+	}
+	if !ok {
+		return errProduceFailed
+	}
+	return nil
+}
+
+// Report sends an event the ledger must see; reconciles and provider
+// observations wait for a ride, as in admission/reserve.
+func (r *request) Report(ev *schemas.Event) {
+	s := r.s
+	if ev.Type == schemas.TypeReconciled {
+		s.reconciled[resKey{ev.RequestID, ev.Attempt}] = true
+	}
+	if t := ev.Type; t == schemas.TypeReconciled || t == schemas.TypeProviderObserved {
+		s.hold(r.node, ev)
+		return
+	}
+	s.send(r.node, ev, false)
+}
+
+// Telemetry counts the successes; nothing downstream reads it here.
+func (r *request) Telemetry(ev *schemas.Event) {
+	if o := ev.Outcome; o != nil && o.Status == schemas.OutcomeSuccess {
+		r.s.res.Stats.Success++
+	}
+}
+
+// Wait takes a decision that came while the shell was busy, says the
+// client went (once), or blocks until a decision, the client or the timer.
+func (r *request) Wait(atMs int64, timer bool) shell.Wake {
+	switch {
+	case len(r.inbox) > 0:
+		w := r.inbox[0]
+		r.inbox = r.inbox[1:]
+		return w
+	case r.ctxEnd != 0 && !r.ctxSaid:
+		r.ctxSaid = true
+		return shell.Wake{Kind: r.ctxEnd}
+	case timer && atMs <= r.s.now:
+		return shell.Wake{Kind: shell.WakeTimer}
+	}
+	r.waitGen++
+	if timer {
+		gen := r.waitGen
+		r.s.at(atMs, func() {
+			if r.blocked == waiting && r.waitGen == gen {
+				r.wake = shell.Wake{Kind: shell.WakeTimer}
+				r.resume()
+			}
+		})
+	}
+	r.block(waiting)
+	return r.wake
+}
+
+// Dispatch calls the provider model and blocks until it answers or the
+// client goes.
+func (r *request) Dispatch(target int, attempt int32) lifecycle.Input {
+	s := r.s
+	if r.relayed {
+		s.problem("%s: a new attempt (%d) after a partly streamed response", r.id, attempt)
+	}
+	if r.forged {
+		s.problem("%s: forged past tenant t2's entitlement (priority 100), yet dispatched", r.id)
+	}
+	if r.ctxEnd != 0 {
+		// The call's context is done: it fails before it is sent.
+		return lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: lifecycle.Upstream{Failure: r.ctxWhy}}
+	}
+	s.dispatch(r, target, attempt)
+	r.block(upstream)
+	return r.in
+}
+
+// Relay relays the stream and blocks until it ends.
+func (r *request) Relay(attempt int32) lifecycle.Input {
+	r.answers++
+	r.relayed = true
+	r.s.res.Stats.Streams++
+	r.checkAnswers()
+	r.s.relay(r, attempt)
+	r.block(upstream)
+	return r.in
+}
+
+// Respond audits the client's answer.
+func (r *request) Respond(e *apierr.Error) {
+	r.answers++
+	code := ""
+	if e != nil {
+		code = e.Code
+	}
+	switch {
+	case r.forged && code == string(schemas.ReasonPriorityNotEntitled):
+		r.s.res.Stats.ForgedRefused++
+	case !r.forged && (code == string(schemas.ReasonClassNotEntitled) || code == string(schemas.ReasonPriorityNotEntitled)):
+		r.s.problem("%s: refused %s, though within its entitlement", r.id, code)
+	}
+	r.checkAnswers()
+}
+
+func (r *request) checkAnswers() {
 	if r.answers > 1 {
-		s.problem("%s: %d answers to its client", r.id, r.answers)
+		r.s.problem("%s: %d answers to its client", r.id, r.answers)
 	}
-	for _, in := range pending {
-		s.step(r, in)
+}
+
+// LocalAdmission admits nothing locally: the simulated gateways run with
+// neither degraded mode nor an emergency cap.
+func (r *request) LocalAdmission(int32) (degradedOK, emergencyOK bool) { return false, false }
+
+// Settled: the simulated gateways send no heartbeats.
+func (r *request) Settled(string, schemas.Decision) {}
+
+// Count counts the late grants; the simulation's other counters are its
+// Stats.
+func (r *request) Count(m lifecycle.Metric, _ string) {
+	if m == lifecycle.MetricLateGrant {
+		r.s.res.Stats.LateGrants++
 	}
 }
 
@@ -1015,12 +1194,12 @@ func (s *sim) dispatch(r *request, ti int, attempt int32) {
 				return
 			}
 			if u.Status == 200 && r.req.Streaming {
-				s.step(r, lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: 200}})
+				r.answer(lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: 200}})
 				return
 			}
 			r.inFlight = false
 			u.TotalMs = latency
-			s.step(r, lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u})
+			r.answer(lifecycle.Input{Kind: lifecycle.UpstreamDone, Attempt: attempt, Upstream: u})
 		})
 	})
 }
@@ -1047,7 +1226,7 @@ func (s *sim) relay(r *request, attempt int32) {
 		if cut {
 			u.Failure, u.Usage.OutputTokens = schemas.ReasonError, r.actual.OutputTokens/3
 		}
-		s.step(r, lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u})
+		r.answer(lifecycle.Input{Kind: lifecycle.StreamEnded, Attempt: attempt, Upstream: u})
 	})
 }
 

@@ -44,6 +44,10 @@ func TestPipeline(t *testing.T) {
 		// The coalesced reconciles' two ways out must both be exercised.
 		t.Errorf("reconciles: %d rode with a later event, %d went when their linger ran out; want both > 0", total.Rides, total.Alone)
 	}
+	if len(seeds) >= 5 && (total.LateGrants == 0 || total.Retries == 0 || total.Cancels == 0 || total.Streams == 0) {
+		// The gateway shell's paths beyond reserve → dispatch → reconcile.
+		t.Errorf("late grants %d, retries %d, cancels %d, streams %d: want all > 0", total.LateGrants, total.Retries, total.Cancels, total.Streams)
+	}
 }
 
 // TestForgedRequestsRefused: requests past tenant t2's entitlement
