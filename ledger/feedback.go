@@ -380,6 +380,41 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 			return l.refuseNotEntitled(ev, out, why, holder)
 		}
 	}
+	ri := l.newRetryRes(ev, pi, att, rh, fp)
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	sc := &l.st.Scopes[r.Scope]
+	switch rq.Reason {
+	case schemas.RetryPolicy, schemas.RetryRequestError, schemas.RetryDeadline:
+		return l.refuseRetry(ri, out, schemas.ReasonNotRetryable, rq.Reason)
+	}
+	if att > r.MaxAtt {
+		return l.refuseRetry(ri, out, schemas.ReasonRetryAttemptsExhausted, schemas.RetryPolicy)
+	}
+	delay := l.retryDelay(r, sc, rq.RetryAfterMs)
+	if r.Deadline > 0 && now+delay >= r.grantBy() {
+		if now+delay < r.Deadline {
+			return l.refuseRetry(ri, out, schemas.ReasonDeadlineBelowService, schemas.RetryDeadline)
+		}
+		return l.refuseRetry(ri, out, schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
+	}
+	if sc.RetryMilli < 1000 {
+		return l.refuseRetry(ri, out, schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy)
+	}
+	sc.RetryMilli -= 1000
+	l.st.Stats.Retries++
+	r.NotBefore = now + delay
+	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
+	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
+		r.ExpireMs = r.grantBy()
+	}
+	return l.arrive(ri, out)
+}
+
+// newRetryRes allocates the retry's reservation: the previous attempt's
+// path, needs, class, priority, route and budgets (charged anew), under
+// the retry's node.
+func (l *Ledger) newRetryRes(ev *schemas.Event, pi, att int32, rh uint32, fp uint64) int32 {
 	ri := l.allocRes()
 	p := &l.st.Res[pi]
 	r := &l.st.Res[ri]
@@ -406,32 +441,32 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		r.Node = ev.Node
 	}
 	l.resIdx.put(rh, ri)
-	sc := &l.st.Scopes[r.Scope]
-	cfg := &l.st.Config.Retry
+	return ri
+}
 
-	refuse := func(reason schemas.Reason, class schemas.RetryClass) []Output {
-		l.finish(ri, stDenied)
-		l.st.Stats.Denied++
-		gd := schemas.GDRejectedLocally
-		if class == schemas.RetryPolicy {
-			gd = schemas.GDRejectedPolicy
-		}
-		return l.emit(out, r, schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
+// refuseRetry denies the retry's reservation ri.
+func (l *Ledger) refuseRetry(ri int32, out []Output, reason schemas.Reason, class schemas.RetryClass) []Output {
+	l.finish(ri, stDenied)
+	l.st.Stats.Denied++
+	gd := schemas.GDRejectedLocally
+	if class == schemas.RetryPolicy {
+		gd = schemas.GDRejectedPolicy
 	}
-	switch rq.Reason {
-	case schemas.RetryPolicy, schemas.RetryRequestError, schemas.RetryDeadline:
-		return refuse(schemas.ReasonNotRetryable, rq.Reason)
-	}
-	if att > r.MaxAtt {
-		return refuse(schemas.ReasonRetryAttemptsExhausted, schemas.RetryPolicy)
-	}
-	// Capped exponential backoff with full jitter, Retry-After as floor.
+	return l.emit(out, &l.st.Res[ri], schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
+}
+
+// retryDelay is how long the retry r waits: capped exponential backoff
+// with full jitter, Retry-After as its floor, and no earlier than the
+// scope's (or its needed dimension's) cooldown ends.
+func (l *Ledger) retryDelay(r *res, sc *scopeState, retryAfterMs int64) int64 {
+	cfg := &l.st.Config.Retry
+	now, att := l.st.Now, r.Attempt
 	capMs := cfg.MaxMs
 	if shift := att - 2; shift < 30 && cfg.BaseMs<<shift < capMs {
 		capMs = cfg.BaseMs << shift
 	}
 	delay := jitter(r.RequestID, att, capMs)
-	if ra := min(max(0, rq.RetryAfterMs), dayMs); ra > 0 {
+	if ra := min(max(0, retryAfterMs), dayMs); ra > 0 {
 		// Retry-After is the floor; the jitter goes on top of it (at most
 		// half of it) so that attempts refused together do not all come
 		// back at the same instant, in the same order, to meet the same
@@ -449,21 +484,5 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 			delay = sc.CoolDim[d] - now
 		}
 	}
-	if r.Deadline > 0 && now+delay >= r.grantBy() {
-		if now+delay < r.Deadline {
-			return refuse(schemas.ReasonDeadlineBelowService, schemas.RetryDeadline)
-		}
-		return refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
-	}
-	if sc.RetryMilli < 1000 {
-		return refuse(schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy)
-	}
-	sc.RetryMilli -= 1000
-	l.st.Stats.Retries++
-	r.NotBefore = now + delay
-	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
-	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
-		r.ExpireMs = r.grantBy()
-	}
-	return l.arrive(ri, out)
+	return delay
 }
