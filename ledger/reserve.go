@@ -703,12 +703,38 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.why = whySlowStart
 		return v
 	}
+	if l.checkBuckets(r, marks, &v) {
+		return v // never: larger than a bucket can hold
+	}
+	if v.why != whyNone {
+		return v
+	}
+	if v.borrowed && reclaim {
+		v.why = whyReclaim
+		return v
+	}
+	if len(r.Bud) > 0 {
+		if bv, ok := l.budgetCheck(r); !ok {
+			bv.borrowed = v.borrowed
+			return bv
+		}
+	}
+	v.ok = true
+	return v
+}
+
+// checkBuckets is check's walk over the buckets of r's path: refill,
+// impossibility, borrowing, capacity, each bucket's fit time into v. It
+// reports true when a bucket can never hold r (v says which). A capacity
+// whose fit time is unknown leaves v.fitMs 0.
+func (l *Ledger) checkBuckets(r *res, marks bool, v *verdict) (never bool) {
+	now := l.st.Now
+	unknown := false
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
 	// applies borrow reserves when the grant turned out to be borrowed.
 	// The loops below run for every bucket of every request: the slices
 	// are held in locals (nothing here appends to them) so that their
 	// headers are not reloaded through l on every bucket.
-	unknown := false
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs
 	for pass := 0; pass < 2; pass++ {
 		withReserve := pass == 1
@@ -733,7 +759,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 				}
 				if a > sp.maxUnits {
 					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, ni, sp.dim, a, sp.maxUnits
-					return v
+					return true
 				}
 				if sp.guaranteed > 0 && b.Base < min(a*sp.period, sp.gBurst) {
 					// The baseline, like the level, covers a request
@@ -767,21 +793,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	if v.why == whyCapacity && unknown {
 		v.fitMs = 0
 	}
-	if v.why != whyNone {
-		return v
-	}
-	if v.borrowed && reclaim {
-		v.why = whyReclaim
-		return v
-	}
-	if len(r.Bud) > 0 {
-		if bv, ok := l.budgetCheck(r); !ok {
-			bv.borrowed = v.borrowed
-			return bv
-		}
-	}
-	v.ok = true
-	return v
+	return false
 }
 
 // stormHold returns when a waiter that the storm hold keeps back may go
