@@ -43,60 +43,14 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	before := scopeFeedback{sc.CoolAll, sc.CoolAllOverload, sc.CoolDim, sc.CoolPolicy, sc.RecoverMs, sc.RecoverSlackMs}
 	switch pr.Kind {
 	case schemas.KindRateLimited:
-		// The provider's Retry-After is the floor, and the cooldown: a
-		// blanket RateLimitedMs longer than it would keep queued work
-		// waiting past the moment the provider takes it again. The default
-		// applies only when the provider named no delay.
-		wait := ra
-		if wait == 0 {
-			wait = cfg.RateLimitedMs
-		}
-		until := now + wait
-		if known && r.Flags&fRoom != 0 {
-			// Unexplained: the same response's rate-limit headers said
-			// the provider's counters had room for this request. Its
-			// buckets are not empty (the headers already lowered ours to
-			// what they report), so neither a drain nor a closed scope
-			// would avoid the next refusal; they would only stop the
-			// work that must go now. The refused attempt's retry still
-			// waits the Retry-After (retry), and the scope recovers: the
-			// storm hold keeps back what can wait.
-			sc.RecoverMs = max(sc.RecoverMs, now+wait)
-			sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
-			break
-		}
-		sc.RecoverMs = max(sc.RecoverMs, until+wait)
-		sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
-		if dimKnown {
-			sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
-		} else if until > sc.CoolAll {
-			sc.CoolAll, sc.CoolAllOverload = until, false
-		}
-		if known {
-			l.drain(r, limDim, dimKnown)
-		}
+		l.rateLimited(sc, r, known, ra, limDim, dimKnown)
 	case schemas.KindOverloaded:
 		until := now + max(ra, cfg.OverloadedMs)
 		if until > sc.CoolAll {
 			sc.CoolAll, sc.CoolAllOverload = until, true
 		}
 	case schemas.KindQuotaExhausted:
-		until := now + ra
-		if ra == 0 {
-			w := floorDiv(now-cfg.QuotaResetOffsetMs, cfg.QuotaPeriodMs)
-			until = (w+1)*cfg.QuotaPeriodMs + cfg.QuotaResetOffsetMs
-		}
-		sc.CoolPolicy = max(sc.CoolPolicy, until)
-		for len(sc.Queue) > 0 {
-			qi := sc.Queue[0]
-			l.removeAt(sc, 0)
-			l.finish(qi, stDenied)
-			l.st.Stats.Denied++
-			out = l.emit(out, &l.st.Res[qi], schemas.Decision{
-				Status: schemas.StatusDenied, Reason: schemas.ReasonProviderQuotaExhausted,
-				RetryAfterMs: until - now, GatewayDecision: schemas.GDRejectedPolicy, RetryClass: schemas.RetryPolicy,
-			})
-		}
+		out = l.quotaExhausted(sc, ra, out)
 	}
 	// An overload counts when it says so (503, Anthropic's 529); another
 	// 5xx is a failure, not a capacity.
@@ -108,26 +62,8 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 			sc.Slow = 0
 		}
 	}
-	if pr.Kind == schemas.KindRateLimited || overload {
-		// A refusal the headers do not explain (none reported a limit on
-		// this response, or they reported room for it) lowers the learned
-		// capacity (learn.go).
-		// Only an attempt of ours that was sent counts, once (a refusal
-		// of a queued or unknown one is a gateway's mistake or a copy,
-		// not the provider's capacity).
-		if known && r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0) {
-			ni := l.learnNode(si, pr.Deployment)
-			if pr.Deployment == "" && known {
-				for i := int(r.NPath) - 1; i >= 0; i-- {
-					if n := &l.st.Nodes[r.Path[i]]; n.Lvl == 6 && n.N > 0 {
-						ni = r.Path[i]
-						break
-					}
-				}
-			}
-			l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited,
-				pr.Kind == schemas.KindRateLimited && r.Flags&(fLimitSeen|fRoom) == 0)
-		}
+	if (pr.Kind == schemas.KindRateLimited || overload) && known && r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0) {
+		l.learnFromRefusal(pr, r, si, limDim, dimKnown)
 	}
 	if known {
 		if r.State == stGranted {
@@ -144,6 +80,90 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 	}
 	sc.Dirty = true
 	return out
+}
+
+// rateLimited applies a provider 429 to the scope: it recovers over the
+// storm hold, and closes (the dimension the provider named, or all of it)
+// until the Retry-After, draining the refused attempt's buckets.
+func (l *Ledger) rateLimited(sc *scopeState, r *res, known bool, ra int64, limDim int, dimKnown bool) {
+	cfg := &l.st.Config.Cooldown
+	now := l.st.Now
+	// The provider's Retry-After is the floor, and the cooldown: a
+	// blanket RateLimitedMs longer than it would keep queued work
+	// waiting past the moment the provider takes it again. The default
+	// applies only when the provider named no delay.
+	wait := ra
+	if wait == 0 {
+		wait = cfg.RateLimitedMs
+	}
+	until := now + wait
+	if known && r.Flags&fRoom != 0 {
+		// Unexplained: the same response's rate-limit headers said
+		// the provider's counters had room for this request. Its
+		// buckets are not empty (the headers already lowered ours to
+		// what they report), so neither a drain nor a closed scope
+		// would avoid the next refusal; they would only stop the
+		// work that must go now. The refused attempt's retry still
+		// waits the Retry-After (retry), and the scope recovers: the
+		// storm hold keeps back what can wait.
+		sc.RecoverMs = max(sc.RecoverMs, now+wait)
+		sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
+		return
+	}
+	sc.RecoverMs = max(sc.RecoverMs, until+wait)
+	sc.RecoverSlackMs = cfg.StormHoldAttempts * wait
+	if dimKnown {
+		sc.CoolDim[limDim] = max(sc.CoolDim[limDim], until)
+	} else if until > sc.CoolAll {
+		sc.CoolAll, sc.CoolAllOverload = until, false
+	}
+	if known {
+		l.drain(r, limDim, dimKnown)
+	}
+}
+
+// quotaExhausted closes the scope until the provider's quota period
+// resets (or its Retry-After), and denies every waiter: waiting cannot
+// help.
+func (l *Ledger) quotaExhausted(sc *scopeState, ra int64, out []Output) []Output {
+	cfg := &l.st.Config.Cooldown
+	now := l.st.Now
+	until := now + ra
+	if ra == 0 {
+		w := floorDiv(now-cfg.QuotaResetOffsetMs, cfg.QuotaPeriodMs)
+		until = (w+1)*cfg.QuotaPeriodMs + cfg.QuotaResetOffsetMs
+	}
+	sc.CoolPolicy = max(sc.CoolPolicy, until)
+	for len(sc.Queue) > 0 {
+		qi := sc.Queue[0]
+		l.removeAt(sc, 0)
+		l.finish(qi, stDenied)
+		l.st.Stats.Denied++
+		out = l.emit(out, &l.st.Res[qi], schemas.Decision{
+			Status: schemas.StatusDenied, Reason: schemas.ReasonProviderQuotaExhausted,
+			RetryAfterMs: until - now, GatewayDecision: schemas.GDRejectedPolicy, RetryClass: schemas.RetryPolicy,
+		})
+	}
+	return out
+}
+
+// learnFromRefusal lowers the learned capacity on a refusal the headers
+// do not explain (none reported a limit on this response, or they
+// reported room for it), for an attempt of ours that was sent (learn.go).
+// The refusal counts on the deployment it names, else on the path's
+// deployment node.
+func (l *Ledger) learnFromRefusal(pr *schemas.ProviderRejected, r *res, si int32, limDim int, dimKnown bool) {
+	ni := l.learnNode(si, pr.Deployment)
+	if pr.Deployment == "" {
+		for i := int(r.NPath) - 1; i >= 0; i-- {
+			if n := &l.st.Nodes[r.Path[i]]; n.Lvl == 6 && n.N > 0 {
+				ni = r.Path[i]
+				break
+			}
+		}
+	}
+	l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited,
+		pr.Kind == schemas.KindRateLimited && r.Flags&(fLimitSeen|fRoom) == 0)
 }
 
 // scopeFeedback is the part of a scope's state that provider refusals set.
@@ -380,6 +400,41 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 			return l.refuseNotEntitled(ev, out, why, holder)
 		}
 	}
+	ri := l.newRetryRes(ev, pi, att, rh, fp)
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	sc := &l.st.Scopes[r.Scope]
+	switch rq.Reason {
+	case schemas.RetryPolicy, schemas.RetryRequestError, schemas.RetryDeadline:
+		return l.refuseRetry(ri, out, schemas.ReasonNotRetryable, rq.Reason)
+	}
+	if att > r.MaxAtt {
+		return l.refuseRetry(ri, out, schemas.ReasonRetryAttemptsExhausted, schemas.RetryPolicy)
+	}
+	delay := l.retryDelay(r, sc, rq.RetryAfterMs)
+	if r.Deadline > 0 && now+delay >= r.grantBy() {
+		if now+delay < r.Deadline {
+			return l.refuseRetry(ri, out, schemas.ReasonDeadlineBelowService, schemas.RetryDeadline)
+		}
+		return l.refuseRetry(ri, out, schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
+	}
+	if sc.RetryMilli < 1000 {
+		return l.refuseRetry(ri, out, schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy)
+	}
+	sc.RetryMilli -= 1000
+	l.st.Stats.Retries++
+	r.NotBefore = now + delay
+	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
+	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
+		r.ExpireMs = r.grantBy()
+	}
+	return l.arrive(ri, out)
+}
+
+// newRetryRes allocates the retry's reservation: the previous attempt's
+// path, needs, class, priority, route and budgets (charged anew), under
+// the retry's node.
+func (l *Ledger) newRetryRes(ev *schemas.Event, pi, att int32, rh uint32, fp uint64) int32 {
 	ri := l.allocRes()
 	p := &l.st.Res[pi]
 	r := &l.st.Res[ri]
@@ -406,32 +461,32 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 		r.Node = ev.Node
 	}
 	l.resIdx.put(rh, ri)
-	sc := &l.st.Scopes[r.Scope]
-	cfg := &l.st.Config.Retry
+	return ri
+}
 
-	refuse := func(reason schemas.Reason, class schemas.RetryClass) []Output {
-		l.finish(ri, stDenied)
-		l.st.Stats.Denied++
-		gd := schemas.GDRejectedLocally
-		if class == schemas.RetryPolicy {
-			gd = schemas.GDRejectedPolicy
-		}
-		return l.emit(out, r, schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
+// refuseRetry denies the retry's reservation ri.
+func (l *Ledger) refuseRetry(ri int32, out []Output, reason schemas.Reason, class schemas.RetryClass) []Output {
+	l.finish(ri, stDenied)
+	l.st.Stats.Denied++
+	gd := schemas.GDRejectedLocally
+	if class == schemas.RetryPolicy {
+		gd = schemas.GDRejectedPolicy
 	}
-	switch rq.Reason {
-	case schemas.RetryPolicy, schemas.RetryRequestError, schemas.RetryDeadline:
-		return refuse(schemas.ReasonNotRetryable, rq.Reason)
-	}
-	if att > r.MaxAtt {
-		return refuse(schemas.ReasonRetryAttemptsExhausted, schemas.RetryPolicy)
-	}
-	// Capped exponential backoff with full jitter, Retry-After as floor.
+	return l.emit(out, &l.st.Res[ri], schemas.Decision{Status: schemas.StatusDenied, Reason: reason, GatewayDecision: gd, RetryClass: class})
+}
+
+// retryDelay is how long the retry r waits: capped exponential backoff
+// with full jitter, Retry-After as its floor, and no earlier than the
+// scope's (or its needed dimension's) cooldown ends.
+func (l *Ledger) retryDelay(r *res, sc *scopeState, retryAfterMs int64) int64 {
+	cfg := &l.st.Config.Retry
+	now, att := l.st.Now, r.Attempt
 	capMs := cfg.MaxMs
 	if shift := att - 2; shift < 30 && cfg.BaseMs<<shift < capMs {
 		capMs = cfg.BaseMs << shift
 	}
 	delay := jitter(r.RequestID, att, capMs)
-	if ra := min(max(0, rq.RetryAfterMs), dayMs); ra > 0 {
+	if ra := min(max(0, retryAfterMs), dayMs); ra > 0 {
 		// Retry-After is the floor; the jitter goes on top of it (at most
 		// half of it) so that attempts refused together do not all come
 		// back at the same instant, in the same order, to meet the same
@@ -449,21 +504,5 @@ func (l *Ledger) retry(ev *schemas.Event, out []Output) []Output {
 			delay = sc.CoolDim[d] - now
 		}
 	}
-	if r.Deadline > 0 && now+delay >= r.grantBy() {
-		if now+delay < r.Deadline {
-			return refuse(schemas.ReasonDeadlineBelowService, schemas.RetryDeadline)
-		}
-		return refuse(schemas.ReasonDeadlineExceeded, schemas.RetryDeadline)
-	}
-	if sc.RetryMilli < 1000 {
-		return refuse(schemas.ReasonRetryBudgetExhausted, schemas.RetryPolicy)
-	}
-	sc.RetryMilli -= 1000
-	l.st.Stats.Retries++
-	r.NotBefore = now + delay
-	r.ExpireMs = r.NotBefore + max(1, l.st.Config.Classes[r.ClassIdx].MaxWaitMs)
-	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
-		r.ExpireMs = r.grantBy()
-	}
-	return l.arrive(ri, out)
+	return delay
 }

@@ -693,6 +693,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		ref, sent := sc.Sent.refusedShare(now)
 		below = ref*1000 < lc.bareGate()*sent
 	}
+	c := refusalCut{now: now, attempts: attempts, acc: acc, bare: bare, below: below}
 	for dd := range numDims {
 		if dimKnown && dd != d {
 			continue
@@ -708,7 +709,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// from its grant until it is refused, so the share is not
 		// understated while the accepts' answers are still streaming;
 		// the +1 keeps the estimate above zero.
-		share := rej > 2*acc
+		c.share = rej > 2*acc
 		// At least half of a bare provider's attempts refused, and
 		// enough of them to show a rate (learnRateMin): the provider took
 		// about what it accepted, so the rate of accepts over the window
@@ -718,75 +719,113 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// rate, overestimates it.
 		// (Requests only: the window counts attempts, not tokens; a token
 		// bucket takes the other rows.)
-		rate := int64(-1)
+		c.rate = -1
 		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
 			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
-			rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+			c.rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
-		if below {
-			i := l.learnedIdx(ni, dd)
-			if i < 0 {
-				continue
-			}
-			e := &l.st.Learned[i]
-			if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
-				continue
-			}
-			e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
-			e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
-			l.applyLearned(i, bi, schemas.LearnedRefusal)
-			continue
+		switch {
+		case below:
+			l.cutBelowGate(ni, dd, bi, now)
+		case l.cutThisInterval(ni, dd, now):
+			l.cutAgain(ni, dd, bi, &c)
+		default:
+			l.cutFirst(ni, dd, bi, &c)
 		}
-		if i := l.learnedIdx(ni, dd); i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < lc.interval() {
-			// One decrease per interval: the refusals of one overload
-			// count once, except that the share accepted, as more
-			// refusals of the same interval come in, may say less.
-			e := &l.st.Learned[i]
-			if (!share && rate < 0) || e.Aimd == 0 {
-				continue
-			}
-			next := e.Peak
-			if share {
-				next = mulSat(e.Peak, acc+1) / attempts
-			}
-			if rate >= 0 {
-				next = min(next, rate)
-			}
-			next = max(1, e.scale()*lc.floor()/1000, next)
-			if next < e.Aimd {
-				e.Aimd = next
-				if bare {
-					e.Safe = next
-				}
-				l.applyLearned(i, bi, schemas.LearnedRefusal)
-			}
-			continue
+	}
+}
+
+// refusalCut is what a refusal's cut of one learned bucket goes by: the
+// trailing window's attempts and accepts, whether most were refused
+// (share), the rate of accepts of a bare provider (rate, -1 if not
+// shown), and the kind of refusal.
+type refusalCut struct {
+	now           int64
+	attempts, acc int64
+	rate          int64
+	share         bool
+	bare, below   bool
+}
+
+// cutBelowGate is a bare 429 under the gate: it may still cut, but never
+// below Safe, and at most once an interval.
+func (l *Ledger) cutBelowGate(ni int32, dd int, bi int32, now int64) {
+	lc := l.st.Config.Learn
+	i := l.learnedIdx(ni, dd)
+	if i < 0 {
+		return
+	}
+	e := &l.st.Learned[i]
+	if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
+		return
+	}
+	e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
+	e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
+	l.applyLearned(i, bi, schemas.LearnedRefusal)
+}
+
+// cutThisInterval reports whether the bucket was cut less than an
+// interval ago.
+func (l *Ledger) cutThisInterval(ni int32, dd int, now int64) bool {
+	i := l.learnedIdx(ni, dd)
+	return i >= 0 && l.st.Learned[i].DecMs > 0 && now-l.st.Learned[i].DecMs < l.st.Config.Learn.interval()
+}
+
+// cutAgain: one decrease per interval, so the refusals of one overload
+// count once, except that the share accepted, as more refusals of the
+// same interval come in, may say less.
+func (l *Ledger) cutAgain(ni int32, dd int, bi int32, c *refusalCut) {
+	i := l.learnedIdx(ni, dd)
+	e := &l.st.Learned[i]
+	if (!c.share && c.rate < 0) || e.Aimd == 0 {
+		return
+	}
+	next := e.Peak
+	if c.share {
+		next = mulSat(e.Peak, c.acc+1) / c.attempts
+	}
+	if c.rate >= 0 {
+		next = min(next, c.rate)
+	}
+	next = max(1, e.scale()*l.st.Config.Learn.floor()/1000, next)
+	if next < e.Aimd {
+		e.Aimd = next
+		if c.bare {
+			e.Safe = next
 		}
-		i := l.entry(ni, dd, bi)
-		e := &l.st.Learned[i]
-		floor := max(1, e.scale()*lc.floor()/1000)
-		next := e.Eff * lc.decrease() / 1000
-		if share {
-			next = min(next, mulSat(e.Eff, acc+1)/attempts)
-		}
-		if rate >= 0 {
-			next = min(next, rate)
-		}
-		e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
-		if bare {
-			e.Safe = e.Aimd
-		}
-		if !bare {
-			// The headers said there was room, or the provider is
-			// overloaded: what it refuses is not shown to be our rate.
-			// Back off, and probe back at once (growth past Peak doubles
-			// each interval) instead of climbing for hundreds of accepts
-			// toward a limit that was never hit.
-			e.Peak = e.Aimd
-		}
-		e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
 	}
+}
+
+// cutFirst is the interval's first cut: multiplicative decrease, or to
+// the share accepted or the rate accepted when they say less, never below
+// the floor.
+func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
+	lc := l.st.Config.Learn
+	i := l.entry(ni, dd, bi)
+	e := &l.st.Learned[i]
+	floor := max(1, e.scale()*lc.floor()/1000)
+	next := e.Eff * lc.decrease() / 1000
+	if c.share {
+		next = min(next, mulSat(e.Eff, c.acc+1)/c.attempts)
+	}
+	if c.rate >= 0 {
+		next = min(next, c.rate)
+	}
+	e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+	if c.bare {
+		e.Safe = e.Aimd
+	}
+	if !c.bare {
+		// The headers said there was room, or the provider is
+		// overloaded: what it refuses is not shown to be our rate.
+		// Back off, and probe back at once (growth past Peak doubles
+		// each interval) instead of climbing for hundreds of accepts
+		// toward a limit that was never hit.
+		e.Peak = e.Aimd
+	}
+	e.DecMs, e.IncMs, e.Grow = max(1, c.now), c.now, 0
+	l.applyLearned(i, bi, schemas.LearnedRefusal)
 }
 
 // learnSuccess applies the additive increase after an attempt through r's

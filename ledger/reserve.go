@@ -361,35 +361,73 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 		return l.refuseEv(ev, out, schemas.ReasonLedgerFull, schemas.RetryOverload)
 	}
 	var path [maxPath]int32
-	var np int
+	np, out, ok := l.pathFor(ev, si, pathHash, &path, out)
+	if !ok {
+		return out
+	}
+	ri := l.newRes(ev, att, rh, fp, si, ci, &path, np)
+	r := &l.st.Res[ri]
+	now := l.st.Now
+	sc := &l.st.Scopes[si]
+
+	if rr.EmergencyAdmitted {
+		// The gateway already let it through: account for it, even into debt.
+		r.Flags |= fEmergency
+		l.grant(ri, false)
+		if rr.Degraded {
+			return l.emitDegraded(out, ri) // degraded.go
+		}
+		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
+	}
+	if r.Deadline > 0 && r.grantBy() < now {
+		return l.refuseShortDeadline(ri, out)
+	}
+	if att > 1 {
+		l.slowArm(sc) // a fallback, most likely
+	}
+	return l.arrive(ri, out)
+}
+
+// pathFor resolves the request's bucket path in scope si, from the path
+// cache or, on a miss, checked (required levels, known ids, the node
+// limit) and stored. ok false: out holds the refusal.
+func (l *Ledger) pathFor(ev *schemas.Event, si int32, pathHash uint64, path *[maxPath]int32, out []Output) (np int, _ []Output, ok bool) {
 	if l.paths == nil {
 		l.paths = new(pathCache)
 	}
 	ph := pathKey(si, pathHash)
-	if e, ok := l.paths.lookup(ph, si, rr.Path); ok {
-		path, np = e.nodes, int(e.np)
+	if e, ok := l.paths.lookup(ph, si, ev.ReserveRequested.Path); ok {
+		*path, np = e.nodes, int(e.np)
 	} else {
 		// Checked on a cache miss only: a cached path passed under the
 		// same config (the cache is reset with it).
-		if missing := l.missingLevels(si, rr.Path); missing != 0 {
-			return l.refuseMissingLevels(ev, out, missing)
+		if missing := l.missingLevels(si, ev.ReserveRequested.Path); missing != 0 {
+			return 0, l.refuseMissingLevels(ev, out, missing), false
 		}
-		if unknown := l.unknownIDs(si, rr.Path); unknown != "" {
+		if unknown := l.unknownIDs(si, ev.ReserveRequested.Path); unknown != "" {
 			n := len(out)
 			out = l.refuseEv(ev, out, schemas.ReasonPathUnknownID, schemas.RetryRequestError)
 			if len(out) > n {
 				out[n].Decision.LimitPath = unknown
 			}
-			return out
+			return 0, out, false
 		}
 		var limit bool
-		path, np, limit = l.resolvePath(si, ev.Scope, rr.Path)
+		*path, np, limit = l.resolvePath(si, ev.Scope, ev.ReserveRequested.Path)
 		if limit {
-			return l.refuseEv(ev, out, schemas.ReasonNodeLimit, schemas.RetryOverload)
+			return 0, l.refuseEv(ev, out, schemas.ReasonNodeLimit, schemas.RetryOverload), false
 		}
-		l.paths.store(ph, si, rr.Path, &path, np)
+		l.paths.store(ph, si, ev.ReserveRequested.Path, path, np)
 	}
+	return np, out, true
+}
 
+// newRes allocates and fills the reservation of a ReserveRequested that
+// passed every check: its needs, flags, deadline, expected service time,
+// budgets and the time its wait expires. The scope's retry budget earns
+// its share of a first attempt.
+func (l *Ledger) newRes(ev *schemas.Event, att int32, rh uint32, fp uint64, si, ci int32, path *[maxPath]int32, np int) int32 {
+	rr := ev.ReserveRequested
 	ri := l.allocRes()
 	r := &l.st.Res[ri]
 	l.st.Seq++
@@ -397,7 +435,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	*r = res{
 		RequestID: ev.RequestID, Attempt: att, rh: rh, Node: ev.Node, Tenant: ev.Tenant, KeyID: ev.KeyID, Team: pathTeam(rr.Path),
 		Route: ev.Route, Class: l.st.Config.Classes[ci].Name, Scope: si, ClassIdx: ci,
-		State: stQueued, NPath: uint8(np), Path: path, Cached: rr.CachedInputTokens, FP: fp,
+		State: stQueued, NPath: uint8(np), Path: *path, Cached: rr.CachedInputTokens, FP: fp,
 		Seq: l.st.Seq, Priority: max(-maxPriority, min(maxPriority, rr.Priority)),
 		EnqMs: now, FirstMs: now, MaxAtt: rr.MaxAttempts, Gen: l.st.Gen, List: noIdx, Prev: noIdx, Next: noIdx,
 	}
@@ -439,23 +477,7 @@ func (l *Ledger) reserve(ev *schemas.Event, out []Output) []Output {
 	if r.Deadline > 0 && r.grantBy() < r.ExpireMs {
 		r.ExpireMs = r.grantBy()
 	}
-
-	if rr.EmergencyAdmitted {
-		// The gateway already let it through: account for it, even into debt.
-		r.Flags |= fEmergency
-		l.grant(ri, false)
-		if rr.Degraded {
-			return l.emitDegraded(out, ri) // degraded.go
-		}
-		return l.emitGrant(out, ri, schemas.GDEmergencyAdmitted)
-	}
-	if r.Deadline > 0 && r.grantBy() < now {
-		return l.refuseShortDeadline(ri, out)
-	}
-	if att > 1 {
-		l.slowArm(sc) // a fallback, most likely
-	}
-	return l.arrive(ri, out)
+	return ri
 }
 
 // refuseShortDeadline denies, at once, an attempt whose remaining deadline
@@ -681,12 +703,38 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 		v.why = whySlowStart
 		return v
 	}
+	if l.checkBuckets(r, marks, &v) {
+		return v // never: larger than a bucket can hold
+	}
+	if v.why != whyNone {
+		return v
+	}
+	if v.borrowed && reclaim {
+		v.why = whyReclaim
+		return v
+	}
+	if len(r.Bud) > 0 {
+		if bv, ok := l.budgetCheck(r); !ok {
+			bv.borrowed = v.borrowed
+			return bv
+		}
+	}
+	v.ok = true
+	return v
+}
+
+// checkBuckets is check's walk over the buckets of r's path: refill,
+// impossibility, borrowing, capacity, each bucket's fit time into v. It
+// reports true when a bucket can never hold r (v says which). A capacity
+// whose fit time is unknown leaves v.fitMs 0.
+func (l *Ledger) checkBuckets(r *res, marks bool, v *verdict) (never bool) {
+	now := l.st.Now
+	unknown := false
 	// One pass: refill, impossibility, borrowing, capacity. A second pass
 	// applies borrow reserves when the grant turned out to be borrowed.
 	// The loops below run for every bucket of every request: the slices
 	// are held in locals (nothing here appends to them) so that their
 	// headers are not reloaded through l on every bucket.
-	unknown := false
 	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs
 	for pass := 0; pass < 2; pass++ {
 		withReserve := pass == 1
@@ -711,7 +759,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 				}
 				if a > sp.maxUnits {
 					v.why, v.limNode, v.limDim, v.needed, v.avail = whyNever, ni, sp.dim, a, sp.maxUnits
-					return v
+					return true
 				}
 				if sp.guaranteed > 0 && b.Base < min(a*sp.period, sp.gBurst) {
 					// The baseline, like the level, covers a request
@@ -745,21 +793,7 @@ func (l *Ledger) check(r *res, marks, reclaim bool) verdict {
 	if v.why == whyCapacity && unknown {
 		v.fitMs = 0
 	}
-	if v.why != whyNone {
-		return v
-	}
-	if v.borrowed && reclaim {
-		v.why = whyReclaim
-		return v
-	}
-	if len(r.Bud) > 0 {
-		if bv, ok := l.budgetCheck(r); !ok {
-			bv.borrowed = v.borrowed
-			return bv
-		}
-	}
-	v.ok = true
-	return v
+	return false
 }
 
 // stormHold returns when a waiter that the storm hold keeps back may go
