@@ -357,36 +357,19 @@ func (c *Config) finishSettings(getenv func(string) string, add func(string, str
 	if c.Node == "" {
 		c.Node = "gw-1"
 	}
-	if c.BodyLimitBytes == 0 {
-		c.BodyLimitBytes = 10 << 20
-	}
-	if c.BodyLimitBytes < 1024 {
-		add("body_limit_bytes", "%d is below the 1024-byte minimum", c.BodyLimitBytes)
-	}
-	if c.LedgerTimeoutMs == 0 {
-		c.LedgerTimeoutMs = 2000
-	}
-	if c.LedgerTimeoutMs < 0 {
-		add("ledger_timeout_ms", "must be positive")
-	}
-	if c.UpstreamTimeoutMs == 0 {
-		c.UpstreamTimeoutMs = 600_000
-	}
-	if c.UpstreamTimeoutMs < 0 {
-		add("upstream_timeout_ms", "must be positive")
-	}
-	if c.ReloadIntervalMs == 0 {
-		c.ReloadIntervalMs = 5000
-	}
-	if c.ReloadIntervalMs < 100 {
-		add("reload_interval_ms", "%d is below the 100 ms minimum", c.ReloadIntervalMs)
-	}
-	if c.LateGrantMs < 0 || c.LateGrantMs > LateGrantMaxMs {
-		add("late_grant_ms", "%d out of [0, %d] (0: per class)", c.LateGrantMs, int64(LateGrantMaxMs))
-	}
 	id := &c.Idempotency
-	if id.WindowMs == 0 {
-		id.WindowMs = 600_000
+	// Defaults of the settings left 0, then each setting's check, in the
+	// order problems are reported.
+	for _, d := range []struct {
+		v   *int64
+		def int64
+	}{
+		{&c.BodyLimitBytes, 10 << 20}, {&c.LedgerTimeoutMs, 2000}, {&c.UpstreamTimeoutMs, 600_000},
+		{&c.ReloadIntervalMs, 5000}, {&id.WindowMs, 600_000},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 	if id.EntriesMax == 0 {
 		id.EntriesMax = 10_000
@@ -394,14 +377,23 @@ func (c *Config) finishSettings(getenv func(string) string, add func(string, str
 	if id.BodyBytesMax == 0 {
 		id.BodyBytesMax = 1 << 20
 	}
-	if id.WindowMs < 0 || id.WindowMs > 7*24*3_600_000 {
-		add("idempotency.window_ms", "%d out of [1, 604800000]", id.WindowMs)
-	}
-	if id.EntriesMax < 0 || id.EntriesMax > 10_000_000 {
-		add("idempotency.entries_max", "%d out of [1, 10000000]", id.EntriesMax)
-	}
-	if id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20 {
-		add("idempotency.body_bytes_max", "%d out of [1, 67108864]", id.BodyBytesMax)
+	for _, k := range []struct {
+		path string
+		bad  bool
+		msg  string
+	}{
+		{"body_limit_bytes", c.BodyLimitBytes < 1024, fmt.Sprintf("%d is below the 1024-byte minimum", c.BodyLimitBytes)},
+		{"ledger_timeout_ms", c.LedgerTimeoutMs < 0, "must be positive"},
+		{"upstream_timeout_ms", c.UpstreamTimeoutMs < 0, "must be positive"},
+		{"reload_interval_ms", c.ReloadIntervalMs < 100, fmt.Sprintf("%d is below the 100 ms minimum", c.ReloadIntervalMs)},
+		{"late_grant_ms", c.LateGrantMs < 0 || c.LateGrantMs > LateGrantMaxMs, fmt.Sprintf("%d out of [0, %d] (0: per class)", c.LateGrantMs, int64(LateGrantMaxMs))},
+		{"idempotency.window_ms", id.WindowMs < 0 || id.WindowMs > 7*24*3_600_000, fmt.Sprintf("%d out of [1, 604800000]", id.WindowMs)},
+		{"idempotency.entries_max", id.EntriesMax < 0 || id.EntriesMax > 10_000_000, fmt.Sprintf("%d out of [1, 10000000]", id.EntriesMax)},
+		{"idempotency.body_bytes_max", id.BodyBytesMax < 0 || id.BodyBytesMax > 64<<20, fmt.Sprintf("%d out of [1, 67108864]", id.BodyBytesMax)},
+	} {
+		if k.bad {
+			add(k.path, "%s", k.msg)
+		}
 	}
 }
 
