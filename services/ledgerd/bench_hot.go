@@ -44,7 +44,7 @@ type HotRun struct {
 	// SubScopes maps each sub-scope to its partition of sluice.requests;
 	// BudgetPartition is where the deployment's requests budget lives.
 	SubScopes       map[string]int32 `json:"sub_scopes"`
-	BudgetPartition int32            `json:"budget_partition,omitempty"`
+	BudgetPartition int32            `json:"budget_partition"`
 	Clients         int              `json:"clients"`
 	Decisions       int              `json:"decisions"`
 	Granted         int              `json:"granted"`
