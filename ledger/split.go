@@ -58,6 +58,25 @@ func PartitionScope(scope string, n int, key string) string {
 // SubScope is the name of sub-scope i of a split scope.
 func SubScope(scope string, i int) string { return scope + SplitSep + strconv.Itoa(i) }
 
+// SplitOf returns the split scope that name is a sub-scope of (ok false:
+// name is not "<scope>#<i>" with i a decimal index below partitionsMax,
+// so it is a scope of its own), for views that show a split scope as one.
+func SplitOf(name string) (scope string, i int, ok bool) {
+	scope, idx, found := strings.Cut(name, SplitSep)
+	if !found || scope == "" || idx == "" || len(idx) > 1 && idx[0] == '0' || strings.Contains(idx, SplitSep) {
+		return name, 0, false
+	}
+	for _, c := range idx {
+		if c < '0' || c > '9' {
+			return name, 0, false
+		}
+	}
+	if i, _ = strconv.Atoi(idx); i >= partitionsMax {
+		return name, 0, false
+	}
+	return scope, i, true
+}
+
 // ScopePartitions returns how many sub-scopes scope was split into (1:
 // not split), as a gateway needs it to choose one (PartitionScope).
 func (c *Config) ScopePartitions(scope string) int {

@@ -210,3 +210,27 @@ func TestSplitScopeNeverAboveLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitOf: a sub-scope's name gives back its split scope and index;
+// any other name is a scope of its own.
+func TestSplitOf(t *testing.T) {
+	for _, c := range []struct {
+		name, scope string
+		i           int
+		ok          bool
+	}{
+		{SubScope("openai:hot", 0), "openai:hot", 0, true},
+		{SubScope("openai:hot", 63), "openai:hot", 63, true},
+		{"openai:hot", "openai:hot", 0, false},
+		{"openai:hot#64", "openai:hot#64", 0, false},
+		{"openai:hot#01", "openai:hot#01", 0, false},
+		{"openai:hot#", "openai:hot#", 0, false},
+		{"#1", "#1", 0, false},
+		{"a#1#2", "a#1#2", 0, false},
+		{"odd#name", "odd#name", 0, false},
+	} {
+		if scope, i, ok := SplitOf(c.name); scope != c.scope || i != c.i || ok != c.ok {
+			t.Errorf("SplitOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
+		}
+	}
+}
