@@ -17,7 +17,10 @@ import (
 // which hash to different partitions and so to different ledgers. The
 // deployment's provider limits must still hold over their sum, so they
 // also become budgets of the budget partitions (ledger/budget): a
-// requests or total_tokens limit of Capacity per PeriodMs becomes a
+// requests, input_tokens, output_tokens or total_tokens limit (budget
+// units requests, input_tokens, output_tokens, tokens: each charged as
+// the bucket of its dimension is, reserved then settled to what was
+// used) of Capacity per PeriodMs becomes a
 // rolling budget of Capacity over any splitSlots+1 slots of
 // PeriodMs/splitSlots, which each sub-scope spends through its lease, so
 // that Σ over sub-scopes of what they grant in any PeriodMs never exceeds
@@ -208,8 +211,12 @@ func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why st
 		unit = budget.UnitRequests
 	case schemas.DimTotalTokens:
 		unit = budget.UnitTokens
+	case schemas.DimInputTokens:
+		unit = budget.UnitInputTokens
+	case schemas.DimOutputTokens:
+		unit = budget.UnitOutputTokens
 	default:
-		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, total_tokens and concurrency)", b.Dimension)
+		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, input_tokens, output_tokens, total_tokens and concurrency)", b.Dimension)
 	}
 	if b.Refill != RefillToken && b.Refill != RefillRolling {
 		return "", 0, 0, fmt.Sprintf("refill %s (only token and rolling)", b.Refill)
