@@ -136,9 +136,8 @@ type UsageLimit struct {
 	// Remaining is present when a snapshot holds any of them; one that no
 	// snapshot holds yet (source unobserved: often one no request went to
 	// yet) counts as full, the same overstatement as a stale snapshot's.
-	// A key's requests all go
-	// to one sub-scope (ledger.PartitionScope), so a key's row sums that
-	// one. Absent for a scope that is not split.
+	// A key's requests all go to one sub-scope (ledger.PartitionScope),
+	// so a key's row sums that one. Absent for a scope that is not split.
 	SubScopes []UsageSubScope `json:"sub_scopes,omitempty"`
 }
 
@@ -285,7 +284,7 @@ func (s *Server) usageLimit(scope string, over []string, split bool, level, id s
 	}
 	observed := false
 	var rem int64
-	for i, part := range parts {
+	for _, part := range parts {
 		ul.Capacity += part.Capacity
 		ul.Max += part.Max
 		if part.Remaining == nil {
@@ -295,7 +294,7 @@ func (s *Server) usageLimit(scope string, over []string, split bool, level, id s
 		observed = true
 		rem += *part.Remaining
 		ul.ResetsAtMs = max(ul.ResetsAtMs, part.ResetsAtMs)
-		if i == 0 || ul.ObservedAtMs == 0 || part.ObservedAtMs < ul.ObservedAtMs {
+		if ul.ObservedAtMs == 0 || part.ObservedAtMs < ul.ObservedAtMs {
 			ul.ObservedAtMs = part.ObservedAtMs
 		}
 		if ul.Source != "ledger_snapshot" {
