@@ -189,6 +189,10 @@ func budgetCost(u budget.Unit, need *[numDims]int64, maxOut int64) int64 {
 		return 1
 	case budget.UnitTokens:
 		return need[dInput] + max(maxOut, need[dOutput])
+	case budget.UnitInputTokens:
+		return need[dInput]
+	case budget.UnitOutputTokens:
+		return max(maxOut, need[dOutput])
 	}
 	return need[dSpend]
 }
@@ -234,6 +238,10 @@ func (l *Ledger) budgetDimension(r *res, id string) schemas.Dimension {
 		return schemas.DimRequests
 	case budget.UnitTokens:
 		return schemas.DimTotalTokens
+	case budget.UnitInputTokens:
+		return schemas.DimInputTokens
+	case budget.UnitOutputTokens:
+		return schemas.DimOutputTokens
 	}
 	return schemas.DimSpend
 }

@@ -17,7 +17,10 @@ import (
 // which hash to different partitions and so to different ledgers. The
 // deployment's provider limits must still hold over their sum, so they
 // also become budgets of the budget partitions (ledger/budget): a
-// requests or total_tokens limit of Capacity per PeriodMs becomes a
+// requests, input_tokens, output_tokens or total_tokens limit (budget
+// units requests, input_tokens, output_tokens, tokens: each charged as
+// the bucket of its dimension is, reserved then settled to what was
+// used) of Capacity per PeriodMs becomes a
 // rolling budget of Capacity over any splitSlots+1 slots of
 // PeriodMs/splitSlots, which each sub-scope spends through its lease, so
 // that Σ over sub-scopes of what they grant in any PeriodMs never exceeds
@@ -57,6 +60,25 @@ func PartitionScope(scope string, n int, key string) string {
 
 // SubScope is the name of sub-scope i of a split scope.
 func SubScope(scope string, i int) string { return scope + SplitSep + strconv.Itoa(i) }
+
+// SplitOf returns the split scope that name is a sub-scope of (ok false:
+// name is not "<scope>#<i>" with i a decimal index below partitionsMax,
+// so it is a scope of its own), for views that show a split scope as one.
+func SplitOf(name string) (scope string, i int, ok bool) {
+	scope, idx, found := strings.Cut(name, SplitSep)
+	if !found || scope == "" || idx == "" || len(idx) > 1 && idx[0] == '0' || strings.Contains(idx, SplitSep) {
+		return name, 0, false
+	}
+	for _, c := range idx {
+		if c < '0' || c > '9' {
+			return name, 0, false
+		}
+	}
+	if i, _ = strconv.Atoi(idx); i >= partitionsMax {
+		return name, 0, false
+	}
+	return scope, i, true
+}
 
 // ScopePartitions returns how many sub-scopes scope was split into (1:
 // not split), as a gateway needs it to choose one (PartitionScope).
@@ -189,8 +211,12 @@ func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why st
 		unit = budget.UnitRequests
 	case schemas.DimTotalTokens:
 		unit = budget.UnitTokens
+	case schemas.DimInputTokens:
+		unit = budget.UnitInputTokens
+	case schemas.DimOutputTokens:
+		unit = budget.UnitOutputTokens
 	default:
-		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, total_tokens and concurrency)", b.Dimension)
+		return "", 0, 0, fmt.Sprintf("dimension %s (only requests, input_tokens, output_tokens, total_tokens and concurrency)", b.Dimension)
 	}
 	if b.Refill != RefillToken && b.Refill != RefillRolling {
 		return "", 0, 0, fmt.Sprintf("refill %s (only token and rolling)", b.Refill)

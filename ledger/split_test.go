@@ -94,7 +94,7 @@ func TestSplitScopeConfig(t *testing.T) {
 func TestSplitScopeRefusals(t *testing.T) {
 	doc := `{"scopes":[{"name":"openai:hot","partitions":65,"buckets":[
  {"level":"deployment","id":"*","dimension":"requests","capacity":5,"period_ms":60000},
- {"level":"deployment","id":"dep","dimension":"input_tokens","capacity":5,"period_ms":60000},
+ {"level":"deployment","id":"dep","dimension":"requests_per_day","capacity":5},
  {"level":"deployment","id":"dep","dimension":"requests","refill":"fixed","capacity":600,"period_ms":60000},
  {"level":"deployment","id":"dep","dimension":"requests","capacity":5,"period_ms":60000,"shadow":true}]},
  {"name":"*","partitions":2,"buckets":[]}, {"name":"x","partitions":-1,"buckets":[]}]}`
@@ -103,7 +103,7 @@ func TestSplitScopeRefusals(t *testing.T) {
 		t.Fatal("accepted")
 	}
 	for _, want := range []string{
-		"scopes[0].partitions", "scopes[0].buckets[0]", "scopes[0].buckets[1]", "dimension input_tokens",
+		"scopes[0].partitions", "scopes[0].buckets[0]", "scopes[0].buckets[1]", "dimension requests_per_day",
 		"scopes[0].buckets[2]", "refill fixed", "scopes[0].buckets[3]", "scopes[1].partitions", "scopes[2].partitions",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -206,6 +206,125 @@ func TestSplitScopeNeverAboveLimit(t *testing.T) {
 					t.Errorf("%d granted in %d s, want ≥ 80%% of %d", total, seconds, rpm*seconds/60)
 				}
 				t.Logf("%d granted of %d allowed", total, rpm*seconds/60)
+			})
+		}
+	}
+}
+
+// TestSplitOf: a sub-scope's name gives back its split scope and index;
+// any other name is a scope of its own.
+func TestSplitOf(t *testing.T) {
+	for _, c := range []struct {
+		name, scope string
+		i           int
+		ok          bool
+	}{
+		{SubScope("openai:hot", 0), "openai:hot", 0, true},
+		{SubScope("openai:hot", 63), "openai:hot", 63, true},
+		{"openai:hot", "openai:hot", 0, false},
+		{"openai:hot#64", "openai:hot#64", 0, false},
+		{"openai:hot#01", "openai:hot#01", 0, false},
+		{"openai:hot#", "openai:hot#", 0, false},
+		{"#1", "#1", 0, false},
+		{"a#1#2", "a#1#2", 0, false},
+		{"odd#name", "odd#name", 0, false},
+	} {
+		if scope, i, ok := SplitOf(c.name); scope != c.scope || i != c.i || ok != c.ok {
+			t.Errorf("SplitOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
+		}
+	}
+}
+
+// tokenHotConfig is hotConfig's scope with the deployment's provider
+// limits in input and output tokens a minute instead.
+func tokenHotConfig(n int, inTPM, outTPM int64) string {
+	return fmt.Sprintf(`{"scopes":[{"name":"openai:hot","partitions":%d,"buckets":[
+ {"level":"deployment","id":"dep","dimension":"input_tokens","capacity":%d,"period_ms":60000,"window_ms":1000},
+ {"level":"deployment","id":"dep","dimension":"output_tokens","capacity":%d,"period_ms":60000,"window_ms":1000},
+ {"level":"key","id":"*","dimension":"requests","capacity":100000,"period_ms":60000}]}]}`, n, inTPM, outTPM)
+}
+
+// TestSplitScopeTokenLimitsNeverAboveLimit: a deployment's input_tokens
+// and output_tokens limits split as its requests limit is, each a
+// rolling budget of its own unit (input tokens; reserved, then used,
+// output tokens), and the conservation holds the same way: requests of
+// 100 input and 50 reserved output tokens that use 30, at 20 a second
+// (2× the input limit, 4× the output limit's reserved rate), some
+// released unsent. In every minute the tokens the provider counts from
+// all partitions together stay within each limit, and the binding one
+// (output) is mostly used.
+func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
+	const inTPM, outTPM = 60_000, 15_000
+	for _, n := range []int{2, 4} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
+				cfg, err := ParseConfig([]byte(tokenHotConfig(n, inTPM, outTPM)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				iid := SplitBudgetID("openai:hot", "dep", schemas.DimInputTokens)
+				oid := SplitBudgetID("openai:hot", "dep", schemas.DimOutputTokens)
+				units := map[string]budget.Unit{}
+				for _, b := range cfg.Budget.Budgets {
+					units[b.ID] = b.Unit
+				}
+				if units[iid] != budget.UnitInputTokens || units[oid] != budget.UnitOutputTokens {
+					t.Fatalf("budgets %+v, want %s in input_tokens and %s in output_tokens", cfg.Budget.Budgets, iid, oid)
+				}
+				s := newBudgetStack(t, cfg)
+				s.home = map[string]string{iid: SubScope("openai:hot", 0), oid: SubScope("openai:hot", 1%n)}
+				rng := rand.New(rand.NewPCG(seed, 23))
+				inAt, outAt := map[int64]int64{}, map[int64]int64{} // what the provider counts, by second
+				granted := map[string]bool{}
+				var outTotal int64
+				const seconds = 180
+				for ms := int64(0); ms < seconds*1000; ms += 50 {
+					s.tick(50)
+					key := fmt.Sprintf("k%d", rng.IntN(50))
+					sc := PartitionScope("openai:hot", n, key)
+					s.apply(sc, reserve(fmt.Sprintf("r%d", ms), func(ev *schemas.Event) {
+						ev.Scope, ev.KeyID = sc, key
+						ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
+						ev.ReserveRequested.MaxWaitMs = 2000
+					}))
+					for sc, outs := range s.out {
+						for _, o := range outs {
+							if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
+								continue
+							}
+							granted[o.RequestID] = true
+							if rng.IntN(4) == 0 { // never sent: given back
+								s.apply(sc, releaseEv(o.RequestID))
+								continue
+							}
+							inAt[s.nowMs/1000] += 100
+							outAt[s.nowMs/1000] += 30
+							outTotal += 30
+							s.apply(sc, reconcile(o.RequestID, 100, 30))
+						}
+						s.out[sc] = s.out[sc][:0]
+					}
+					for _, id := range []string{iid, oid} {
+						home := s.parts[s.home[id]]
+						if out, lim, ok := home.BudgetOutstanding(id); ok && out > lim {
+							t.Fatalf("at %d ms: %s outstanding %d > limit %d", ms, id, out, lim)
+						}
+					}
+				}
+				first := budgetT0 / 1000
+				for sec := first; sec < first+seconds; sec++ {
+					var in, out int64
+					for j := sec - 59; j <= sec; j++ {
+						in, out = in+inAt[j], out+outAt[j]
+					}
+					if in > inTPM || out > outTPM {
+						t.Fatalf("the minute to second %d: %d input tokens (limit %d), %d output (limit %d)", sec-first, in, inTPM, out, outTPM)
+					}
+				}
+				if allowed := int64(outTPM * seconds / 60); outTotal < allowed*6/10 {
+					t.Errorf("%d output tokens used in %d s, want ≥ 60%% of %d", outTotal, seconds, allowed)
+				}
+				t.Logf("%d output tokens used of %d allowed", outTotal, outTPM*seconds/60)
 			})
 		}
 	}

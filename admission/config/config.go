@@ -1019,6 +1019,22 @@ func (c *Config) LedgerScope(p *Provider, keyID string) string {
 	return ledger.PartitionScope(p.Scope, c.scopeParts[p.Scope], keyID)
 }
 
+// LedgerScopes lists the ledger scopes that decide requests on provider
+// scope scope: scope itself, or, when the ledger document splits it over
+// partitions, its sub-scopes "<scope>#0" … in index order. The views of
+// the system (readiness, usage) read the ledger through these names.
+func (c *Config) LedgerScopes(scope string) []string {
+	n := c.scopeParts[scope]
+	if n <= 1 {
+		return []string{scope}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = ledger.SubScope(scope, i)
+	}
+	return out
+}
+
 // Lookup returns the identity of a presented API key, or nil.
 //
 // It is HashKey's lookup with the hex digest in a stack array: a map index

@@ -1,10 +1,14 @@
 package live
 
 import (
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/bus"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -116,7 +120,11 @@ type bucket struct {
 }
 
 type series struct {
-	key      SeriesKey
+	key SeriesKey
+	// subs are the sub-scopes of a split scope (ledger/split.go) whose
+	// events the series sums, sorted (a key's requests go to one, so
+	// usually one; more after the scope was split differently).
+	subs     []string
 	buckets  []bucket // ascending sec, at most window+1 of them
 	inFlight int64
 	queued   int64 // requests waiting in a queue now (a gauge)
@@ -447,9 +455,18 @@ func providerRejectedCounter(r *schemas.ProviderRejected) int {
 // older ones are of no use to the view.
 func (p *Projection) capacityLearned(ev *schemas.Event) {
 	if c := ev.CapacityLearned; c != nil {
-		p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
+		// Each sub-scope of a split scope learns, and enforces, its own:
+		// one row each, under the scope's name.
+		r := LearnedRow{Scope: ev.Scope, Level: c.Level, ID: c.ID,
 			Dimension: string(c.Dimension), PeriodMs: c.PeriodMs, Configured: c.ConfiguredCapacity, Learned: c.LearnedCapacity,
 			Reported: c.ReportedLimit, Source: c.Source, LogTimeMs: c.LogTimeMs}
+		if scope, split := viewScope(ev.Scope); split {
+			r.Scope, r.SubScope = scope, ev.Scope
+			if r.Level == ledger.LevelScope {
+				r.ID = scope
+			}
+		}
+		p.learned[learnedKey{ev.Scope, c.Level, c.ID, c.Dimension}] = r
 	}
 }
 
@@ -461,8 +478,16 @@ func (p *Projection) providerObserved(ev *schemas.Event, sec, nowMs int64) {
 	if o == nil {
 		return
 	}
+	// The provider reports the deployment's quota, whichever sub-scope of
+	// a split scope sent the request: the newest report stands for the
+	// scope, and names the sub-scope it came through.
+	scope, split := viewScope(ev.Scope)
+	sub := ""
+	if split {
+		sub = ev.Scope
+	}
 	for _, ob := range o.Observations {
-		k := obsKey{ev.Scope, o.Deployment, ob.Dimension}
+		k := obsKey{scope, o.Deployment, ob.Dimension}
 		prev := p.observed[k]
 		h := prev.hist
 		if n := len(h); n > 0 && h[n-1].sec == sec {
@@ -471,7 +496,7 @@ func (p *Projection) providerObserved(ev *schemas.Event, sec, nowMs int64) {
 			h = append(trimHist(h, sec-p.window), obsPoint{sec: sec, remaining: ob.Remaining})
 		}
 		p.observed[k] = observed{tenant: ev.Tenant, hist: h, ObservedRow: ObservedRow{
-			Scope: ev.Scope, Deployment: o.Deployment, Dimension: string(ob.Dimension),
+			Scope: scope, SubScope: sub, Deployment: o.Deployment, Dimension: string(ob.Dimension),
 			Limit: ob.Limit, Remaining: ob.Remaining, ResetMs: ob.ResetMs, ObservedAtMs: nowMs,
 		}}
 	}
@@ -550,7 +575,8 @@ func (p *Projection) granted(ev *schemas.Event, d *schemas.Decision, sec, nowMs 
 	if grantMs <= 0 {
 		grantMs = nowMs
 	}
-	own := strandKey{Scope: ev.Scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
+	scope, _ := viewScope(ev.Scope)
+	own := strandKey{Scope: scope, Tenant: ev.Tenant, Route: ev.Route, Class: ev.Class}
 	if t, settled := p.tombs[k]; settled {
 		delete(p.tombs, k)
 		p.strand(ev.RequestID, own, grantMs, t.endMs, t.usedIn, t.usedOut, t.kind, sec)
@@ -580,12 +606,17 @@ func (p *Projection) queued(ev *schemas.Event, sec, nowMs int64) {
 func decisionRow(ev *schemas.Event, d *schemas.Decision, nowMs int64) DecisionRow {
 	row := DecisionRow{
 		AtMs: nowMs, LogTimeMs: d.LogTimeMs, RequestID: ev.RequestID, Attempt: ev.Attempt,
-		Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
+		Tenant: ev.Tenant, KeyID: ev.KeyID, Route: ev.Route, Class: ev.Class,
 		Status: string(d.Status), Reason: string(d.Reason), LimitPath: d.LimitPath,
 		LimitDimension: string(d.LimitDimension), Needed: d.Needed, Available: d.Available,
 		RetryAfterMs: d.RetryAfterMs, GatewayDecision: string(d.GatewayDecision),
 		RetryClass: string(d.RetryClass), Borrowed: d.Borrowed, Shadow: d.Shadow,
 		StatusWords: d.Status.Words(), GatewayDecisionWords: d.GatewayDecision.Words(),
+	}
+	if scope, split := viewScope(ev.Scope); split {
+		row.Scope, row.SubScope = scope, ev.Scope
+	} else {
+		row.Scope = ev.Scope
 	}
 	if d.Reason != "" {
 		row.ReasonWords = d.Reason.Words()
@@ -706,8 +737,16 @@ func trimStrand(bs []strandBucket, cut int64) []strandBucket {
 // add bumps counter c of ev's series in the bucket of second sec and
 // returns the series (nil if the series cap dropped it).
 func (p *Projection) add(ev *schemas.Event, sec int64, c int, n int64) *series {
-	k := SeriesKey{Scope: ev.Scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Class: ev.Class}
+	scope, split := viewScope(ev.Scope)
+	k := SeriesKey{Scope: scope, Tenant: ev.Tenant, KeyID: ev.KeyID, Class: ev.Class}
 	s := p.series[k]
+	defer func() {
+		if s != nil && split {
+			if i, found := slices.BinarySearch(s.subs, ev.Scope); !found {
+				s.subs = slices.Insert(s.subs, i, ev.Scope)
+			}
+		}
+	}()
 	if s == nil {
 		if len(p.series) >= MaxSeries && p.lastPruneSec != sec {
 			p.prune(time.Unix(sec, 0))
@@ -832,12 +871,15 @@ type Counters struct {
 	QueueDepth int64 `json:"queue_depth"`
 }
 
-// SeriesRow is one (scope, tenant, key, class) series.
+// SeriesRow is one (scope, tenant, key, class) series. A scope split
+// over partitions (ledger/split.go) is one series under its provider
+// scope's name, summing the sub-scopes it lists.
 type SeriesRow struct {
-	Scope  string `json:"scope"`
-	Tenant string `json:"tenant"`
-	KeyID  string `json:"key_id"`
-	Class  string `json:"class"`
+	Scope     string   `json:"scope"`
+	SubScopes []string `json:"sub_scopes,omitempty"`
+	Tenant    string   `json:"tenant"`
+	KeyID     string   `json:"key_id"`
+	Class     string   `json:"class"`
 	Counters
 }
 
@@ -850,7 +892,10 @@ type TenantRow struct {
 // ObservedRow is the last remaining level a provider reported for one
 // dimension of a scope/deployment.
 type ObservedRow struct {
-	Scope        string `json:"scope"`
+	Scope string `json:"scope"`
+	// SubScope is the sub-scope of a split scope whose request brought
+	// the report (empty: the scope is not split).
+	SubScope     string `json:"sub_scope,omitempty"`
 	Deployment   string `json:"deployment"`
 	Dimension    string `json:"dimension"`
 	Limit        int64  `json:"limit"`
@@ -868,7 +913,10 @@ type learnedKey struct {
 // LearnedRow is a provider bucket's capacity as the ledger last learned
 // it (schemas.CapacityLearned): configured against learned.
 type LearnedRow struct {
-	Scope      string `json:"scope"`
+	Scope string `json:"scope"`
+	// SubScope is the sub-scope of a split scope that learned it (each
+	// learns and enforces its own; empty: the scope is not split).
+	SubScope   string `json:"sub_scope,omitempty"`
 	Level      string `json:"level"`
 	ID         string `json:"id"`
 	Dimension  string `json:"dimension"`
@@ -887,6 +935,7 @@ type DecisionRow struct {
 	RequestID       string `json:"request_id"`
 	Attempt         int32  `json:"attempt"`
 	Scope           string `json:"scope"`
+	SubScope        string `json:"sub_scope,omitempty"` // the sub-scope that decided, for a split scope
 	Tenant          string `json:"tenant"`
 	KeyID           string `json:"key_id"`
 	Route           string `json:"route"`
@@ -1090,7 +1139,7 @@ func (p *Projection) seriesRows(snap *Snapshot, tl *timelineBuilder, tenant stri
 		}
 		tl.add(s)
 		snap.Series = append(snap.Series, SeriesRow{
-			Scope: s.key.Scope, Tenant: s.key.Tenant, KeyID: s.key.KeyID, Class: s.key.Class,
+			Scope: s.key.Scope, SubScopes: slices.Clone(s.subs), Tenant: s.key.Tenant, KeyID: s.key.KeyID, Class: s.key.Class,
 			Counters: counters(&v, s.inFlight, s.queued),
 		})
 		t := tenants[s.key.Tenant]
@@ -1169,7 +1218,10 @@ func (p *Projection) providerRows(snap *Snapshot, tl *timelineBuilder) {
 		if a.ID != b.ID {
 			return a.ID < b.ID
 		}
-		return a.Dimension < b.Dimension
+		if a.Dimension != b.Dimension {
+			return a.Dimension < b.Dimension
+		}
+		return a.SubScope < b.SubScope
 	})
 	sort.Slice(snap.ProviderObserved, func(i, j int) bool {
 		a, b := snap.ProviderObserved[i], snap.ProviderObserved[j]
@@ -1227,6 +1279,21 @@ func (p *Projection) strandedRows(tenant string, filter bool, sec int64) []Stran
 		return a.Class < b.Class
 	})
 	return out
+}
+
+// viewScope is the scope the view shows an event of ledger scope scope
+// under: the provider scope of a split scope's sub-scope "<scope>#<i>"
+// (split true), as the gateways' partitioner reads the name
+// (bus.SubScopeKey), or scope itself.
+func viewScope(scope string) (shown string, split bool) {
+	if !strings.Contains(scope, ledger.SplitSep) {
+		return scope, false
+	}
+	base, _, ok := bus.SubScopeKey([]byte(scope))
+	if !ok {
+		return scope, false
+	}
+	return string(base), true
 }
 
 func counters(v *vec, inFlight, queued int64) Counters {

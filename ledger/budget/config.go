@@ -25,6 +25,12 @@ const (
 	UnitSpendMicros Unit = "spend_micros" // estimated cost in micro-USD (ReserveRequested.SpendMicros)
 	UnitTokens      Unit = "tokens"       // input plus reserved output tokens
 	UnitRequests    Unit = "requests"     // one per attempt
+	// UnitInputTokens and UnitOutputTokens count one side of UnitTokens:
+	// the input tokens, or the reserved (then used) output tokens. They
+	// hold a split scope's input_tokens and output_tokens limits
+	// (ledger/split.go) and may be any budget's unit.
+	UnitInputTokens  Unit = "input_tokens"
+	UnitOutputTokens Unit = "output_tokens"
 )
 
 // Window is how a budget's limit renews.
@@ -130,9 +136,9 @@ func (c *Config) Validate() error {
 			bad(loc+".subject", "must name the %s", b.Level)
 		}
 		switch b.Unit {
-		case UnitSpendMicros, UnitTokens, UnitRequests:
+		case UnitSpendMicros, UnitTokens, UnitRequests, UnitInputTokens, UnitOutputTokens:
 		default:
-			bad(loc+".unit", "must be spend_micros, tokens or requests, got %q", b.Unit)
+			bad(loc+".unit", "must be spend_micros, tokens, input_tokens, output_tokens or requests, got %q", b.Unit)
 		}
 		if b.Limit < 0 || b.Limit > amountMax {
 			bad(loc+".limit", "must be in [0, %d], got %d", amountMax, b.Limit)

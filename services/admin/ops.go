@@ -491,13 +491,17 @@ func setLimits(s *State, level, id string, limits []Limit) *apierr.Error {
 		if l.Capacity <= 0 {
 			return bad(apierr.CodeInvalidValue, "%s.capacity: must be positive", at)
 		}
+		if split, _, sub := ledger.SplitOf(l.Scope); sub && slices.ContainsFunc(doc.Scopes, func(sc ledger.ScopeConfig) bool { return sc.Name == l.Scope }) {
+			// Its sub-scopes hold copies of one limit (limitsOf shows one).
+			return bad(apierr.CodeInvalidValue, "%s.scope: %q is a sub-scope of split scope %q: name the scope, whose sub-scopes each get the limit", at, l.Scope, split)
+		}
 		b := ledger.BucketConfig{Level: level, ID: id, Dimension: schemas.Dimension(l.Dimension), Refill: l.Refill,
 			Capacity: l.Capacity, PeriodMs: l.PeriodMs, WindowMs: l.WindowMs}
 		found := false
 		for si := range doc.Scopes {
 			sc := &doc.Scopes[si]
-			if l.Scope != "" && sc.Name != l.Scope {
-				continue
+			if name, _, _ := ledger.SplitOf(sc.Name); l.Scope != "" && sc.Name != l.Scope && name != l.Scope {
+				continue // a limit of a split scope goes to each of its sub-scopes
 			}
 			found = true
 			sc.Buckets = append(sc.Buckets, b)

@@ -236,12 +236,20 @@ func (s *State) LimitsOf(level, id string) []Limit {
 	return limitsOf(&doc, level, id)
 }
 
+// limitsOf lists (level, id)'s buckets of doc. A scope split over
+// partitions (ledger/split.go) is one scope to the admin API: each of
+// its sub-scopes holds a copy of the level's bucket, shown once under the
+// scope's name (setLimits writes a limit of the scope to every one).
 func limitsOf(doc *ledger.Config, level, id string) []Limit {
 	out := []Limit{}
 	for _, sc := range doc.Scopes {
+		name, i, split := ledger.SplitOf(sc.Name)
+		if split && i > 0 {
+			continue // a copy of sub-scope 0's
+		}
 		for _, b := range sc.Buckets {
 			if b.Level == level && b.ID == id {
-				out = append(out, Limit{Scope: sc.Name, Dimension: string(b.Dimension), Capacity: b.Capacity,
+				out = append(out, Limit{Scope: name, Dimension: string(b.Dimension), Capacity: b.Capacity,
 					Refill: b.Refill, PeriodMs: b.PeriodMs, WindowMs: b.WindowMs})
 			}
 		}

@@ -355,11 +355,20 @@ func LedgerGroup(names bus.Names) string {
 // a route per model family, one demo tenant and key, and the ledger's dev
 // quota document with a scope per provider.
 func DevConfig(simURL, apiKey string) (*config.Config, error) {
+	return devConfig(simURL, apiKey, nil)
+}
+
+// devConfig is DevConfig with its ledger document changed by edit (nil:
+// as it is), for tests of other quota documents on the dev stack.
+func devConfig(simURL, apiKey string, edit func(*ledger.Config)) (*config.Config, error) {
 	lc := ledger.DefaultDevConfig()
 	for _, sc := range []string{"sim-azure", "sim-anthropic", "sim-gemini"} {
 		c := lc.Scopes[0]
 		c.Name = sc
 		lc.Scopes = append(lc.Scopes, c)
+	}
+	if edit != nil {
+		edit(&lc)
 	}
 	led, err := json.Marshal(lc)
 	if err != nil {

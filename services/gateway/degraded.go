@@ -190,6 +190,10 @@ func (s *Server) degradedBudgets(doc *ledger.Config, t *lifecycle.Target, req *l
 			dim = schemas.DimRequests
 		case budget.UnitTokens:
 			dim = schemas.DimTotalTokens
+		case budget.UnitInputTokens:
+			dim = schemas.DimInputTokens
+		case budget.UnitOutputTokens:
+			dim = schemas.DimOutputTokens
 		}
 		bs = append(bs, lifecycle.DegradedBucket{Key: "budget:" + b.ID + "/lease:" + t.Scope, BurstUnits: held, Remaining: held,
 			Need: degradedNeed(dim, req, t)})

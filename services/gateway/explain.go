@@ -94,15 +94,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(x.ForTenant())
 }
 
-// providerScopes lists the scopes of the configured providers, each once.
-func providerScopes(cfg *config.Config) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, p := range cfg.Providers {
-		if !seen[p.Scope] {
-			seen[p.Scope] = true
-			out = append(out, p.Scope)
-		}
-	}
-	return out
-}
+// providerScopes lists the ledger scopes of the configured providers,
+// each once: a split scope's sub-scopes (config.LedgerScopes), whose
+// partitions hold its requests.
+func providerScopes(cfg *config.Config) []string { return scopes(cfg) }

@@ -78,12 +78,17 @@ func (s *Server) startProbe() {
 	s.rc.StartProbe(reserve.ProbeConfig{Group: s.probeGroup, Scopes: func() []string { return scopes(s.cfg.Load()) }})
 }
 
-// scopes lists the distinct scopes of cfg's providers, sorted.
+// scopes lists the ledger scopes of cfg's providers, sorted: each
+// provider scope, or the sub-scopes of a split one (config.LedgerScopes),
+// since those are the partitions that decide its requests and the ones a
+// probe must go through.
 func scopes(cfg *config.Config) []string {
 	var out []string
 	for _, p := range cfg.Providers {
-		if !slices.Contains(out, p.Scope) {
-			out = append(out, p.Scope)
+		for _, sc := range cfg.LedgerScopes(p.Scope) {
+			if !slices.Contains(out, sc) {
+				out = append(out, sc)
+			}
 		}
 	}
 	sort.Strings(out)
@@ -116,11 +121,15 @@ type Check struct {
 
 // Readiness evaluates the readiness checks at nowMs.
 func (s *Server) Readiness(nowMs int64) Readiness {
-	cfg := s.cfg.Load()
 	var h reserve.Health
 	if s.rc != nil && s.probe {
 		h = s.rc.Health()
 	}
+	return s.readiness(s.cfg.Load(), h, nowMs)
+}
+
+// readiness is Readiness over the probe's health h.
+func (s *Server) readiness(cfg *config.Config, h reserve.Health, nowMs int64) Readiness {
 	var checks []Check
 	add := func(name string, ok bool, detail string) { checks = append(checks, Check{name, ok, detail}) }
 	if !h.Probing {
@@ -128,22 +137,7 @@ func (s *Server) Readiness(nowMs int64) Readiness {
 	}
 	add("decision_partition", h.DecisionsOK, map[bool]string{true: "this node's partition of the decisions topic answers",
 		false: "this node's partition of the decisions topic has no reachable leader, or its fetch failed"}[h.DecisionsOK])
-	fresh := map[string]bool{}
-	for _, sc := range scopes(cfg) {
-		at, proven := h.RoundTripMs[sc]
-		heldAt, held := h.HeldMs[sc]
-		fresh[sc] = (proven && nowMs-at <= RoundTripFreshMs) || (held && nowMs-heldAt <= RoundTripFreshMs)
-		detail := "no ledger answers for this scope: none holds its partition, or it applies nothing"
-		switch {
-		case proven && held:
-			detail = fmt.Sprintf("last round trip through the ledger %d ms ago; a ledger held its partition %d ms ago (at most %d)", nowMs-at, nowMs-heldAt, RoundTripFreshMs)
-		case proven:
-			detail = fmt.Sprintf("last round trip through the ledger %d ms ago (at most %d)", nowMs-at, RoundTripFreshMs)
-		case held:
-			detail = fmt.Sprintf("a ledger held its partition %d ms ago (at most %d)", nowMs-heldAt, RoundTripFreshMs)
-		}
-		add("ledger_round_trip:"+sc, fresh[sc], detail)
-	}
+	checks, fresh := roundTripChecks(cfg, h, nowMs, checks)
 	if s.adminExpected {
 		ok := s.adminLoaded.Load()
 		add("admin_state", ok, map[bool]string{true: "installed", false: "the admin state is not installed yet"}[ok])
@@ -151,7 +145,7 @@ func (s *Server) Readiness(nowMs int64) Readiness {
 	usable := 0
 	for _, m := range cfg.Models() {
 		for _, cd := range cfg.Route(m).Candidates {
-			if p := cfg.Provider(cd.Provider); p != nil && fresh[p.Scope] {
+			if p := cfg.Provider(cd.Provider); p != nil && slices.ContainsFunc(cfg.LedgerScopes(p.Scope), func(sc string) bool { return fresh[sc] }) {
 				usable++
 				break
 			}
@@ -167,6 +161,32 @@ func (s *Server) Readiness(nowMs int64) Readiness {
 		}
 	}
 	return r
+}
+
+// roundTripChecks appends one ledger_round_trip check per ledger scope of
+// cfg (scopes: a split scope's sub-scopes each, as each is a partition of
+// its own that may have no ledger) and returns which ledger scopes are
+// fresh. A split scope serves a route while any of its sub-scopes does:
+// the keys of the others are refused, as a route of a scope that does not
+// answer is while another route serves.
+func roundTripChecks(cfg *config.Config, h reserve.Health, nowMs int64, checks []Check) ([]Check, map[string]bool) {
+	fresh := map[string]bool{}
+	for _, sc := range scopes(cfg) {
+		at, proven := h.RoundTripMs[sc]
+		heldAt, held := h.HeldMs[sc]
+		fresh[sc] = (proven && nowMs-at <= RoundTripFreshMs) || (held && nowMs-heldAt <= RoundTripFreshMs)
+		detail := "no ledger answers for this scope: none holds its partition, or it applies nothing"
+		switch {
+		case proven && held:
+			detail = fmt.Sprintf("last round trip through the ledger %d ms ago; a ledger held its partition %d ms ago (at most %d)", nowMs-at, nowMs-heldAt, RoundTripFreshMs)
+		case proven:
+			detail = fmt.Sprintf("last round trip through the ledger %d ms ago (at most %d)", nowMs-at, RoundTripFreshMs)
+		case held:
+			detail = fmt.Sprintf("a ledger held its partition %d ms ago (at most %d)", nowMs-heldAt, RoundTripFreshMs)
+		}
+		checks = append(checks, Check{"ledger_round_trip:" + sc, fresh[sc], detail})
+	}
+	return checks, fresh
 }
 
 func (s *Server) handleReady(w http.ResponseWriter, _ *http.Request) {

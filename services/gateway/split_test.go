@@ -39,4 +39,23 @@ func TestSplitScopeRequestGoesToItsKeysSubScope(t *testing.T) {
 			}
 		}
 	}
+	// The tenant's explain searches the sub-scopes' partitions, not the
+	// unsplit scope's, and finds the request there.
+	resp, b = st.do(t, "GET", "/v1/sluice/requests/"+resp.Header.Get("X-Sluice-Request-Id"), keyDemo, "")
+	var x struct {
+		Scope string `json:"scope"`
+	}
+	if resp.StatusCode != 200 || json.Unmarshal(b, &x) != nil || x.Scope != want {
+		t.Errorf("explain: %d %s, want the request in %s", resp.StatusCode, b, want)
+	}
+	// Readiness names the sub-scopes' partitions.
+	_, b = st.do(t, "GET", "/readyz", "", "")
+	for _, sub := range []string{"sim-openai#0", "sim-openai#1"} {
+		if !strings.Contains(string(b), `"ledger_round_trip:`+sub+`"`) {
+			t.Errorf("readyz does not check %s: %s", sub, b)
+		}
+	}
+	if strings.Contains(string(b), `"ledger_round_trip:sim-openai"`) {
+		t.Errorf("readyz checks the unsplit scope, which no ledger scope holds: %s", b)
+	}
 }

@@ -78,6 +78,14 @@ type ProviderCapacity struct {
 	// learned (a snapshot holds a learned capacity).
 	Source       string `json:"source"`
 	ObservedAtMs int64  `json:"observed_at_ms,omitempty"`
+	// SubScopes, for a scope split over partitions, are the sub-scopes
+	// the row stands for. A deployment's rate limit is one budget that
+	// they lease shares of (ledger/split.go), so it is shown once, not
+	// summed, with Learned the lowest any sub-scope enforces (each learns
+	// from the same provider's headers) and ObservedAtMs the oldest
+	// observation. A scope-level bucket is copied to every sub-scope, each
+	// enforcing its own, so its capacities are summed.
+	SubScopes []string `json:"sub_scopes,omitempty"`
 }
 
 // LearnedSource is what a LevelSource also offers when it can tell the
@@ -121,6 +129,27 @@ type UsageLimit struct {
 	// untouched (the snapshot holds the scope but nothing charged the
 	// bucket yet: it is full), or unobserved (no snapshot of the scope).
 	Source string `json:"source"`
+	// SubScopes, for a scope split over partitions (ledger/split.go), are
+	// the sub-scopes the row sums: each holds its own copy of a tenant's
+	// or team's bucket, so Capacity, Max, Remaining and Used are their
+	// sums (ObservedAtMs the oldest observation, ResetsAtMs the latest).
+	// Remaining is present when a snapshot holds any of them; one that no
+	// snapshot holds yet (source unobserved: often one no request went to
+	// yet) counts as full, the same overstatement as a stale snapshot's.
+	// A key's requests all go to one sub-scope (ledger.PartitionScope),
+	// so a key's row sums that one. Absent for a scope that is not split.
+	SubScopes []UsageSubScope `json:"sub_scopes,omitempty"`
+}
+
+// UsageSubScope is one sub-scope's part of a split scope's UsageLimit.
+type UsageSubScope struct {
+	Scope        string `json:"scope"`
+	Capacity     int64  `json:"capacity"`
+	Max          int64  `json:"max"`
+	Remaining    *int64 `json:"remaining,omitempty"`
+	ResetsAtMs   int64  `json:"resets_at_ms,omitempty"`
+	ObservedAtMs int64  `json:"observed_at_ms,omitempty"`
+	Source       string `json:"source"`
 }
 
 // Headroom is a daily (or longer) limit and its share left.
@@ -162,17 +191,9 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(u)
 }
 
-// scopesSeen are the provider scopes of cfg, sorted.
-func (u *Usage) scopesSeen(cfg *config.Config) []string {
-	var scopes []string
-	for _, p := range cfg.Providers {
-		if !slices.Contains(scopes, p.Scope) {
-			scopes = append(scopes, p.Scope)
-		}
-	}
-	slices.Sort(scopes)
-	return scopes
-}
+// scopesSeen are the ledger scopes of cfg's providers (a split scope's
+// sub-scopes, which are the ones that hold leases), sorted.
+func (u *Usage) scopesSeen(cfg *config.Config) []string { return scopes(cfg) }
 
 func bearerKey(r *http.Request) string {
 	if k, ok := httpmux.BearerToken(r.Header.Get("Authorization")); ok {
@@ -190,19 +211,20 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 		return u
 	}
 	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, u.scopesSeen(cfg)) }()
-	var scopes []string
+	var provScopes []string
 	for _, p := range cfg.Providers {
-		if !slices.Contains(scopes, p.Scope) {
-			scopes = append(scopes, p.Scope)
+		if !slices.Contains(provScopes, p.Scope) {
+			provScopes = append(provScopes, p.Scope)
 		}
 	}
-	slices.Sort(scopes)
-	for _, scope := range scopes {
-		sc := scopeConfig(doc, scope)
+	slices.Sort(provScopes)
+	for _, scope := range provScopes {
+		subs := cfg.LedgerScopes(scope)
+		sc := scopeConfig(doc, subs[0])
 		if sc == nil {
 			continue
 		}
-		u.ProviderCapacity = append(u.ProviderCapacity, s.providerCapacity(sc, scope)...)
+		u.ProviderCapacity = append(u.ProviderCapacity, s.scopeCapacity(doc, scope, subs)...)
 		for _, lv := range [...][2]string{{ledger.LevelTenant, id.Tenant}, {ledger.LevelTeam, id.Team}, {ledger.LevelKey, id.KeyID}} {
 			if lv[1] == "" {
 				continue
@@ -211,33 +233,17 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 			if len(buckets) == 0 {
 				continue
 			}
-			var obs []ledger.BucketLevel
-			var at int64
-			known := false
-			if s.levels != nil {
-				obs, at, known = s.levels.Levels(scope, lv[0], lv[1], nowMs)
+			over := subs
+			if lv[0] == ledger.LevelKey && len(subs) > 1 {
+				over = []string{ledger.PartitionScope(scope, len(subs), id.KeyID)}
 			}
 			for _, b := range buckets {
-				ul := UsageLimit{Scope: scope, Level: lv[0], ID: lv[1], Dimension: b.Dimension, Refill: b.Refill,
-					Capacity: b.Capacity, PeriodMs: b.PeriodMs, Unit: UsageUnit(b.Dimension, b.Refill, b.PeriodMs), Max: bucketMax(b), Source: "unobserved"}
-				if known {
-					ul.ObservedAtMs, ul.Source = at, "untouched"
-					rem := ul.Max // full: what it could grant at once
-					for _, o := range obs {
-						if o.Dimension == b.Dimension {
-							rem, ul.ResetsAtMs, ul.Source = o.Remaining, o.FullAtMs, "ledger_snapshot"
-						}
-					}
-					ul.Remaining = &rem
-					used := ul.Max - rem
-					ul.Used = &used
-				}
-				ul.Summary = usageSummary(ul)
+				ul := s.usageLimit(scope, over, len(subs) > 1, lv[0], lv[1], b, nowMs)
 				u.Limits = append(u.Limits, ul)
 				if b.Dimension == schemas.DimRequestsPerDay || b.Dimension == schemas.DimSpend || b.PeriodMs >= dayMs {
-					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: b.Capacity, Unit: ul.Unit, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
-					if ul.Remaining != nil && b.Capacity > 0 {
-						p := float64(max(*ul.Remaining, 0)) * 100 / float64(b.Capacity)
+					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: ul.Capacity, Unit: ul.Unit, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
+					if ul.Remaining != nil && ul.Capacity > 0 {
+						p := float64(max(*ul.Remaining, 0)) * 100 / float64(ul.Capacity)
 						h.Percent = &p
 					}
 					u.DailyHeadroom = append(u.DailyHeadroom, h)
@@ -246,6 +252,66 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 		}
 	}
 	return u
+}
+
+// usageLimit is bucket b of (level, id) in provider scope scope, summed
+// over the ledger scopes over (scope itself, or sub-scopes of a split
+// one: split true, and the parts are listed).
+func (s *Server) usageLimit(scope string, over []string, split bool, level, id string, b ledger.BucketConfig, nowMs int64) UsageLimit {
+	ul := UsageLimit{Scope: scope, Level: level, ID: id, Dimension: b.Dimension, Refill: b.Refill,
+		PeriodMs: b.PeriodMs, Unit: UsageUnit(b.Dimension, b.Refill, b.PeriodMs), Source: "unobserved"}
+	parts := make([]UsageSubScope, 0, len(over))
+	for _, sub := range over {
+		part := UsageSubScope{Scope: sub, Capacity: b.Capacity, Max: bucketMax(b), Source: "unobserved"}
+		var obs []ledger.BucketLevel
+		known := false
+		if s.levels != nil {
+			obs, part.ObservedAtMs, known = s.levels.Levels(sub, level, id, nowMs)
+		}
+		if known {
+			part.Source = "untouched"
+			rem := part.Max // full: what it could grant at once
+			for _, o := range obs {
+				if o.Dimension == b.Dimension {
+					rem, part.ResetsAtMs, part.Source = o.Remaining, o.FullAtMs, "ledger_snapshot"
+				}
+			}
+			part.Remaining = &rem
+		} else {
+			part.ObservedAtMs = 0
+		}
+		parts = append(parts, part)
+	}
+	observed := false
+	var rem int64
+	for _, part := range parts {
+		ul.Capacity += part.Capacity
+		ul.Max += part.Max
+		if part.Remaining == nil {
+			rem += part.Max // no snapshot holds it: no traffic yet, or not snapshotted yet
+			continue
+		}
+		observed = true
+		rem += *part.Remaining
+		ul.ResetsAtMs = max(ul.ResetsAtMs, part.ResetsAtMs)
+		if ul.ObservedAtMs == 0 || part.ObservedAtMs < ul.ObservedAtMs {
+			ul.ObservedAtMs = part.ObservedAtMs
+		}
+		if ul.Source != "ledger_snapshot" {
+			ul.Source = part.Source
+		}
+	}
+	if observed {
+		used := ul.Max - rem
+		ul.Remaining, ul.Used = &rem, &used
+	} else {
+		ul.Source, ul.ObservedAtMs, ul.ResetsAtMs = "unobserved", 0, 0
+	}
+	if split {
+		ul.SubScopes = parts
+	}
+	ul.Summary = usageSummary(ul)
+	return ul
 }
 
 // ledgerDoc is the parsed ledger document of cfg, cached per configuration
@@ -358,10 +424,56 @@ func usageSummary(ul UsageLimit) string {
 	if ul.Max != ul.Capacity {
 		of = fmt.Sprintf("%d (the burst of %d %s)", ul.Max, ul.Capacity, ul.Unit)
 	}
+	if len(ul.SubScopes) > 1 {
+		of += fmt.Sprintf(" over %d sub-scopes", len(ul.SubScopes))
+	}
 	if ul.Remaining == nil {
 		return "limit " + of + "; use not yet observed"
 	}
 	return fmt.Sprintf("used %d of %s, %d left", *ul.Used, of, *ul.Remaining)
+}
+
+// scopeCapacity is providerCapacity of provider scope scope, one row per
+// bucket over the ledger scopes subs that decide it (ProviderCapacity.SubScopes).
+func (s *Server) scopeCapacity(doc *ledger.Config, scope string, subs []string) []ProviderCapacity {
+	if len(subs) == 1 {
+		return s.providerCapacity(scopeConfig(doc, scope), scope)
+	}
+	var out []ProviderCapacity
+	for _, sub := range subs {
+		sc := scopeConfig(doc, sub)
+		if sc == nil {
+			continue
+		}
+		for _, pc := range s.providerCapacity(sc, sub) {
+			pc.Scope = scope
+			if pc.Level == ledger.LevelScope {
+				pc.ID = scope
+			}
+			i := slices.IndexFunc(out, func(o ProviderCapacity) bool {
+				return o.Level == pc.Level && o.ID == pc.ID && o.Dimension == pc.Dimension && o.PeriodMs == pc.PeriodMs
+			})
+			if i < 0 {
+				pc.SubScopes = []string{sub}
+				out = append(out, pc)
+				continue
+			}
+			o := &out[i]
+			o.SubScopes = append(o.SubScopes, sub)
+			if pc.Level == ledger.LevelScope {
+				o.Configured, o.Learned, o.Reported = o.Configured+pc.Configured, o.Learned+pc.Learned, o.Reported+pc.Reported
+			} else {
+				o.Learned, o.Reported = min(o.Learned, pc.Learned), max(o.Reported, pc.Reported)
+			}
+			if pc.Source == "learned" {
+				if o.Source != "learned" || pc.ObservedAtMs < o.ObservedAtMs {
+					o.ObservedAtMs = pc.ObservedAtMs
+				}
+				o.Source = "learned"
+			}
+		}
+	}
+	return out
 }
 
 // providerCapacity lists the scope's provider buckets (scope and

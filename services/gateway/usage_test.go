@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -232,7 +233,7 @@ func TestUsageShowsLearnedProviderCapacity(t *testing.T) {
 		t.Fatalf("provider capacity %+v", u.ProviderCapacity)
 	}
 	for i := range want {
-		if u.ProviderCapacity[i] != want[i] {
+		if !reflect.DeepEqual(u.ProviderCapacity[i], want[i]) {
 			t.Errorf("provider capacity %d: %+v, want %+v", i, u.ProviderCapacity[i], want[i])
 		}
 	}

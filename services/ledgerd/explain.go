@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -153,13 +154,69 @@ func candidatePartitions(ctx context.Context, adm *kadm.Client, o ExplainOptions
 	if len(o.Scopes) == 0 {
 		return t.Partitions.Numbers(), nil
 	}
+	scopes, err := expandSplitScopes(ctx, o, len(t.Partitions))
+	if err != nil {
+		return nil, err
+	}
 	var out []int32
-	for _, sc := range o.Scopes {
+	for _, sc := range scopes {
 		if p := PartitionOf(sc, len(t.Partitions)); !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}
 	return out, nil
+}
+
+// expandSplitScopes returns o.Scopes with each scope that a ledger
+// document of the log splits over partitions (ledger/split.go) expanded
+// to its sub-scopes: a request of a split scope is a record of one of
+// them, keyed by its name and so in its partition, not in the scope's.
+// The documents are read from the config history of the scope's own
+// partition (every change is published to every partition), all of them,
+// as the request may be older than the split in force.
+func expandSplitScopes(ctx context.Context, o ExplainOptions, partitions int) ([]string, error) {
+	var out []string
+	for _, sc := range o.Scopes {
+		if strings.Contains(sc, ledger.SplitSep) {
+			out = append(out, sc) // a sub-scope, or a name that cannot be split
+			continue
+		}
+		hist, err := ConfigHistory(ctx, o.Brokers, o.Topics, PartitionOf(sc, partitions))
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range ExplainScopes(sc, hist) {
+			if !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// ExplainScopes lists the ledger scopes a request of provider scope scope
+// may be a record of, by the config history hist: scope itself (not
+// split, or before a split), then the sub-scopes "<scope>#<i>" of every
+// applied document that splits it, in index order, each once.
+func ExplainScopes(scope string, hist []ConfigEntry) []string {
+	out := []string{scope}
+	for _, e := range hist {
+		if e.Refused != "" {
+			continue
+		}
+		lc, err := ledger.ParseConfig(e.Change.Ledger)
+		if err != nil {
+			continue // the ledger refused it too: it splits nothing
+		}
+		if n := lc.ScopePartitions(scope); n > 1 {
+			for i := range n {
+				if sub := ledger.SubScope(scope, i); !slices.Contains(out, sub) {
+					out = append(out, sub)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // errFound stops a scan at the record looked for.

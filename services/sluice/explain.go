@@ -27,7 +27,7 @@ func runExplain(ctx context.Context, args []string) error {
 	ch := fs.String("clickhouse", "", "find the request's partition and time in ClickHouse's events table at this native address (default: search Kafka)")
 	db := fs.String("database", analytics.DefaultDatabase, "ClickHouse database the sink writes")
 	part := fs.Int("partition", -1, "the request's partition of sluice.requests, if known")
-	scope := fs.String("scope", "", "the request's provider scope (its record key decides the partition)")
+	scope := fs.String("scope", "", "the request's provider scope (its record key decides the partition; a scope split over partitions is searched in each sub-scope any config of the log split it into)")
 	from := fs.String("from", "", "search from this time: RFC 3339, unix ms, or a duration before now (24h); default: the log start")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
 	tenantView := fs.Bool("tenant-view", false, "show what the request's tenant sees (GET /v1/sluice/requests/{id}): other tenants as aggregates")
@@ -102,7 +102,7 @@ func printExplanation(w io.Writer, x *ledger.Explanation) {
 // printExplanationHead prints the request, its outcome and, for a request
 // that moved (retry or fallback), its attempts.
 func printExplanationHead(w io.Writer, x *ledger.Explanation) {
-	fmt.Fprintf(w, "request %s — scope %s, tenant %s, key %s, class %s (partition %d)\n", x.RequestID, x.Scope, x.Tenant, x.KeyID, x.Class, x.Partition)
+	fmt.Fprintf(w, "request %s — scope %s, tenant %s, key %s, class %s (partition %d)\n", x.RequestID, scopeWords(x.Scope), x.Tenant, x.KeyID, x.Class, x.Partition)
 	fmt.Fprintf(w, "outcome: %s", x.Outcome)
 	if x.LimitPath != "" {
 		how := "limited by"
@@ -122,9 +122,19 @@ func printExplanationHead(w io.Writer, x *ledger.Explanation) {
 			case h.Input == schemas.TypeRetryRequested:
 				how = "retried in"
 			}
-			fmt.Fprintf(w, "  %d. %s %s (partition %d): %s\n", h.Attempt, how, h.Scope, h.Partition, orDash(h.Outcome))
+			fmt.Fprintf(w, "  %d. %s %s (partition %d): %s\n", h.Attempt, how, scopeWords(h.Scope), h.Partition, orDash(h.Outcome))
 		}
 	}
+}
+
+// scopeWords names a ledger scope for a reader: a split scope's
+// sub-scope (ledger/split.go) as the provider scope it is part of, since
+// that is the scope the configuration and the other views speak of.
+func scopeWords(scope string) string {
+	if base, i, ok := bus.SubScopeKey([]byte(scope)); ok {
+		return fmt.Sprintf("%s (sub-scope %d of split scope %s)", scope, i, base)
+	}
+	return scope
 }
 
 // printExplainStep prints one record of the timeline: whose it was, then

@@ -95,3 +95,22 @@ func TestPrintExplanationShowsFallbackHops(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintExplanationNamesASplitScope: a request decided in a split
+// scope's sub-scope is shown with the provider scope it belongs to, in
+// the header and in its attempts, for a reader who knows only the
+// configured scope.
+func TestPrintExplanationNamesASplitScope(t *testing.T) {
+	x := &ledger.Explanation{RequestID: "r", Scope: "sim-openai#1", Tenant: "t", KeyID: "k", Class: "batch", Partition: 2, Outcome: "granted",
+		Hops: []ledger.ExplainHop{
+			{Attempt: 1, Input: schemas.TypeReserveRequested, Scope: "sim-openai#1", Partition: 2, Outcome: "denied (queue_full)"},
+			{Attempt: 2, Input: schemas.TypeReserveRequested, Scope: "sim-azure", Partition: 3, Fallback: true, Outcome: "granted"}}}
+	var out bytes.Buffer
+	printExplanation(&out, x)
+	for _, want := range []string{"request r — scope sim-openai#1 (sub-scope 1 of split scope sim-openai), tenant t",
+		"1. reserved in sim-openai#1 (sub-scope 1 of split scope sim-openai) (partition 2)", "2. fell back to sim-azure (partition 3)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("explanation lacks %q:\n%s", want, out.String())
+		}
+	}
+}

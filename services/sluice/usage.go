@@ -87,7 +87,7 @@ func printUsage(w io.Writer, u *gateway.Usage) {
 		fmt.Fprintln(w, "no limits of your own (only shared ones apply)")
 		return
 	}
-	unknown := false
+	unknown, split := false, false
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCOPE\tLEVEL\tLIMIT\tUSED\tOF\tLEFT\tFULL AGAIN")
 	for _, l := range u.Limits {
@@ -106,9 +106,21 @@ func printUsage(w io.Writer, u *gateway.Usage) {
 		if l.Max != l.Capacity {
 			of += " (burst)"
 		}
-		fmt.Fprintf(tw, "%s\t%s:%s\t%d %s\t%s\t%s\t%s\t%s\n", l.Scope, l.Level, l.ID, l.Capacity, l.Unit, used, of, left, full)
+		scope := l.Scope
+		switch n := len(l.SubScopes); {
+		case n == 1:
+			scope += " (" + l.SubScopes[0].Scope + ")"
+			split = true
+		case n > 1:
+			scope += fmt.Sprintf(" (%d sub-scopes)", n)
+			split = true
+		}
+		fmt.Fprintf(tw, "%s\t%s:%s\t%d %s\t%s\t%s\t%s\t%s\n", scope, l.Level, l.ID, l.Capacity, l.Unit, used, of, left, full)
 	}
 	tw.Flush()
+	if split {
+		fmt.Fprintln(w, "sub-scopes: the scope is split over ledger partitions; a row sums each one's copy of the bucket (your key's requests all go to the one named)")
+	}
 	if unknown {
 		fmt.Fprintln(w, "?: no ledger snapshot of that scope yet (a ledger writes one every --snapshot-every events or --snapshot-interval; sluice dev after every batch)")
 	}

@@ -1,0 +1,62 @@
+package admin
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/admission/config"
+	"github.com/sluice-dev/sluice/ledger"
+)
+
+// TestLimitsOfASplitScope: the admin API speaks of a split scope by its
+// name: a tenant's limit there is shown once (each sub-scope holds a
+// copy), a limit set on the scope goes to every sub-scope, and naming a
+// sub-scope is refused with the reason.
+func TestLimitsOfASplitScope(t *testing.T) {
+	y := strings.Replace(strings.Replace(testYAML, "SEEDHASH", config.HashKey(seedKey), 1), "    - name: s1\n", "    - name: s1\n      partitions: 3\n", 1)
+	file, err := config.Load(strings.NewReader(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Seed(file)
+	if got := s.LimitsOf(ledger.LevelTenant, "acme"); len(got) != 1 || got[0].Scope != "s1" || got[0].Capacity != 100 {
+		t.Fatalf("acme's limits %+v, want one of 100 in s1", got)
+	}
+	s, e := Apply(s, Actor{}, Op{Kind: OpTenantLimits, Tenant: "acme", Limits: []Limit{{Scope: "s1", Dimension: "requests", Capacity: 50}}})
+	if e != nil {
+		t.Fatal(e)
+	}
+	if got := s.LimitsOf(ledger.LevelTenant, "acme"); len(got) != 1 || got[0].Scope != "s1" || got[0].Capacity != 50 {
+		t.Errorf("after setting 50 in s1: %+v", got)
+	}
+	var doc ledger.Config
+	if err := json.Unmarshal(s.Ledger, &doc); err != nil {
+		t.Fatal(err)
+	}
+	subs := 0
+	for _, sc := range doc.Scopes {
+		if split, _, ok := ledger.SplitOf(sc.Name); ok && split == "s1" {
+			subs++
+			if n := len(bucketsFor(sc, "acme")); n != 1 || bucketsFor(sc, "acme")[0].Capacity != 50 {
+				t.Errorf("%s holds %d acme buckets %+v, want one of 50", sc.Name, n, bucketsFor(sc, "acme"))
+			}
+		}
+	}
+	if subs != 3 {
+		t.Errorf("%d sub-scopes of s1 in the document, want 3", subs)
+	}
+	_, e = Apply(s, Actor{}, Op{Kind: OpTenantLimits, Tenant: "acme", Limits: []Limit{{Scope: "s1#1", Dimension: "requests", Capacity: 5}}})
+	if e == nil || !strings.Contains(e.Message, `sub-scope of split scope "s1"`) {
+		t.Errorf("a limit of one sub-scope: %v, want refused naming the split scope", e)
+	}
+}
+
+func bucketsFor(sc ledger.ScopeConfig, tenant string) (out []ledger.BucketConfig) {
+	for _, b := range sc.Buckets {
+		if b.Level == ledger.LevelTenant && b.ID == tenant {
+			out = append(out, b)
+		}
+	}
+	return out
+}
