@@ -56,8 +56,12 @@ type call struct {
 	cands []candidate // the route's candidates (lifecycle.Target by index)
 	body  []byte
 	req   estimate.Request
-	est   estimate.Estimate
-	reqID string
+	// parsed is the request as the adapters take it (API, req, body), and
+	// what a translation took of the body, for every candidate and
+	// attempt: the body is decoded once (provider.Parsed).
+	parsed provider.Parsed
+	est    estimate.Estimate
+	reqID  string
 
 	lreq lifecycle.Request    // what the lifecycle knows of the request
 	lc   *lifecycle.Lifecycle // every rule of the request's life
@@ -188,6 +192,7 @@ func (c *call) prepare() (string, *apierr.Error) {
 		return "", e
 	}
 	c.id, c.adm, c.route, c.body, c.req, c.reqID = id, adm, route, body, req, requestID(c.w.ResponseWriter)
+	c.parsed = provider.Parsed{API: c.api, Request: req, Body: body}
 	c.est = c.s.est.EstimateRoute(req, c.s.routeEstimate(route, req.MaxTokens))
 	if c.api == provider.APIEmbeddings {
 		c.est.OutputTokens = 0
@@ -370,7 +375,7 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
 			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
 			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,
-			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req, c.body), Estimate: c.targetEstimate(cd)})
+			Unserved: !c.parsed.CanServe(cd.prov.Kind), Estimate: c.targetEstimate(cd)})
 	}
 	return req
 }

@@ -33,7 +33,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(c.cfg.UpstreamTimeoutMs)*time.Millisecond)
 	c.upCancel = cancel
-	up, ex, err := provider.NewRequest(ctx, p, provider.Attempt{API: c.api, Request: c.req, Body: c.body,
+	up, ex, err := provider.NewRequest(ctx, p, provider.Attempt{Parsed: &c.parsed,
 		UpstreamModel: cand.UpstreamModel, AnthropicBeta: c.r.Header.Get("anthropic-beta"), DefaultMaxTokens: c.route.DefaultMaxOutputTokens})
 	if err != nil {
 		return done(lifecycle.Upstream{BuildError: err.Error()})
