@@ -41,7 +41,7 @@ func (c anthropic) countedAs(p *Parsed, upstreamModel string, defaultMax int64) 
 	if !c.translated(p.API) {
 		return estimate.Request{}, false
 	}
-	b, _, err := p.claudeTranslation().body(upstreamModel, defaultMax)
+	b, _, err := p.claudeMessages(upstreamModel, defaultMax)
 	if err != nil {
 		return estimate.Request{}, false
 	}
@@ -54,7 +54,7 @@ func (c anthropic) build(p *config.Provider, a Attempt, base string) (built, err
 	if !c.translated(a.API) {
 		return passthroughBody(u, a, a.UpstreamModel)
 	}
-	b, jsonTool, err := a.Parsed.claudeTranslation().body(a.UpstreamModel, a.DefaultMaxTokens)
+	b, jsonTool, err := a.Parsed.claudeMessages(a.UpstreamModel, a.DefaultMaxTokens)
 	if err != nil {
 		return built{}, err
 	}

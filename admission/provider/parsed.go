@@ -26,8 +26,18 @@ type Parsed struct {
 	Body    []byte
 
 	// claude is the translation to Anthropic Messages, nil until one is
-	// asked for.
-	claude *claudeTranslation
+	// asked for; claudeLast the last body made of it (claudeBody).
+	claude     *claudeTranslation
+	claudeLast claudeBody
+}
+
+// claudeBody is a Messages body of the translation, for one model and
+// default output.
+type claudeBody struct {
+	model    string
+	max      int64
+	body     []byte
+	jsonTool bool
 }
 
 // CanServe is CanServe(p.API, kind, p.Request, p.Body).
@@ -48,6 +58,21 @@ func (p *Parsed) Unsupported(kind schemas.ProviderKind) string {
 // CountedAs is CountedAs(p.API, kind, p.Body, upstreamModel, defaultMax).
 func (p *Parsed) CountedAs(kind Kind, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
 	return adapterOf(kind).countedAs(p, upstreamModel, defaultMax)
+}
+
+// claudeMessages is the Messages body for upstreamModel and defaultMax
+// (see claudeTranslation.body). The candidate's estimate and its attempt
+// ask for the same one, so the last is kept, and its bytes are only read
+// (the estimator's parse, the upstream request's body).
+func (p *Parsed) claudeMessages(upstreamModel string, defaultMax int64) ([]byte, bool, error) {
+	if l := p.claudeLast; l.body != nil && l.model == upstreamModel && l.max == defaultMax {
+		return l.body, l.jsonTool, nil
+	}
+	b, jsonTool, err := p.claudeTranslation().body(upstreamModel, defaultMax)
+	if err == nil {
+		p.claudeLast = claudeBody{model: upstreamModel, max: defaultMax, body: b, jsonTool: jsonTool}
+	}
+	return b, jsonTool, err
 }
 
 // claudeTranslation is the request translated to Anthropic Messages (for

@@ -116,7 +116,10 @@ func TestParsedTranslatesOnce(t *testing.T) {
 				translate = claudeResponsesBody
 			}
 			wantBody, wantTool, wantErr := translate(tc.body, c.model, c.max)
-			gotBody, gotTool, gotErr := in.claudeTranslation().body(c.model, c.max)
+			gotBody, gotTool, gotErr := in.claudeMessages(c.model, c.max)
+			if again, _, _ := in.claudeMessages(c.model, c.max); string(again) != string(gotBody) {
+				t.Fatalf("%s: body asked again %s, was %s", c.model, again, gotBody)
+			}
 			if string(gotBody) != string(wantBody) || gotTool != wantTool || (gotErr == nil) != (wantErr == nil) {
 				t.Fatalf("%s: body %s, want %s", c.model, gotBody, wantBody)
 			}
