@@ -16,6 +16,6 @@ func (c *call) targetEstimate(cd candidate) lifecycle.Usage {
 	if !ok {
 		return lifecycle.Usage{} // the client's request, or the candidate is Unserved
 	}
-	e := c.s.est.EstimateRoute(req, c.s.routeEstimate(c.route, c.req.MaxTokens))
+	e := c.s.est.EstimateRoute(req, c.s.routeEstimate(c.route, c.parsed.Request.MaxTokens))
 	return lifecycle.Usage{InputTokens: e.InputTokens, CachedInputTokens: e.CachedInputTokens, OutputTokens: e.OutputTokens}
 }

@@ -14,5 +14,5 @@ func (c *call) unsupported() string {
 	for _, cd := range c.cands {
 		why = append(why, fmt.Sprintf("provider %s: %s", cd.prov.Name, c.parsed.Unsupported(cd.prov.Kind)))
 	}
-	return fmt.Sprintf("model %q cannot be served on %s: %s", c.req.Model, c.api.Path(), strings.Join(why, "; "))
+	return fmt.Sprintf("model %q cannot be served on %s: %s", c.parsed.Request.Model, c.api.Path(), strings.Join(why, "; "))
 }
