@@ -20,7 +20,8 @@ import (
 //
 // Every method takes and returns values, not pointers into the caller's
 // frame, so that calling through the interface allocates nothing more than
-// the switch on the kind it replaced.
+// the switch on the kind it replaced; the one pointer, *Parsed, is the
+// request's, made once (the gateway's call holds it).
 type adapter interface {
 	// serves: the kind answers API a; translated: by translation of the
 	// client's body rather than with it (translated implies serves).
@@ -30,15 +31,16 @@ type adapter interface {
 	// provider's, which adapters share).
 	notServed(kind Kind, a API) string
 	// untranslatable says what of the request a translation does not carry
-	// ("" = nothing); it is asked only when translated(a).
-	untranslatable(a API, req estimate.Request, body []byte) string
+	// ("" = nothing); it is asked only when translated(p.API).
+	untranslatable(p *Parsed) string
 
 	// countedAs is the request as the provider counts it, when that is
 	// not the client's (ok false: the client's, or it does not translate).
-	countedAs(a API, body []byte, upstreamModel string, defaultMax int64) (req estimate.Request, ok bool)
+	countedAs(p *Parsed, upstreamModel string, defaultMax int64) (req estimate.Request, ok bool)
 
-	// build is the URL and body of an attempt; base is the provider's
-	// base_url without its trailing slash.
+	// build is the URL and body of an attempt (a.Parsed is set: what a
+	// translation takes of the body is kept there); base is the
+	// provider's base_url without its trailing slash.
 	build(p *config.Provider, a Attempt, base string) (built, error)
 	// headers are the credential and other headers of an attempt besides
 	// Content-Type and Accept (a zero header is not set).
@@ -97,7 +99,7 @@ var adapters = map[Kind]adapter{
 // output defaultMax when the client set none (see ClaudeMaxTokens). The
 // gateway estimates such a candidate on it.
 func CountedAs(a API, kind Kind, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
-	return adapterOf(kind).countedAs(a, body, upstreamModel, defaultMax)
+	return (&Parsed{API: a, Body: body}).CountedAs(kind, upstreamModel, defaultMax)
 }
 
 // adapterOf is the adapter of kind. The configuration admits only the

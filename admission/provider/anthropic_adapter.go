@@ -26,12 +26,8 @@ func (anthropic) notServed(_ Kind, a API) string {
 	return "an anthropic provider is reached through POST /v1/messages, or POST /v1/chat/completions and POST /v1/responses (translated to Messages); " + a.Path() + " is not translated"
 }
 
-func (anthropic) untranslatable(a API, _ estimate.Request, body []byte) string {
-	why := ClaudeUntranslatable(body)
-	if a == APIResponses {
-		why = ClaudeResponsesUntranslatable(body)
-	}
-	if len(why) > 0 {
+func (anthropic) untranslatable(p *Parsed) string {
+	if why := p.claudeTranslation().why; len(why) > 0 {
 		return "the translation to Anthropic Messages does not support " + strings.Join(why, "; ")
 	}
 	return ""
@@ -41,11 +37,11 @@ func (anthropic) untranslatable(a API, _ estimate.Request, body []byte) string {
 // request is translated to: Claude's tokenizer approximation, Anthropic's
 // tool framing, the forced tool of a response_format and the max_tokens
 // sent are what Anthropic charges.
-func (c anthropic) countedAs(a API, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
-	if !c.translated(a) {
+func (c anthropic) countedAs(p *Parsed, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
+	if !c.translated(p.API) {
 		return estimate.Request{}, false
 	}
-	b, err := ClaudeMessagesBody(a, body, upstreamModel, defaultMax)
+	b, _, err := p.claudeMessages(upstreamModel, defaultMax)
 	if err != nil {
 		return estimate.Request{}, false
 	}
@@ -58,11 +54,7 @@ func (c anthropic) build(p *config.Provider, a Attempt, base string) (built, err
 	if !c.translated(a.API) {
 		return passthroughBody(u, a, a.UpstreamModel)
 	}
-	translate := claudeRequestBody
-	if a.API == APIResponses {
-		translate = claudeResponsesBody
-	}
-	b, jsonTool, err := translate(a.Body, a.UpstreamModel, a.DefaultMaxTokens)
+	b, jsonTool, err := a.Parsed.claudeMessages(a.UpstreamModel, a.DefaultMaxTokens)
 	if err != nil {
 		return built{}, err
 	}

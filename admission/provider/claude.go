@@ -7,6 +7,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/sluice-dev/sluice/admission/estimate"
 )
 
 // Anthropic providers answer POST /v1/chat/completions by translation, as
@@ -247,6 +249,11 @@ type claudeTranslation struct {
 	// messages[i]); the Responses API's input items are translated as
 	// chat messages, and its refusals name input[k].
 	where func(i int) string
+	// clientModel is the client's model, sent when no upstream model is
+	// given; clientMax: the client set max_tokens (else body sends the
+	// candidate's default, ClaudeMaxTokens).
+	clientModel string
+	clientMax   bool
 }
 
 // at is the client's name of chat message i.
@@ -267,7 +274,7 @@ func (t *claudeTranslation) refuse(format string, args ...any) {
 // to Anthropic Messages does not carry, each naming its field. Empty: the
 // request translates.
 func ClaudeUntranslatable(body []byte) []string {
-	return translateChatToClaude(body, "", 0).why
+	return translateChatToClaude(body, nil).why
 }
 
 // ClaudeMessagesBody is the Messages body an OpenAI chat (or, for
@@ -276,11 +283,7 @@ func ClaudeUntranslatable(body []byte) []string {
 // ClaudeMaxTokens), or why it does not translate: the request as that
 // provider counts it, for its estimate.
 func ClaudeMessagesBody(a API, body []byte, upstreamModel string, defaultMax int64) ([]byte, error) {
-	translate := claudeRequestBody
-	if a == APIResponses {
-		translate = claudeResponsesBody
-	}
-	b, _, err := translate(body, upstreamModel, defaultMax)
+	b, _, err := (&Parsed{API: a, Body: body}).claudeTranslation().body(upstreamModel, defaultMax)
 	return b, err
 }
 
@@ -288,11 +291,29 @@ func ClaudeMessagesBody(a API, body []byte, upstreamModel string, defaultMax int
 // for upstreamModel; defaultMax is the route's default output (see
 // ClaudeMaxTokens).
 func claudeRequestBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, bool, error) {
-	t := translateChatToClaude(body, upstreamModel, defaultMax)
+	return translateChatToClaude(body, nil).body(upstreamModel, defaultMax)
+}
+
+// body is the Messages body of the translation for upstreamModel (""
+// the client's model) with defaultMax the route's default output, and
+// whether response_format went as a forced tool, or why it does not
+// translate. The translation is the same for every candidate but for the
+// model and the max_tokens sent when the client set none, so one
+// translation serves them all (Parsed): only those two are set here, on a
+// copy.
+func (t *claudeTranslation) body(upstreamModel string, defaultMax int64) ([]byte, bool, error) {
 	if len(t.why) > 0 {
 		return nil, false, fmt.Errorf("translate to anthropic messages: %s", strings.Join(t.why, "; "))
 	}
-	b, err := json.Marshal(&t.req)
+	req := t.req
+	if upstreamModel == "" {
+		upstreamModel = t.clientModel
+	}
+	req.Model = upstreamModel
+	if !t.clientMax {
+		req.MaxTokens = ClaudeMaxTokens(upstreamModel, defaultMax)
+	}
+	b, err := json.Marshal(&req)
 	if err != nil {
 		return nil, false, fmt.Errorf("translate to anthropic messages: %w", err)
 	}
@@ -300,16 +321,19 @@ func claudeRequestBody(body []byte, upstreamModel string, defaultMax int64) ([]b
 }
 
 // translateChatToClaude is the whole request translation: the fields it
-// refuses, then the parameters, the tools and the messages.
-func translateChatToClaude(body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
-	return translateChat(&claudeTranslation{}, body, upstreamModel, defaultMax)
+// refuses, then the parameters, the tools and the messages. members are
+// the body's top-level members when the estimator's parse kept them
+// (estimate.Request.Members), read instead of decoding the body again.
+func translateChatToClaude(body []byte, members []estimate.Member) *claudeTranslation {
+	return translateChat(&claudeTranslation{}, body, members)
 }
 
 // translateChat translates into t, which may already hold refusals (of
-// the Responses request the chat body was made from).
-func translateChat(t *claudeTranslation, body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
+// the Responses request the chat body was made from). The model and the
+// default max_tokens are left to body, which sets them per candidate.
+func translateChat(t *claudeTranslation, body []byte, members []estimate.Member) *claudeTranslation {
+	top, err := chatTop(body, members)
+	if err != nil {
 		t.refuse("a body that is not a JSON object")
 		return t
 	}
@@ -328,23 +352,94 @@ func translateChat(t *claudeTranslation, body []byte, upstreamModel string, defa
 		}
 	}
 	var in chatRequest
-	if err := json.Unmarshal(body, &in); err != nil {
+	if err := decodeChatRequest(body, members, &in); err != nil {
 		t.refuse("a body whose fields do not have their OpenAI types (%v)", err)
 		return t
 	}
-	if upstreamModel == "" {
-		upstreamModel = in.Model
-	}
-	t.params(&in, upstreamModel, defaultMax)
+	t.clientModel = in.Model
+	t.params(&in)
 	t.tools(&in)
 	t.messages(in.Messages)
 	return t
 }
 
+// chatTop is the body's top-level members by key, as Unmarshal into a
+// map of raw messages gives them (the last of a repeated key wins): from
+// members when the parser kept them (their keys are what Unmarshal
+// decodes them to, their values windows on the body, not copies).
+func chatTop(body []byte, members []estimate.Member) (map[string]json.RawMessage, error) {
+	if members == nil {
+		var top map[string]json.RawMessage
+		err := json.Unmarshal(body, &top)
+		return top, err
+	}
+	top := make(map[string]json.RawMessage, len(members))
+	for _, mb := range members {
+		top[string(mb.Key)] = mb.Value
+	}
+	return top, nil
+}
+
+// chatRequestFields are chatRequest's JSON names, for decodeChatRequest.
+var chatRequestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+	"stop", "stream", "tools", "tool_choice", "parallel_tool_calls", "response_format", "user", "safety_identifier",
+	"n", "store", "service_tier"}
+
+// decodeChatRequest is json.Unmarshal(body, in), from the members the
+// parser kept when it kept them (decodeMembers).
+func decodeChatRequest(body []byte, members []estimate.Member, in *chatRequest) error {
+	if decodeMembers(members, chatRequestFields, in.field) {
+		return nil
+	}
+	*in = chatRequest{}
+	return json.Unmarshal(body, in)
+}
+
+// field is a pointer to the field of in named name (nil: none).
+func (in *chatRequest) field(name string) any {
+	switch name {
+	case "model":
+		return &in.Model
+	case "messages":
+		return &in.Messages
+	case "max_tokens":
+		return &in.MaxTokens
+	case "max_completion_tokens":
+		return &in.MaxCompletionTokens
+	case "temperature":
+		return &in.Temperature
+	case "top_p":
+		return &in.TopP
+	case "stop":
+		return &in.Stop
+	case "stream":
+		return &in.Stream
+	case "tools":
+		return &in.Tools
+	case "tool_choice":
+		return &in.ToolChoice
+	case "parallel_tool_calls":
+		return &in.ParallelToolCalls
+	case "response_format":
+		return &in.ResponseFormat
+	case "user":
+		return &in.User
+	case "safety_identifier":
+		return &in.SafetyIdentifier
+	case "n":
+		return &in.N
+	case "store":
+		return &in.Store
+	case "service_tier":
+		return &in.ServiceTier
+	}
+	return nil
+}
+
 // params carries the sampling and output parameters.
-func (t *claudeTranslation) params(in *chatRequest, model string, defaultMax int64) {
+func (t *claudeTranslation) params(in *chatRequest) {
 	r := &t.req
-	r.Model, r.Stream = model, in.Stream
+	r.Stream = in.Stream
 	if in.N != nil && *in.N > 1 {
 		t.refuse("n > 1 (n = %d; Anthropic returns one message)", *in.N)
 	}
@@ -358,11 +453,10 @@ func (t *claudeTranslation) params(in *chatRequest, model string, defaultMax int
 	}
 	switch {
 	case in.MaxCompletionTokens != nil && *in.MaxCompletionTokens > 0:
-		r.MaxTokens = *in.MaxCompletionTokens
+		r.MaxTokens, t.clientMax = *in.MaxCompletionTokens, true
 	case in.MaxTokens != nil && *in.MaxTokens > 0:
-		r.MaxTokens = *in.MaxTokens
-	default:
-		r.MaxTokens = ClaudeMaxTokens(model, defaultMax)
+		r.MaxTokens, t.clientMax = *in.MaxTokens, true
+	default: // none from the client: body sends the candidate's (ClaudeMaxTokens)
 	}
 	if tp := in.Temperature; tp != nil {
 		if *tp > 1 || *tp < 0 || math.IsNaN(*tp) {

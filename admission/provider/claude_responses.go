@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 )
 
 // The Responses API to Anthropic Messages: a Responses request is first
@@ -76,24 +75,16 @@ type responsesPart struct {
 // ClaudeResponsesUntranslatable lists what of a Responses API body the
 // translation to Anthropic Messages does not carry, each naming its field.
 func ClaudeResponsesUntranslatable(body []byte) []string {
-	return translateResponsesToClaude(body, "", 0).why
+	return translateResponsesToClaude(body).why
 }
 
 // claudeResponsesBody translates a Responses API body into a Messages
 // body for upstreamModel.
 func claudeResponsesBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, bool, error) {
-	t := translateResponsesToClaude(body, upstreamModel, defaultMax)
-	if len(t.why) > 0 {
-		return nil, false, fmt.Errorf("translate to anthropic messages: %s", strings.Join(t.why, "; "))
-	}
-	b, err := json.Marshal(&t.req)
-	if err != nil {
-		return nil, false, fmt.Errorf("translate to anthropic messages: %w", err)
-	}
-	return b, t.jsonTool, nil
+	return translateResponsesToClaude(body).body(upstreamModel, defaultMax)
 }
 
-func translateResponsesToClaude(body []byte, upstreamModel string, defaultMax int64) *claudeTranslation {
+func translateResponsesToClaude(body []byte) *claudeTranslation {
 	t := &claudeTranslation{}
 	chat, where := responsesToChat(t, body)
 	if chat == nil {
@@ -105,7 +96,7 @@ func translateResponsesToClaude(body []byte, upstreamModel string, defaultMax in
 		}
 		return fmt.Sprintf("input[%d]", i)
 	}
-	return translateChat(t, chat, upstreamModel, defaultMax)
+	return translateChat(t, chat, nil)
 }
 
 // responsesToChat rewrites a Responses body as a chat body, refusing into

@@ -67,14 +67,37 @@ type geminiContent struct {
 	Parts []geminiPart `json:"parts"`
 }
 
-// geminiRequest translates an OpenAI chat body into generateContent.
-func geminiRequest(req estimate.Request, body []byte) ([]byte, error) {
-	var opt struct {
-		Temperature *float64        `json:"temperature"`
-		TopP        *float64        `json:"top_p"`
-		Stop        json.RawMessage `json:"stop"`
+// geminiOptions are the chat request's fields the translation takes
+// besides the estimator's request.
+type geminiOptions struct {
+	Temperature *float64        `json:"temperature"`
+	TopP        *float64        `json:"top_p"`
+	Stop        json.RawMessage `json:"stop"`
+}
+
+var geminiOptionFields = []string{"temperature", "top_p", "stop"}
+
+func (o *geminiOptions) field(name string) any {
+	switch name {
+	case "temperature":
+		return &o.Temperature
+	case "top_p":
+		return &o.TopP
+	case "stop":
+		return &o.Stop
 	}
-	_ = json.Unmarshal(body, &opt) // the parser already validated the body
+	return nil
+}
+
+// geminiRequest translates an OpenAI chat body into generateContent:
+// from the estimator's request and, for the sampling options, the body's
+// members it kept (decoding the body only when it kept none).
+func geminiRequest(req estimate.Request, body []byte) ([]byte, error) {
+	var opt geminiOptions
+	if !decodeMembers(req.Members, geminiOptionFields, opt.field) {
+		opt = geminiOptions{}
+		_ = json.Unmarshal(body, &opt) // the parser already validated the body
+	}
 	out := struct {
 		Contents          []geminiContent `json:"contents"`
 		SystemInstruction *geminiContent  `json:"systemInstruction,omitempty"`

@@ -24,15 +24,15 @@ func (gemini) notServed(_ Kind, a API) string {
 	return "a gemini provider is reached only through POST /v1/chat/completions (translated to generateContent); " + a.Path() + " is not translated"
 }
 
-func (gemini) untranslatable(_ API, req estimate.Request, _ []byte) string {
-	if why := GeminiUntranslatable(req); len(why) > 0 {
+func (gemini) untranslatable(p *Parsed) string {
+	if why := GeminiUntranslatable(p.Request); len(why) > 0 {
 		return "the translation to Gemini generateContent does not support " + strings.Join(why, "; ")
 	}
 	return ""
 }
 
 // countedAs: a Gemini candidate is estimated on the client's chat request.
-func (gemini) countedAs(API, []byte, string, int64) (estimate.Request, bool) {
+func (gemini) countedAs(*Parsed, string, int64) (estimate.Request, bool) {
 	return estimate.Request{}, false
 }
 

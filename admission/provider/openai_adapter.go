@@ -16,15 +16,15 @@ import (
 // streams read as OpenAI writes them.
 type openAI struct{}
 
-func (openAI) serves(a API) bool                                   { return a != APIMessages }
-func (openAI) translated(API) bool                                 { return false }
-func (openAI) untranslatable(API, estimate.Request, []byte) string { return "" }
+func (openAI) serves(a API) bool             { return a != APIMessages }
+func (openAI) translated(API) bool           { return false }
+func (openAI) untranslatable(*Parsed) string { return "" }
 
 func (openAI) notServed(kind Kind, a API) string {
 	return "a provider of kind " + string(kind) + " does not speak " + a.Path()
 }
 
-func (openAI) countedAs(API, []byte, string, int64) (estimate.Request, bool) {
+func (openAI) countedAs(*Parsed, string, int64) (estimate.Request, bool) {
 	return estimate.Request{}, false
 }
 

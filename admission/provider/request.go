@@ -80,14 +80,7 @@ func CanServe(a API, kind schemas.ProviderKind, req estimate.Request, body []byt
 // Anthropic each part of the request that does not translate. It is the
 // text of the client's unsupported_api error, so it names the fields.
 func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) string {
-	ad := adapterOf(kind)
-	switch {
-	case !ad.serves(a):
-		return ad.notServed(kind, a)
-	case !ad.translated(a):
-		return ""
-	}
-	return ad.untranslatable(a, req, body)
+	return (&Parsed{API: a, Request: req, Body: body}).Unsupported(kind)
 }
 
 // Attempt is what one upstream attempt is built from.
@@ -96,6 +89,10 @@ type Attempt struct {
 	// Request is the client's request as parsed, Body as it was sent.
 	Request estimate.Request
 	Body    []byte
+	// Parsed, when set, is the request the attempt is of, in place of
+	// API, Request and Body: what a translation took of the body is kept
+	// there for the request's other attempts and candidates (see Parsed).
+	Parsed *Parsed
 	// UpstreamModel is the candidate's model name at the provider.
 	UpstreamModel string
 	// AnthropicBeta is the client's anthropic-beta header, forwarded to
@@ -116,6 +113,11 @@ type Attempt struct {
 // Exchange reads what comes back. An error never holds the credential or
 // the URL.
 func NewRequest(ctx context.Context, p *config.Provider, a Attempt) (up *http.Request, x Exchange, err error) {
+	if a.Parsed != nil {
+		a.API, a.Request, a.Body = a.Parsed.API, a.Parsed.Request, a.Parsed.Body
+	} else {
+		a.Parsed = &Parsed{API: a.API, Request: a.Request, Body: a.Body}
+	}
 	ad := adapterOf(p.Kind)
 	x = Exchange{Kind: p.Kind, API: a.API}
 	b, err := ad.build(p, a, strings.TrimRight(p.BaseURL, "/"))

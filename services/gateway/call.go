@@ -54,10 +54,13 @@ type call struct {
 	adm   admission
 	route *config.Route
 	cands []candidate // the route's candidates (lifecycle.Target by index)
-	body  []byte
-	req   estimate.Request
-	est   estimate.Estimate
-	reqID string
+	// parsed is the request: its API, its body as sent and as the
+	// estimator parsed it, and what a translation took of the body, for
+	// every candidate and attempt, so that the body is decoded once
+	// (provider.Parsed).
+	parsed provider.Parsed
+	est    estimate.Estimate
+	reqID  string
 
 	lreq lifecycle.Request    // what the lifecycle knows of the request
 	lc   *lifecycle.Lifecycle // every rule of the request's life
@@ -187,7 +190,8 @@ func (c *call) prepare() (string, *apierr.Error) {
 	if e := modelAllowed(id, req.Model); e != nil {
 		return "", e
 	}
-	c.id, c.adm, c.route, c.body, c.req, c.reqID = id, adm, route, body, req, requestID(c.w.ResponseWriter)
+	c.id, c.adm, c.route, c.reqID = id, adm, route, requestID(c.w.ResponseWriter)
+	c.parsed = provider.Parsed{API: c.api, Request: req, Body: body}
 	c.est = c.s.est.EstimateRoute(req, c.s.routeEstimate(route, req.MaxTokens))
 	if c.api == provider.APIEmbeddings {
 		c.est.OutputTokens = 0
@@ -209,7 +213,7 @@ func (c *call) prepare() (string, *apierr.Error) {
 // never reaches the ledger, so a client's retry cannot be charged twice.
 func (s *Server) beginIdempotent(c *call, idemKey string, anth bool) (ie *idemEntry, ok bool) {
 	w, id := c.w, c.id
-	ie, st := s.idem.begin(id.Tenant+"\x00"+idemKey, idemFingerprint(c.r.URL.Path, c.body), c.start)
+	ie, st := s.idem.begin(id.Tenant+"\x00"+idemKey, idemFingerprint(c.r.URL.Path, c.parsed.Body), c.start)
 	switch st {
 	case idemReplay:
 		for k, v := range ie.header {
@@ -362,15 +366,15 @@ func (c *call) lifecycleRequest() lifecycle.Request {
 	req := lifecycle.Request{ID: c.reqID, Node: c.cfg.Node, Tenant: c.id.Tenant, KeyID: c.id.KeyID, Class: c.adm.Class,
 		Priority: c.adm.Priority, StartMs: c.start.UnixMilli(), DeadlineMs: c.adm.DeadlineMs, FallbackAllowed: c.adm.Fallback,
 		Estimate:  lifecycle.Usage{InputTokens: c.est.InputTokens, CachedInputTokens: c.est.CachedInputTokens, OutputTokens: c.est.OutputTokens},
-		Streaming: c.est.Streaming, NeedsTools: len(c.req.Tools) > 0, NeedsStructuredOutput: c.req.ResponseFormat.Structured(),
-		PromptFamily: promptFamily(c.r.Header, &c.req), MaxOutputTokens: c.est.ArrivalOutputTokens,
+		Streaming: c.est.Streaming, NeedsTools: len(c.parsed.Request.Tools) > 0, NeedsStructuredOutput: c.parsed.Request.ResponseFormat.Structured(),
+		PromptFamily: promptFamily(c.r.Header, &c.parsed.Request), MaxOutputTokens: c.est.ArrivalOutputTokens,
 		ClientRetryCount: c.adm.ClientRetryCount}
 	for _, cd := range c.cands {
 		req.Targets = append(req.Targets, lifecycle.Target{Scope: c.cfg.LedgerScope(cd.prov, c.id.KeyID), Profile: cd.Profile, Provider: cd.prov.Name,
 			Kind: cd.prov.Kind, Model: cd.UpstreamModel, Path: path(c.id, cd.Profile, cd.prov),
 			InputCostPerMTok: cd.InputCostPerMTok, OutputCostPerMTok: cd.OutputCostPerMTok,
 			ContextTokens: cd.ContextTokens, Tools: cd.Tools, StructuredOutput: cd.StructuredOutput,
-			Unserved: !provider.CanServe(c.api, cd.prov.Kind, c.req, c.body), Estimate: c.targetEstimate(cd)})
+			Unserved: !c.parsed.CanServe(cd.prov.Kind), Estimate: c.targetEstimate(cd)})
 	}
 	return req
 }

@@ -32,7 +32,7 @@ const sseLineMax = 8 << 20
 func (c *call) relay(attempt int32) lifecycle.Input {
 	resp := c.upResp
 	defer resp.Body.Close()
-	rl := relayer{c: c, st: c.upEx.NewStream(c.req.Model, c.reqID, c.req.IncludeUsage),
+	rl := relayer{c: c, st: c.upEx.NewStream(c.parsed.Request.Model, c.reqID, c.parsed.Request.IncludeUsage),
 		sec: provider.SecretsOf(c.cfg, clientKey(c.r)), sent: c.upSent}
 	c.startStream(resp.Header)
 	rl.pump(bufio.NewReaderSize(resp.Body, 64<<10))

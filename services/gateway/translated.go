@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"github.com/sluice-dev/sluice/admission/lifecycle"
-	"github.com/sluice-dev/sluice/admission/provider"
 )
 
 // targetEstimate is the request's estimate on a candidate whose provider
@@ -13,10 +12,10 @@ import (
 // its reservation, in that provider's scope, is what that provider will
 // charge.
 func (c *call) targetEstimate(cd candidate) lifecycle.Usage {
-	req, ok := provider.CountedAs(c.api, cd.prov.Kind, c.body, cd.UpstreamModel, c.route.DefaultMaxOutputTokens)
+	req, ok := c.parsed.CountedAs(cd.prov.Kind, cd.UpstreamModel, c.route.DefaultMaxOutputTokens)
 	if !ok {
 		return lifecycle.Usage{} // the client's request, or the candidate is Unserved
 	}
-	e := c.s.est.EstimateRoute(req, c.s.routeEstimate(c.route, c.req.MaxTokens))
+	e := c.s.est.EstimateRoute(req, c.s.routeEstimate(c.route, c.parsed.Request.MaxTokens))
 	return lifecycle.Usage{InputTokens: e.InputTokens, CachedInputTokens: e.CachedInputTokens, OutputTokens: e.OutputTokens}
 }

@@ -3,8 +3,6 @@ package gateway
 import (
 	"fmt"
 	"strings"
-
-	"github.com/sluice-dev/sluice/admission/provider"
 )
 
 // unsupported is the message of the unsupported_api error: no candidate
@@ -14,7 +12,7 @@ import (
 func (c *call) unsupported() string {
 	why := make([]string, 0, len(c.cands))
 	for _, cd := range c.cands {
-		why = append(why, fmt.Sprintf("provider %s: %s", cd.prov.Name, provider.Unsupported(c.api, cd.prov.Kind, c.req, c.body)))
+		why = append(why, fmt.Sprintf("provider %s: %s", cd.prov.Name, c.parsed.Unsupported(cd.prov.Kind)))
 	}
-	return fmt.Sprintf("model %q cannot be served on %s: %s", c.req.Model, c.api.Path(), strings.Join(why, "; "))
+	return fmt.Sprintf("model %q cannot be served on %s: %s", c.parsed.Request.Model, c.api.Path(), strings.Join(why, "; "))
 }

@@ -33,7 +33,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, time.Duration(c.cfg.UpstreamTimeoutMs)*time.Millisecond)
 	c.upCancel = cancel
-	up, ex, err := provider.NewRequest(ctx, p, provider.Attempt{API: c.api, Request: c.req, Body: c.body,
+	up, ex, err := provider.NewRequest(ctx, p, provider.Attempt{Parsed: &c.parsed,
 		UpstreamModel: cand.UpstreamModel, AnthropicBeta: c.r.Header.Get("anthropic-beta"), DefaultMaxTokens: c.route.DefaultMaxOutputTokens})
 	if err != nil {
 		return done(lifecycle.Upstream{BuildError: err.Error()})
@@ -53,7 +53,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 		rej, _ := provider.ParseRejection(p.Kind, resp.StatusCode, resp.Header, body, now, provider.SecretsOf(c.cfg, clientKey(c.r)))
 		return done(lifecycle.Upstream{Status: resp.StatusCode, Rejection: rej, Observations: obs, TotalMs: time.Since(sent).Milliseconds()})
 	}
-	if c.req.Stream {
+	if c.parsed.Request.Stream {
 		c.upResp, c.upCand, c.upSent, c.upEx = resp, cand, sent, ex
 		return lifecycle.Input{Kind: lifecycle.StreamStarted, Attempt: attempt, Upstream: lifecycle.Upstream{Status: resp.StatusCode, Observations: obs}}
 	}
@@ -63,7 +63,7 @@ func (c *call) dispatch(cand candidate, attempt int32) lifecycle.Input {
 	if err != nil {
 		return done(lifecycle.Upstream{Failure: c.cancelReason(), Observations: obs})
 	}
-	ans := ex.Answer(body, c.req.Model, c.reqID)
+	ans := ex.Answer(body, c.parsed.Request.Model, c.reqID)
 	if ans.Translated {
 		resp.Header.Set("Content-Type", "application/json")
 	}

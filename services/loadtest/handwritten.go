@@ -9,7 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/schemas"
+	"github.com/sluice-dev/sluice/services/sim"
 )
 
 // gatewayYAML makes the gateway config of a run for the simulator at a
@@ -37,16 +37,6 @@ func handwrittenConfig(sc *Scenario, path string, keys Keys) (gatewayYAML, error
 	}, nil
 }
 
-// simPath is where the simulator serves each provider kind's API, the
-// part of a base_url after the simulator's URL.
-var simPath = map[schemas.ProviderKind]string{
-	schemas.ProviderOpenAI:           "/openai/v1",
-	schemas.ProviderOpenAICompatible: "/openai/v1",
-	schemas.ProviderAzure:            "/azure",
-	schemas.ProviderAnthropic:        "/anthropic/v1",
-	schemas.ProviderGemini:           "/gemini/v1beta",
-}
-
 // HandwrittenConfigYAML turns a hand-written gateway config into one that
 // runs the scenario against the simulator at simURL, keeping everything
 // that decides admission (routes, classes, scopes, buckets, tenants'
@@ -54,8 +44,9 @@ var simPath = map[schemas.ProviderKind]string{
 //
 //   - `${SIM_URL}` is replaced by simURL (as `sluice dev` does);
 //   - every provider's base_url becomes the simulator's endpoint for the
-//     provider's kind (openai and openai_compatible: SIM/openai/v1, azure:
-//     SIM/azure, anthropic: SIM/anthropic/v1, gemini: SIM/gemini/v1beta),
+//     provider's kind (sim.BasePath: openai and openai_compatible:
+//     SIM/openai/v1, azure: SIM/azure, anthropic: SIM/anthropic/v1, gemini:
+//     SIM/gemini/v1beta),
 //     and its api_key_env is dropped (the simulator needs no credential);
 //   - each scenario tenant gets a key of its own, in the config's tenant of
 //     the same id when there is one (so its buckets and weight apply),
@@ -77,7 +68,7 @@ func HandwrittenConfigYAML(sc *Scenario, file []byte, simURL string, keys Keys) 
 	}
 	for i := range c.Providers {
 		p := &c.Providers[i]
-		path, ok := simPath[p.Kind]
+		path, ok := sim.BasePath(p.Kind)
 		if !ok {
 			return nil, fmt.Errorf("providers[%d].kind: %q has no simulator endpoint", i, p.Kind)
 		}

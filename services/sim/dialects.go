@@ -41,15 +41,33 @@ type dialect interface {
 }
 
 // dialects registers the dialect of every provider style, in the order
-// the simulator lists them.
+// the simulator lists them, with base, where it serves the provider's API:
+// the path of a gateway provider's base_url after the simulator's URL
+// (BasePath).
 var dialects = []struct {
-	name string
+	name, base string
 	dialect
 }{
-	{OpenAI, openAIDialect{}},
-	{Azure, azureDialect{}},
-	{Anthropic, anthropicDialect{}},
-	{Gemini, geminiDialect{}},
+	{OpenAI, "/openai/v1", openAIDialect{}},
+	{Azure, "/azure", azureDialect{}},
+	{Anthropic, "/anthropic/v1", anthropicDialect{}},
+	{Gemini, "/gemini/v1beta", geminiDialect{}},
+}
+
+// BasePath is where the simulator serves the API of provider kind: the
+// path of a gateway provider's base_url after the simulator's URL
+// (openai_compatible: OpenAI's). ok false: the simulator does not speak
+// it (TestBasePathOfEveryKind).
+func BasePath(kind schemas.ProviderKind) (path string, ok bool) {
+	if kind == schemas.ProviderOpenAICompatible {
+		kind = schemas.ProviderOpenAI
+	}
+	for _, d := range dialects {
+		if d.name == string(kind) {
+			return d.base, true
+		}
+	}
+	return "", false
 }
 
 // providerNames are the names of dialects, in order.

@@ -348,14 +348,21 @@ func (e *benchEnv) startBus(ctx context.Context) ([]string, error) {
 }
 
 // startSim starts the simulator with no modelled latency (its sleeps
-// return at once) and OpenAI limits out of reach, so that the bench
-// measures the gateway and not the simulated provider.
+// return at once) and the OpenAI, Anthropic and Gemini limits out of
+// reach, so that the bench measures the gateway and not the simulated
+// provider.
 func (e *benchEnv) startSim() error {
 	sc := sim.DefaultConfig()
 	sc.Sleep = func(ctx context.Context, _ time.Duration) error { return ctx.Err() }
-	oa := sc.Providers[sim.OpenAI]
-	oa.Limits = sim.Limits{RPM: 1 << 40, TPM: 1 << 40}
-	sc.Providers[sim.OpenAI] = oa
+	for name, l := range map[string]sim.Limits{
+		sim.OpenAI:    {RPM: 1 << 40, TPM: 1 << 40},
+		sim.Anthropic: {RPM: 1 << 40, ITPM: 1 << 40, OTPM: 1 << 40},
+		sim.Gemini:    {RPM: 1 << 40, ITPM: 1 << 40},
+	} {
+		pc := sc.Providers[name]
+		pc.Limits = l
+		sc.Providers[name] = pc
+	}
 	simSrv, err := sim.New(sc)
 	if err != nil {
 		return fmt.Errorf("simulator: %w", err)
@@ -368,27 +375,38 @@ func (e *benchEnv) startSim() error {
 	return nil
 }
 
-// benchConfig is the gateway configuration of the bench: one route to the
-// simulator, one tenant with the bench key, and a ledger whose one bucket
-// is far above what the bench sends, so that every request is granted and
-// none waits.
+// benchConfig is the gateway configuration of the bench: a route to the
+// simulator per provider kind it translates to or not (gpt-4o-mini, the
+// bench's; claude-sonnet-4-5 and gemini-2.0-flash, translated, for
+// BenchmarkHandlerChatTranslated), one tenant with the bench key, and a
+// ledger whose buckets are far above what the bench sends, so that every
+// request is granted and none waits.
 func benchConfig(simURL string) (*config.Config, error) {
 	lc := ledger.DefaultDevConfig()
 	lc.Scopes[0].Buckets = []ledger.BucketConfig{{Level: ledger.LevelKey, ID: "*", Dimension: schemas.DimRequests, Capacity: 1 << 40, PeriodMs: 60_000}}
+	for _, name := range []string{"sim-anthropic", "sim-gemini"} {
+		sc := lc.Scopes[0]
+		sc.Name = name
+		lc.Scopes = append(lc.Scopes, sc)
+	}
 	led, err := json.Marshal(lc)
 	if err != nil {
 		return nil, err
 	}
 	cfg, err := config.Load(strings.NewReader(fmt.Sprintf(`node: gw-bench
 providers:
-  - {name: sim-openai, kind: openai, scope: sim-openai, base_url: %s/openai/v1}
+  - {name: sim-openai, kind: openai, scope: sim-openai, base_url: %[1]s/openai/v1}
+  - {name: sim-anthropic, kind: anthropic, scope: sim-anthropic, base_url: %[1]s/anthropic/v1}
+  - {name: sim-gemini, kind: gemini, scope: sim-gemini, base_url: %[1]s/gemini/v1beta}
 routes:
   - {model: gpt-4o-mini, provider: sim-openai}
+  - {model: claude-sonnet-4-5, provider: sim-anthropic}
+  - {model: gemini-2.0-flash, provider: sim-gemini}
 tenants:
   - id: bench
     keys:
-      - {id: bench-key, sha256: %s}
-ledger: %s
+      - {id: bench-key, sha256: %[2]s}
+ledger: %[3]s
 `, simURL, config.HashKey(benchKey), led)))
 	if err != nil {
 		return nil, fmt.Errorf("bench config: %w", err)

@@ -23,7 +23,34 @@ func BenchmarkHandlerChat(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer env.close()
-	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to Sluice in five words."}]}`)
+	benchHandler(b, env, []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"Say hello to Sluice in five words."}]}`))
+}
+
+// BenchmarkHandlerChatTranslated is BenchmarkHandlerChat's chat completion
+// with a system prompt, a tool call and its result, to a route whose one
+// candidate translates it: Anthropic (Messages) and, without the tool
+// turns, which it does not translate, Gemini (generateContent).
+func BenchmarkHandlerChatTranslated(b *testing.B) {
+	env, err := startBenchEnv(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer env.close()
+	b.Run("claude", func(b *testing.B) {
+		benchHandler(b, env, []byte(`{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"system","content":"You are a weather bot. Be brief."},
+{"role":"user","content":"What is the weather in Oslo tomorrow?"},
+{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+{"role":"tool","tool_call_id":"call_1","content":"{\"high\":4,\"sky\":\"snow\"}"}],
+"tools":[{"type":"function","function":{"name":"get_weather","description":"Weather of a city","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}]}`))
+	})
+	b.Run("gemini", func(b *testing.B) {
+		benchHandler(b, env, []byte(`{"model":"gemini-2.0-flash","max_tokens":16,"temperature":0.5,"messages":[{"role":"system","content":"You are a weather bot. Be brief."},
+{"role":"user","content":"What is the weather in Oslo tomorrow?"}]}`))
+	})
+}
+
+// benchHandler measures body sent to the handler of env, after a warm-up.
+func benchHandler(b *testing.B, env *benchEnv, body []byte) {
 	one := func() {
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
 		r.Header.Set("Content-Type", "application/json")
