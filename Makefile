@@ -59,7 +59,7 @@ test-cluster: ## broker faults on a three-node Kafka cluster (deploy/local/clust
 
 SEEDS ?= 200
 simulate: ## the seeded whole-pipeline simulation and the real ledger loop over a simulated broker (services/loadtest/pipesim, -tags invariants) over SEEDS seeds (default 200); prints each failing seed's rerun command
-	set -o pipefail; $(GO) test -count=1 -tags invariants -run TestPipeline ./services/loadtest/pipesim -seeds=$(SEEDS) -v | grep -v '^    [a-z]*_test.go:[0-9]*: seed [0-9]*: {'
+	set -o pipefail; $(GO) test -count=1 -timeout 40m -tags invariants -run TestPipeline ./services/loadtest/pipesim -seeds=$(SEEDS) -v | grep -v '^    [a-z]*_test.go:[0-9]*: seed [0-9]*: {'
 
 bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledger, hot, sink, report and whatif on the real broker)
 	$(BIN) bench ledger --json
