@@ -144,3 +144,32 @@ func TestServiceBins(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceTimePrior: a route with too few samples in its own scope (a
+// fallback's provider) takes the same route's learned time in the
+// partition's other scopes, the longest, until it has its own. The
+// route's p95 in scope s is 548 ms for 50 output tokens (as in
+// TestServiceTimeDeadline); scope f has never answered it.
+func TestServiceTimePrior(t *testing.T) {
+	conc := BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1}
+	cfg := Config{Scopes: []ScopeConfig{{Name: "s", Buckets: []BucketConfig{conc}}, {Name: "f", Buckets: []BucketConfig{conc}}}}
+	inF := func(ev *schemas.Event) { ev.Scope = "f" }
+	var steps []step
+	for i := range 20 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(10 * i)
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 5, Ev: served(id, 50, 400, 500)})
+	}
+	steps = append(steps,
+		// The fallback's scope has no sample: s's 548 ms stands in.
+		step{At: 300, Ev: reserve("short", inF, attempt(2), deadline(547)), Want: []string{"short/2 denied deadline_below_service_time rejected_locally"}},
+		step{At: 300, Ev: reserve("fits", inF, attempt(2), deadline(548)), Want: []string{"fits/2 granted admitted"}},
+		// Another route learned nowhere: nothing to refuse by.
+		step{At: 310, Ev: reserve("other", path("tenant", "t1", "key", "k2"), deadline(100), func(ev *schemas.Event) { ev.Route, ev.KeyID = "emb", "k2" }), Want: []string{"other/1 granted admitted"}},
+		// Streamed answers have no prior either (learned apart).
+		step{At: 320, Ev: reserve("st", streaming(), deadline(100)), Want: []string{"st/1 granted admitted"}},
+	)
+	runSteps(t, cfg, steps)
+}
