@@ -57,6 +57,11 @@ type learnedCap struct {
 	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
 	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
 	Safe  int64 `json:"sf,omitempty"` // the capacity the last bare cut past the gate set; 0 none
+	// Slide: the capacity was learned from remaining counts without a
+	// limit (learnRemaining), so the bucket also checks every trailing
+	// window of its grants, Win (slide.go).
+	Slide bool     `json:"sl,omitempty"`
+	Win   slideWin `json:"w,omitzero"`
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -480,6 +485,7 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	l.refill(b, sp, l.st.Now) // the time so far at the old rate
 	base := l.baseSpec(e)
 	learnedSpec(sp, &base, eff)
+	sp.slide = e.Slide
 	b.Level = min(b.Level, sp.burst)
 	b.Base = min(b.Base, sp.gBurst)
 	n := &l.st.Nodes[e.Node]
@@ -546,6 +552,13 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		i = l.entry(ni, d, bi)
 		e := &l.st.Learned[i]
 		e.Hdr = hdr
+		// A limit header says what the provider enforces: no window to
+		// guess (slide.go).
+		if e.Slide {
+			e.Slide, e.Win = false, slideWin{}
+			l.cc.specs[l.st.Buckets[bi].Spec].slide = false
+			l.st.Scopes[l.st.Nodes[ni].Scope].Dirty = true // its waiters may fit now
+		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
 			e.Aimd, e.Safe = 0, 0
 		}
@@ -598,6 +611,10 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		i = l.entry(ni, d, bi)
 	}
 	e := &l.st.Learned[i]
+	seed := false
+	if spb := &l.cc.specs[l.st.Buckets[bi].Spec]; spb.kind == kToken && !e.Slide {
+		e.Slide, spb.slide, seed = true, true, true
+	}
 	changed := true
 	switch {
 	case e.Hdr == 0 || rep < e.Hdr:
@@ -613,7 +630,13 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		}
 		l.applyLearned(i, bi, schemas.LearnedRemaining)
 	}
-	l.remainingLevel(bi, e.Hdr, rem)
+	used := l.remainingLevel(bi, e.Hdr, rem)
+	if seed {
+		// The grants before this report were not counted in the window:
+		// what the minute has lost stands for them (slide.go).
+		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+		l.slideCharge(ni, sp, min(used, sp.holdUnits))
+	}
 }
 
 // remainingLevel lowers the level of learned bucket bi (its reported
@@ -632,13 +655,16 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 // alone, L − rem is the whole minute's deficit: a window smaller than it
 // waits until the minute has refilled below it (once: pacing at the
 // learned rate keeps it there), which costs at most one window.
-func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) {
+//
+// It returns what the minute has lost, in the bucket's units.
+func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) int64 {
 	b := &l.st.Buckets[bi]
 	sp := &l.cc.specs[b.Spec]
 	l.refill(b, sp, l.st.Now)
 	limit := mulSat(hdr, 60_000) / sp.period // per minute, as remaining
 	used := min(maxAmount, max(0, limit-rem))
 	b.Level = min(b.Level, clampSat(sp.burst-mulSat(used, sp.period)))
+	return used
 }
 
 // learnRefusal applies the multiplicative decrease after a refusal the
@@ -909,6 +935,7 @@ func (l *Ledger) relearn() bool {
 		var sp spec
 		base := l.baseSpec(e)
 		learnedSpec(&sp, &base, e.Eff)
+		sp.slide = e.Slide && sp.kind == kToken
 		l.cc.specs = append(l.cc.specs, sp)
 		n := &l.st.Nodes[e.Node]
 		found := false
