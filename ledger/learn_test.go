@@ -713,20 +713,22 @@ func TestLearnRemaining(t *testing.T) {
 		// 59 remaining + 1 granted: the limit is at most 60.
 		{At: 1, Ev: rem("a", 59), Want: []string{"requests 600->60 remaining"}, Dim: schemas.DimRequests, Eff: 60},
 		// The lowering also left the 1 s window what the minute lost (60 −
-		// 59 = 1 request, a's): b waits for the refill.
+		// 59 = 1 request, a's): b waits for the refill, and for the
+		// trailing window (seeded with that request, counted in 100 ms
+		// slots) to let it go at 1,100 (slide.go).
 		{At: 2, Ev: reserve("b"), Dim: schemas.DimRequests, Eff: 60},
-		{At: 1_001, Ev: tick(), Dim: schemas.DimRequests, Eff: 60},
+		{At: 1_100, Ev: tick(), Dim: schemas.DimRequests, Eff: 60},
 		// 58 + 2 = 60: the same bound, nothing new; 57 + 2 is tighter.
-		{At: 1_003, Ev: rem("b", 58), Dim: schemas.DimRequests, Eff: 60},
-		{At: 1_004, Ev: rem("b", 57), Want: []string{"requests 60->59 remaining"}, Dim: schemas.DimRequests, Eff: 59},
+		{At: 1_103, Ev: rem("b", 58), Dim: schemas.DimRequests, Eff: 60},
+		{At: 1_104, Ev: rem("b", 57), Want: []string{"requests 60->59 remaining"}, Dim: schemas.DimRequests, Eff: 59},
 		// 65 remaining proves the limit is at least 65: the bound becomes 65.
-		{At: 1_005, Ev: rem("b", 65), Want: []string{"requests 59->65 remaining"}, Dim: schemas.DimRequests, Eff: 65},
+		{At: 1_105, Ev: rem("b", 65), Want: []string{"requests 59->65 remaining"}, Dim: schemas.DimRequests, Eff: 65},
 		// A looser bound (64 + 2) that proves nothing more: kept.
-		{At: 1_006, Ev: rem("a", 64), Dim: schemas.DimRequests, Eff: 65},
+		{At: 1_106, Ev: rem("a", 64), Dim: schemas.DimRequests, Eff: 65},
 		// 500 remaining: the limit rose to at least 500.
-		{At: 1_007, Ev: rem("a", 500), Want: []string{"requests 65->500 remaining"}, Dim: schemas.DimRequests, Eff: 500},
+		{At: 1_107, Ev: rem("a", 500), Want: []string{"requests 65->500 remaining"}, Dim: schemas.DimRequests, Eff: 500},
 		// Above the configured 600: back to it.
-		{At: 1_008, Ev: rem("a", 900), Want: []string{"requests 500->600 remaining"}, Dim: schemas.DimRequests, Eff: 600},
+		{At: 1_108, Ev: rem("a", 900), Want: []string{"requests 500->600 remaining"}, Dim: schemas.DimRequests, Eff: 600},
 		// A minute later the two grants have left the window: 30 remaining
 		// bounds it by 30.
 		{At: 70_000, Ev: rem("a", 30), Want: []string{"requests 600->30 remaining"}, Dim: schemas.DimRequests, Eff: 30},
