@@ -455,6 +455,11 @@ func (l *Ledger) newRes(ev *schemas.Event, att int32, rh uint32, fp uint64, si, 
 	}
 	if r.Deadline > 0 {
 		r.SvcMs = l.expectedService(r)
+		if r.SvcMs == 0 {
+			// Not known here: the time an earlier attempt's ledger named
+			// (ReserveRequested.ServicePriorMs; service.go).
+			r.SvcMs = min(max(0, rr.ServicePriorMs), dayMs)
+		}
 	}
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
