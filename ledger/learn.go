@@ -880,11 +880,19 @@ func (l *Ledger) learnSuccess(r *res) {
 			continue
 		}
 		e.Grow = min(maxAmount, e.Grow+max(1, mulSat(e.Eff, lc.increase())<<e.Boost))
-		if now-e.IncMs < lc.interval() || e.Grow < 1000 {
+		if now-e.IncMs < lc.interval() {
 			continue
 		}
-		e.Aimd += e.Grow / 1000
-		e.Grow %= 1000
+		step := e.Grow / 1000
+		if t := learnTimeStep(e, now, lc.interval()); t > step {
+			step, e.Grow = t, 0
+		} else {
+			e.Grow %= 1000
+		}
+		if step < 1 {
+			continue
+		}
+		e.Aimd = min(maxAmount, e.Aimd+step)
 		if e.Aimd >= e.Peak && e.Boost < learnBoostMax {
 			// Past the capacity where the provider last refused, and
 			// accepted: it has more now (a storm has ended). Like
@@ -901,6 +909,36 @@ func (l *Ledger) learnSuccess(r *res) {
 			l.applyLearned(i, bi, schemas.LearnedSuccess)
 		}
 	}
+}
+
+// learnClimbIntervals bounds, in learn intervals, the climb from a cut
+// back to the capacity before it (Peak), whatever the rate of accepts.
+const learnClimbIntervals = 8
+
+// learnTimeStep is the growth an interval without refusals earns entry e
+// at log time now by time alone, beside the per-accept step: the climb
+// back to Peak takes at most learnClimbIntervals intervals from the last
+// decrease, and past Peak the capacity grows by 2^Boost/16 of itself
+// each interval (×1.125, ×1.25, ×1.5, ×2, …). Per accept alone, a
+// capacity cut to 30 % by a storm climbs as slowly as the provider takes
+// calls at 30 %: the bare-dialect capacity storm was not back to its
+// full rate within the run (120 accepts at ~3 a second to regain Peak,
+// then steps of a few requests doubled). Once the provider refuses
+// nothing, what it took before the cut is probed again within seconds
+// and then exceeded geometrically (CUBIC's concave then convex growth in
+// time since the last decrease); a refusal arrives within milliseconds
+// of the first grant above the real limit and cuts again, so a faster
+// probe costs few more refusals per cycle, and a cycle at a steady limit
+// is still about learnClimbIntervals long.
+func learnTimeStep(e *learnedCap, now, interval int64) int64 {
+	if e.DecMs == 0 {
+		return 0
+	}
+	if e.Aimd < e.Peak {
+		left := max(1, learnClimbIntervals-(now-e.DecMs)/interval)
+		return (e.Peak - e.Aimd + left - 1) / left
+	}
+	return mulSat(e.Aimd, 1<<e.Boost) / 16
 }
 
 // learnGrant counts grant r, at log time now, as sent: in the scope's

@@ -197,12 +197,14 @@ func TestLearnAIMD(t *testing.T) {
 			}
 		}
 	}
+	// Past Peak (60) the capacity grows by time too (learnTimeStep):
+	// 2^Boost/16 of itself an interval, Boost doubling each, so it is
+	// back at the configured 600 in six seconds, where per accept alone
+	// (+0.18 an accept, doubled each second up to ×64) took eighteen.
 	want := []string{
-		"requests 60->61 success", "requests 61->62 success", "requests 62->63 success", // +0.18 an accept, past 60: ×2 a second
-		"requests 63->65 success", "requests 65->68 success", "requests 68->74 success", "requests 74->89 success",
-		"requests 89->106 success", "requests 106->126 success", "requests 126->150 success", "requests 150->179 success", // ×64: +19 % an accept
-		"requests 179->213 success", "requests 213->254 success", "requests 254->303 success", "requests 303->361 success",
-		"requests 361->430 success", "requests 430->513 success", "requests 513->600 success", // the configured bound: AIMD ends
+		"requests 60->63 success", "requests 63->70 success", "requests 70->87 success", // ×1.0625, ×1.125, ×1.25
+		"requests 87->130 success", "requests 130->260 success", // ×1.5, ×2
+		"requests 260->600 success", // ×3, capped: the configured bound, AIMD ends
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("growth:\n got  %q\n want %q", got, want)
@@ -311,16 +313,17 @@ func TestLearnRatioGate(t *testing.T) {
 	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
 	// A bare refusal among accepts: 3 accepted, 1 refused in the window.
 	at += 3000
-	// (The first accept with a clear window grows it by 3 ‰.)
+	// (The first accept with a clear window grows it: the gated cut set
+	// Peak to the new capacity, so by time 1/16 of it, learnTimeStep.)
 	add(at, reserve("y0"), 4200)
-	add(at, reconcile("y0", 100, 50), 4212, "requests 4200->4212 success")
+	add(at, reconcile("y0", 100, 50), 4462, "requests 4200->4462 success")
 	for i := 1; i < 3; i++ {
 		id := fmt.Sprintf("y%d", i)
-		add(at, reserve(id), 4212)
-		add(at, reconcile(id, 100, 50), 4212)
+		add(at, reserve(id), 4462)
+		add(at, reconcile(id, 100, 50), 4462)
 	}
-	add(at+1, reserve("z"), 4212)
-	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 2948, "requests 4212->2948 refusal")
+	add(at+1, reserve("z"), 4462)
+	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 3123, "requests 4462->3123 refusal")
 	runLearn(t, cfg, steps)
 }
 
@@ -856,7 +859,7 @@ func TestLearnRandomBareRefusalsProperty(t *testing.T) {
 // TestLearnBareSafe: a bare 429 under the gate cuts, but never below the
 // capacity the last cut past the gate set (Safe), and without such a cut
 // not at all. 20 sent: the second bare refusal passes the gate (2 of
-// 20) and sets Safe at 42,000; an accept grows the capacity to 42,126;
+// 20) and sets Safe at 42,000; an accept grows the capacity to 45,000;
 // 40 more sent, and a bare refusal (3 of 60: under the gate) cuts it back
 // to Safe, not ×0.7; the next one, a second later, at Safe, changes
 // nothing.
@@ -872,11 +875,13 @@ func TestLearnBareSafe(t *testing.T) {
 	}
 	add(30, rejected("s0", 1, schemas.KindRateLimited, 0), 60_000)
 	add(31, rejected("s1", 1, schemas.KindRateLimited, 0), 42_000, "requests 60000->42000 refusal")
-	add(3000, reconcile("s2", 100, 50), 42_126, "requests 42000->42126 success")
+	// The climb back to 60,000 takes at most 8 intervals from the cut
+	// (learnTimeStep): 2 have passed, 18,000 ÷ 6.
+	add(3000, reconcile("s2", 100, 50), 45_000, "requests 42000->45000 success")
 	for i := range 40 {
-		add(3001+int64(i), reserve(fmt.Sprintf("x%d", i)), 42_126)
+		add(3001+int64(i), reserve(fmt.Sprintf("x%d", i)), 45_000)
 	}
-	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 42126->42000 refusal")
+	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 45000->42000 refusal")
 	add(4100, rejected("x1", 1, schemas.KindRateLimited, 0), 42_000)
 	runLearn(t, cfg, steps)
 }
