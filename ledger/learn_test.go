@@ -885,3 +885,30 @@ func TestLearnBareSafe(t *testing.T) {
 	add(4100, rejected("x1", 1, schemas.KindRateLimited, 0), 42_000)
 	runLearn(t, cfg, steps)
 }
+
+// TestLearnClimbByTime: after a cut, the capacity climbs back to where
+// it was cut from (Peak) within learnClimbIntervals (8) intervals
+// whatever the rate of accepts (learnTimeStep): here one accept a second,
+// which per accept alone (3 ‰ of 420: 1.26) would take about 140 s.
+func TestLearnClimbByTime(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 20 {
+		add(int64(i), reserve(fmt.Sprintf("s%d", i)), 6000)
+	}
+	add(30, rejected("s0", 1, schemas.KindRateLimited, 0), 6000) // 1 of 20: under the bare gate
+	add(31, rejected("s1", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	// (6,000 − C) ÷ the intervals left of the 8 after the cut at 31.
+	add(2000, reconcile("s2", 100, 50), 4458, "requests 4200->4458 success") // 1,800 ÷ 7
+	add(3000, reconcile("s3", 100, 50), 4715, "requests 4458->4715 success") // 1,542 ÷ 6
+	add(3500, reconcile("s4", 100, 50), 4715)                                // once an interval
+	add(4000, reconcile("s5", 100, 50), 4972, "requests 4715->4972 success") // 1,285 ÷ 5
+	add(5000, reconcile("s6", 100, 50), 5229, "requests 4972->5229 success") // 1,028 ÷ 4
+	add(6000, reconcile("s7", 100, 50), 5486, "requests 5229->5486 success") // 771 ÷ 3
+	add(7000, reconcile("s8", 100, 50), 5743, "requests 5486->5743 success") // 514 ÷ 2
+	add(8000, reconcile("s9", 100, 50), 6000, "requests 5743->6000 success") // 257 ÷ 1: the bound, AIMD ends
+	runLearn(t, cfg, steps)
+}
