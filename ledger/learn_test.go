@@ -197,14 +197,12 @@ func TestLearnAIMD(t *testing.T) {
 			}
 		}
 	}
-	// Past Peak (60) the capacity grows by time too (learnTimeStep):
-	// 2^Boost/16 of itself an interval, Boost doubling each, so it is
-	// back at the configured 600 in six seconds, where per accept alone
-	// (+0.18 an accept, doubled each second up to ×64) took eighteen.
 	want := []string{
-		"requests 60->63 success", "requests 63->70 success", "requests 70->87 success", // ×1.0625, ×1.125, ×1.25
-		"requests 87->130 success", "requests 130->260 success", // ×1.5, ×2
-		"requests 260->600 success", // ×3, capped: the configured bound, AIMD ends
+		"requests 60->61 success", "requests 61->62 success", "requests 62->63 success", // +0.18 an accept, past 60: ×2 a second
+		"requests 63->65 success", "requests 65->68 success", "requests 68->74 success", "requests 74->89 success",
+		"requests 89->106 success", "requests 106->126 success", "requests 126->150 success", "requests 150->179 success", // ×64: +19 % an accept
+		"requests 179->213 success", "requests 213->254 success", "requests 254->303 success", "requests 303->361 success",
+		"requests 361->430 success", "requests 430->513 success", "requests 513->600 success", // the configured bound: AIMD ends
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("growth:\n got  %q\n want %q", got, want)
@@ -313,17 +311,16 @@ func TestLearnRatioGate(t *testing.T) {
 	add(at+1, rejected("x", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
 	// A bare refusal among accepts: 3 accepted, 1 refused in the window.
 	at += 3000
-	// (The first accept with a clear window grows it: the gated cut set
-	// Peak to the new capacity, so by time 1/16 of it, learnTimeStep.)
+	// (The first accept with a clear window grows it by 3 ‰.)
 	add(at, reserve("y0"), 4200)
-	add(at, reconcile("y0", 100, 50), 4462, "requests 4200->4462 success")
+	add(at, reconcile("y0", 100, 50), 4212, "requests 4200->4212 success")
 	for i := 1; i < 3; i++ {
 		id := fmt.Sprintf("y%d", i)
-		add(at, reserve(id), 4462)
-		add(at, reconcile(id, 100, 50), 4462)
+		add(at, reserve(id), 4212)
+		add(at, reconcile(id, 100, 50), 4212)
 	}
-	add(at+1, reserve("z"), 4462)
-	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 3123, "requests 4462->3123 refusal")
+	add(at+1, reserve("z"), 4212)
+	add(at+2, rejected("z", 1, schemas.KindRateLimited, 0), 2948, "requests 4212->2948 refusal")
 	runLearn(t, cfg, steps)
 }
 
@@ -859,7 +856,7 @@ func TestLearnRandomBareRefusalsProperty(t *testing.T) {
 // TestLearnBareSafe: a bare 429 under the gate cuts, but never below the
 // capacity the last cut past the gate set (Safe), and without such a cut
 // not at all. 20 sent: the second bare refusal passes the gate (2 of
-// 20) and sets Safe at 42,000; an accept grows the capacity to 45,000;
+// 20) and sets Safe at 42,000; an accept grows the capacity to 42,126;
 // 40 more sent, and a bare refusal (3 of 60: under the gate) cuts it back
 // to Safe, not ×0.7; the next one, a second later, at Safe, changes
 // nothing.
@@ -875,40 +872,50 @@ func TestLearnBareSafe(t *testing.T) {
 	}
 	add(30, rejected("s0", 1, schemas.KindRateLimited, 0), 60_000)
 	add(31, rejected("s1", 1, schemas.KindRateLimited, 0), 42_000, "requests 60000->42000 refusal")
-	// The climb back to 60,000 takes at most 8 intervals from the cut
-	// (learnTimeStep): 2 have passed, 18,000 ÷ 6.
-	add(3000, reconcile("s2", 100, 50), 45_000, "requests 42000->45000 success")
+	add(3000, reconcile("s2", 100, 50), 42_126, "requests 42000->42126 success")
 	for i := range 40 {
-		add(3001+int64(i), reserve(fmt.Sprintf("x%d", i)), 45_000)
+		add(3001+int64(i), reserve(fmt.Sprintf("x%d", i)), 42_126)
 	}
-	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 45000->42000 refusal")
+	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 42126->42000 refusal")
 	add(4100, rejected("x1", 1, schemas.KindRateLimited, 0), 42_000)
 	runLearn(t, cfg, steps)
 }
 
-// TestLearnClimbByTime: after a cut, the capacity climbs back to where
-// it was cut from (Peak) within learnClimbIntervals (8) intervals
-// whatever the rate of accepts (learnTimeStep): here one accept a second,
-// which per accept alone (3 ‰ of 420: 1.26) would take about 140 s.
-func TestLearnClimbByTime(t *testing.T) {
+// TestLearnQuietGrowth: a scope that sent for learnGoodMs (10 s; whole
+// 5 s slots of its trailing minute) without a refusal took the capacity it had (Good, here the configured
+// 6,000). Cut below it, once no unexplained refusal has come for
+// learnQuietIntervals (3) intervals, the capacity also grows by time,
+// 2^Boost/16 of itself an interval with Boost doubling each
+// (learnTimeStep), whatever the rate of accepts: here one a second, at
+// which per accept alone (3 ‰ of 4,200: 12.6) the climb to 6,000 took
+// about two minutes. Until then, the per-accept step alone; without such
+// a history (TestLearnAIMD: refused from the start), always.
+func TestLearnQuietGrowth(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 6000, 1000))
 	var steps []learnStep
 	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
 		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
 	}
-	for i := range 20 {
-		add(int64(i), reserve(fmt.Sprintf("s%d", i)), 6000)
+	for i := range 16 {
+		id := fmt.Sprintf("h%d", i)
+		add(int64(1000*i), reserve(id), 6000)
+		add(int64(1000*i+100), reconcile(id, 100, 50), 6000)
 	}
-	add(30, rejected("s0", 1, schemas.KindRateLimited, 0), 6000) // 1 of 20: under the bare gate
-	add(31, rejected("s1", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
-	// (6,000 − C) ÷ the intervals left of the 8 after the cut at 31.
-	add(2000, reconcile("s2", 100, 50), 4458, "requests 4200->4458 success") // 1,800 ÷ 7
-	add(3000, reconcile("s3", 100, 50), 4715, "requests 4458->4715 success") // 1,542 ÷ 6
-	add(3500, reconcile("s4", 100, 50), 4715)                                // once an interval
-	add(4000, reconcile("s5", 100, 50), 4972, "requests 4715->4972 success") // 1,285 ÷ 5
-	add(5000, reconcile("s6", 100, 50), 5229, "requests 4972->5229 success") // 1,028 ÷ 4
-	add(6000, reconcile("s7", 100, 50), 5486, "requests 5229->5486 success") // 771 ÷ 3
-	add(7000, reconcile("s8", 100, 50), 5743, "requests 5486->5743 success") // 514 ÷ 2
-	add(8000, reconcile("s9", 100, 50), 6000, "requests 5743->6000 success") // 257 ÷ 1: the bound, AIMD ends
+	const t0 = 16_000
+	for i := range 20 {
+		add(t0+int64(i), reserve(fmt.Sprintf("s%d", i)), 6000)
+	}
+	// 1, 2, 3 of 36 in the minute: under the bare gate; 4 passes it.
+	for i := range 3 {
+		add(t0+30+int64(i), rejected(fmt.Sprintf("s%d", i), 1, schemas.KindRateLimited, 0), 6000)
+	}
+	add(t0+33, rejected("s3", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	add(t0+2000, reconcile("s4", 100, 50), 4212, "requests 4200->4212 success") // per accept: 12.6
+	add(t0+3000, reconcile("s5", 100, 50), 4225, "requests 4212->4225 success") // 2,967 ms since the refusal
+	// Quiet: 4,225 ÷ 16, then × 2 ÷ 16 of 4,489, then 4 ÷ 16: past the bound.
+	add(t0+4000, reconcile("s6", 100, 50), 4489, "requests 4225->4489 success")
+	add(t0+4500, reconcile("s7", 100, 50), 4489) // once an interval
+	add(t0+5000, reconcile("s8", 100, 50), 5050, "requests 4489->5050 success")
+	add(t0+6000, reconcile("s9", 100, 50), 6000, "requests 5050->6000 success")
 	runLearn(t, cfg, steps)
 }
