@@ -997,7 +997,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
