@@ -16,16 +16,19 @@ type spec struct {
 	// refundUnsent: a requests bucket whose provider does not count a
 	// request it refused (RefundUnsent).
 	refundUnsent bool
-	capacity     int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
-	period       int64
-	window       int64
-	burst        int64 // token: scaled capacity×window; fixed, concurrency, rolling: capacity units
-	guaranteed   int64
-	gBurst       int64 // scaled guaranteed×window
-	reserve      int64 // borrow reserve in units
-	offset       int64
-	slots        int64
-	slotMs       int64
+	// slide: a learned token bucket whose capacity came from remaining
+	// counts without a limit also checks its trailing window (slide.go).
+	slide      bool
+	capacity   int64 // units per period (token, fixed, rolling), in flight (concurrency), max rate (ramp)
+	period     int64
+	window     int64
+	burst      int64 // token: scaled capacity×window; fixed, concurrency, rolling: capacity units
+	guaranteed int64
+	gBurst     int64 // scaled guaranteed×window
+	reserve    int64 // borrow reserve in units
+	offset     int64
+	slots      int64
+	slotMs     int64
 	// maxUnits is the most one request can take: a token or ramp bucket's
 	// capacity per period (a request larger than the window is admitted
 	// when the window is full and repays the rest as debt, fits), any other

@@ -57,6 +57,15 @@ type learnedCap struct {
 	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
 	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
 	Safe  int64 `json:"sf,omitempty"` // the capacity the last bare cut past the gate set; 0 none
+	// Slide: the capacity was learned from remaining counts without a
+	// limit (learnRemaining), so the bucket also checks every trailing
+	// window of its grants, Win (slide.go).
+	// Good is the capacity the provider took for learnGoodMs without an
+	// unexplained refusal before the AIMD term began (learnTimeStep);
+	// 0 none.
+	Good  int64    `json:"gd,omitempty"`
+	Slide bool     `json:"sl,omitempty"`
+	Win   slideWin `json:"w,omitzero"`
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -187,6 +196,23 @@ func (w *sentWindow) refusedShare(now int64) (refused, attempts int64) {
 		refused = min(maxAmount, refused+w.Ref[k])
 	}
 	return refused, max(refused, w.sum(dRequests, now))
+}
+
+// cleanBefore reports whether the window's slots that ended by log time
+// t hold a grant and no unexplained refusal: the scope was sending then,
+// and the provider took it.
+func (w *sentWindow) cleanBefore(t int64) bool {
+	sent := false
+	for k := w.Cur - sentSlots; k <= w.Cur; k++ {
+		if k < 0 || (k+1)*sentSlotMs > t {
+			continue
+		}
+		if w.Ref[k%(sentSlots+1)] > 0 {
+			return false
+		}
+		sent = sent || w.Ring[k%(sentSlots+1)][dRequests] > 0
+	}
+	return sent
 }
 
 // sum is what the window counts for dimension d at log time now.
@@ -480,6 +506,7 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	l.refill(b, sp, l.st.Now) // the time so far at the old rate
 	base := l.baseSpec(e)
 	learnedSpec(sp, &base, eff)
+	sp.slide = e.Slide
 	b.Level = min(b.Level, sp.burst)
 	b.Base = min(b.Base, sp.gBurst)
 	n := &l.st.Nodes[e.Node]
@@ -546,6 +573,13 @@ func (l *Ledger) learnHeaders(si, enf int32, deployment string, obs []schemas.Ob
 		i = l.entry(ni, d, bi)
 		e := &l.st.Learned[i]
 		e.Hdr = hdr
+		// A limit header says what the provider enforces: no window to
+		// guess (slide.go).
+		if e.Slide {
+			e.Slide, e.Win = false, slideWin{}
+			l.cc.specs[l.st.Buckets[bi].Spec].slide = false
+			l.st.Scopes[l.st.Nodes[ni].Scope].Dirty = true // its waiters may fit now
+		}
 		if e.Aimd >= e.bound(l.st.Config.Learn.headroom()) {
 			e.Aimd, e.Safe = 0, 0
 		}
@@ -598,6 +632,10 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		i = l.entry(ni, d, bi)
 	}
 	e := &l.st.Learned[i]
+	seed := false
+	if spb := &l.cc.specs[l.st.Buckets[bi].Spec]; spb.kind == kToken && !e.Slide {
+		e.Slide, spb.slide, seed = true, true, true
+	}
 	changed := true
 	switch {
 	case e.Hdr == 0 || rep < e.Hdr:
@@ -613,7 +651,13 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 		}
 		l.applyLearned(i, bi, schemas.LearnedRemaining)
 	}
-	l.remainingLevel(bi, e.Hdr, rem)
+	used := l.remainingLevel(bi, e.Hdr, rem)
+	if seed {
+		// The grants before this report were not counted in the window:
+		// what the minute has lost stands for them (slide.go).
+		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+		l.slideCharge(ni, sp, min(used, sp.holdUnits))
+	}
 }
 
 // remainingLevel lowers the level of learned bucket bi (its reported
@@ -632,13 +676,16 @@ func (l *Ledger) learnRemaining(si, ni int32, d int, remaining int64) {
 // alone, L − rem is the whole minute's deficit: a window smaller than it
 // waits until the minute has refilled below it (once: pacing at the
 // learned rate keeps it there), which costs at most one window.
-func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) {
+//
+// It returns what the minute has lost, in the bucket's units.
+func (l *Ledger) remainingLevel(bi int32, hdr, rem int64) int64 {
 	b := &l.st.Buckets[bi]
 	sp := &l.cc.specs[b.Spec]
 	l.refill(b, sp, l.st.Now)
 	limit := mulSat(hdr, 60_000) / sp.period // per minute, as remaining
 	used := min(maxAmount, max(0, limit-rem))
 	b.Level = min(b.Level, clampSat(sp.burst-mulSat(used, sp.period)))
+	return used
 }
 
 // learnRefusal applies the multiplicative decrease after a refusal the
@@ -657,6 +704,7 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	q := &sc.Ratio
 	q.roll(now, lc.interval())
 	q.Rej[0]++
+	sc.RefusedMs = max(1, now)
 	if !bare {
 		q.Room[0]++
 	}
@@ -812,6 +860,12 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	if c.rate >= 0 {
 		next = min(next, c.rate)
 	}
+	if e.Aimd == 0 {
+		e.Good = 0
+		if l.st.Scopes[l.st.Nodes[ni].Scope].Sent.cleanBefore(c.now - learnGoodMs) {
+			e.Good = e.Eff
+		}
+	}
 	e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
 	if c.bare {
 		e.Safe = e.Aimd
@@ -854,12 +908,21 @@ func (l *Ledger) learnSuccess(r *res) {
 			continue
 		}
 		e.Grow = min(maxAmount, e.Grow+max(1, mulSat(e.Eff, lc.increase())<<e.Boost))
-		if now-e.IncMs < lc.interval() || e.Grow < 1000 {
+		if now-e.IncMs < lc.interval() {
 			continue
 		}
-		e.Aimd += e.Grow / 1000
-		e.Grow %= 1000
-		if e.Aimd >= e.Peak && e.Boost < learnBoostMax {
+		step := e.Grow / 1000
+		quiet := l.st.Scopes[r.Scope].RefusedMs > 0 && now-l.st.Scopes[r.Scope].RefusedMs >= learnQuietIntervals*lc.interval()
+		if t := learnTimeStep(e, quiet && e.Aimd < e.Good); t > step {
+			step, e.Grow = t, 0
+		} else {
+			e.Grow %= 1000
+		}
+		if step < 1 {
+			continue
+		}
+		e.Aimd = min(maxAmount, e.Aimd+step)
+		if (e.Aimd >= e.Peak || (quiet && e.Aimd < e.Good)) && e.Boost < learnBoostMax {
 			// Past the capacity where the provider last refused, and
 			// accepted: it has more now (a storm has ended). Like
 			// CUBIC's convex phase, the step doubles each interval, so
@@ -875,6 +938,38 @@ func (l *Ledger) learnSuccess(r *res) {
 			l.applyLearned(i, bi, schemas.LearnedSuccess)
 		}
 	}
+}
+
+// learnGoodMs is how long a scope must have sent without an unexplained
+// refusal for the capacity it had then to count as one the provider
+// takes (learnedCap.Good).
+const learnGoodMs = 10_000
+
+// learnQuietIntervals is how many learn intervals without a refusal the
+// headers do not explain make a scope quiet (learnTimeStep).
+const learnQuietIntervals = 3
+
+// learnTimeStep is the growth an interval earns entry e by time alone,
+// beside the per-accept step, once its scope is quiet (no unexplained
+// refusal for learnQuietIntervals): 2^Boost/16 of the capacity, Boost
+// doubling each interval (×1.06, ×1.125, ×1.25, ×1.5, ×2, …), whether
+// or not it is past Peak. Per accept alone, a capacity that a storm cut
+// to 30 % climbs as slowly as the provider takes calls at 30 %: the
+// bare-dialect capacity storm was not back to its full rate within the
+// run (about 120 accepts at ~3 a second to regain Peak, then steps of a
+// few requests doubled). Once refusals stop, the provider has more than
+// it showed, and what it takes is probed geometrically (multiplicative
+// increase, as a TCP that saw no loss). A provider at a steady limit
+// below the learned capacity refuses again within a few intervals of
+// each cut (about one call in 120 at the per-accept rate), so it is
+// rarely quiet and keeps the per-accept climb: with the climb to Peak
+// bounded by time instead (8 intervals), headerless refused 70 of 1,231
+// calls (5.7 %).
+func learnTimeStep(e *learnedCap, quiet bool) int64 {
+	if !quiet {
+		return 0
+	}
+	return mulSat(e.Aimd, 1<<e.Boost) / 16
 }
 
 // learnGrant counts grant r, at log time now, as sent: in the scope's
@@ -902,13 +997,14 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
 		var sp spec
 		base := l.baseSpec(e)
 		learnedSpec(&sp, &base, e.Eff)
+		sp.slide = e.Slide && sp.kind == kToken
 		l.cc.specs = append(l.cc.specs, sp)
 		n := &l.st.Nodes[e.Node]
 		found := false

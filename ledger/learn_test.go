@@ -713,20 +713,22 @@ func TestLearnRemaining(t *testing.T) {
 		// 59 remaining + 1 granted: the limit is at most 60.
 		{At: 1, Ev: rem("a", 59), Want: []string{"requests 600->60 remaining"}, Dim: schemas.DimRequests, Eff: 60},
 		// The lowering also left the 1 s window what the minute lost (60 −
-		// 59 = 1 request, a's): b waits for the refill.
+		// 59 = 1 request, a's): b waits for the refill, and for the
+		// trailing window (seeded with that request, counted in 100 ms
+		// slots) to let it go at 1,100 (slide.go).
 		{At: 2, Ev: reserve("b"), Dim: schemas.DimRequests, Eff: 60},
-		{At: 1_001, Ev: tick(), Dim: schemas.DimRequests, Eff: 60},
+		{At: 1_100, Ev: tick(), Dim: schemas.DimRequests, Eff: 60},
 		// 58 + 2 = 60: the same bound, nothing new; 57 + 2 is tighter.
-		{At: 1_003, Ev: rem("b", 58), Dim: schemas.DimRequests, Eff: 60},
-		{At: 1_004, Ev: rem("b", 57), Want: []string{"requests 60->59 remaining"}, Dim: schemas.DimRequests, Eff: 59},
+		{At: 1_103, Ev: rem("b", 58), Dim: schemas.DimRequests, Eff: 60},
+		{At: 1_104, Ev: rem("b", 57), Want: []string{"requests 60->59 remaining"}, Dim: schemas.DimRequests, Eff: 59},
 		// 65 remaining proves the limit is at least 65: the bound becomes 65.
-		{At: 1_005, Ev: rem("b", 65), Want: []string{"requests 59->65 remaining"}, Dim: schemas.DimRequests, Eff: 65},
+		{At: 1_105, Ev: rem("b", 65), Want: []string{"requests 59->65 remaining"}, Dim: schemas.DimRequests, Eff: 65},
 		// A looser bound (64 + 2) that proves nothing more: kept.
-		{At: 1_006, Ev: rem("a", 64), Dim: schemas.DimRequests, Eff: 65},
+		{At: 1_106, Ev: rem("a", 64), Dim: schemas.DimRequests, Eff: 65},
 		// 500 remaining: the limit rose to at least 500.
-		{At: 1_007, Ev: rem("a", 500), Want: []string{"requests 65->500 remaining"}, Dim: schemas.DimRequests, Eff: 500},
+		{At: 1_107, Ev: rem("a", 500), Want: []string{"requests 65->500 remaining"}, Dim: schemas.DimRequests, Eff: 500},
 		// Above the configured 600: back to it.
-		{At: 1_008, Ev: rem("a", 900), Want: []string{"requests 500->600 remaining"}, Dim: schemas.DimRequests, Eff: 600},
+		{At: 1_108, Ev: rem("a", 900), Want: []string{"requests 500->600 remaining"}, Dim: schemas.DimRequests, Eff: 600},
 		// A minute later the two grants have left the window: 30 remaining
 		// bounds it by 30.
 		{At: 70_000, Ev: rem("a", 30), Want: []string{"requests 600->30 remaining"}, Dim: schemas.DimRequests, Eff: 30},
@@ -876,5 +878,44 @@ func TestLearnBareSafe(t *testing.T) {
 	}
 	add(3050, rejected("x0", 1, schemas.KindRateLimited, 0), 42_000, "requests 42126->42000 refusal")
 	add(4100, rejected("x1", 1, schemas.KindRateLimited, 0), 42_000)
+	runLearn(t, cfg, steps)
+}
+
+// TestLearnQuietGrowth: a scope that sent for learnGoodMs (10 s; whole
+// 5 s slots of its trailing minute) without a refusal took the capacity it had (Good, here the configured
+// 6,000). Cut below it, once no unexplained refusal has come for
+// learnQuietIntervals (3) intervals, the capacity also grows by time,
+// 2^Boost/16 of itself an interval with Boost doubling each
+// (learnTimeStep), whatever the rate of accepts: here one a second, at
+// which per accept alone (3 ‰ of 4,200: 12.6) the climb to 6,000 took
+// about two minutes. Until then, the per-accept step alone; without such
+// a history (TestLearnAIMD: refused from the start), always.
+func TestLearnQuietGrowth(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 6000, 1000))
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 16 {
+		id := fmt.Sprintf("h%d", i)
+		add(int64(1000*i), reserve(id), 6000)
+		add(int64(1000*i+100), reconcile(id, 100, 50), 6000)
+	}
+	const t0 = 16_000
+	for i := range 20 {
+		add(t0+int64(i), reserve(fmt.Sprintf("s%d", i)), 6000)
+	}
+	// 1, 2, 3 of 36 in the minute: under the bare gate; 4 passes it.
+	for i := range 3 {
+		add(t0+30+int64(i), rejected(fmt.Sprintf("s%d", i), 1, schemas.KindRateLimited, 0), 6000)
+	}
+	add(t0+33, rejected("s3", 1, schemas.KindRateLimited, 0), 4200, "requests 6000->4200 refusal")
+	add(t0+2000, reconcile("s4", 100, 50), 4212, "requests 4200->4212 success") // per accept: 12.6
+	add(t0+3000, reconcile("s5", 100, 50), 4225, "requests 4212->4225 success") // 2,967 ms since the refusal
+	// Quiet: 4,225 ÷ 16, then × 2 ÷ 16 of 4,489, then 4 ÷ 16: past the bound.
+	add(t0+4000, reconcile("s6", 100, 50), 4489, "requests 4225->4489 success")
+	add(t0+4500, reconcile("s7", 100, 50), 4489) // once an interval
+	add(t0+5000, reconcile("s8", 100, 50), 5050, "requests 4489->5050 success")
+	add(t0+6000, reconcile("s9", 100, 50), 6000, "requests 5050->6000 success")
 	runLearn(t, cfg, steps)
 }

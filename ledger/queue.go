@@ -353,15 +353,19 @@ func (l *Ledger) expireQueued(ri int32, out []Output) []Output {
 	l.st.Stats.Expired++
 	r := &l.st.Res[ri]
 	class, reason := schemas.RetryCapacity, schemas.ReasonMaxWaitExceeded
+	var needed, avail int64
 	if r.Deadline > 0 && r.grantBy() <= l.st.Now {
 		class, reason = schemas.RetryDeadline, schemas.ReasonDeadlineExceeded
 		if r.Deadline > l.st.Now {
-			// Time is left, but less than the route takes to answer.
-			reason = schemas.ReasonDeadlineBelowService
+			// Time is left, but less than the route takes to answer:
+			// both times named, as refuseShortDeadline does (a fallback
+			// carries the service time to its own ledger:
+			// ReserveRequested.ServicePriorMs).
+			reason, needed, avail = schemas.ReasonDeadlineBelowService, r.SvcMs, r.Deadline-l.st.Now
 		}
 	}
 	return l.emit(out, r, schemas.Decision{
-		Status: schemas.StatusExpired, Reason: reason,
+		Status: schemas.StatusExpired, Reason: reason, Needed: needed, Available: avail,
 		GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: class,
 		FallbackAllowed: l.st.Config.Classes[r.ClassIdx].Overload == OverloadFallback && r.Flags&fFallback != 0,
 	})

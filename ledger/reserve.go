@@ -455,6 +455,11 @@ func (l *Ledger) newRes(ev *schemas.Event, att int32, rh uint32, fp uint64, si, 
 	}
 	if r.Deadline > 0 {
 		r.SvcMs = l.expectedService(r)
+		if r.SvcMs == 0 {
+			// Not known here: the time an earlier attempt's ledger named
+			// (ReserveRequested.ServicePriorMs; service.go).
+			r.SvcMs = min(max(0, rr.ServicePriorMs), dayMs)
+		}
 	}
 	if rr.FallbackAllowed {
 		r.Flags |= fFallback
@@ -766,7 +771,15 @@ func (l *Ledger) checkBuckets(r *res, marks bool, v *verdict) (never bool) {
 					// larger than its window when it is full (fits).
 					v.borrowed = true
 				}
-				if l.fits(b, sp, a, reserve) {
+				fit := l.fits(b, sp, a, reserve)
+				var slideAt int64
+				if fit && sp.slide && !withReserve {
+					// A remaining-only bucket's trailing window (slide.go).
+					if slideAt = l.slideFitAt(ni, sp, a); slideAt > now {
+						fit = false
+					}
+				}
+				if fit {
 					if marks && b.mark == l.epoch && v.why == whyNone {
 						v.why, v.limNode, v.limDim, v.needed, v.avail = whyBlocked, ni, sp.dim, a, l.available(b, sp)
 					}
@@ -779,7 +792,7 @@ func (l *Ledger) checkBuckets(r *res, marks bool, v *verdict) (never bool) {
 				if marks {
 					b.mark = l.epoch
 				}
-				if f := l.fitAt(b, sp, a, reserve, now); f == 0 {
+				if f := max(l.fitAt(b, sp, a, reserve, now), slideAt); f == 0 {
 					unknown = true
 				} else if f > v.fitMs {
 					v.fitMs = f
@@ -854,6 +867,9 @@ func (l *Ledger) grant(ri int32, borrowed bool) {
 				b.Level = clampSat(b.Level - d)
 				if sp.guaranteed > 0 && !borrowed {
 					b.Base -= d
+				}
+				if sp.slide {
+					l.slideCharge(ni, sp, min(a, sp.maxUnits))
 				}
 				continue
 			}
@@ -930,10 +946,14 @@ func (l *Ledger) debitFast(r *res, plain bool) bool {
 			b := &bs[k]
 			sp := &specs[b.Spec]
 			// Refill first, whatever the amount, as check does.
-			switch sp.kind {
-			case kToken:
+			switch {
+			case sp.slide:
+				// A trailing window to check (slide.go): check decides.
+				l.ungrantFast(r, i, k)
+				return false
+			case sp.kind == kToken:
 				refillToken(b, sp, now)
-			case kConcurrency, kFixed:
+			case sp.kind == kConcurrency || sp.kind == kFixed:
 				l.refill(b, sp, now)
 			default:
 				l.ungrantFast(r, i, k)

@@ -148,20 +148,45 @@ func (l *Ledger) recordService(r *res, totalMs, firstByteMs, outTokens int64, st
 
 // expectedService returns the expected service time in ms of r (its
 // route, streaming or not, and its output estimate), or 0 when the route
-// has too few samples to say.
+// has too few samples to say anywhere.
+//
+// The prior: until r's own (scope, route) has the samples, the same
+// route's learned time in the partition's other scopes stands in for it,
+// the longest of them. A fallback reaches a scope whose route has never
+// answered (or too rarely to learn: the Azure fallback of
+// noisy-neighbor-handwritten has about 10 calls a run against 20
+// samples), and under overload it is the waiter its primary gave up on,
+// granted with what is left of its deadline: without a service time 4
+// of ~84 upstream calls a run were sent with 5–650 ms left and cancelled
+// by their clients. The route is the model profile, the same work on
+// another provider's copy of it; a provider slower than the one learned
+// is learned itself once it has the samples.
 func (l *Ledger) expectedService(r *res) int64 {
-	outTokens := r.Need[dOutput]
 	minN := l.st.Config.ServiceSamplesMin
 	if minN < 0 || len(l.st.Services) == 0 {
 		return 0
 	}
-	si := l.serviceFind(r.Scope, r.Route, r.Flags&fStreaming != 0, false)
-	if si < 0 {
-		return 0
+	stream := r.Flags&fStreaming != 0
+	if si := l.serviceFind(r.Scope, r.Route, stream, false); si >= 0 {
+		if svc := l.serviceEstimate(&l.st.Services[si], r.Need[dOutput], minN); svc > 0 {
+			return svc
+		}
 	}
+	var prior int64
+	for i := range l.st.Services {
+		if s := &l.st.Services[i]; s.Scope != r.Scope && s.Stream == stream && s.Route == r.Route {
+			prior = max(prior, l.serviceEstimate(s, r.Need[dOutput], minN))
+		}
+	}
+	return prior
+}
+
+// serviceEstimate is s's expected service time in ms for outTokens of
+// output, or 0 when it has fewer than minN samples in the current and
+// previous periods.
+func (l *Ledger) serviceEstimate(s *serviceStat, outTokens, minN int64) int64 {
 	// Read without rolling (a look changes no state): the periods that
 	// are current and previous at now.
-	s := &l.st.Services[si]
 	var use [2]bool
 	switch p := l.st.Now / serviceWindowMs; p {
 	case s.Period:

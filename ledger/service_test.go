@@ -144,3 +144,70 @@ func TestServiceBins(t *testing.T) {
 		}
 	}
 }
+
+// TestServiceTimePrior: a route with too few samples in its own scope (a
+// fallback's provider) takes the same route's learned time in the
+// partition's other scopes, the longest, until it has its own. The
+// route's p95 in scope s is 548 ms for 50 output tokens (as in
+// TestServiceTimeDeadline); scope f has never answered it.
+func TestServiceTimePrior(t *testing.T) {
+	conc := BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1}
+	cfg := Config{Scopes: []ScopeConfig{{Name: "s", Buckets: []BucketConfig{conc}}, {Name: "f", Buckets: []BucketConfig{conc}}}}
+	inF := func(ev *schemas.Event) { ev.Scope = "f" }
+	var steps []step
+	for i := range 20 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(10 * i)
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 5, Ev: served(id, 50, 400, 500)})
+	}
+	steps = append(steps,
+		// The fallback's scope has no sample: s's 548 ms stands in.
+		step{At: 300, Ev: reserve("short", inF, attempt(2), deadline(547)), Want: []string{"short/2 denied deadline_below_service_time rejected_locally"}},
+		step{At: 300, Ev: reserve("fits", inF, attempt(2), deadline(548)), Want: []string{"fits/2 granted admitted"}},
+		// Another route learned nowhere: nothing to refuse by.
+		step{At: 310, Ev: reserve("other", path("tenant", "t1", "key", "k2"), deadline(100), func(ev *schemas.Event) { ev.Route, ev.KeyID = "emb", "k2" }), Want: []string{"other/1 granted admitted"}},
+		// Streamed answers have no prior either (learned apart).
+		step{At: 320, Ev: reserve("st", streaming(), deadline(100)), Want: []string{"st/1 granted admitted"}},
+	)
+	runSteps(t, cfg, steps)
+}
+
+// TestServiceTimeFromTheGateway: a reservation whose route has no learned
+// time anywhere in the partition takes the one an earlier attempt's ledger
+// named (ReserveRequested.ServicePriorMs, carried by the gateway to the
+// fallback); a learned time of its own wins over it. An expiry for the
+// deadline names both times, as a denial does.
+func TestServiceTimeFromTheGateway(t *testing.T) {
+	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
+	prior := func(ms int64) reqOpt { return func(ev *schemas.Event) { ev.ReserveRequested.ServicePriorMs = ms } }
+	needed := func(n, avail int64) func(*testing.T, *Ledger, []Output) {
+		return func(t *testing.T, _ *Ledger, out []Output) {
+			t.Helper()
+			if d := out[0].Decision; d.Needed != n || d.Available != avail {
+				t.Errorf("needed %d available %d, want %d %d", d.Needed, d.Available, n, avail)
+			}
+		}
+	}
+	steps := []step{
+		{At: 0, Ev: reserve("short", attempt(2), deadline(999), prior(1000)), Want: []string{"short/2 denied deadline_below_service_time rejected_locally"}, Check: needed(1000, 999)},
+		{At: 0, Ev: reserve("fits", attempt(2), deadline(1000), prior(1000)), Want: []string{"fits/2 granted admitted"}},
+		// q waits behind fits; granted until 3,000 − 1,000, then expired.
+		{At: 1, Ev: reserve("q", attempt(2), class("agent"), deadline(2999), prior(1000)), Want: []string{"q/2 queued capacity queued"}},
+		{At: 2000, Ev: tick(), Want: []string{"q/2 expired deadline_below_service_time queued_then_expired"}, Check: needed(1000, 1000)},
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("s%d", i)
+		at := int64(3000 + 10*i)
+		if i == 0 {
+			steps = append(steps, step{At: at - 1, Ev: reconcileAtt("fits", 2, 100, 50)})
+		}
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + 5, Ev: served(id, 50, 400, 500)})
+	}
+	// Learned here (548 ms): the prior is not used.
+	steps = append(steps, step{At: 4000, Ev: reserve("own", attempt(2), deadline(600), prior(5000)), Want: []string{"own/2 granted admitted"}})
+	runSteps(t, cfg, steps)
+}

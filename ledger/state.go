@@ -279,6 +279,9 @@ type scopeState struct {
 	// Slow is the scope's slow-start window (learn.go, slowArm): while
 	// it is > 0, at most Slow attempts are in flight. 0: none.
 	Slow int64 `json:"slow,omitempty"`
+	// RefusedMs is the log time of the scope's last refusal that the
+	// headers do not explain (learnRefusal); 0: none.
+	RefusedMs int64 `json:"refused_ms,omitempty"`
 	// Answered: the provider has answered one of the scope's attempts
 	// (headers, a 2xx, a refusal), so its capacity is no longer only
 	// the configured guess and slow start is not armed.

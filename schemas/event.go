@@ -165,6 +165,13 @@ type ReserveRequested struct {
 	// (0 on the first try). Analytics counts client retries with it; the
 	// ledger does not use it. 0: the first try, or not known.
 	ClientRetryCount int32 `json:"client_retry_count,omitempty"`
+	// ServicePriorMs is the longest expected service time a ledger named
+	// in refusing an earlier attempt of this request for its deadline
+	// (Decision.Needed of deadline_below_service_time): the same route on
+	// another scope, often in another partition. A fallback's scope whose
+	// route has too few samples to know its own time takes it instead
+	// (ledger/service.go). 0: none.
+	ServicePriorMs int64 `json:"service_prior_ms,omitempty"`
 }
 
 // Status is a reservation's state as decided by the ledger.

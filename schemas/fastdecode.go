@@ -260,7 +260,7 @@ func strAs[T ~string](d *fastDec, dst *T) bool {
 
 var reserveKeys = []string{"path", "input_tokens", "cached_input_tokens", "output_tokens", "spend_micros", "max_output_tokens",
 	"streaming", "priority", "max_wait_ms", "deadline_ms", "max_attempts", "fallback_allowed", "idempotency_key",
-	"emergency_admitted", "prompt_family", "client_retry_count", "degraded"}
+	"emergency_admitted", "prompt_family", "client_retry_count", "degraded", "service_prior_ms"}
 
 var pathLevelKeys = []string{"level", "id"}
 
@@ -301,6 +301,8 @@ func (d *fastDec) reserve(r *ReserveRequested) bool {
 			return d.int32(&r.ClientRetryCount)
 		case 16:
 			return d.bool(&r.Degraded)
+		case 17:
+			return d.int64(&r.ServicePriorMs)
 		}
 		return false
 	})

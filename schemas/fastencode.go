@@ -180,6 +180,7 @@ func (w *fastEnc) reserveRequested(r *ReserveRequested) {
 	w.boolOmit("degraded", r.Degraded)
 	w.strOmit("prompt_family", r.PromptFamily)
 	w.intOmit("client_retry_count", int64(r.ClientRetryCount))
+	w.intOmit("service_prior_ms", r.ServicePriorMs)
 	w.b = append(w.b, '}')
 }
 

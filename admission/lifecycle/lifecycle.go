@@ -280,6 +280,7 @@ type Lifecycle struct {
 	lastRej    *schemas.ProviderRejected // the refusal the current retry follows
 	lateGrants int                       // late grants released and reserved again
 	queueMs    int64                     // enqueue → first upstream attempt
+	svcPriorMs int64                     // the longest service time a deadline refusal named
 	grant      schemas.Decision          // the dispatched attempt's grant
 	emergency  bool                      // the current attempt was admitted locally
 	degraded   bool                      // … in degraded mode
@@ -510,6 +511,11 @@ func (l *Lifecycle) decided(nowMs int64, d schemas.Decision) {
 // rejection): the fallback is a new reservation, in its own scope, that the
 // ledger decides like any other.
 func (l *Lifecycle) refused(nowMs int64, d schemas.Decision) {
+	if d.Reason == schemas.ReasonDeadlineBelowService {
+		// The route's service time where it was learned: the fallback's
+		// ledger may not know it (ReserveRequested.ServicePriorMs).
+		l.svcPriorMs = max(l.svcPriorMs, d.Needed)
+	}
 	if l.ti+1 < len(l.order) && (d.FallbackAllowed || (l.lastRej != nil && d.RetryClass != schemas.RetryDeadline)) {
 		l.ti++
 		l.attempt++
@@ -718,6 +724,7 @@ func (l *Lifecycle) reserveEvent(nowMs int64) *schemas.Event {
 		FallbackAllowed:   l.req.FallbackAllowed && len(l.order) > 1,
 		PromptFamily:      l.req.PromptFamily,
 		ClientRetryCount:  l.req.ClientRetryCount,
+		ServicePriorMs:    l.svcPriorMs,
 	}
 	return ev
 }

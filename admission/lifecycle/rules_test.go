@@ -59,6 +59,35 @@ func TestFallbackOnADenialThatAllowsIt(t *testing.T) {
 	})
 }
 
+// TestFallbackCarriesTheServiceTime: a deadline refusal names the route's
+// expected service time (Needed); the fallback's reservation carries it
+// (ServicePriorMs), since its scope's ledger, often another partition,
+// may not have learned the route. A reservation before any such refusal
+// carries none.
+func TestFallbackCarriesTheServiceTime(t *testing.T) {
+	prior := func(want int64) func(*testing.T, *Lifecycle, []Effect) {
+		return func(t *testing.T, _ *Lifecycle, out []Effect) {
+			t.Helper()
+			for _, e := range out {
+				if e.Kind == Produce && e.Event.Type == schemas.TypeReserveRequested {
+					if got := e.Event.ReserveRequested.ServicePriorMs; got != want {
+						t.Errorf("service_prior_ms %d, want %d", got, want)
+					}
+					return
+				}
+			}
+			t.Errorf("no ReserveRequested produced")
+		}
+	}
+	expired := schemas.Decision{Status: schemas.StatusExpired, Reason: schemas.ReasonDeadlineBelowService, Needed: 1200, Available: 900,
+		GatewayDecision: schemas.GDQueuedThenExpired, RetryClass: schemas.RetryDeadline, FallbackAllowed: true}
+	runSteps(t, testConfig, request("s1", "s2"), []step{
+		{At: 1000, In: start(), Want: []string{"produce ReserveRequested s1/1", "timer answer/1 @3000"}, Check: prior(0)},
+		{At: 1010, In: queued(1)},
+		{At: 1500, In: decided(1, expired), Want: []string{"wait_ended s1 expired", "produce ReserveRequested s2/2", "timer answer/2 @3500"}, Check: prior(1200)},
+	})
+}
+
 func TestProviderRejectionAsksTheLedgerForARetry(t *testing.T) {
 	runSteps(t, testConfig, request("s1", "s2"), []step{
 		{At: 1000, In: start(), Want: []string{"produce ReserveRequested s1/1", "timer answer/1 @3000"}},
