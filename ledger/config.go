@@ -926,6 +926,9 @@ type LearnConfig struct {
 	// itself). The margin absorbs the varying delay from grant to the
 	// provider's count, which at a window of about one request turns
 	// exact pacing into 429s (noisy-neighbor-handwritten: 26 of 79 calls).
+	// A requests bucket whose window holds at most one request keeps the
+	// margin the share keeps of its window per grant instead, (1000 −
+	// permille) × window_ms / 1000 between grants (paceBound).
 	HeadroomPermille int64 `json:"headroom_permille,omitempty"`
 }
 

@@ -919,3 +919,76 @@ func TestLearnQuietGrowth(t *testing.T) {
 	add(t0+6000, reconcile("s9", 100, 50), 6000, "requests 5050->6000 success")
 	runLearn(t, cfg, steps)
 }
+
+// TestLearnPaceBound: a reported requests limit whose window holds at most
+// one request keeps the headroom's margin per grant, not as a share of the
+// longer interval (README, "Capacity learned from the provider": one
+// request per window). 40 RPM over a 1 s window: one request per 1,500 ms
+// at the provider. 97 % of 40 truncated to 38 (1,579 ms between grants,
+// 79 ms of margin); the 30 ms that 3 % keeps of the 1 s window, kept per
+// grant, allows 39 (1,538.5 ms: 38.5 ms of margin). At 1000 permille the
+// reported limit itself.
+func TestLearnPaceBound(t *testing.T) {
+	for _, tc := range []struct {
+		headroom int64
+		learned  string
+		wakeMs   int64 // d's grant: b's (at 2) + period/capacity, rounded up
+	}{
+		{0, "requests 400->39 headers", 1_541},
+		{1000, "requests 400->40 headers", 1_502},
+	} {
+		cfg := testConfig(rpm("scope", "*", 400, 1000))
+		cfg.Learn.HeadroomPermille = tc.headroom
+		batch := func(id string) *schemas.Event {
+			ev := reserve(id)
+			ev.Class = "batch"
+			return ev
+		}
+		runSteps(t, cfg, []step{
+			{At: 0, Ev: batch("a"), Want: []string{"a/1 granted admitted"}},
+			{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 40, 39), Check: func(t *testing.T, l *Ledger, _ []Output) {
+				if got := renderAll(l); got != tc.learned {
+					t.Errorf("headroom %d: learned %q, want %q", tc.headroom, got, tc.learned)
+				}
+			}},
+			// The lowered window is full: b goes at once, d waits one interval.
+			{At: 2, Ev: batch("b"), Want: []string{"b/1 granted admitted"}},
+			{At: 3, Ev: batch("d"), Want: []string{"d/1 queued capacity queued"}, Check: func(t *testing.T, l *Ledger, _ []Output) {
+				if at, ok := l.NextWakeMs(); !ok || at != tc.wakeMs {
+					t.Errorf("headroom %d: next wake %d (%v), want %d", tc.headroom, at, ok, tc.wakeMs)
+				}
+			}},
+			{At: tc.wakeMs - 1, Ev: tick()},
+			{At: tc.wakeMs, Ev: tick(), Want: []string{"d/1 granted queued_then_admitted"}},
+		})
+	}
+}
+
+// TestPaceBound: the capacity a requests limit is enforced at, by the
+// window's size in requests at the reported limit. Where the window holds
+// more than one request (61 RPM and up over 1 s, or a 10 s window) the
+// share alone applies; at exactly one (60 RPM over 1 s) both give 58; the
+// tokens dimension is a share whatever its window.
+func TestPaceBound(t *testing.T) {
+	for _, tc := range []struct {
+		dim                  uint8
+		rep, permille, winMs int64
+		want                 int64
+	}{
+		{dRequests, 40, 970, 1000, 39},   // 38 by the share
+		{dRequests, 40, 1000, 1000, 40},  // the report itself
+		{dRequests, 40, 970, 10_000, 38}, // 6.7 requests a window: the share
+		{dRequests, 60, 970, 1000, 58},
+		{dRequests, 61, 970, 1000, 59},
+		{dRequests, 50, 970, 1000, 48},  // 48.8: 48 both ways
+		{dRequests, 10, 970, 1000, 9},   // 6,000 ms → 6,667: whole requests
+		{dRequests, 1, 970, 1000, 1},    // never below one
+		{dRequests, 300, 970, 100, 295}, // half a request a 100 ms window: 3 ms a grant; 291 by the share
+		{dTotal, 12_000, 970, 1000, 11_640},
+	} {
+		h := headroom{permille: tc.permille, periodMs: 60_000, windowMs: tc.winMs}
+		if got := h.of(tc.dim, tc.rep); got != tc.want {
+			t.Errorf("dim %d, %d a minute, %d permille, %d ms window: %d, want %d", tc.dim, tc.rep, tc.permille, tc.winMs, got, tc.want)
+		}
+	}
+}
