@@ -349,6 +349,20 @@ func snapshotSources(database, in string) (Tables, error) {
 	if err != nil {
 		return Tables{}, err
 	}
+	qs, err := Queries()
+	if err != nil {
+		return Tables{}, err
+	}
+	var all strings.Builder
+	for _, q := range qs {
+		all.WriteString(q.SQL)
+		all.WriteByte('\n')
+	}
+	words := map[string]bool{}
+	for _, w := range identWord.FindAllString(all.String(), -1) {
+		words[w] = true
+	}
+	queried := func(col string) bool { return words[col] }
 	db := quoteIdent(database)
 	body := func(view string, reads int) (string, error) {
 		prefix := "CREATE VIEW IF NOT EXISTS " + db + "." + view + " AS"
@@ -384,7 +398,7 @@ func snapshotSources(database, in string) (Tables, error) {
 		}
 		out = finalRead.ReplaceAllString(out, "FROM $1 AS f FINAL$2")
 		out = mergeOfF.ReplaceAllString(out, "finalizeAggregation(f.$1)")
-		return "(" + out + ")", nil
+		return "(" + pruneUnqueried(out, queried) + ")", nil
 	}
 	var t Tables
 	if t.Attempts, err = body("attempts", 2); err != nil {
@@ -394,6 +408,59 @@ func snapshotSources(database, in string) (Tables, error) {
 		return Tables{}, err
 	}
 	return t, nil
+}
+
+var (
+	identWord = regexp.MustCompile(`\w+`)
+	// identList is a select-list line of bare column names ending in a
+	// comma; finalLine a finalized state under its alias.
+	identList    = regexp.MustCompile(`^(\s*)(\w+(?:, \w+)*),\s*$`)
+	finalLine    = regexp.MustCompile(`^\s*finalizeAggregation\(f\.s_\w+\) AS (\w+),?\s*$`)
+	commaTilFrom = regexp.MustCompile(`,(\s*\n\s*FROM\b)`)
+)
+
+// pruneUnqueried drops from a rewritten view body the columns no embedded
+// query names: 18.16 computes every column of a subquery, used or not
+// (the per-request uniqExact sets of attempts cost most of the requests
+// snapshot). First the bare names of the outermost select list (columns
+// passed through from below: the expressions above still see the column
+// beneath), then each finalized state whose alias no query names and
+// nothing else in the body reads.
+func pruneUnqueried(body string, queried func(string) bool) string {
+	lines := strings.Split(body, "\n")
+	var out []string
+	outer := true
+	for _, l := range lines {
+		if strings.HasPrefix(l, "FROM") {
+			outer = false
+		}
+		if m := identList.FindStringSubmatch(l); outer && m != nil {
+			var keep []string
+			for _, c := range strings.Split(m[2], ", ") {
+				if queried(c) {
+					keep = append(keep, c)
+				}
+			}
+			if len(keep) > 0 {
+				out = append(out, m[1]+strings.Join(keep, ", ")+",")
+			}
+			continue
+		}
+		out = append(out, l)
+	}
+	joined := strings.Join(out, "\n")
+	uses := map[string]int{}
+	for _, w := range identWord.FindAllString(joined, -1) {
+		uses[w]++
+	}
+	lines, out = out, nil
+	for _, l := range lines {
+		if m := finalLine.FindStringSubmatch(l); m != nil && !queried(m[1]) && uses[m[1]] == 1 {
+			continue
+		}
+		out = append(out, l)
+	}
+	return commaTilFrom.ReplaceAllString(strings.Join(out, "\n"), "$1")
 }
 
 // queriedColumns lists the columns of view that some embedded query names,
