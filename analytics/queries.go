@@ -208,7 +208,8 @@ func normalize(v any) any {
 // Snapshot copies the attempts and requests of range r into two Memory
 // tables of database, so that many queries over one range merge the facts
 // once instead of once each (the views cannot take the range inside their
-// GROUP BY). CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
+// GROUP BY). It reads the views' bodies as FinalTables or RangedTables
+// rewrite them, which give the views' rows. CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
 // native protocol. drop removes the tables; call it when done.
 func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, drop func(), err error) {
 	t, creates, drops, err := SnapshotSQL(ctx, conn, database, r)
@@ -251,7 +252,8 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 // retention longer than the range and the range before it), the snapshot
 // reads RangedTables instead of the views: only the facts of the requests
 // with an event in r are merged, not every request ever stored. Otherwise
-// the views (the IN set would filter out little and cost its own scan).
+// FinalTables (the IN set would filter out little and cost its own scan).
+// Either way the facts are read FINAL and only the queried columns kept.
 func SnapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, creates, drops []string, err error) {
 	ranged, err := hasEventsBefore(ctx, conn, database, r.From.Add(-r.To.Sub(r.From)))
 	if err != nil {
