@@ -250,7 +250,7 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 //
 // When the database holds events older than r.From − (r.To − r.From) (a
 // retention longer than the range and the range before it), the snapshot
-// reads RangedTables instead of the views: only the facts of the requests
+// reads RangedTables instead of FinalTables: only the facts of the requests
 // with an event in r are merged, not every request ever stored. Otherwise
 // FinalTables (the IN set would filter out little and cost its own scan).
 // Either way the facts are read FINAL and only the queried columns kept.
