@@ -221,9 +221,9 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 			_ = conn.Exec(context.Background(), q)
 		}
 	}
-	// The two tables are built at once, on two connections: merging the
-	// facts is most of a report's work, and the two views merge different
-	// tables.
+	// The tables are built at once, on as many connections: merging the
+	// facts is most of a report's work, and each statement merges its own
+	// share of the facts.
 	errs := make([]error, len(creates))
 	var wg sync.WaitGroup
 	for i, q := range creates {
@@ -231,7 +231,7 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 		go func() {
 			defer wg.Done()
 			if err := conn.Exec(ctx, q); err != nil {
-				errs[i] = fmt.Errorf("snapshot %s: %w", []string{"attempts", "requests"}[i], err)
+				errs[i] = fmt.Errorf("snapshot %d of %d: %w", i+1, len(creates), err)
 			}
 		}()
 	}
@@ -265,24 +265,84 @@ func SnapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range
 func snapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range, ranged bool) (t Tables, creates, drops []string, err error) {
 	suffix := strconv.FormatInt(r.From.Unix(), 10) + "_" + strconv.FormatInt(r.To.Unix(), 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	db := quoteIdent(database)
-	t = Tables{Attempts: db + ".tmp_report_attempts_" + suffix, Requests: db + ".tmp_report_requests_" + suffix}
-	src, err := FinalTables(database)
+	in := ""
 	if ranged {
-		src, err = RangedTables(database, r)
+		in = rangedFilter(database, r)
 	}
+	split, err := attemptsSplit(ctx, conn, database)
 	if err != nil {
 		return Tables{}, nil, nil, err
 	}
+	// The attempts are read in two halves of request_id at once when a
+	// boundary exists: a FINAL read is one stream on 18.16, so one
+	// statement keeps one core busy however many the server has.
+	type part struct{ table, view, filter string }
+	var parts []part
+	if split == "" {
+		parts = append(parts, part{db + ".tmp_report_attempts_" + suffix, "attempts", in})
+		t.Attempts = parts[0].table
+	} else {
+		for i, cond := range []string{"request_id < " + split, "request_id >= " + split} {
+			f := cond
+			if in != "" {
+				f = in + " AND " + cond
+			}
+			parts = append(parts, part{db + ".tmp_report_attempts_" + strconv.Itoa(i) + "_" + suffix, "attempts", f})
+		}
+		t.Attempts = "(SELECT * FROM " + parts[0].table + " UNION ALL SELECT * FROM " + parts[1].table + ")"
+	}
+	parts = append(parts, part{db + ".tmp_report_requests_" + suffix, "requests", in})
+	t.Requests = parts[len(parts)-1].table
 	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
-	for _, c := range []struct{ table, view, from string }{{t.Attempts, "attempts", src.Attempts}, {t.Requests, "requests", src.Requests}} {
-		cols, err := queriedColumns(ctx, conn, database, c.view)
+	for _, p := range parts {
+		src, err := snapshotSources(database, p.filter)
 		if err != nil {
 			return Tables{}, nil, nil, err
 		}
-		creates = append(creates, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+c.from+where+snapshotSettings)
-		drops = append(drops, "DROP TABLE IF EXISTS "+c.table)
+		from := src.Attempts
+		if p.view == "requests" {
+			from = src.Requests
+		}
+		cols, err := queriedColumns(ctx, conn, database, p.view)
+		if err != nil {
+			return Tables{}, nil, nil, err
+		}
+		creates = append(creates, "CREATE TABLE "+p.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+from+where+snapshotSettings)
+		drops = append(drops, "DROP TABLE IF EXISTS "+p.table)
 	}
 	return t, creates, drops, nil
+}
+
+// attemptsSplit returns the median request_id of the per-attempt facts'
+// rows as a SQL string literal, or "" when there are none. The rows are
+// counted from system.parts (unmerged duplicates included: the split need
+// not be exact); the sort reads the request_id column alone.
+func attemptsSplit(ctx context.Context, conn driver.Conn, database string) (string, error) {
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT sum(rows) FROM system.parts WHERE database = ? AND table = 'attempt_facts' AND active", database).Scan(&n); err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	if n < 2 {
+		return "", nil
+	}
+	rows, err := conn.Query(ctx, "SELECT request_id FROM "+quoteIdent(database)+".attempt_facts ORDER BY request_id LIMIT 1 OFFSET "+strconv.FormatUint(n/2, 10))
+	if err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	defer rows.Close()
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", fmt.Errorf("snapshot: split attempts: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	if id == "" {
+		return "", nil
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(id) + "'", nil
 }
 
 // snapshotSettings lets a snapshot's GROUP BY spill to disk past 2 GB,
@@ -326,10 +386,13 @@ var (
 // as FinalTables reads them. The bodies are plain SQL, so they run on
 // every engine (the chDB comparison runs the queries over them too).
 func RangedTables(database string, r Range) (Tables, error) {
-	db := quoteIdent(database)
-	in := "request_id IN (SELECT request_id FROM " + db + ".events WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) +
+	return snapshotSources(database, rangedFilter(database, r))
+}
+
+// rangedFilter is RangedTables' filter: the request ids of r's events.
+func rangedFilter(database string, r Range) string {
+	return "request_id IN (SELECT request_id FROM " + quoteIdent(database) + ".events WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) +
 		") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ") AND request_id != '')"
-	return snapshotSources(database, in)
 }
 
 // FinalTables returns the attempts and requests views as subqueries that
