@@ -490,16 +490,21 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 	}
 	var queries []map[string]string
 	qs, _ := Queries()
-	// Each query twice: over the views, and over the ranged snapshot's
-	// subqueries (RangedTables), which must give the same rows on both
-	// engines.
+	// Each query three times: over the views, and over the snapshot's
+	// subqueries, ranged (RangedTables) and not (FinalTables), which must
+	// give the same rows on both engines.
 	rangedChDB, err := RangedTables("sluice", rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finalChDB, err := FinalTables("sluice")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, qq := range qs {
 		queries = append(queries, map[string]string{"name": qq.Name, "sql": qq.Render("sluice", rng)},
-			map[string]string{"name": qq.Name + "@ranged", "sql": qq.RenderIn("sluice", rng, rangedChDB)})
+			map[string]string{"name": qq.Name + "@ranged", "sql": qq.RenderIn("sluice", rng, rangedChDB)},
+			map[string]string{"name": qq.Name + "@final", "sql": qq.RenderIn("sluice", rng, finalChDB)})
 	}
 	compareRanged18(t, conn, db, want, rng)
 	job, _ := json.Marshal(map[string]any{"statements": stmts, "inserts": inserts, "queries": queries})
@@ -527,7 +532,7 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 	}
 	t.Logf("chDB ClickHouse %s: %d queries", doc.Version, len(doc.Results))
 	for _, qq := range qs {
-		for _, name := range []string{qq.Name, qq.Name + "@ranged"} {
+		for _, name := range []string{qq.Name, qq.Name + "@ranged", qq.Name + "@final"} {
 			cur, ok := doc.Results[name]
 			if !ok {
 				t.Errorf("%s: no chDB result", name)
@@ -538,7 +543,7 @@ func compareWithChDBRange(t *testing.T, conn driver.Conn, db string, want map[st
 	}
 }
 
-// compareRanged18 runs every query on 18.16 over RangedTables and wants
+// compareRanged18 runs every query on 18.16 over RangedTables and FinalTables and wants
 // the rows of the views (want).
 func compareRanged18(t *testing.T, conn driver.Conn, db string, want map[string]*Result, rng Range) {
 	t.Helper()
@@ -546,22 +551,31 @@ func compareRanged18(t *testing.T, conn driver.Conn, db string, want map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
+	ft, err := FinalTables(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	qs, _ := Queries()
-	for _, qq := range qs {
-		got, err := qq.RunIn(context.Background(), conn, db, rng, rt)
-		if err != nil {
-			t.Errorf("%s over the ranged snapshot on 18.16: %v", qq.Name, err)
-			continue
-		}
-		old := want[qq.Name]
-		if len(got.Rows) != len(old.Rows) {
-			t.Errorf("%s: %d rows over the ranged snapshot on 18.16, %d over the views", qq.Name, len(got.Rows), len(old.Rows))
-			continue
-		}
-		for i := range old.Rows {
-			for j := range old.Rows[i] {
-				if !sameValue(old.Rows[i][j], got.Rows[i][j]) {
-					t.Errorf("%s row %d %s: views %v, ranged snapshot %v (18.16)", qq.Name, i, old.Columns[j], old.Rows[i][j], got.Rows[i][j])
+	for _, src := range []struct {
+		name string
+		t    Tables
+	}{{"ranged snapshot", rt}, {"final snapshot", ft}} {
+		for _, qq := range qs {
+			got, err := qq.RunIn(context.Background(), conn, db, rng, src.t)
+			if err != nil {
+				t.Errorf("%s over the %s on 18.16: %v", qq.Name, src.name, err)
+				continue
+			}
+			old := want[qq.Name]
+			if len(got.Rows) != len(old.Rows) {
+				t.Errorf("%s: %d rows over the %s on 18.16, %d over the views", qq.Name, len(got.Rows), src.name, len(old.Rows))
+				continue
+			}
+			for i := range old.Rows {
+				for j := range old.Rows[i] {
+					if !sameValue(old.Rows[i][j], got.Rows[i][j]) {
+						t.Errorf("%s row %d %s: views %v, %s %v (18.16)", qq.Name, i, old.Columns[j], old.Rows[i][j], src.name, got.Rows[i][j])
+					}
 				}
 			}
 		}

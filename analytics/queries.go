@@ -208,7 +208,8 @@ func normalize(v any) any {
 // Snapshot copies the attempts and requests of range r into two Memory
 // tables of database, so that many queries over one range merge the facts
 // once instead of once each (the views cannot take the range inside their
-// GROUP BY). CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
+// GROUP BY). It reads the views' bodies as FinalTables or RangedTables
+// rewrite them, which give the views' rows. CREATE TABLE … AS SELECT is DDL, which works on 18.16 over the
 // native protocol. drop removes the tables; call it when done.
 func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, drop func(), err error) {
 	t, creates, drops, err := SnapshotSQL(ctx, conn, database, r)
@@ -220,9 +221,9 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 			_ = conn.Exec(context.Background(), q)
 		}
 	}
-	// The two tables are built at once, on two connections: merging the
-	// facts is most of a report's work, and the two views merge different
-	// tables.
+	// The tables are built at once, on as many connections: merging the
+	// facts is most of a report's work, and each statement merges its own
+	// share of the facts.
 	errs := make([]error, len(creates))
 	var wg sync.WaitGroup
 	for i, q := range creates {
@@ -230,7 +231,7 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 		go func() {
 			defer wg.Done()
 			if err := conn.Exec(ctx, q); err != nil {
-				errs[i] = fmt.Errorf("snapshot %s: %w", []string{"attempts", "requests"}[i], err)
+				errs[i] = fmt.Errorf("snapshot %d of %d: %w", i+1, len(creates), err)
 			}
 		}()
 	}
@@ -249,9 +250,10 @@ func Snapshot(ctx context.Context, conn driver.Conn, database string, r Range) (
 //
 // When the database holds events older than r.From − (r.To − r.From) (a
 // retention longer than the range and the range before it), the snapshot
-// reads RangedTables instead of the views: only the facts of the requests
+// reads RangedTables instead of FinalTables: only the facts of the requests
 // with an event in r are merged, not every request ever stored. Otherwise
-// the views (the IN set would filter out little and cost its own scan).
+// FinalTables (the IN set would filter out little and cost its own scan).
+// Either way the facts are read FINAL and only the queried columns kept.
 func SnapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range) (t Tables, creates, drops []string, err error) {
 	ranged, err := hasEventsBefore(ctx, conn, database, r.From.Add(-r.To.Sub(r.From)))
 	if err != nil {
@@ -263,23 +265,84 @@ func SnapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range
 func snapshotSQL(ctx context.Context, conn driver.Conn, database string, r Range, ranged bool) (t Tables, creates, drops []string, err error) {
 	suffix := strconv.FormatInt(r.From.Unix(), 10) + "_" + strconv.FormatInt(r.To.Unix(), 10) + "_" + strconv.FormatInt(time.Now().UnixNano()%1e9, 10)
 	db := quoteIdent(database)
-	t = Tables{Attempts: db + ".tmp_report_attempts_" + suffix, Requests: db + ".tmp_report_requests_" + suffix}
-	src := Tables{Attempts: db + ".attempts", Requests: db + ".requests"}
+	in := ""
 	if ranged {
-		if src, err = RangedTables(database, r); err != nil {
-			return Tables{}, nil, nil, err
-		}
+		in = rangedFilter(database, r)
 	}
+	split, err := attemptsSplit(ctx, conn, database)
+	if err != nil {
+		return Tables{}, nil, nil, err
+	}
+	// The attempts are read in two halves of request_id at once when a
+	// boundary exists: a FINAL read is one stream on 18.16, so one
+	// statement keeps one core busy however many the server has.
+	type part struct{ table, view, filter string }
+	var parts []part
+	if split == "" {
+		parts = append(parts, part{db + ".tmp_report_attempts_" + suffix, "attempts", in})
+		t.Attempts = parts[0].table
+	} else {
+		for i, cond := range []string{"request_id < " + split, "request_id >= " + split} {
+			f := cond
+			if in != "" {
+				f = in + " AND " + cond
+			}
+			parts = append(parts, part{db + ".tmp_report_attempts_" + strconv.Itoa(i) + "_" + suffix, "attempts", f})
+		}
+		t.Attempts = "(SELECT * FROM " + parts[0].table + " UNION ALL SELECT * FROM " + parts[1].table + ")"
+	}
+	parts = append(parts, part{db + ".tmp_report_requests_" + suffix, "requests", in})
+	t.Requests = parts[len(parts)-1].table
 	where := " WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) + ") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ")"
-	for _, c := range []struct{ table, view, from string }{{t.Attempts, "attempts", src.Attempts}, {t.Requests, "requests", src.Requests}} {
-		cols, err := queriedColumns(ctx, conn, database, c.view)
+	for _, p := range parts {
+		src, err := snapshotSources(database, p.filter)
 		if err != nil {
 			return Tables{}, nil, nil, err
 		}
-		creates = append(creates, "CREATE TABLE "+c.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+c.from+where+snapshotSettings)
-		drops = append(drops, "DROP TABLE IF EXISTS "+c.table)
+		from := src.Attempts
+		if p.view == "requests" {
+			from = src.Requests
+		}
+		cols, err := queriedColumns(ctx, conn, database, p.view)
+		if err != nil {
+			return Tables{}, nil, nil, err
+		}
+		creates = append(creates, "CREATE TABLE "+p.table+" ENGINE = Memory AS SELECT "+cols+" FROM "+from+where+snapshotSettings)
+		drops = append(drops, "DROP TABLE IF EXISTS "+p.table)
 	}
 	return t, creates, drops, nil
+}
+
+// attemptsSplit returns the median request_id of the per-attempt facts'
+// rows as a SQL string literal, or "" when there are none. The rows are
+// counted from system.parts (unmerged duplicates included: the split need
+// not be exact); the sort reads the request_id column alone.
+func attemptsSplit(ctx context.Context, conn driver.Conn, database string) (string, error) {
+	var n uint64
+	if err := conn.QueryRow(ctx, "SELECT sum(rows) FROM system.parts WHERE database = ? AND table = 'attempt_facts' AND active", database).Scan(&n); err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	if n < 2 {
+		return "", nil
+	}
+	rows, err := conn.Query(ctx, "SELECT request_id FROM "+quoteIdent(database)+".attempt_facts ORDER BY request_id LIMIT 1 OFFSET "+strconv.FormatUint(n/2, 10))
+	if err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	defer rows.Close()
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return "", fmt.Errorf("snapshot: split attempts: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("snapshot: split attempts: %w", err)
+	}
+	if id == "" {
+		return "", nil
+	}
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(id) + "'", nil
 }
 
 // snapshotSettings lets a snapshot's GROUP BY spill to disk past 2 GB,
@@ -301,8 +364,16 @@ func hasEventsBefore(ctx context.Context, conn driver.Conn, database string, t t
 }
 
 // factsFrom matches a view body's read of a facts table up to the clause
-// after it, where RangedTables puts its request_id filter.
+// after it, where the ranged snapshot puts its request_id filter.
 var factsFrom = regexp.MustCompile(`FROM (\S+\.(?:attempt_facts|request_facts|request_estimates)) AS (\w+)\s+(WHERE|GROUP BY)`)
+
+// finalRead matches the views' merge of the per-attempt or per-request
+// facts (alias f; an optional filter the ranged snapshot added) up to its
+// GROUP BY by the sorting key, and mergeOfF one merge of such a state.
+var (
+	finalRead = regexp.MustCompile(`FROM (\S+\.(?:attempt_facts|request_facts)) AS f((?:\s+WHERE \S.*?)?)\s+GROUP BY request_id(?:, attempt)?\b`)
+	mergeOfF  = regexp.MustCompile(`\b\w+Merge\(f\.(s_\w+)\)`)
+)
 
 // RangedTables returns the attempts and requests views as subqueries that
 // merge only the facts of the requests with an event in r: each read of a
@@ -311,16 +382,53 @@ var factsFrom = regexp.MustCompile(`FROM (\S+\.(?:attempt_facts|request_facts|re
 // of such a request is kept, so each merged row is the view's row, and
 // every attempt or request whose produced_at (its first event) falls in r
 // has an event in r: filtered by produced_at over r, the subqueries give
-// the views' rows exactly. The bodies are plain SQL, so they run on every
-// engine (the chDB comparison runs the queries over them too).
+// the views' rows exactly. The per-attempt and per-request facts are read
+// as FinalTables reads them. The bodies are plain SQL, so they run on
+// every engine (the chDB comparison runs the queries over them too).
 func RangedTables(database string, r Range) (Tables, error) {
+	return snapshotSources(database, rangedFilter(database, r))
+}
+
+// rangedFilter is RangedTables' filter: the request ids of r's events.
+func rangedFilter(database string, r Range) string {
+	return "request_id IN (SELECT request_id FROM " + quoteIdent(database) + ".events WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) +
+		") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ") AND request_id != '')"
+}
+
+// FinalTables returns the attempts and requests views as subqueries that
+// read the per-attempt and per-request facts with FINAL and
+// finalizeAggregation instead of -Merge functions under GROUP BY request_id
+// (, attempt). Both give one row per sorting key with every state merged
+// (the facts are unpartitioned AggregatingMergeTree tables, so FINAL
+// merges all of a key's rows), but FINAL merges the parts as sorted
+// streams: no hash table of every attempt and its ~37 states, which over
+// two weeks of 10M events took ~3.5 GB on 18.16 and spilled to disk.
+// The small join of the first attempt's estimates keeps its GROUP BY.
+func FinalTables(database string) (Tables, error) { return snapshotSources(database, "") }
+
+// snapshotSources rewrites the views' bodies: in, if not empty, filters
+// every read of a facts table (RangedTables); the merges of the facts
+// aliased f become FINAL reads (FinalTables).
+func snapshotSources(database, in string) (Tables, error) {
 	ms, err := Migrations()
 	if err != nil {
 		return Tables{}, err
 	}
+	qs, err := Queries()
+	if err != nil {
+		return Tables{}, err
+	}
+	var all strings.Builder
+	for _, q := range qs {
+		all.WriteString(q.SQL)
+		all.WriteByte('\n')
+	}
+	words := map[string]bool{}
+	for _, w := range identWord.FindAllString(all.String(), -1) {
+		words[w] = true
+	}
+	queried := func(col string) bool { return words[col] }
 	db := quoteIdent(database)
-	in := "request_id IN (SELECT request_id FROM " + db + ".events WHERE produced_at >= toDateTime(" + strconv.FormatInt(r.From.Unix(), 10) +
-		") AND produced_at < toDateTime(" + strconv.FormatInt(r.To.Unix(), 10) + ") AND request_id != '')"
 	body := func(view string, reads int) (string, error) {
 		prefix := "CREATE VIEW IF NOT EXISTS " + db + "." + view + " AS"
 		var last string
@@ -332,22 +440,30 @@ func RangedTables(database string, r Range) (Tables, error) {
 			}
 		}
 		if last == "" {
-			return "", fmt.Errorf("ranged %s: no migration creates the view", view)
+			return "", fmt.Errorf("snapshot %s: no migration creates the view", view)
 		}
-		n := 0
-		out := factsFrom.ReplaceAllStringFunc(last, func(m string) string {
-			n++
-			g := factsFrom.FindStringSubmatch(m)
-			if g[3] == "WHERE" {
-				return "FROM " + g[1] + " AS " + g[2] + " WHERE " + in + " AND"
+		out := last
+		if in != "" {
+			n := 0
+			out = factsFrom.ReplaceAllStringFunc(out, func(m string) string {
+				n++
+				g := factsFrom.FindStringSubmatch(m)
+				if g[3] == "WHERE" {
+					return "FROM " + g[1] + " AS " + g[2] + " WHERE " + in + " AND"
+				}
+				return "FROM " + g[1] + " AS " + g[2] + " WHERE " + in + " GROUP BY"
+			})
+			if n != reads {
+				// A view rewritten since: say so rather than filter part of it.
+				return "", fmt.Errorf("ranged %s: the view body reads a facts table %d times, want %d", view, n, reads)
 			}
-			return "FROM " + g[1] + " AS " + g[2] + " WHERE " + in + " GROUP BY"
-		})
-		if n != reads {
-			// A view rewritten since: say so rather than filter part of it.
-			return "", fmt.Errorf("ranged %s: the view body reads a facts table %d times, want %d", view, n, reads)
 		}
-		return "(" + out + ")", nil
+		if n := len(finalRead.FindAllStringIndex(out, -1)); n != 1 {
+			return "", fmt.Errorf("snapshot %s: the view body merges the facts aliased f %d times, want 1", view, n)
+		}
+		out = finalRead.ReplaceAllString(out, "FROM $1 AS f FINAL$2")
+		out = mergeOfF.ReplaceAllString(out, "finalizeAggregation(f.$1)")
+		return "(" + pruneUnqueried(out, queried) + ")", nil
 	}
 	var t Tables
 	if t.Attempts, err = body("attempts", 2); err != nil {
@@ -357,6 +473,59 @@ func RangedTables(database string, r Range) (Tables, error) {
 		return Tables{}, err
 	}
 	return t, nil
+}
+
+var (
+	identWord = regexp.MustCompile(`\w+`)
+	// identList is a select-list line of bare column names ending in a
+	// comma; finalLine a finalized state under its alias.
+	identList    = regexp.MustCompile(`^(\s*)(\w+(?:, \w+)*),\s*$`)
+	finalLine    = regexp.MustCompile(`^\s*finalizeAggregation\(f\.s_\w+\) AS (\w+),?\s*$`)
+	commaTilFrom = regexp.MustCompile(`,(\s*\n\s*FROM\b)`)
+)
+
+// pruneUnqueried drops from a rewritten view body the columns no embedded
+// query names: 18.16 computes every column of a subquery, used or not
+// (the per-request uniqExact sets of attempts cost most of the requests
+// snapshot). First the bare names of the outermost select list (columns
+// passed through from below: the expressions above still see the column
+// beneath), then each finalized state whose alias no query names and
+// nothing else in the body reads.
+func pruneUnqueried(body string, queried func(string) bool) string {
+	lines := strings.Split(body, "\n")
+	var out []string
+	outer := true
+	for _, l := range lines {
+		if strings.HasPrefix(l, "FROM") {
+			outer = false
+		}
+		if m := identList.FindStringSubmatch(l); outer && m != nil {
+			var keep []string
+			for _, c := range strings.Split(m[2], ", ") {
+				if queried(c) {
+					keep = append(keep, c)
+				}
+			}
+			if len(keep) > 0 {
+				out = append(out, m[1]+strings.Join(keep, ", ")+",")
+			}
+			continue
+		}
+		out = append(out, l)
+	}
+	joined := strings.Join(out, "\n")
+	uses := map[string]int{}
+	for _, w := range identWord.FindAllString(joined, -1) {
+		uses[w]++
+	}
+	lines, out = out, nil
+	for _, l := range lines {
+		if m := finalLine.FindStringSubmatch(l); m != nil && !queried(m[1]) && uses[m[1]] == 1 {
+			continue
+		}
+		out = append(out, l)
+	}
+	return commaTilFrom.ReplaceAllString(strings.Join(out, "\n"), "$1")
 }
 
 // queriedColumns lists the columns of view that some embedded query names,
