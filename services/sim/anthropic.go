@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Anthropic Messages API: a text answer, or a tool_use when the request
@@ -176,6 +178,8 @@ func (m *anthropicMessage) stream(w http.ResponseWriter, r *http.Request) {
 // anthropic-ratelimit-* headers with RFC 3339 resets, Anthropic's error
 // object (overloaded_error for an overload).
 type anthropicDialect struct{}
+
+func init() { registerDialect(schemas.ProviderAnthropic, "/anthropic/v1", anthropicDialect{}) }
 
 func (anthropicDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
