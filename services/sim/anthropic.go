@@ -181,6 +181,9 @@ type anthropicDialect struct{}
 
 func init() { registerDialect(schemas.ProviderAnthropic, "/anthropic/v1", anthropicDialect{}) }
 
+// overloadStatus: 529, Anthropic's overloaded_error.
+func (anthropicDialect) overloadStatus() int { return 529 }
+
 func (anthropicDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
 }

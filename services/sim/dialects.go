@@ -40,6 +40,9 @@ type dialect interface {
 	rejection(s *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool)
 	// badRequest writes a 400 body.
 	badRequest(w http.ResponseWriter, msg string)
+	// overloadStatus is the status of a bare overload (an overloaded
+	// storm, DialectOverloaded).
+	overloadStatus() int
 }
 
 // dialects holds the dialect of every provider style, in the order of

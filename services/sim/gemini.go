@@ -195,6 +195,8 @@ type geminiDialect struct{}
 
 func init() { registerDialect(schemas.ProviderGemini, "/gemini/v1beta", geminiDialect{}) }
 
+func (geminiDialect) overloadStatus() int { return http.StatusServiceUnavailable }
+
 func (geminiDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)
 }

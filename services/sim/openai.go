@@ -275,6 +275,8 @@ type openAIDialect struct{}
 
 func init() { registerDialect(schemas.ProviderOpenAI, "/openai/v1", openAIDialect{}) }
 
+func (openAIDialect) overloadStatus() int { return http.StatusServiceUnavailable }
+
 func (openAIDialect) routes(s *Server, m *http.ServeMux) {
 	for _, prefix := range []string{"/openai/v1", "/v1"} {
 		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
