@@ -2,6 +2,7 @@ package provider
 
 import (
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/config"
@@ -16,7 +17,7 @@ import (
 // ParseRateLimitHeaders, ParseUsage, Exchange.Answer, Exchange.NewStream,
 // StreamUsage.Feed) look the kind's adapter up in adapters and hold no
 // branch on the kind themselves, so that a provider is added as one file
-// and one line of adapters (README.md, "Adding a provider").
+// that registers its adapter (README.md, "Adding a provider").
 //
 // Every method takes and returns values, not pointers into the caller's
 // frame, so that calling through the interface allocates nothing more than
@@ -81,14 +82,25 @@ type streamTranslator interface {
 	tail() []byte
 }
 
-// adapters registers the adapter of every provider kind. It holds every
-// kind of schemas.ProviderKinds (TestAdaptersCoverEveryKind).
-var adapters = map[Kind]adapter{
-	schemas.ProviderOpenAI:           openAI{},
-	schemas.ProviderOpenAICompatible: openAI{},
-	schemas.ProviderAzure:            azure{},
-	schemas.ProviderAnthropic:        anthropic{},
-	schemas.ProviderGemini:           gemini{},
+// adapters holds the adapter of every provider kind. Each adapter's file
+// registers it (register, from an init), so that adding a provider is its
+// kind in schemas.ProviderKinds and one new file; TestAdaptersCoverEveryKind
+// checks that every kind has one.
+var adapters = map[Kind]adapter{}
+
+// register makes a the adapter of kinds. A kind registered twice, or one
+// the configuration does not admit (not in schemas.ProviderKinds), is a
+// programming error and panics at start.
+func register(a adapter, kinds ...Kind) {
+	for _, k := range kinds {
+		if !slices.Contains(schemas.ProviderKinds, k) {
+			panic("provider: adapter registered for kind " + string(k) + ", which is not in schemas.ProviderKinds")
+		}
+		if _, dup := adapters[k]; dup {
+			panic("provider: two adapters registered for kind " + string(k))
+		}
+		adapters[k] = a
+	}
 }
 
 // CountedAs is the request a client's request to API a (sent as body)

@@ -18,6 +18,8 @@ import (
 // resets, Anthropic's usage and stream events.
 type anthropic struct{}
 
+func init() { register(anthropic{}, schemas.ProviderAnthropic) }
+
 func (anthropic) serves(a API) bool { return a == APIMessages || a == APIChat || a == APIResponses }
 
 func (anthropic) translated(a API) bool { return a == APIChat || a == APIResponses }

@@ -17,6 +17,8 @@ import (
 // usageMetadata.
 type gemini struct{}
 
+func init() { register(gemini{}, schemas.ProviderGemini) }
+
 func (gemini) serves(a API) bool     { return a == APIChat }
 func (gemini) translated(a API) bool { return a == APIChat }
 

@@ -16,6 +16,8 @@ import (
 // streams read as OpenAI writes them.
 type openAI struct{}
 
+func init() { register(openAI{}, schemas.ProviderOpenAI, schemas.ProviderOpenAICompatible) }
+
 func (openAI) serves(a API) bool             { return a != APIMessages }
 func (openAI) translated(API) bool           { return false }
 func (openAI) untranslatable(*Parsed) string { return "" }
@@ -68,6 +70,8 @@ func (openAI) translator(Exchange, string, string, bool, *StreamUsage) streamTra
 // API on the v1 surface, with the deployment as the body's model) and the
 // api-key credential.
 type azure struct{ openAI }
+
+func init() { register(azure{}, schemas.ProviderAzure) }
 
 func (azure) build(p *config.Provider, a Attempt, base string) (built, error) {
 	if a.API == APIResponses {

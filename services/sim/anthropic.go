@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Anthropic Messages API: a text answer, or a tool_use when the request
@@ -176,6 +178,11 @@ func (m *anthropicMessage) stream(w http.ResponseWriter, r *http.Request) {
 // anthropic-ratelimit-* headers with RFC 3339 resets, Anthropic's error
 // object (overloaded_error for an overload).
 type anthropicDialect struct{}
+
+func init() { registerDialect(schemas.ProviderAnthropic, "/anthropic/v1", anthropicDialect{}) }
+
+// overloadStatus: 529, Anthropic's overloaded_error.
+func (anthropicDialect) overloadStatus() int { return 529 }
 
 func (anthropicDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)

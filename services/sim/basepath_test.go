@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -16,5 +18,24 @@ func TestBasePathOfEveryKind(t *testing.T) {
 	}
 	if _, ok := BasePath("mistral"); ok {
 		t.Error("a base path for a kind the simulator does not speak")
+	}
+}
+
+// TestDialectsFollowKinds: the dialects, registered each by its own file,
+// are listed in the order of schemas.ProviderKinds, and the list the
+// config's errors want is theirs ("a, b or c").
+func TestDialectsFollowKinds(t *testing.T) {
+	var want []string
+	for _, k := range schemas.ProviderKinds {
+		if dialectOf(string(k)) != nil {
+			want = append(want, string(k))
+		}
+	}
+	if !slices.Equal(providerNames, want) || len(dialects) != len(want) {
+		t.Errorf("providers %v, want %v", providerNames, want)
+	}
+	n := len(want)
+	if got, w := providerList(), strings.Join(want[:n-1], ", ")+" or "+want[n-1]; got != w {
+		t.Errorf("providerList %q, want %q", got, w)
 	}
 }

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ const (
 // kind: the endpoints it serves, its rate-limit and retry headers, and its
 // refusal and bad-request bodies. The limits, storms, token counts and
 // answers around them are shared. A provider is added to the simulator as
-// one dialect (in the file of its handlers) and one line of dialects.
+// one dialect in the file of its handlers, which registers it
+// (registerDialect).
 type dialect interface {
 	// routes registers the provider's endpoints on m.
 	routes(s *Server, m *http.ServeMux)
@@ -38,20 +40,45 @@ type dialect interface {
 	rejection(s *Server, w http.ResponseWriter, ec errCtx, rj *rejection, overload bool)
 	// badRequest writes a 400 body.
 	badRequest(w http.ResponseWriter, msg string)
+	// overloadStatus is the status of a bare overload (an overloaded
+	// storm, DialectOverloaded).
+	overloadStatus() int
 }
 
-// dialects registers the dialect of every provider style, in the order
-// the simulator lists them, with base, where it serves the provider's API:
-// the path of a gateway provider's base_url after the simulator's URL
-// (BasePath).
-var dialects = []struct {
+// dialects holds the dialect of every provider style, in the order of
+// schemas.ProviderKinds (the order the simulator lists them), with base,
+// where it serves the provider's API: the path of a gateway provider's
+// base_url after the simulator's URL (BasePath). Each dialect's file
+// registers it (registerDialect, from an init).
+var dialects []namedDialect
+
+// namedDialect is a dialect with its provider name and base path.
+type namedDialect struct {
 	name, base string
 	dialect
-}{
-	{OpenAI, "/openai/v1", openAIDialect{}},
-	{Azure, "/azure", azureDialect{}},
-	{Anthropic, "/anthropic/v1", anthropicDialect{}},
-	{Gemini, "/gemini/v1beta", geminiDialect{}},
+}
+
+// providerNames are the names of dialects, in order.
+var providerNames []string
+
+// registerDialect makes d the dialect of kind, served under base. A kind
+// registered twice, or one the gateway does not admit (not in
+// schemas.ProviderKinds), is a programming error and panics at start.
+func registerDialect(kind schemas.ProviderKind, base string, d dialect) {
+	if !slices.Contains(schemas.ProviderKinds, kind) {
+		panic("sim: dialect registered for kind " + string(kind) + ", which is not in schemas.ProviderKinds")
+	}
+	if dialectOf(string(kind)) != nil {
+		panic("sim: two dialects registered for kind " + string(kind))
+	}
+	dialects = append(dialects, namedDialect{string(kind), base, d})
+	slices.SortStableFunc(dialects, func(x, y namedDialect) int {
+		return slices.Index(schemas.ProviderKinds, schemas.ProviderKind(x.name)) - slices.Index(schemas.ProviderKinds, schemas.ProviderKind(y.name))
+	})
+	providerNames = providerNames[:0]
+	for _, d := range dialects {
+		providerNames = append(providerNames, d.name)
+	}
 }
 
 // BasePath is where the simulator serves the API of provider kind: the
@@ -69,15 +96,6 @@ func BasePath(kind schemas.ProviderKind) (path string, ok bool) {
 	}
 	return "", false
 }
-
-// providerNames are the names of dialects, in order.
-var providerNames = func() []string {
-	out := make([]string, len(dialects))
-	for i, d := range dialects {
-		out[i] = d.name
-	}
-	return out
-}()
 
 // dialectOf is the dialect of provider (nil: the simulator does not speak
 // it; the configuration admits only those it speaks).

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // Gemini generateContent / streamGenerateContent.
@@ -190,6 +192,10 @@ func (g geminiStreamWriter) end() error {
 // under /gemini/v1beta, no rate-limit or retry headers (the wait is the
 // body's RetryInfo), Google's error object.
 type geminiDialect struct{}
+
+func init() { registerDialect(schemas.ProviderGemini, "/gemini/v1beta", geminiDialect{}) }
+
+func (geminiDialect) overloadStatus() int { return http.StatusServiceUnavailable }
 
 func (geminiDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)

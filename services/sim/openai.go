@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // OpenAI and Azure OpenAI chat completions, embeddings and models.
@@ -271,6 +273,10 @@ func (e *sse) event(name string, v any) error {
 // object.
 type openAIDialect struct{}
 
+func init() { registerDialect(schemas.ProviderOpenAI, "/openai/v1", openAIDialect{}) }
+
+func (openAIDialect) overloadStatus() int { return http.StatusServiceUnavailable }
+
 func (openAIDialect) routes(s *Server, m *http.ServeMux) {
 	for _, prefix := range []string{"/openai/v1", "/v1"} {
 		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
@@ -317,6 +323,8 @@ func (openAIDialect) badRequest(w http.ResponseWriter, msg string) {
 // surface), remaining-only rate-limit headers, retry-after-ms, and Azure's
 // error object.
 type azureDialect struct{ openAIDialect }
+
+func init() { registerDialect(schemas.ProviderAzure, "/azure", azureDialect{}) }
 
 func (azureDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /azure/openai/deployments/{deployment}/chat/completions", s.openAIChat(Azure))

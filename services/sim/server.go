@@ -448,10 +448,7 @@ func (s *Server) capacityStorms(c call, d demand, now time.Time) (*rateView, *re
 		case DialectBare:
 			rj.bare, rj.wait = true, 0
 		case DialectOverloaded:
-			rj.bare, rj.wait, rj.status = true, 0, http.StatusServiceUnavailable
-			if c.provider == Anthropic {
-				rj.status = 529
-			}
+			rj.bare, rj.wait, rj.status = true, 0, dialectOf(c.provider).overloadStatus()
 		}
 		if rj.status == http.StatusTooManyRequests {
 			st.RateLimited++
