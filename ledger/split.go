@@ -29,11 +29,13 @@ import (
 // that the sub-scopes' bursts add up to the deployment's.
 // A concurrency limit is split statically: sub-scope i holds
 // Capacity/Partitions, the remainder going to the lowest indexes, so the
-// parts sum to Capacity. Every other limit of the scope (keys, tenants,
-// profiles) is copied to each sub-scope, as it applies to the requests
-// the sub-scope decides; the gateway spreads a deployment's requests
-// over the sub-scopes by key (PartitionScope), so a key's limits stay in
-// one of them.
+// parts sum to Capacity. The limits above the key level (scope, org,
+// tenant, team, profile) are split statically the same way (splitShare):
+// they apply to requests of many keys, which the gateway spreads over the
+// sub-scopes by key (PartitionScope), so a whole copy in each would hold
+// Partitions times over. A key's limits are copied to each sub-scope:
+// its requests all go to one of them. Shadow limits are copied (they
+// change no decision).
 
 // SplitSep separates a split scope's name from its sub-scope index.
 const SplitSep = "#"
@@ -148,20 +150,27 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 	if s.Name == "*" || strings.Contains(s.Name, SplitSep) {
 		p.Add(loc+".partitions", "scope %q cannot be split: name one scope, without %q", s.Name, SplitSep)
 	}
-	var kept []BucketConfig // copied to every sub-scope
-	var conc []BucketConfig // split statically
+	var kept []BucketConfig   // copied to every sub-scope
+	var shared []BucketConfig // split statically: Capacity/n each
 	for bi, b := range s.Buckets {
+		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
 		if b.Level != LevelDeployment {
-			kept = append(kept, b)
+			switch why := splitShare(b, n); {
+			case b.Level == LevelKey || b.Shadow || s.Shadow:
+				kept = append(kept, b) // a key's requests all go to one sub-scope; a shadow limit decides nothing
+			case why != "":
+				p.Add(bloc, "a split scope's %s limit is divided among its %d sub-scopes, and this one cannot be: %s", b.Level, n, why)
+			default:
+				shared = append(shared, b)
+			}
 			continue
 		}
-		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
 		if b.ID == "*" || b.Shadow || s.Shadow {
 			p.Add(bloc, "a split scope's deployment limit must name its deployment and be enforced (not \"*\", not shadow)")
 			continue
 		}
 		if b.Dimension == schemas.DimConcurrency {
-			conc = append(conc, b)
+			shared = append(shared, b)
 			continue
 		}
 		unit, rollingMs, slots, why := splitUnit(b)
@@ -182,13 +191,42 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 		sub.Buckets = append([]BucketConfig(nil), kept...)
 		sub.Tenants = append([]TenantConfig(nil), s.Tenants...)
 		sub.RequiredLevels = append([]string{}, s.RequiredLevels...)
-		for _, b := range conc {
+		for _, b := range shared {
 			b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+			if b.Level == LevelScope && b.ID == s.Name {
+				b.ID = sub.Name // a scope-level limit names its scope
+			}
 			sub.Buckets = append(sub.Buckets, b)
 		}
 		subs = append(subs, sub)
 	}
 	return subs, buds, true
+}
+
+// splitShare says why bucket b (a limit above the key level: scope, org,
+// tenant, team, profile) cannot be divided into n static shares, one a
+// sub-scope ("" if it can). Such a limit applies to requests of many keys,
+// which the gateway spreads over the sub-scopes, so a copy in each would
+// hold n times over (a tenant whose keys land in n sub-scopes could use
+// n × its limit). Sub-scope i holds Capacity/n, the remainder going to
+// the lowest indexes: the shares sum to Capacity in every period, window
+// and instant, whatever the refill (token, fixed and rolling windows
+// start at the same times in every sub-scope). The price: a tenant whose
+// keys all land in one sub-scope gets only its share there.
+func splitShare(b BucketConfig, n int) string {
+	switch b.Refill {
+	case RefillToken, RefillFixed, RefillRolling, RefillConcurrency:
+	default:
+		return fmt.Sprintf("refill %s (only token, fixed, rolling and concurrency)", b.Refill)
+	}
+	share := b.Capacity / int64(n)
+	if share < 1 {
+		return fmt.Sprintf("capacity %d is below one unit for each of %d sub-scopes", b.Capacity, n)
+	}
+	if b.Refill == RefillToken && b.WindowMs > 0 && share*b.WindowMs < b.PeriodMs {
+		return fmt.Sprintf("a share's burst %d×%d/%d is below one unit: give a longer window_ms", share, b.WindowMs, b.PeriodMs)
+	}
+	return ""
 }
 
 // splitSlots is the number of slots a split limit's period is counted
