@@ -462,23 +462,26 @@ func (c *Config) fillDefaults() {
 			s.RequiredLevels = defaultRequiredLevels(s)
 		}
 		for bi := range s.Buckets {
-			b := &s.Buckets[bi]
-			if b.Refill == "" {
-				b.Refill = defaultRefill(b.Dimension)
-			}
-			switch b.Refill {
-			case RefillToken, RefillRamp:
-				setDef(&b.PeriodMs, minuteMs)
-				if b.WindowMs == 0 {
-					b.WindowMs = min(1_000, b.PeriodMs)
-				}
-			case RefillFixed, RefillRolling:
-				setDef(&b.PeriodMs, dayMs)
-			}
-			if b.Refill == RefillRolling && b.Slots == 0 {
-				b.Slots = 24
-			}
+			fillBucketDefaults(&s.Buckets[bi])
 		}
+	}
+}
+
+func fillBucketDefaults(b *BucketConfig) {
+	if b.Refill == "" {
+		b.Refill = defaultRefill(b.Dimension)
+	}
+	switch b.Refill {
+	case RefillToken, RefillRamp:
+		setDef(&b.PeriodMs, minuteMs)
+		if b.WindowMs == 0 {
+			b.WindowMs = min(1_000, b.PeriodMs)
+		}
+	case RefillFixed, RefillRolling:
+		setDef(&b.PeriodMs, dayMs)
+	}
+	if b.Refill == RefillRolling && b.Slots == 0 {
+		b.Slots = 24
 	}
 }
 

@@ -155,11 +155,11 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 	for bi, b := range s.Buckets {
 		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
 		if b.Level != LevelDeployment {
-			switch why := splitShare(b, n); {
+			switch _, why := SplitLimit(b, n, 0); {
 			case b.Level == LevelKey || b.Shadow || s.Shadow:
 				kept = append(kept, b) // a key's requests all go to one sub-scope; a shadow limit decides nothing
 			case why != "":
-				p.Add(bloc, "a split scope's %s limit is divided among its %d sub-scopes, and this one cannot be: %s", b.Level, n, why)
+				p.Add(bloc, "%s", why)
 			default:
 				shared = append(shared, b)
 			}
@@ -192,7 +192,7 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 		sub.Tenants = append([]TenantConfig(nil), s.Tenants...)
 		sub.RequiredLevels = append([]string{}, s.RequiredLevels...)
 		for _, b := range shared {
-			b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+			b, _ = SplitLimit(b, n, i)
 			if b.Level == LevelScope && b.ID == s.Name {
 				b.ID = sub.Name // a scope-level limit names its scope
 			}
@@ -211,9 +211,14 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 // n × its limit). Sub-scope i holds Capacity/n, the remainder going to
 // the lowest indexes: the shares sum to Capacity in every period, window
 // and instant, whatever the refill (token, fixed and rolling windows
-// start at the same times in every sub-scope). The price: a tenant whose
-// keys all land in one sub-scope gets only its share there.
+// start at the same times in every sub-scope). A token bucket keeps its
+// window, so the shares' bursts sum to the limit's, unless a share's
+// burst would be below one unit: its window is then lengthened to hold
+// one (as splitBurst's floor), so a burst below n units is up to n units
+// over all sub-scopes. The price: a tenant whose keys all land in one
+// sub-scope gets only its share there.
 func splitShare(b BucketConfig, n int) string {
+	fillBucketDefaults(&b)
 	switch b.Refill {
 	case RefillToken, RefillFixed, RefillRolling, RefillConcurrency:
 	default:
@@ -223,10 +228,27 @@ func splitShare(b BucketConfig, n int) string {
 	if share < 1 {
 		return fmt.Sprintf("capacity %d is below one unit for each of %d sub-scopes", b.Capacity, n)
 	}
-	if b.Refill == RefillToken && b.WindowMs > 0 && share*b.WindowMs < b.PeriodMs {
-		return fmt.Sprintf("a share's burst %d×%d/%d is below one unit: give a longer window_ms", share, b.WindowMs, b.PeriodMs)
-	}
 	return ""
+}
+
+// SplitLimit returns bucket b (not of the deployment level) as sub-scope
+// i of a scope split over n partitions holds it: a key's or a shadow
+// limit whole, any other its share (splitShare: Capacity/n, the remainder
+// to the lowest indexes), or why it cannot be divided. The admin API uses
+// it to set a limit of a split scope.
+func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
+	if n <= 1 || b.Level == LevelKey || b.Shadow {
+		return b, ""
+	}
+	if why := splitShare(b, n); why != "" {
+		return b, fmt.Sprintf("a split scope's %s limit is divided among its %d sub-scopes, and this one cannot be: %s", b.Level, n, why)
+	}
+	fillBucketDefaults(&b)
+	b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+	if b.Refill == RefillToken && b.WindowMs > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+		b.WindowMs = (b.PeriodMs + b.Capacity - 1) / b.Capacity // a share's burst holds one unit
+	}
+	return b, ""
 }
 
 // splitSlots is the number of slots a split limit's period is counted

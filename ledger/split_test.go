@@ -332,12 +332,13 @@ func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
 
 // tenantHotConfig is hotConfig's scope with a deployment limit that does
 // not bind and, above the keys, a per-tenant limit of tpm requests a
-// minute (checked every 2 s, so that each of 4 shares still holds a
-// request's burst), a team's of 10 in flight and a scope-wide daily one.
+// minute (checked every second: a share of 30 a minute gets a window of
+// 2 s, to hold one request), a team's of 10 in flight and a scope-wide
+// daily one.
 func tenantHotConfig(n int, tpm int64) string {
 	return fmt.Sprintf(`{"scopes":[{"name":"openai:hot","partitions":%d,"buckets":[
  {"level":"deployment","id":"dep","dimension":"requests","capacity":1000000,"period_ms":60000,"window_ms":1000},
- {"level":"tenant","id":"*","dimension":"requests","capacity":%d,"period_ms":60000,"window_ms":2000},
+ {"level":"tenant","id":"*","dimension":"requests","capacity":%d,"period_ms":60000,"window_ms":1000},
  {"level":"team","id":"search","dimension":"concurrency","capacity":10},
  {"level":"scope","id":"openai:hot","dimension":"requests_per_day","capacity":1000001},
  {"level":"key","id":"*","dimension":"requests","capacity":100000,"period_ms":60000}]}]}`, n, tpm)
@@ -364,6 +365,9 @@ func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
 					for _, b := range sc.Buckets {
 						if b.Level != LevelDeployment && b.Level != LevelKey {
 							sums[b.Level] += b.Capacity
+						}
+						if b.Level == LevelTenant && b.Capacity*b.WindowMs < b.PeriodMs {
+							t.Errorf("%s: tenant share %d a minute, window %d ms: below one request's burst", sc.Name, b.Capacity, b.WindowMs)
 						}
 					}
 				}
@@ -428,7 +432,6 @@ func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
 func TestSplitScopeShareRefusals(t *testing.T) {
 	cases := []struct{ name, bucket, want string }{
 		{"below one unit each", `{"level":"tenant","id":"*","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
-		{"burst below one unit", `{"level":"team","id":"search","dimension":"requests","capacity":100,"period_ms":60000,"window_ms":1000}`, "a share's burst 25×1000/60000 is below one unit"},
 		{"ramp", `{"level":"tenant","id":"acme","dimension":"requests","refill":"ramp","capacity":100,"period_ms":60000,"window_ms":60000}`, "refill ramp"},
 	}
 	for _, c := range cases {
