@@ -187,7 +187,8 @@ type ScopeConfig struct {
 	// Partitions splits a hot scope over that many sub-scopes
 	// "<name>#<i>", each its own partition and ledger, when one partition
 	// cannot decide its traffic; its deployment limits become budgets
-	// leased to the sub-scopes (split.go). 0 or 1: one partition.
+	// leased to the sub-scopes, its limits above the key level are divided
+	// among them (split.go). 0 or 1: one partition.
 	Partitions int `json:"partitions,omitempty"`
 }
 
