@@ -448,3 +448,38 @@ func TestSplitScopeShareRefusals(t *testing.T) {
 		t.Errorf("a shadow limit is copied, not divided: %v", err)
 	}
 }
+
+// TestSplitLimit is sub-scope i's share of a limit above the key level:
+// Capacity/n, the remainder to the lowest indexes; a token bucket's window
+// kept, or lengthened to hold one unit; a key's and a shadow limit whole.
+func TestSplitLimit(t *testing.T) {
+	tok := BucketConfig{Level: LevelTenant, ID: "*", Dimension: schemas.DimRequests, Capacity: 100, PeriodMs: 60000, WindowMs: 1000}
+	big := tok
+	big.Capacity = 6000
+	key, shadow := tok, tok
+	key.Level, shadow.Shadow = LevelKey, true
+	conc := BucketConfig{Level: LevelTeam, ID: "search", Dimension: schemas.DimConcurrency, Capacity: 10}
+	cases := []struct {
+		name       string
+		b          BucketConfig
+		n, i       int
+		cap, winMs int64
+	}{
+		{"first of 3 gets the remainder", tok, 3, 0, 34, 1765},
+		{"last of 3", tok, 3, 2, 33, 1819},
+		{"window kept when the share holds a unit", big, 4, 1, 1500, 1000},
+		{"key whole", key, 4, 3, 100, 1000},
+		{"shadow whole", shadow, 4, 3, 100, 1000},
+		{"concurrency", conc, 4, 1, 3, 0},
+		{"concurrency, past the remainder", conc, 4, 2, 2, 0},
+		{"unsplit", tok, 1, 0, 100, 1000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, why := SplitLimit(c.b, c.n, c.i)
+			if why != "" || got.Capacity != c.cap || got.WindowMs != c.winMs {
+				t.Fatalf("SplitLimit = capacity %d window %d ms (%q), want %d, %d ms", got.Capacity, got.WindowMs, why, c.cap, c.winMs)
+			}
+		})
+	}
+}
