@@ -231,8 +231,9 @@ func splitShare(b BucketConfig, n int) string {
 	return ""
 }
 
-// SplitLimit returns bucket b (not of the deployment level) as sub-scope
-// i of a scope split over n partitions holds it: a key's or a shadow
+// SplitLimit returns bucket b as sub-scope i of a scope split over n
+// partitions holds it when b is split statically (any limit but a
+// deployment's rate limits, which become budgets): a key's or a shadow
 // limit whole, any other its share (splitShare: Capacity/n, the remainder
 // to the lowest indexes), or why it cannot be divided. The admin API uses
 // it to set a limit of a split scope.
