@@ -187,7 +187,8 @@ type ScopeConfig struct {
 	// Partitions splits a hot scope over that many sub-scopes
 	// "<name>#<i>", each its own partition and ledger, when one partition
 	// cannot decide its traffic; its deployment limits become budgets
-	// leased to the sub-scopes (split.go). 0 or 1: one partition.
+	// leased to the sub-scopes, its limits above the key level are divided
+	// among them (split.go). 0 or 1: one partition.
 	Partitions int `json:"partitions,omitempty"`
 }
 
@@ -462,23 +463,26 @@ func (c *Config) fillDefaults() {
 			s.RequiredLevels = defaultRequiredLevels(s)
 		}
 		for bi := range s.Buckets {
-			b := &s.Buckets[bi]
-			if b.Refill == "" {
-				b.Refill = defaultRefill(b.Dimension)
-			}
-			switch b.Refill {
-			case RefillToken, RefillRamp:
-				setDef(&b.PeriodMs, minuteMs)
-				if b.WindowMs == 0 {
-					b.WindowMs = min(1_000, b.PeriodMs)
-				}
-			case RefillFixed, RefillRolling:
-				setDef(&b.PeriodMs, dayMs)
-			}
-			if b.Refill == RefillRolling && b.Slots == 0 {
-				b.Slots = 24
-			}
+			fillBucketDefaults(&s.Buckets[bi])
 		}
+	}
+}
+
+func fillBucketDefaults(b *BucketConfig) {
+	if b.Refill == "" {
+		b.Refill = defaultRefill(b.Dimension)
+	}
+	switch b.Refill {
+	case RefillToken, RefillRamp:
+		setDef(&b.PeriodMs, minuteMs)
+		if b.WindowMs == 0 {
+			b.WindowMs = min(1_000, b.PeriodMs)
+		}
+	case RefillFixed, RefillRolling:
+		setDef(&b.PeriodMs, dayMs)
+	}
+	if b.Refill == RefillRolling && b.Slots == 0 {
+		b.Slots = 24
 	}
 }
 

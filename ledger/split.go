@@ -29,11 +29,13 @@ import (
 // that the sub-scopes' bursts add up to the deployment's.
 // A concurrency limit is split statically: sub-scope i holds
 // Capacity/Partitions, the remainder going to the lowest indexes, so the
-// parts sum to Capacity. Every other limit of the scope (keys, tenants,
-// profiles) is copied to each sub-scope, as it applies to the requests
-// the sub-scope decides; the gateway spreads a deployment's requests
-// over the sub-scopes by key (PartitionScope), so a key's limits stay in
-// one of them.
+// parts sum to Capacity. The limits above the key level (scope, org,
+// tenant, team, profile) are split statically the same way (splitShare):
+// they apply to requests of many keys, which the gateway spreads over the
+// sub-scopes by key (PartitionScope), so a whole copy in each would hold
+// Partitions times over. A key's limits are copied to each sub-scope:
+// its requests all go to one of them. Shadow limits are copied (they
+// change no decision).
 
 // SplitSep separates a split scope's name from its sub-scope index.
 const SplitSep = "#"
@@ -148,20 +150,27 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 	if s.Name == "*" || strings.Contains(s.Name, SplitSep) {
 		p.Add(loc+".partitions", "scope %q cannot be split: name one scope, without %q", s.Name, SplitSep)
 	}
-	var kept []BucketConfig // copied to every sub-scope
-	var conc []BucketConfig // split statically
+	var kept []BucketConfig   // copied to every sub-scope
+	var shared []BucketConfig // split statically: Capacity/n each
 	for bi, b := range s.Buckets {
+		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
 		if b.Level != LevelDeployment {
-			kept = append(kept, b)
+			switch _, why := SplitLimit(b, n, 0); {
+			case b.Level == LevelKey || b.Shadow || s.Shadow:
+				kept = append(kept, b) // a key's requests all go to one sub-scope; a shadow limit decides nothing
+			case why != "":
+				p.Add(bloc, "%s", why)
+			default:
+				shared = append(shared, b)
+			}
 			continue
 		}
-		bloc := fmt.Sprintf("%s.buckets[%d]", loc, bi)
 		if b.ID == "*" || b.Shadow || s.Shadow {
 			p.Add(bloc, "a split scope's deployment limit must name its deployment and be enforced (not \"*\", not shadow)")
 			continue
 		}
 		if b.Dimension == schemas.DimConcurrency {
-			conc = append(conc, b)
+			shared = append(shared, b)
 			continue
 		}
 		unit, rollingMs, slots, why := splitUnit(b)
@@ -182,13 +191,65 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 		sub.Buckets = append([]BucketConfig(nil), kept...)
 		sub.Tenants = append([]TenantConfig(nil), s.Tenants...)
 		sub.RequiredLevels = append([]string{}, s.RequiredLevels...)
-		for _, b := range conc {
-			b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+		for _, b := range shared {
+			b, _ = SplitLimit(b, n, i)
+			if b.Level == LevelScope && b.ID == s.Name {
+				b.ID = sub.Name // a scope-level limit names its scope
+			}
 			sub.Buckets = append(sub.Buckets, b)
 		}
 		subs = append(subs, sub)
 	}
 	return subs, buds, true
+}
+
+// splitShare says why bucket b (a limit above the key level: scope, org,
+// tenant, team, profile) cannot be divided into n static shares, one a
+// sub-scope ("" if it can). Such a limit applies to requests of many keys,
+// which the gateway spreads over the sub-scopes, so a copy in each would
+// hold n times over (a tenant whose keys land in n sub-scopes could use
+// n × its limit). Sub-scope i holds Capacity/n, the remainder going to
+// the lowest indexes: the shares sum to Capacity in every period, window
+// and instant, whatever the refill (token, fixed and rolling windows
+// start at the same times in every sub-scope). A token bucket keeps its
+// window, so the shares' bursts sum to the limit's, unless a share's
+// burst would be below one unit: its window is then lengthened to hold
+// one (as splitBurst's floor), so a burst below n units is up to n units
+// over all sub-scopes. The price: a tenant whose keys all land in one
+// sub-scope gets only its share there.
+func splitShare(b BucketConfig, n int) string {
+	fillBucketDefaults(&b)
+	switch b.Refill {
+	case RefillToken, RefillFixed, RefillRolling, RefillConcurrency:
+	default:
+		return fmt.Sprintf("refill %s (only token, fixed, rolling and concurrency)", b.Refill)
+	}
+	share := b.Capacity / int64(n)
+	if share < 1 {
+		return fmt.Sprintf("capacity %d is below one unit for each of %d sub-scopes", b.Capacity, n)
+	}
+	return ""
+}
+
+// SplitLimit returns bucket b as sub-scope i of a scope split over n
+// partitions holds it when b is split statically (any limit but a
+// deployment's rate limits, which become budgets): a key's or a shadow
+// limit whole, any other its share (splitShare: Capacity/n, the remainder
+// to the lowest indexes), or why it cannot be divided. The admin API uses
+// it to set a limit of a split scope.
+func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
+	if n <= 1 || b.Level == LevelKey || b.Shadow {
+		return b, ""
+	}
+	if why := splitShare(b, n); why != "" {
+		return b, fmt.Sprintf("a split scope's %s limit is divided among its %d sub-scopes, and this one cannot be: %s", b.Level, n, why)
+	}
+	fillBucketDefaults(&b)
+	b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+	if b.Refill == RefillToken && b.WindowMs > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+		b.WindowMs = (b.PeriodMs + b.Capacity - 1) / b.Capacity // a share's burst holds one unit
+	}
+	return b, ""
 }
 
 // splitSlots is the number of slots a split limit's period is counted

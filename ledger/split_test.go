@@ -329,3 +329,157 @@ func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
 		}
 	}
 }
+
+// tenantHotConfig is hotConfig's scope with a deployment limit that does
+// not bind and, above the keys, a per-tenant limit of tpm requests a
+// minute (checked every second: a share of 30 a minute gets a window of
+// 2 s, to hold one request), a team's of 10 in flight and a scope-wide
+// daily one.
+func tenantHotConfig(n int, tpm int64) string {
+	return fmt.Sprintf(`{"scopes":[{"name":"openai:hot","partitions":%d,"buckets":[
+ {"level":"deployment","id":"dep","dimension":"requests","capacity":1000000,"period_ms":60000,"window_ms":1000},
+ {"level":"tenant","id":"*","dimension":"requests","capacity":%d,"period_ms":60000,"window_ms":1000},
+ {"level":"team","id":"search","dimension":"concurrency","capacity":10},
+ {"level":"scope","id":"openai:hot","dimension":"requests_per_day","capacity":1000001},
+ {"level":"key","id":"*","dimension":"requests","capacity":100000,"period_ms":60000}]}]}`, n, tpm)
+}
+
+// TestSplitScopeTenantLimitsNeverAboveLimit: a limit above the key level
+// (tenant, team, scope) of a split scope is divided among the
+// sub-scopes, so that a tenant whose keys the gateway spreads over 2 or 4
+// of them still gets at most its limit (a copy in each allowed N × the
+// limit). Tenant acme's 50 keys send 20 requests a second (10× its
+// limit's rate), a quarter released unsent: in every minute the grants of
+// all sub-scopes together stay within the limit, and most of it is sent.
+func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
+	const tpm = 120
+	for _, n := range []int{2, 4} {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
+				cfg, err := ParseConfig([]byte(tenantHotConfig(n, tpm)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				sums := map[string]int64{}
+				for _, sc := range cfg.Scopes {
+					for _, b := range sc.Buckets {
+						if b.Level != LevelDeployment && b.Level != LevelKey {
+							sums[b.Level] += b.Capacity
+						}
+						if b.Level == LevelTenant && b.Capacity*b.WindowMs < b.PeriodMs {
+							t.Errorf("%s: tenant share %d a minute, window %d ms: below one request's burst", sc.Name, b.Capacity, b.WindowMs)
+						}
+					}
+				}
+				if want := map[string]int64{LevelTenant: tpm, LevelTeam: 10, LevelScope: 1000001}; fmt.Sprint(sums) != fmt.Sprint(want) {
+					t.Fatalf("the sub-scopes' shares sum to %v, want %v", sums, want)
+				}
+				bid := SplitBudgetID("openai:hot", "dep", schemas.DimRequests)
+				s := newBudgetStack(t, cfg)
+				s.home = map[string]string{bid: SubScope("openai:hot", 0)}
+				rng := rand.New(rand.NewPCG(seed, 23))
+				grantsAt := map[int64]int{} // by second
+				granted := map[string]bool{}
+				total := 0
+				const seconds = 180
+				for ms := int64(0); ms < seconds*1000; ms += 50 {
+					s.tick(50)
+					key := fmt.Sprintf("k%d", rng.IntN(50))
+					sc := PartitionScope("openai:hot", n, key)
+					s.apply(sc, reserve(fmt.Sprintf("r%d", ms), func(ev *schemas.Event) {
+						ev.Scope, ev.KeyID = sc, key
+						ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelTenant, ID: "acme"}, {Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
+						ev.ReserveRequested.MaxWaitMs = 2000
+					}))
+					for sc, outs := range s.out {
+						for _, o := range outs {
+							if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
+								continue
+							}
+							granted[o.RequestID] = true
+							if rng.IntN(4) == 0 { // never sent: given back
+								s.apply(sc, releaseEv(o.RequestID))
+								continue
+							}
+							grantsAt[s.nowMs/1000]++
+							total++
+							s.apply(sc, reconcile(o.RequestID, 100, 50))
+						}
+						s.out[sc] = s.out[sc][:0]
+					}
+				}
+				first := budgetT0 / 1000
+				for sec := first; sec < first+seconds; sec++ {
+					sum := 0
+					for j := sec - 59; j <= sec; j++ {
+						sum += grantsAt[j]
+					}
+					if sum > tpm {
+						t.Fatalf("%d of acme's requests granted in the minute to second %d, its limit %d", sum, sec-first, tpm)
+					}
+				}
+				if total < tpm*seconds/60*65/100 {
+					t.Errorf("%d sent in %d s, want ≥ 65%% of %d", total, seconds, tpm*seconds/60)
+				}
+				t.Logf("%d sent of %d allowed", total, tpm*seconds/60)
+			})
+		}
+	}
+}
+
+// TestSplitScopeShareRefusals: a limit above the key level that cannot
+// be divided among the sub-scopes is refused at its place, with why.
+func TestSplitScopeShareRefusals(t *testing.T) {
+	cases := []struct{ name, bucket, want string }{
+		{"below one unit each", `{"level":"tenant","id":"*","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
+		{"ramp", `{"level":"tenant","id":"acme","dimension":"requests","refill":"ramp","capacity":100,"period_ms":60000,"window_ms":60000}`, "refill ramp"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			doc := `{"scopes":[{"name":"openai:hot","partitions":4,"buckets":[` + c.bucket + `]}]}`
+			_, err := ParseConfig([]byte(doc))
+			if err == nil || !strings.Contains(err.Error(), "scopes[0].buckets[0]") || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q at scopes[0].buckets[0]", err, c.want)
+			}
+		})
+	}
+	if _, err := ParseConfig([]byte(`{"scopes":[{"name":"openai:hot","partitions":4,"buckets":[
+ {"level":"tenant","id":"*","dimension":"concurrency","capacity":3,"shadow":true}]}]}`)); err != nil {
+		t.Errorf("a shadow limit is copied, not divided: %v", err)
+	}
+}
+
+// TestSplitLimit is sub-scope i's share of a limit above the key level:
+// Capacity/n, the remainder to the lowest indexes; a token bucket's window
+// kept, or lengthened to hold one unit; a key's and a shadow limit whole.
+func TestSplitLimit(t *testing.T) {
+	tok := BucketConfig{Level: LevelTenant, ID: "*", Dimension: schemas.DimRequests, Capacity: 100, PeriodMs: 60000, WindowMs: 1000}
+	big := tok
+	big.Capacity = 6000
+	key, shadow := tok, tok
+	key.Level, shadow.Shadow = LevelKey, true
+	conc := BucketConfig{Level: LevelTeam, ID: "search", Dimension: schemas.DimConcurrency, Capacity: 10}
+	cases := []struct {
+		name       string
+		b          BucketConfig
+		n, i       int
+		cap, winMs int64
+	}{
+		{"first of 3 gets the remainder", tok, 3, 0, 34, 1765},
+		{"last of 3", tok, 3, 2, 33, 1819},
+		{"window kept when the share holds a unit", big, 4, 1, 1500, 1000},
+		{"key whole", key, 4, 3, 100, 1000},
+		{"shadow whole", shadow, 4, 3, 100, 1000},
+		{"concurrency", conc, 4, 1, 3, 0},
+		{"concurrency, past the remainder", conc, 4, 2, 2, 0},
+		{"unsplit", tok, 1, 0, 100, 1000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, why := SplitLimit(c.b, c.n, c.i)
+			if why != "" || got.Capacity != c.cap || got.WindowMs != c.winMs {
+				t.Fatalf("SplitLimit = capacity %d window %d ms (%q), want %d, %d ms", got.Capacity, got.WindowMs, why, c.cap, c.winMs)
+			}
+		})
+	}
+}

@@ -492,8 +492,8 @@ func setLimits(s *State, level, id string, limits []Limit) *apierr.Error {
 			return bad(apierr.CodeInvalidValue, "%s.capacity: must be positive", at)
 		}
 		if split, _, sub := ledger.SplitOf(l.Scope); sub && slices.ContainsFunc(doc.Scopes, func(sc ledger.ScopeConfig) bool { return sc.Name == l.Scope }) {
-			// Its sub-scopes hold copies of one limit (limitsOf shows one).
-			return bad(apierr.CodeInvalidValue, "%s.scope: %q is a sub-scope of split scope %q: name the scope, whose sub-scopes each get the limit", at, l.Scope, split)
+			// Its sub-scopes hold shares of one limit (limitsOf shows their sum).
+			return bad(apierr.CodeInvalidValue, "%s.scope: %q is a sub-scope of split scope %q: name the scope, whose sub-scopes each get their share of the limit", at, l.Scope, split)
 		}
 		b := ledger.BucketConfig{Level: level, ID: id, Dimension: schemas.Dimension(l.Dimension), Refill: l.Refill,
 			Capacity: l.Capacity, PeriodMs: l.PeriodMs, WindowMs: l.WindowMs}
@@ -501,10 +501,17 @@ func setLimits(s *State, level, id string, limits []Limit) *apierr.Error {
 		for si := range doc.Scopes {
 			sc := &doc.Scopes[si]
 			if name, _, _ := ledger.SplitOf(sc.Name); l.Scope != "" && sc.Name != l.Scope && name != l.Scope {
-				continue // a limit of a split scope goes to each of its sub-scopes
+				continue // a limit of a split scope goes to each of its sub-scopes, divided
 			}
 			found = true
-			sc.Buckets = append(sc.Buckets, b)
+			sb := b
+			if name, i, sub := ledger.SplitOf(sc.Name); sub {
+				var why string // a tenant's or team's limit is divided among the sub-scopes
+				if sb, why = ledger.SplitLimit(b, doc.ScopePartitions(name), i); why != "" {
+					return bad(apierr.CodeInvalidValue, "%s: %s", at, why)
+				}
+			}
+			sc.Buckets = append(sc.Buckets, sb)
 		}
 		if !found {
 			return bad(apierr.CodeInvalidValue, "%s.scope: %q is not a scope of the ledger document", at, l.Scope)

@@ -238,20 +238,30 @@ func (s *State) LimitsOf(level, id string) []Limit {
 
 // limitsOf lists (level, id)'s buckets of doc. A scope split over
 // partitions (ledger/split.go) is one scope to the admin API: each of
-// its sub-scopes holds a copy of the level's bucket, shown once under the
-// scope's name (setLimits writes a limit of the scope to every one).
+// its sub-scopes holds a share of a tenant's or team's bucket (a copy of
+// a key's), shown once under the scope's name with the shares summed
+// (setLimits divides a limit of the scope among them, ledger.SplitLimit).
 func limitsOf(doc *ledger.Config, level, id string) []Limit {
 	out := []Limit{}
+	first := map[string]int{} // split scope, dimension, refill → its row in out
 	for _, sc := range doc.Scopes {
 		name, i, split := ledger.SplitOf(sc.Name)
-		if split && i > 0 {
-			continue // a copy of sub-scope 0's
-		}
 		for _, b := range sc.Buckets {
-			if b.Level == level && b.ID == id {
-				out = append(out, Limit{Scope: name, Dimension: string(b.Dimension), Capacity: b.Capacity,
-					Refill: b.Refill, PeriodMs: b.PeriodMs, WindowMs: b.WindowMs})
+			if b.Level != level || b.ID != id {
+				continue
 			}
+			k := name + "\x00" + string(b.Dimension) + "\x00" + string(b.Refill)
+			if split && i > 0 {
+				if j, ok := first[k]; ok && level != ledger.LevelKey && !b.Shadow {
+					out[j].Capacity += b.Capacity // sub-scope i's share
+				}
+				continue
+			}
+			if split {
+				first[k] = len(out)
+			}
+			out = append(out, Limit{Scope: name, Dimension: string(b.Dimension), Capacity: b.Capacity,
+				Refill: b.Refill, PeriodMs: b.PeriodMs, WindowMs: b.WindowMs})
 		}
 	}
 	return out

@@ -64,7 +64,8 @@ func TestReadinessChecksASplitScopesSubScopes(t *testing.T) {
 
 // TestUsageOfASplitScope: /v1/sluice/usage shows a split scope as the one
 // provider scope the caller knows, its tenant's bucket summed over the
-// sub-scopes (each holds a copy) and listed per sub-scope, its key's
+// sub-scopes (each holds its share: 1,000 a day is 334 + 333 + 333) and
+// listed per sub-scope, its key's
 // bucket in the one sub-scope its requests go to, and the deployment's
 // limit once (one budget, leased by the sub-scopes), not three times.
 func TestUsageOfASplitScope(t *testing.T) {
@@ -103,17 +104,18 @@ func TestUsageOfASplitScope(t *testing.T) {
 			key = lim
 		}
 	}
-	if day == nil || day.Capacity != 3000 || day.Remaining == nil || *day.Remaining != 2999 || *day.Used != 1 || day.Source != "ledger_snapshot" || len(day.SubScopes) != 3 {
-		t.Fatalf("tenant's daily limit %+v, want 3 × 1000 with 1 used", day)
+	if day == nil || day.Capacity != 1000 || day.Remaining == nil || *day.Remaining != 999 || *day.Used != 1 || day.Source != "ledger_snapshot" || len(day.SubScopes) != 3 {
+		t.Fatalf("tenant's daily limit %+v, want 1000 over 3 sub-scopes with 1 used", day)
 	}
 	// The key's sub-scope is in the ledger's state; the others have seen
 	// no request, so no snapshot holds them: they count as full.
 	for i, part := range day.SubScopes {
-		if part.Scope != ledger.SubScope("s", i) || part.Capacity != 1000 {
-			t.Errorf("sub-scope %d: %+v, want %s of 1000", i, part, ledger.SubScope("s", i))
+		share := []int64{334, 333, 333}[i]
+		if part.Scope != ledger.SubScope("s", i) || part.Capacity != share {
+			t.Errorf("sub-scope %d: %+v, want %s of %d", i, part, ledger.SubScope("s", i), share)
 		}
-		if observed := part.Remaining != nil; observed != (part.Scope == keySub) || observed && *part.Remaining != 999 || !observed && part.Source != "unobserved" {
-			t.Errorf("sub-scope %s: %+v, want 999 left in %s only, the others unobserved", part.Scope, part, keySub)
+		if observed := part.Remaining != nil; observed != (part.Scope == keySub) || observed && *part.Remaining != share-1 || !observed && part.Source != "unobserved" {
+			t.Errorf("sub-scope %s: %+v, want %d left in %s only, the others unobserved", part.Scope, part, share-1, keySub)
 		}
 	}
 	if !strings.Contains(day.Summary, "over 3 sub-scopes") {
@@ -122,7 +124,7 @@ func TestUsageOfASplitScope(t *testing.T) {
 	if key == nil || key.Capacity != 600 || len(key.SubScopes) != 1 || key.SubScopes[0].Scope != keySub {
 		t.Errorf("key's limit %+v, want 600 in its own sub-scope %s only", key, keySub)
 	}
-	if len(u.DailyHeadroom) != 1 || u.DailyHeadroom[0].Scope != "s" || u.DailyHeadroom[0].Capacity != 3000 {
+	if len(u.DailyHeadroom) != 1 || u.DailyHeadroom[0].Scope != "s" || u.DailyHeadroom[0].Capacity != 1000 {
 		t.Errorf("daily headroom %+v", u.DailyHeadroom)
 	}
 	if len(u.ProviderCapacity) != 1 {

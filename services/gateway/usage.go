@@ -238,7 +238,7 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 				over = []string{ledger.PartitionScope(scope, len(subs), id.KeyID)}
 			}
 			for _, b := range buckets {
-				ul := s.usageLimit(scope, over, len(subs) > 1, lv[0], lv[1], b, nowMs)
+				ul := s.usageLimit(doc, scope, over, len(subs) > 1, lv[0], lv[1], b, nowMs)
 				u.Limits = append(u.Limits, ul)
 				if b.Dimension == schemas.DimRequestsPerDay || b.Dimension == schemas.DimSpend || b.PeriodMs >= dayMs {
 					h := Headroom{Scope: scope, Level: lv[0], Dimension: b.Dimension, Capacity: ul.Capacity, Unit: ul.Unit, Remaining: ul.Remaining, ResetsAtMs: ul.ResetsAtMs}
@@ -256,12 +256,22 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 
 // usageLimit is bucket b of (level, id) in provider scope scope, summed
 // over the ledger scopes over (scope itself, or sub-scopes of a split
-// one: split true, and the parts are listed).
-func (s *Server) usageLimit(scope string, over []string, split bool, level, id string, b ledger.BucketConfig, nowMs int64) UsageLimit {
+// one: split true, and the parts are listed, each with its own bucket:
+// a tenant's or team's limit is divided among them, ledger.SplitLimit).
+func (s *Server) usageLimit(doc *ledger.Config, scope string, over []string, split bool, level, id string, b0 ledger.BucketConfig, nowMs int64) UsageLimit {
+	b := b0
 	ul := UsageLimit{Scope: scope, Level: level, ID: id, Dimension: b.Dimension, Refill: b.Refill,
 		PeriodMs: b.PeriodMs, Unit: UsageUnit(b.Dimension, b.Refill, b.PeriodMs), Source: "unobserved"}
 	parts := make([]UsageSubScope, 0, len(over))
 	for _, sub := range over {
+		b = b0
+		if sc := scopeConfig(doc, sub); split && sc != nil {
+			if i := slices.IndexFunc(bucketsOf(sc, level, id), func(x ledger.BucketConfig) bool {
+				return x.Dimension == b0.Dimension && x.Refill == b0.Refill
+			}); i >= 0 {
+				b = bucketsOf(sc, level, id)[i] // this sub-scope's share
+			}
+		}
 		part := UsageSubScope{Scope: sub, Capacity: b.Capacity, Max: bucketMax(b), Source: "unobserved"}
 		var obs []ledger.BucketLevel
 		known := false
