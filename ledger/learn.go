@@ -751,7 +751,11 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// release by answers (slowArm's rule, armed here whatever
 		// Answered says); the next refusal ends it, and counts towards
 		// the gate.
-		sc.Slow = 1
+		// Its window grows by one per accepted answer (TCP's slow
+		// start: doubling per round trip), not doubling per answer as a
+		// fallback's does: per answer it reached slowStartMax in three
+		// round trips and let the rest of the queue go at once.
+		sc.Slow, sc.SlowLin = 1, true
 	}
 	c := refusalCut{now: now, attempts: attempts, acc: acc, bare: bare, below: below}
 	for dd := range numDims {
@@ -1089,7 +1093,7 @@ func (l *Ledger) slowArm(sc *scopeState) {
 	if sc.Answered || sc.Slow > 0 || l.st.Config.Learn.Off {
 		return
 	}
-	sc.Slow = 1
+	sc.Slow, sc.SlowLin = 1, false
 }
 
 // slowAccepted follows a 2xx answer of one of sc's attempts, granted at
@@ -1102,7 +1106,12 @@ func slowAccepted(sc *scopeState, grantMs int64) {
 	if sc.Slow == 0 || grantMs < sc.RefusedMs {
 		return
 	}
-	if sc.Slow *= 2; sc.Slow >= slowStartMax {
-		sc.Slow = 0
+	if sc.SlowLin {
+		sc.Slow++
+	} else {
+		sc.Slow *= 2
+	}
+	if sc.Slow >= slowStartMax {
+		sc.Slow, sc.SlowLin = 0, false
 	}
 }

@@ -87,7 +87,9 @@ func TestRemainingOnlyIsNoRoom(t *testing.T) {
 // 20 sent, below 10 %) cuts no capacity, but it arms slow start although
 // the scope was answered, so the queue its cooldown built is released
 // one answer at a time, not all at once into the provider it overfilled
-// (headerless: the model's 30 refusals in one tick at the cooldown's end).
+// (headerless: the model's 30 refusals in one tick at the cooldown's end),
+// its window growing by one per accepted answer. The accepts of attempts
+// granted before the refusal do not widen it.
 func TestSlowStartAfterBareUnderGate(t *testing.T) {
 	cfg := testConfig(rpm("scope", "*", 6000, 1000))
 	cfg.Cooldown.RateLimitedMs = 1000
@@ -101,6 +103,9 @@ func TestSlowStartAfterBareUnderGate(t *testing.T) {
 		step{At: 50, Ev: reserve("a", maxWait(60_000)), Want: []string{"a/1 queued cooldown_rate_limited queued"}},
 		step{At: 51, Ev: reserve("b", maxWait(60_000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
 	)
+	for _, id := range []string{"c", "d", "e", "f"} {
+		steps = append(steps, step{At: 52, Ev: reserve(id, maxWait(60_000)), Want: []string{id + "/1 queued cooldown_rate_limited queued"}})
+	}
 	for i := 2; i < 20; i++ {
 		steps = append(steps, step{At: int64(100 + i), Ev: reconcile(fmt.Sprintf("s%d", i), 10, 10)})
 	}
@@ -108,7 +113,10 @@ func TestSlowStartAfterBareUnderGate(t *testing.T) {
 		// The cooldown and the storm hold end (40 + 1,000 + 1,000): one of
 		// the two, slow start's window.
 		step{At: 2100, Ev: tick(), Want: []string{"a/1 granted queued_then_admitted"}, Check: slowIs(1, 1)},
-		step{At: 2300, Ev: reconcile("a", 10, 10), Want: []string{"b/1 granted queued_then_admitted"}, Check: slowIs(2, 1)},
+		step{At: 2300, Ev: reconcile("a", 10, 10), Want: []string{"b/1 granted queued_then_admitted", "c/1 granted queued_then_admitted"}, Check: slowIs(2, 2)},
+		// One more per answer (a fallback's slow start would double to 4
+		// and let f go too).
+		step{At: 2400, Ev: reconcile("b", 10, 10), Want: []string{"d/1 granted queued_then_admitted", "e/1 granted queued_then_admitted"}, Check: slowIs(3, 3)},
 	)
 	runSteps(t, cfg, steps)
 }
