@@ -59,7 +59,7 @@ func (l *Ledger) providerRejected(ev *schemas.Event, out []Output) []Output {
 		// Any answer confirms the scope; a refusal ends its slow start.
 		sc.Answered = true
 		if pr.Kind == schemas.KindRateLimited || overload || pr.Kind == schemas.KindQuotaExhausted {
-			sc.Slow, sc.SlowLin = 0, false
+			sc.Slow = 0
 		}
 	}
 	if (pr.Kind == schemas.KindRateLimited || overload) && known && r.State == stGranted && (r.Flags&fLimitSeen == 0 || r.Flags&fRoom != 0) {

@@ -741,22 +741,6 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		ref, sent := sc.Sent.refusedShare(now)
 		below = ref*1000 < lc.bareGate()*sent
 	}
-	if below {
-		// Under the gate a bare 429 cuts nothing the first time (no
-		// Safe yet), but it closes the scope for the cooldown, during
-		// which the configured window refills and the queue grows: at
-		// the cooldown's end all of it was granted at once into a
-		// provider that had refilled a few requests (headerless: 30 of
-		// the model's 33 refusals in one tick). Slow start meters that
-		// release by answers (slowArm's rule, armed here whatever
-		// Answered says); the next refusal ends it, and counts towards
-		// the gate.
-		// Its window grows by one per accepted answer (TCP's slow
-		// start: doubling per round trip), not doubling per answer as a
-		// fallback's does: per answer it reached slowStartMax in three
-		// round trips and let the rest of the queue go at once.
-		sc.Slow, sc.SlowLin = 1, true
-	}
 	c := refusalCut{now: now, attempts: attempts, acc: acc, bare: bare, below: below}
 	for dd := range numDims {
 		if dimKnown && dd != d {
@@ -1093,25 +1077,16 @@ func (l *Ledger) slowArm(sc *scopeState) {
 	if sc.Answered || sc.Slow > 0 || l.st.Config.Learn.Off {
 		return
 	}
-	sc.Slow, sc.SlowLin = 1, false
+	sc.Slow = 1
 }
 
-// slowAccepted follows a 2xx answer of one of sc's attempts, granted at
-// grantMs. An attempt granted before the scope's last unexplained refusal
-// does not widen the window: it went out before the provider said it was
-// over, so its answer says nothing of the rate since (the accepts still in
-// flight when a bare 429 armed slow start would end it at once).
-func slowAccepted(sc *scopeState, grantMs int64) {
+// slowAccepted follows a 2xx answer of one of sc's attempts.
+func slowAccepted(sc *scopeState) {
 	sc.Answered = true
-	if sc.Slow == 0 || grantMs < sc.RefusedMs {
+	if sc.Slow == 0 {
 		return
 	}
-	if sc.SlowLin {
-		sc.Slow++
-	} else {
-		sc.Slow *= 2
-	}
-	if sc.Slow >= slowStartMax {
-		sc.Slow, sc.SlowLin = 0, false
+	if sc.Slow *= 2; sc.Slow >= slowStartMax {
+		sc.Slow = 0
 	}
 }

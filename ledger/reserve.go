@@ -1268,7 +1268,7 @@ func (l *Ledger) reconcile(ev *schemas.Event, out []Output) []Output {
 		}
 		if rc.HTTPStatus >= 200 && rc.HTTPStatus < 300 {
 			l.learnSuccess(r)
-			slowAccepted(&l.st.Scopes[r.Scope], r.GrantMs)
+			slowAccepted(&l.st.Scopes[r.Scope])
 		}
 		l.settle(ri, &actual, cached, stReconciled, true)
 		l.st.Stats.Reconciled++

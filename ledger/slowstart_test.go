@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"fmt"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -81,42 +80,4 @@ func TestRemainingOnlyIsNoRoom(t *testing.T) {
 		{At: 2, Ev: rejected("a", 1, schemas.KindRateLimited, 1000)},
 		{At: 3, Ev: reserve("b", maxWait(5000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
 	})
-}
-
-// TestSlowStartAfterBareUnderGate: a bare 429 under the bare gate (1 of
-// 20 sent, below 10 %) cuts no capacity, but it arms slow start although
-// the scope was answered, so the queue its cooldown built is released
-// one answer at a time, not all at once into the provider it overfilled
-// (headerless: the model's 30 refusals in one tick at the cooldown's end),
-// its window growing by one per accepted answer. The accepts of attempts
-// granted before the refusal do not widen it.
-func TestSlowStartAfterBareUnderGate(t *testing.T) {
-	cfg := testConfig(rpm("scope", "*", 6000, 1000))
-	cfg.Cooldown.RateLimitedMs = 1000
-	steps := []step{}
-	for i := range 20 {
-		steps = append(steps, step{At: int64(i), Ev: reserve(fmt.Sprintf("s%d", i)), Want: []string{fmt.Sprintf("s%d/1 granted admitted", i)}})
-	}
-	steps = append(steps,
-		step{At: 30, Ev: reconcile("s1", 10, 10), Check: slowIs(0, 19)},
-		step{At: 40, Ev: rejected("s0", 1, schemas.KindRateLimited, 0), Check: slowIs(1, 18)},
-		step{At: 50, Ev: reserve("a", maxWait(60_000)), Want: []string{"a/1 queued cooldown_rate_limited queued"}},
-		step{At: 51, Ev: reserve("b", maxWait(60_000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
-	)
-	for _, id := range []string{"c", "d", "e", "f"} {
-		steps = append(steps, step{At: 52, Ev: reserve(id, maxWait(60_000)), Want: []string{id + "/1 queued cooldown_rate_limited queued"}})
-	}
-	for i := 2; i < 20; i++ {
-		steps = append(steps, step{At: int64(100 + i), Ev: reconcile(fmt.Sprintf("s%d", i), 10, 10)})
-	}
-	steps = append(steps,
-		// The cooldown and the storm hold end (40 + 1,000 + 1,000): one of
-		// the two, slow start's window.
-		step{At: 2100, Ev: tick(), Want: []string{"a/1 granted queued_then_admitted"}, Check: slowIs(1, 1)},
-		step{At: 2300, Ev: reconcile("a", 10, 10), Want: []string{"b/1 granted queued_then_admitted", "c/1 granted queued_then_admitted"}, Check: slowIs(2, 2)},
-		// One more per answer (a fallback's slow start would double to 4
-		// and let f go too).
-		step{At: 2400, Ev: reconcile("b", 10, 10), Want: []string{"d/1 granted queued_then_admitted", "e/1 granted queued_then_admitted"}, Check: slowIs(3, 3)},
-	)
-	runSteps(t, cfg, steps)
 }

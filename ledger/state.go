@@ -279,9 +279,6 @@ type scopeState struct {
 	// Slow is the scope's slow-start window (learn.go, slowArm): while
 	// it is > 0, at most Slow attempts are in flight. 0: none.
 	Slow int64 `json:"slow,omitempty"`
-	// SlowLin: Slow grows by one per accepted answer, not doubling (slow
-	// start armed by a bare 429 under the gate, learnRefusal).
-	SlowLin bool `json:"slow_lin,omitempty"`
 	// RefusedMs is the log time of the scope's last refusal that the
 	// headers do not explain (learnRefusal); 0: none.
 	RefusedMs int64 `json:"refused_ms,omitempty"`
