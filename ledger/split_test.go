@@ -194,11 +194,7 @@ func TestSplitScopeNeverAboveLimit(t *testing.T) {
 				}
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
-					sum := 0
-					for j := sec - 59; j <= sec; j++ {
-						sum += grantsAt[j]
-					}
-					if sum > rpm {
+					if sum := minuteTo(grantsAt, sec); sum > rpm {
 						t.Fatalf("%d grants in the minute to second %d, limit %d", sum, sec-first, rpm)
 					}
 				}
@@ -313,11 +309,7 @@ func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
 				}
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
-					var in, out int64
-					for j := sec - 59; j <= sec; j++ {
-						in, out = in+inAt[j], out+outAt[j]
-					}
-					if in > inTPM || out > outTPM {
+					if in, out := minuteTo(inAt, sec), minuteTo(outAt, sec); in > inTPM || out > outTPM {
 						t.Fatalf("the minute to second %d: %d input tokens (limit %d), %d output (limit %d)", sec-first, in, inTPM, out, outTPM)
 					}
 				}
@@ -410,11 +402,7 @@ func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
 				}
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
-					sum := 0
-					for j := sec - 59; j <= sec; j++ {
-						sum += grantsAt[j]
-					}
-					if sum > tpm {
+					if sum := minuteTo(grantsAt, sec); sum > tpm {
 						t.Fatalf("%d of acme's requests granted in the minute to second %d, its limit %d", sum, sec-first, tpm)
 					}
 				}
@@ -482,4 +470,14 @@ func TestSplitLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// minuteTo sums a per-second tally over the minute that ends with second
+// sec: what a per-minute limit bounds.
+func minuteTo[N int | int64](at map[int64]N, sec int64) N {
+	var sum N
+	for j := sec - 59; j <= sec; j++ {
+		sum += at[j]
+	}
+	return sum
 }
