@@ -86,6 +86,10 @@ type GatewayProcessResult struct {
 	RequestsPerSec        float64 `json:"gateway_requests_per_sec_concurrent"`
 	GatewayCPUSeconds     float64 `json:"gateway_cpu_seconds"`
 	RequestsPerGatewayCPU float64 `json:"requests_per_gateway_cpu_second"`
+	// GatewayIdleCores is the gateway's CPU per second of wall time with
+	// no request (its consumers' fetch polls, heartbeats, telemetry): the
+	// part of the per-request figures above that does not scale with load.
+	GatewayIdleCores float64 `json:"gateway_idle_cores"`
 	Errors                int64   `json:"errors"`
 	// CPU per request of the gateway, the ledgers and the broker, and in
 	// total, over the 1-client and the concurrent series (benchcpu.go).
@@ -135,10 +139,11 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
 	// The stack's burn with no request, to split fixed from marginal cost.
-	idle, err := b.pids.idleCores(3 * time.Second)
+	idle, gwIdle, err := b.pids.idleCores(3 * time.Second)
 	if err != nil {
 		return nil, err
 	}
+	res.GatewayIdleCores = gwIdle
 	if err := b.oneClient(res, idle); err != nil {
 		return nil, err
 	}
