@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(), trips: newRoundTrips(),
 		watchers: map[string]chan *Decided{}, abandoned: map[attemptKey]int64{}, done: make(chan struct{}),
 		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{}),
-		co: coalescer{linger: cfg.ReconcileLinger, pending: map[string][]*report{}}, produceRequests: counter.n}
+		co: coalescer{linger: cfg.ReconcileLinger, pending: map[string][]*report{}, timers: map[string]*time.Timer{}}, produceRequests: counter.n}
 	go c.consume()
 	go c.retries(c.rtStop, c.rtDone)
 	if cfg.HeartbeatInterval > 0 {
