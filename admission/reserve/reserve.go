@@ -77,6 +77,15 @@ type Decided struct {
 // keep their own producer, with no linger and their order.
 const TelemetryLinger = 20 * time.Millisecond
 
+// decisionFetchMaxWait is how long the broker may hold the decision
+// consumer's fetch when the partition has nothing new. It adds no latency:
+// with the default minimum of one byte the broker answers a waiting fetch
+// at the first decision appended. It only sets how often an idle gateway
+// polls: at 10 ms (before issue 25's gateway round) 100 empty fetches a
+// second, each a write, a read and a wake-up in the gateway and a request
+// for the broker (docs/ledger-service.md, Client settings).
+const decisionFetchMaxWait = 250 * time.Millisecond
+
 // watchBuffer bounds the decisions queued for one watcher; a watcher reads
 // them as they come, so only stale repeats are ever dropped. The channel
 // holds pointers: a buffer of 16 Decided values was 2.9 kB allocated (and
@@ -197,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// Act on decisions as soon as they are produced; a Dedup drops the
 		// copies an aborted transaction leaves (dedup.go).
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.FetchMaxWait(decisionFetchMaxWait),
 		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {

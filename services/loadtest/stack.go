@@ -378,6 +378,9 @@ func (st *stack) start(ctx context.Context, name string, args ...string) (*proc,
 		return nil, "", err
 	}
 	cmd := exec.Command(st.bin, args...)
+	if v := os.Getenv("XGWPROCS"); v != "" && name == "gateway" {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
+	}
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {
