@@ -49,6 +49,9 @@ type GatewayProcessOptions struct {
 	// GatewayCPUProfile, if set, is where the gateway process writes its
 	// CPU profile (its --cpuprofile) until the stack stops.
 	GatewayCPUProfile string
+	// GatewayGOMAXPROCS, if positive, is the gateway process's GOMAXPROCS
+	// (default: the Go runtime's, the machine's cores).
+	GatewayGOMAXPROCS int
 }
 
 // GatewayProcessResult is what `sluice bench gateway --brokers` prints.
@@ -90,7 +93,10 @@ type GatewayProcessResult struct {
 	// no request (its consumers' fetch polls, heartbeats, telemetry): the
 	// part of the per-request figures above that does not scale with load.
 	GatewayIdleCores float64 `json:"gateway_idle_cores"`
-	Errors                int64   `json:"errors"`
+	Errors           int64   `json:"errors"`
+	// GatewayGOMAXPROCS is the gateway's GOMAXPROCS when the run set it
+	// (--gateway-gomaxprocs), 0 for the runtime's default.
+	GatewayGOMAXPROCS int `json:"gateway_gomaxprocs,omitempty"`
 	// CPU per request of the gateway, the ledgers and the broker, and in
 	// total, over the 1-client and the concurrent series (benchcpu.go).
 	CPU1 StackCPU `json:"cpu_per_request_1_client"`
@@ -118,11 +124,14 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil, err
 	}
 	keys := NewKeys(sc)
-	var gwArgs []string
+	var gw gatewayProc
 	if o.GatewayCPUProfile != "" {
-		gwArgs = append(gwArgs, "--cpuprofile", o.GatewayCPUProfile)
+		gw.args = append(gw.args, "--cpuprofile", o.GatewayCPUProfile)
 	}
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, generatedConfig(sc, keys), slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
+	if o.GatewayGOMAXPROCS > 0 {
+		gw.env = append(gw.env, "GOMAXPROCS="+strconv.Itoa(o.GatewayGOMAXPROCS))
+	}
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, generatedConfig(sc, keys), slog.New(slog.NewTextHandler(io.Discard, nil)), gw)
 	if err != nil {
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}
@@ -136,7 +145,7 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	b.body = []byte(`{"model":"` + sc.Model + `","max_tokens":16,"messages":[{"role":"user","content":"` +
 		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
 
-	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
+	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients, GatewayGOMAXPROCS: max(0, o.GatewayGOMAXPROCS),
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
 	// The stack's burn with no request, to split fixed from marginal cost.
 	idle, gwIdle, err := b.pids.idleCores(3 * time.Second)
