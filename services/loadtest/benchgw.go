@@ -77,6 +77,11 @@ type GatewayProcessResult struct {
 	// Requests per gateway CPU-second in the 1-client series: the cost of
 	// a request with nothing to batch it with.
 	RequestsPerGatewayCPU1 float64 `json:"requests_per_gateway_cpu_second_1_client"`
+	// Produce requests the gateway's request producer wrote per request
+	// (reserve and reconcile in one, issue 25 item 1: about 1 at 1 client,
+	// less when concurrent requests share a produce request).
+	ProducesPerRequest1 float64 `json:"produce_requests_per_request_1_client"`
+	ProducesPerRequestN float64 `json:"produce_requests_per_request_concurrent"`
 	// Clients concurrent clients, each for the duration.
 	Clients               int     `json:"clients"`
 	DirectP50MsN          float64 `json:"direct_p50_ms_concurrent"`
@@ -317,6 +322,7 @@ func (b *gwBench) oneClient(res *GatewayProcessResult, idle float64) error {
 	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
 	res.AddedMeanMs = mean(via) - mean(direct)
 	res.LedgerAnswerMeanMs = a1.since(a0)
+	res.ProducesPerRequest1 = a1.producesPer(a0, len(via))
 	res.AddedLessLedgerMean = res.AddedMeanMs - res.LedgerAnswerMeanMs
 	return nil
 }
@@ -359,6 +365,7 @@ func (b *gwBench) manyClients(res *GatewayProcessResult, idle float64) error {
 	res.AddedP50MsN = res.GatewayP50MsN - res.DirectP50MsN
 	res.AddedMeanMsN = mean(viaN) - mean(directN)
 	res.LedgerAnswerMeanMsN = a3.since(a2)
+	res.ProducesPerRequestN = a3.producesPer(a2, n)
 	res.AddedLessLedgerMeanN = res.AddedMeanMsN - res.LedgerAnswerMeanMsN
 	res.RequestsPerSec = float64(n) / el.Seconds()
 	res.GatewayCPUSeconds = (cpu1 - cpu0).Seconds()
@@ -380,8 +387,18 @@ func mean(xs []float64) float64 {
 }
 
 // answerTotals are the sum and count of the gateway's
-// sluice_gateway_ledger_answer_seconds at one moment.
-type answerTotals struct{ sum, count float64 }
+// sluice_gateway_ledger_answer_seconds, and its produce requests
+// (sluice_gateway_ledger_produce_requests_total), at one moment.
+type answerTotals struct{ sum, count, produces float64 }
+
+// producesPer is the produce requests per request between a and b, for n
+// requests.
+func (b answerTotals) producesPer(a answerTotals, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return (b.produces - a.produces) / float64(n)
+}
 
 // since is the mean answer time, in ms, of the answers after a.
 func (b answerTotals) since(a answerTotals) float64 {
@@ -417,6 +434,8 @@ func ledgerAnswer(ctx context.Context, hc *http.Client, url string) (answerTotal
 			t.sum, err = strconv.ParseFloat(v, 64)
 		case "sluice_gateway_ledger_answer_seconds_count":
 			t.count, err = strconv.ParseFloat(v, 64)
+		case "sluice_gateway_ledger_produce_requests_total":
+			t.produces, err = strconv.ParseFloat(v, 64)
 		}
 		if err != nil {
 			return answerTotals{}, fmt.Errorf("gateway metrics: %s: %w", name, err)
