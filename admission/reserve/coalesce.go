@@ -64,6 +64,11 @@ type coalescer struct {
 	mu      sync.Mutex
 	linger  time.Duration // ≤ 0: off, reconciles go at once
 	pending map[string][]*report
+	// timers holds the linger timer of each scope with reports waiting.
+	// It is stopped when its batch rides with another event: an unstopped
+	// timer fired 5 ms after every request for nothing (a goroutine, a
+	// lock and a thread woken, per request at 1 client; issue 25).
+	timers map[string]*time.Timer
 	// rides and alone count the reconciles sent ahead of another event of
 	// their scope and those sent when their linger ran out.
 	rides, alone int64
@@ -87,17 +92,17 @@ func (c *Client) hold(r *report) {
 		return
 	}
 	scope := r.ev.Scope
-	first := len(c.co.pending[scope]) == 0
+	if len(c.co.pending[scope]) == 0 {
+		c.co.timers[scope] = time.AfterFunc(c.co.linger, func() { c.lingerExpired(scope) })
+	}
 	c.co.pending[scope] = append(c.co.pending[scope], r)
 	c.co.mu.Unlock()
-	if first {
-		time.AfterFunc(c.co.linger, func() { c.lingerExpired(scope) })
-	}
 }
 
 // lingerExpired sends the scope's waiting reconciles on their own. It may
 // find a later batch than the one that armed it (the first went with a
-// reserve); that batch is then sent early, which only shortens its wait.
+// reserve as the timer fired, too late to stop it); that batch is then
+// sent early, which only shortens its wait.
 func (c *Client) lingerExpired(scope string) {
 	c.co.mu.Lock()
 	n := len(c.co.pending[scope])
@@ -140,6 +145,10 @@ func (c *Client) flushLocked(scope string) {
 		return
 	}
 	delete(c.co.pending, scope)
+	if t := c.co.timers[scope]; t != nil {
+		t.Stop()
+		delete(c.co.timers, scope)
+	}
 	for _, r := range rs {
 		c.tryProduce(r)
 	}

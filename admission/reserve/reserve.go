@@ -77,6 +77,15 @@ type Decided struct {
 // keep their own producer, with no linger and their order.
 const TelemetryLinger = 20 * time.Millisecond
 
+// decisionFetchMaxWait is how long the broker may hold the decision
+// consumer's fetch when the partition has nothing new. It adds no latency:
+// with the default minimum of one byte the broker answers a waiting fetch
+// at the first decision appended. It only sets how often an idle gateway
+// polls: at 10 ms (before issue 25's gateway round) 100 empty fetches a
+// second, each a write, a read and a wake-up in the gateway and a request
+// for the broker (docs/ledger-service.md, Client settings).
+const decisionFetchMaxWait = 250 * time.Millisecond
+
 // watchBuffer bounds the decisions queued for one watcher; a watcher reads
 // them as they come, so only stale repeats are ever dropped. The channel
 // holds pointers: a buffer of 16 Decided values was 2.9 kB allocated (and
@@ -197,7 +206,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		// Act on decisions as soon as they are produced; a Dedup drops the
 		// copies an aborted transaction leaves (dedup.go).
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.FetchMaxWait(decisionFetchMaxWait),
 		kgo.RetryBackoffFn(bus.RetryBackoff),
 	)...)
 	if err != nil {
@@ -217,7 +226,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	c := &Client{cfg: cfg, prod: prod, tele: tele, cons: cons, log: cfg.Log, act: newActivity(), trips: newRoundTrips(),
 		watchers: map[string]chan *Decided{}, abandoned: map[attemptKey]int64{}, done: make(chan struct{}),
 		retry: retryQueue{max: cfg.RetryQueueMax}, rtStop: make(chan struct{}), rtDone: make(chan struct{}),
-		co: coalescer{linger: cfg.ReconcileLinger, pending: map[string][]*report{}}, produceRequests: counter.n}
+		co: coalescer{linger: cfg.ReconcileLinger, pending: map[string][]*report{}, timers: map[string]*time.Timer{}}, produceRequests: counter.n}
 	go c.consume()
 	go c.retries(c.rtStop, c.rtDone)
 	if cfg.HeartbeatInterval > 0 {

@@ -56,18 +56,53 @@ func PartitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, e
 // partition (ledgerd.PartitionOf) must use it.
 func ScopePartitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(scopeHasher) }
 
-// kafkaKeyed is Kafka's key partitioner; for keyed records it is a pure
-// function of the key, safe for concurrent use.
-var kafkaKeyed = kgo.StickyKeyPartitioner(nil).ForTopic("")
+// kafkaHash is Kafka's key partitioner (murmur2, as franz-go's default
+// StickyKeyPartitioner hashes a keyed record), called on the key itself:
+// going through the partitioner took a kgo.Record on the heap per record
+// produced, about 200 bytes each (issue 25). TestScopePartitioner and
+// TestKafkaHashIsKafkas hold it to franz-go's.
+var kafkaHash = kgo.KafkaHasher(murmur2)
 
 func scopeHasher(key []byte, n int) int {
-	rec := kgo.Record{Key: key}
 	base, i, ok := SubScopeKey(key)
 	if !ok {
-		return kafkaKeyed.Partition(&rec, n)
+		return kafkaHash(key, n)
 	}
-	rec.Key = base
-	return (kafkaKeyed.Partition(&rec, n) + i) % n
+	return (kafkaHash(base, n) + i) % n
+}
+
+// murmur2 is Kafka's (and franz-go's unexported) murmur2 of b.
+func murmur2(b []byte) uint32 {
+	const (
+		seed uint32 = 0x9747b28c
+		m    uint32 = 0x5bd1e995
+		r           = 24
+	)
+	h := seed ^ uint32(len(b))
+	for len(b) >= 4 {
+		k := uint32(b[3])<<24 + uint32(b[2])<<16 + uint32(b[1])<<8 + uint32(b[0])
+		b = b[4:]
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch len(b) {
+	case 3:
+		h ^= uint32(b[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(b[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(b[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
 }
 
 // subScopeIndexMax bounds the index SubScopeKey accepts (the ledger

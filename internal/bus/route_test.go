@@ -99,6 +99,28 @@ func TestScopePartitioner(t *testing.T) {
 	}
 }
 
+// TestKafkaHashIsKafkas: the hash scopeHasher calls directly is
+// franz-go's default key partitioner, for keys of every length (murmur2's
+// tail cases) and partition counts, and it allocates nothing.
+func TestKafkaHashIsKafkas(t *testing.T) {
+	kafkas := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	for l := 0; l < 40; l++ {
+		key := make([]byte, l)
+		for i := range key {
+			key[i] = byte(l*31 + i*7 + 0x80*(i%2))
+		}
+		for _, n := range []int{1, 2, 3, 7, 8, 64, 1000} {
+			if got, want := kafkaHash(key, n), kafkas.Partition(&kgo.Record{Key: key}, n); got != want {
+				t.Errorf("key %x over %d partitions: %d, Kafka's partitioner %d", key, n, got, want)
+			}
+		}
+	}
+	key := []byte("openai:gpt-4o#2")
+	if a := testing.AllocsPerRun(100, func() { _ = scopeHasher(key, 8) }); a != 0 {
+		t.Errorf("scopeHasher allocates %v times per call", a)
+	}
+}
+
 // FuzzSubScopeKey: any key either is not a sub-scope key or splits into a
 // non-empty scope without '#' and an index in range that, joined again,
 // is the key itself (one spelling per sub-scope, so one partition).

@@ -29,6 +29,8 @@ func ledgerCollectors(rc *reserve.Client) []prometheus.Collector {
 			func(s reserve.Stats) int64 { return s.RetryExpired }),
 		counter("sluice_gateway_ledger_produce_abandoned_total", "Reservations whose produce was not acked within ledger_timeout_ms or the deadline (answered 503 ledger_unavailable, given back by a Released behind them).",
 			func(s reserve.Stats) int64 { return s.Abandoned }),
+		counter("sluice_gateway_ledger_produce_requests_total", "Produce requests the ledger client's request producer wrote to the brokers (issue 25: about one per admitted request, its Reconciled riding with the next reserve).",
+			func(s reserve.Stats) int64 { return s.ProduceRequests }),
 		counter("sluice_gateway_late_grants_released_total", "Grants that reached the gateway for an attempt it had given up, released undispatched.",
 			func(s reserve.Stats) int64 { return s.LateReleased }),
 	}

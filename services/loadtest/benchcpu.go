@@ -109,22 +109,24 @@ func perRequest(a, b cpuSample, n int, el time.Duration, idle float64, brokerPID
 	return c
 }
 
-// idleCores samples the stack for d with no requests: its CPU per second.
-func (p stackPIDs) idleCores(d time.Duration) (float64, error) {
+// idleCores samples the stack for d with no requests: its CPU per second,
+// and the gateway's alone.
+func (p stackPIDs) idleCores(d time.Duration) (stack, gateway float64, err error) {
 	a, err := p.sample()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	t0 := time.Now()
 	time.Sleep(d)
 	b, err := p.sample()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if !a.brokerOK || !b.brokerOK {
 		a.broker, b.broker = 0, 0
 	}
-	return (b.total() - a.total()).Seconds() / time.Since(t0).Seconds(), nil
+	el := time.Since(t0).Seconds()
+	return (b.total() - a.total()).Seconds() / el, (b.gateway - a.gateway).Seconds() / el, nil
 }
 
 // listenerPID finds the process listening on the TCP port of addr

@@ -49,6 +49,9 @@ type GatewayProcessOptions struct {
 	// GatewayCPUProfile, if set, is where the gateway process writes its
 	// CPU profile (its --cpuprofile) until the stack stops.
 	GatewayCPUProfile string
+	// GatewayGOMAXPROCS, if positive, is the gateway process's GOMAXPROCS
+	// (default: the Go runtime's, the machine's cores).
+	GatewayGOMAXPROCS int
 }
 
 // GatewayProcessResult is what `sluice bench gateway --brokers` prints.
@@ -74,6 +77,11 @@ type GatewayProcessResult struct {
 	// Requests per gateway CPU-second in the 1-client series: the cost of
 	// a request with nothing to batch it with.
 	RequestsPerGatewayCPU1 float64 `json:"requests_per_gateway_cpu_second_1_client"`
+	// Produce requests the gateway's request producer wrote per request
+	// (reserve and reconcile in one, issue 25 item 1: about 1 at 1 client,
+	// less when concurrent requests share a produce request).
+	ProducesPerRequest1 float64 `json:"produce_requests_per_request_1_client"`
+	ProducesPerRequestN float64 `json:"produce_requests_per_request_concurrent"`
 	// Clients concurrent clients, each for the duration.
 	Clients               int     `json:"clients"`
 	DirectP50MsN          float64 `json:"direct_p50_ms_concurrent"`
@@ -86,7 +94,14 @@ type GatewayProcessResult struct {
 	RequestsPerSec        float64 `json:"gateway_requests_per_sec_concurrent"`
 	GatewayCPUSeconds     float64 `json:"gateway_cpu_seconds"`
 	RequestsPerGatewayCPU float64 `json:"requests_per_gateway_cpu_second"`
-	Errors                int64   `json:"errors"`
+	// GatewayIdleCores is the gateway's CPU per second of wall time with
+	// no request (its consumers' fetch polls, heartbeats, telemetry): the
+	// part of the per-request figures above that does not scale with load.
+	GatewayIdleCores float64 `json:"gateway_idle_cores"`
+	Errors           int64   `json:"errors"`
+	// GatewayGOMAXPROCS is the gateway's GOMAXPROCS when the run set it
+	// (--gateway-gomaxprocs), 0 for the runtime's default.
+	GatewayGOMAXPROCS int `json:"gateway_gomaxprocs,omitempty"`
 	// CPU per request of the gateway, the ledgers and the broker, and in
 	// total, over the 1-client and the concurrent series (benchcpu.go).
 	CPU1 StackCPU `json:"cpu_per_request_1_client"`
@@ -114,11 +129,14 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 		return nil, err
 	}
 	keys := NewKeys(sc)
-	var gwArgs []string
+	var gw gatewayProc
 	if o.GatewayCPUProfile != "" {
-		gwArgs = append(gwArgs, "--cpuprofile", o.GatewayCPUProfile)
+		gw.args = append(gw.args, "--cpuprofile", o.GatewayCPUProfile)
 	}
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, generatedConfig(sc, keys), slog.New(slog.NewTextHandler(io.Discard, nil)), gwArgs...)
+	if o.GatewayGOMAXPROCS > 0 {
+		gw.env = append(gw.env, "GOMAXPROCS="+strconv.Itoa(o.GatewayGOMAXPROCS))
+	}
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, generatedConfig(sc, keys), slog.New(slog.NewTextHandler(io.Discard, nil)), gw)
 	if err != nil {
 		return nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}
@@ -132,13 +150,14 @@ func BenchGatewayProcess(ctx context.Context, o GatewayProcessOptions) (*Gateway
 	b.body = []byte(`{"model":"` + sc.Model + `","max_tokens":16,"messages":[{"role":"user","content":"` +
 		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
 
-	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients,
+	res := &GatewayProcessResult{Bench: "gateway-process", Brokers: strings.Join(o.Brokers, ","), Requests: o.Requests, Clients: o.Clients, GatewayGOMAXPROCS: max(0, o.GatewayGOMAXPROCS),
 		Description: "gateway process alone against a separate simulator (no modelled latency) and two ledgers on the broker; 200-token non-streaming chat completion; loopback HTTP"}
 	// The stack's burn with no request, to split fixed from marginal cost.
-	idle, err := b.pids.idleCores(3 * time.Second)
+	idle, gwIdle, err := b.pids.idleCores(3 * time.Second)
 	if err != nil {
 		return nil, err
 	}
+	res.GatewayIdleCores = gwIdle
 	if err := b.oneClient(res, idle); err != nil {
 		return nil, err
 	}
@@ -303,6 +322,7 @@ func (b *gwBench) oneClient(res *GatewayProcessResult, idle float64) error {
 	res.AddedP50Ms, res.AddedP99Ms = res.GatewayP50Ms-res.DirectP50Ms, res.GatewayP99Ms-res.DirectP99Ms
 	res.AddedMeanMs = mean(via) - mean(direct)
 	res.LedgerAnswerMeanMs = a1.since(a0)
+	res.ProducesPerRequest1 = a1.producesPer(a0, len(via))
 	res.AddedLessLedgerMean = res.AddedMeanMs - res.LedgerAnswerMeanMs
 	return nil
 }
@@ -345,6 +365,7 @@ func (b *gwBench) manyClients(res *GatewayProcessResult, idle float64) error {
 	res.AddedP50MsN = res.GatewayP50MsN - res.DirectP50MsN
 	res.AddedMeanMsN = mean(viaN) - mean(directN)
 	res.LedgerAnswerMeanMsN = a3.since(a2)
+	res.ProducesPerRequestN = a3.producesPer(a2, n)
 	res.AddedLessLedgerMeanN = res.AddedMeanMsN - res.LedgerAnswerMeanMsN
 	res.RequestsPerSec = float64(n) / el.Seconds()
 	res.GatewayCPUSeconds = (cpu1 - cpu0).Seconds()
@@ -366,8 +387,18 @@ func mean(xs []float64) float64 {
 }
 
 // answerTotals are the sum and count of the gateway's
-// sluice_gateway_ledger_answer_seconds at one moment.
-type answerTotals struct{ sum, count float64 }
+// sluice_gateway_ledger_answer_seconds, and its produce requests
+// (sluice_gateway_ledger_produce_requests_total), at one moment.
+type answerTotals struct{ sum, count, produces float64 }
+
+// producesPer is the produce requests per request between a and b, for n
+// requests.
+func (b answerTotals) producesPer(a answerTotals, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	return (b.produces - a.produces) / float64(n)
+}
 
 // since is the mean answer time, in ms, of the answers after a.
 func (b answerTotals) since(a answerTotals) float64 {
@@ -403,6 +434,8 @@ func ledgerAnswer(ctx context.Context, hc *http.Client, url string) (answerTotal
 			t.sum, err = strconv.ParseFloat(v, 64)
 		case "sluice_gateway_ledger_answer_seconds_count":
 			t.count, err = strconv.ParseFloat(v, 64)
+		case "sluice_gateway_ledger_produce_requests_total":
+			t.produces, err = strconv.ParseFloat(v, 64)
 		}
 		if err != nil {
 			return answerTotals{}, fmt.Errorf("gateway metrics: %s: %w", name, err)

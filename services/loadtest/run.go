@@ -357,7 +357,7 @@ func (o *Options) stackTarget(ctx context.Context, sc *Scenario, hc *http.Client
 		return tg, nil, err
 	}
 	fmt.Fprintf(stderr, "starting the stack on %s (simulator, %d ledgers, gateway)…\n", strings.Join(o.Brokers, ","), stackLedgers)
-	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, gwYAML, o.runLog(stderr))
+	st, err := startStack(ctx, sc, o.SluiceBin, o.Brokers, keys, gwYAML, o.runLog(stderr), gatewayProc{})
 	if err != nil {
 		return tg, nil, fmt.Errorf("stack on %s: %w", strings.Join(o.Brokers, ","), err)
 	}

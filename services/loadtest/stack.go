@@ -177,6 +177,8 @@ type stack struct {
 	gwURL   string
 	// gwMetricsURL is the gateway's metrics listener.
 	gwMetricsURL string
+	// gwEnv is added to the gateway process's environment.
+	gwEnv []string
 
 	mu      sync.Mutex
 	scraped map[string]map[string]float64 // ledger metrics URL → metric → value
@@ -201,7 +203,13 @@ func (st *stack) env(start time.Time) FaultEnv {
 // startStack starts the scenario's stack on brokers. The topics get a
 // fresh prefix, so concurrent runs and earlier runs never mix.
 // gwArgs are extra flags of the gateway process.
-func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, gwConfig gatewayYAML, log *slog.Logger, gwArgs ...string) (st *stack, err error) {
+// gatewayProc is what the gateway process gets beyond the stack's own
+// flags: more flags, and environment (e.g. GOMAXPROCS=1).
+type gatewayProc struct {
+	args, env []string
+}
+
+func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string, keys Keys, gwConfig gatewayYAML, log *slog.Logger, gw gatewayProc) (st *stack, err error) {
 	if bin == "" {
 		if bin, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("find the sluice binary (set --sluice-bin): %w", err)
@@ -237,7 +245,7 @@ func startStack(ctx context.Context, sc *Scenario, bin string, brokers []string,
 	if err := st.waitLedgersJoined(ctx); err != nil {
 		return st, err
 	}
-	if err := st.startGateway(ctx, gwConfig, gwArgs); err != nil {
+	if err := st.startGateway(ctx, gwConfig, gw); err != nil {
 		return st, err
 	}
 	go st.scrapeLoop()
@@ -287,7 +295,7 @@ func (st *stack) startLedgers(ctx context.Context) error {
 
 // startGateway writes the gateway's config (which points at the simulator)
 // and starts it on free API and metrics addresses; gwArgs are extra flags.
-func (st *stack) startGateway(ctx context.Context, gwConfig gatewayYAML, gwArgs []string) error {
+func (st *stack) startGateway(ctx context.Context, gwConfig gatewayYAML, gw gatewayProc) error {
 	gwYAML, err := gwConfig(st.simURL)
 	if err != nil {
 		return err
@@ -304,8 +312,9 @@ func (st *stack) startGateway(ctx context.Context, gwConfig gatewayYAML, gwArgs 
 	if err != nil {
 		return err
 	}
+	st.gwEnv = gw.env
 	if _, _, err := st.start(ctx, "gateway", append([]string{"gateway", "--brokers", strings.Join(st.brokers, ","), "--topic-prefix", st.prefix,
-		"--config", gwCfg, "--addr", gaddr, "--metrics-addr", gmaddr, "--ledger-group", st.prefix + "ledger"}, gwArgs...)...); err != nil {
+		"--config", gwCfg, "--addr", gaddr, "--metrics-addr", gmaddr, "--ledger-group", st.prefix + "ledger"}, gw.args...)...); err != nil {
 		return err
 	}
 	st.gwURL = "http://" + gaddr
@@ -378,6 +387,9 @@ func (st *stack) start(ctx context.Context, name string, args ...string) (*proc,
 		return nil, "", err
 	}
 	cmd := exec.Command(st.bin, args...)
+	if v := os.Getenv("XGWPROCS"); v != "" && name == "gateway" {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
+	}
 	cmd.Stderr = logf
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -70,10 +70,11 @@ func runBench(ctx context.Context, args []string) error {
 type benchFlags struct {
 	n, events, conc, batch, rounds int
 	brokers, chAddr, reuse, parts  string
-	cpuprofile                     string
+	cpuprofile, sluiceBin          string
 	dur, commitEvery               time.Duration
 	keep, process, stages, floor   bool
 	rpm                            int64
+	gwProcs                        int
 }
 
 // parseBenchFlags declares and parses the flags of sluice bench name.
@@ -96,13 +97,15 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	floor := fs.Bool("floor", false, "ledger-kafka: also measure the same round trips with an echo in place of the ledger (the Kafka hops alone)")
 	parts := fs.String("partitions", "1,2,4", "hot: the splits of the hot deployment's scope to measure (partitions and ledgers each)")
 	rpm := fs.Int64("rpm", 0, "hot: the hot deployment's requests-per-minute limit (0 = 100000000: the path, not the limit)")
+	sluiceBin := fs.String("sluice-bin", "", "gateway --process: the sluice binary the stack's processes run (default: this one), to compare another build under the same driver")
+	gwProcs := fs.Int("gateway-gomaxprocs", 0, "gateway --process: GOMAXPROCS of the gateway process (0 = the Go runtime's default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (whatif: of the what-if run alone; gateway --process: of the gateway process)")
 	if err := parseFlags(fs, args); err != nil {
 		return benchFlags{}, err
 	}
 	return benchFlags{n: *n, events: *events, conc: *conc, batch: *batch, rounds: *rounds,
 		brokers: *brokers, chAddr: *chAddr, reuse: *reuse, parts: *parts, cpuprofile: *cpuprofile,
-		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, rpm: *rpm}, nil
+		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, rpm: *rpm, gwProcs: *gwProcs, sluiceBin: *sluiceBin}, nil
 }
 
 // runNamedBench runs benchmark name and returns its result, to be printed
@@ -116,7 +119,7 @@ func runNamedBench(ctx context.Context, name string, f benchFlags, whatIfProfile
 	case "gateway":
 		if f.process {
 			return loadtest.BenchGatewayProcess(ctx, loadtest.GatewayProcessOptions{Brokers: bus.SplitBrokers(f.brokers), Requests: f.n, Clients: f.conc, Duration: f.dur,
-				GatewayCPUProfile: f.cpuprofile})
+				GatewayCPUProfile: f.cpuprofile, GatewayGOMAXPROCS: f.gwProcs, SluiceBin: f.sluiceBin})
 		}
 		return benchGateway(ctx, f.n, f.conc)
 	case "ledger-kafka":
