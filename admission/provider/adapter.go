@@ -103,17 +103,6 @@ func register(a adapter, kinds ...Kind) {
 	}
 }
 
-// CountedAs is the request a client's request to API a (sent as body)
-// becomes on a provider of kind serving upstreamModel, when the provider
-// counts it otherwise than the client's API (ok false: as the client's):
-// a chat completion or a Responses request to Anthropic is the Messages
-// request it is translated to, whose max_tokens is the route's default
-// output defaultMax when the client set none (see ClaudeMaxTokens). The
-// gateway estimates such a candidate on it.
-func CountedAs(a API, kind Kind, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
-	return (&Parsed{API: a, Body: body}).CountedAs(kind, upstreamModel, defaultMax)
-}
-
 // adapterOf is the adapter of kind. The configuration admits only the
 // kinds of schemas.ProviderKinds; any other (the zero Exchange's "") is
 // spoken like OpenAI.

@@ -193,7 +193,7 @@ func TestCanServe(t *testing.T) {
 	}
 	for _, tc := range tests {
 		req, _ := estimate.ParseOpenAIChat([]byte(tc.body)) // only Gemini's check reads it
-		if got := CanServe(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+		if got := (&Parsed{API: tc.api, Request: req, Body: []byte(tc.body)}).CanServe(tc.kind); got != tc.want {
 			t.Errorf("CanServe(%s, %s, %s) = %v, want %v", tc.api, tc.kind, tc.body, got, tc.want)
 		}
 	}
@@ -242,7 +242,7 @@ func TestUnsupported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := Unsupported(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+		if got := (&Parsed{API: tc.api, Request: req, Body: []byte(tc.body)}).Unsupported(tc.kind); got != tc.want {
 			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
 		}
 	}
