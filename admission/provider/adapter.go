@@ -31,6 +31,10 @@ type adapter interface {
 	// notServed is the client's error text when !serves(a) (kind: the
 	// provider's, which adapters share).
 	notServed(kind Kind, a API) string
+	// fields are the provider fields build and headers read beyond every
+	// kind's, which the configuration then requires or fills
+	// (config.RegisterKind).
+	fields() config.KindFields
 	// untranslatable says what of the request a translation does not carry
 	// ("" = nothing); it is asked only when translated(p.API).
 	untranslatable(p *Parsed) string
@@ -100,6 +104,7 @@ func register(a adapter, kinds ...Kind) {
 			panic("provider: two adapters registered for kind " + string(k))
 		}
 		adapters[k] = a
+		config.RegisterKind(k, a.fields())
 	}
 }
 
