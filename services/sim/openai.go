@@ -277,6 +277,8 @@ func init() { registerDialect(schemas.ProviderOpenAI, "/openai/v1", openAIDialec
 
 func (openAIDialect) overloadStatus() int { return http.StatusServiceUnavailable }
 
+func (openAIDialect) promptCache() bool { return false }
+
 func (openAIDialect) routes(s *Server, m *http.ServeMux) {
 	for _, prefix := range []string{"/openai/v1", "/v1"} {
 		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
