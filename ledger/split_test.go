@@ -346,6 +346,9 @@ func TestSplitScopeShareRefusals(t *testing.T) {
 	cases := []struct{ name, bucket, want string }{
 		{"below one unit each", `{"level":"tenant","id":"*","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
 		{"ramp", `{"level":"tenant","id":"acme","dimension":"requests","refill":"ramp","capacity":100,"period_ms":60000,"window_ms":60000}`, "refill ramp"},
+		// A deployment's concurrency is divided too: a share below one
+		// was left whole in every sub-scope, 4 × 3 in flight.
+		{"deployment concurrency below one unit each", `{"level":"deployment","id":"dep","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
