@@ -83,8 +83,9 @@ type ProviderCapacity struct {
 	// they lease shares of (ledger/split.go), so it is shown once, not
 	// summed, with Learned the lowest any sub-scope enforces (each learns
 	// from the same provider's headers) and ObservedAtMs the oldest
-	// observation. A scope-level bucket is copied to every sub-scope, each
-	// enforcing its own, so its capacities are summed.
+	// observation. A scope-level bucket is divided among the sub-scopes
+	// (ledger.SplitLimit), each enforcing its share, so the shares are
+	// summed.
 	SubScopes []string `json:"sub_scopes,omitempty"`
 }
 
@@ -130,9 +131,9 @@ type UsageLimit struct {
 	// bucket yet: it is full), or unobserved (no snapshot of the scope).
 	Source string `json:"source"`
 	// SubScopes, for a scope split over partitions (ledger/split.go), are
-	// the sub-scopes the row sums: each holds its own copy of a tenant's
-	// or team's bucket, so Capacity, Max, Remaining and Used are their
-	// sums (ObservedAtMs the oldest observation, ResetsAtMs the latest).
+	// the sub-scopes the row sums: each holds its share of a tenant's or
+	// team's bucket (ledger.SplitLimit), so Capacity, Max, Remaining and
+	// Used are their sums (ObservedAtMs the oldest observation, ResetsAtMs the latest).
 	// Remaining is present when a snapshot holds any of them; one that no
 	// snapshot holds yet (source unobserved: often one no request went to
 	// yet) counts as full, the same overstatement as a stale snapshot's.
