@@ -25,7 +25,7 @@ func hotConfig(n int, rpm int64) string {
 // TestSplitScopeConfig is the split of one hot scope's config: n
 // sub-scopes, the deployment's rate limits as rolling budgets that every
 // sub-scope spends, its concurrency in parts that sum to the limit, the
-// other limits copied; parsing the result again changes nothing.
+// key's limit copied; parsing the result again changes nothing.
 func TestSplitScopeConfig(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 3, 4, 7} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
