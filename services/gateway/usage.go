@@ -192,10 +192,6 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(u)
 }
 
-// scopesSeen are the ledger scopes of cfg's providers (a split scope's
-// sub-scopes, which are the ones that hold leases), sorted.
-func (u *Usage) scopesSeen(cfg *config.Config) []string { return scopes(cfg) }
-
 func bearerKey(r *http.Request) string {
 	if k, ok := httpmux.BearerToken(r.Header.Get("Authorization")); ok {
 		return k
@@ -211,7 +207,7 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 	if doc == nil {
 		return u
 	}
-	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, u.scopesSeen(cfg)) }()
+	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, scopes(cfg)) }() // a split scope's sub-scopes hold its leases
 	var provScopes []string
 	for _, p := range cfg.Providers {
 		if !slices.Contains(provScopes, p.Scope) {
