@@ -14,20 +14,30 @@ func served(id string, out, firstByteMs, totalMs int64) *schemas.Event {
 	return ev
 }
 
+// samples are n answers that teach the ledger a route's service time: s<i>
+// reserved at from + every×i and answered `after` ms later, served(out,
+// firstByteMs, totalMs).
+type samples struct{ n, from, every, after, out, firstByteMs, totalMs int64 }
+
+func (sm samples) steps() []step {
+	var steps []step
+	for i := range sm.n {
+		id := fmt.Sprintf("s%d", i)
+		at := sm.from + sm.every*i
+		steps = append(steps,
+			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
+			step{At: at + sm.after, Ev: served(id, sm.out, sm.firstByteMs, sm.totalMs)})
+	}
+	return steps
+}
+
 func TestServiceTimeDeadline(t *testing.T) {
 	// One attempt at a time per key, so that a held grant queues the next.
 	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
 	// The route answers its first byte at 400 ms and then 2 ms per output
 	// token. The p95 bin of 400 ms is [384, 448), so 50 output tokens are
 	// expected to take its upper bound 448 + 100 = 548 ms.
-	var steps []step
-	for i := range 19 {
-		id := fmt.Sprintf("s%d", i)
-		at := int64(10 * i)
-		steps = append(steps,
-			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: at + 5, Ev: served(id, 50, 400, 500)})
-	}
+	steps := samples{n: 19, every: 10, after: 5, out: 50, firstByteMs: 400, totalMs: 500}.steps()
 	svc := func(needed, avail int64) func(*testing.T, *Ledger, []Output) {
 		return func(t *testing.T, _ *Ledger, out []Output) {
 			t.Helper()
@@ -72,14 +82,7 @@ func TestServiceTimeDeadline(t *testing.T) {
 // 700 ms, whose p95 bin [640, 768) gives 768.
 func TestServiceTimeCountsDelivery(t *testing.T) {
 	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
-	var steps []step
-	for i := range 20 {
-		id := fmt.Sprintf("s%d", i)
-		at := int64(1000 * i)
-		steps = append(steps,
-			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: at + 700, Ev: served(id, 0, 500, 500)})
-	}
+	steps := samples{n: 20, every: 1000, after: 700, firstByteMs: 500, totalMs: 500}.steps()
 	steps = append(steps,
 		step{At: 30_000, Ev: reserve("short", deadline(767), tokens(100, 0)), Want: []string{"short/1 denied deadline_below_service_time rejected_locally"}},
 		step{At: 30_000, Ev: reserve("fits", deadline(768), tokens(100, 0)), Want: []string{"fits/1 granted admitted"}},
@@ -95,14 +98,7 @@ func TestServiceTimeCountsDelivery(t *testing.T) {
 // sent 500 ms before its client hangs up.
 func TestServiceTimeLearnedWhileQueued(t *testing.T) {
 	cfg := testConfig(BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1})
-	var steps []step
-	for i := range 19 {
-		id := fmt.Sprintf("s%d", i)
-		at := int64(10 * i)
-		steps = append(steps,
-			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: at + 5, Ev: served(id, 50, 400, 500)})
-	}
+	steps := samples{n: 19, every: 10, after: 5, out: 50, firstByteMs: 400, totalMs: 500}.steps()
 	steps = append(steps,
 		step{At: 300, Ev: reserve("hold"), Want: []string{"hold/1 granted admitted"}},
 		step{At: 400, Ev: reserve("q", class("agent"), deadline(600)), Want: []string{"q/1 queued capacity queued"}},
@@ -116,13 +112,7 @@ func TestServiceTimeLearnedWhileQueued(t *testing.T) {
 func TestServiceTimeOff(t *testing.T) {
 	cfg := testConfig(rpm("key", "*", 6000, 60_000))
 	cfg.ServiceSamplesMin = -1
-	var steps []step
-	for i := range 30 {
-		id := fmt.Sprintf("s%d", i)
-		steps = append(steps,
-			step{At: int64(i), Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: int64(i), Ev: served(id, 50, 400, 500)})
-	}
+	steps := samples{n: 30, every: 1, out: 50, firstByteMs: 400, totalMs: 500}.steps()
 	steps = append(steps, step{At: 100, Ev: reserve("short", deadline(10)), Want: []string{"short/1 granted admitted"},
 		Check: func(t *testing.T, l *Ledger, _ []Output) {
 			if len(l.st.Services) != 0 {
@@ -154,14 +144,7 @@ func TestServiceTimePrior(t *testing.T) {
 	conc := BucketConfig{Level: "key", ID: "*", Dimension: schemas.DimConcurrency, Capacity: 1}
 	cfg := Config{Scopes: []ScopeConfig{{Name: "s", Buckets: []BucketConfig{conc}}, {Name: "f", Buckets: []BucketConfig{conc}}}}
 	inF := func(ev *schemas.Event) { ev.Scope = "f" }
-	var steps []step
-	for i := range 20 {
-		id := fmt.Sprintf("s%d", i)
-		at := int64(10 * i)
-		steps = append(steps,
-			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: at + 5, Ev: served(id, 50, 400, 500)})
-	}
+	steps := samples{n: 20, every: 10, after: 5, out: 50, firstByteMs: 400, totalMs: 500}.steps()
 	steps = append(steps,
 		// The fallback's scope has no sample: s's 548 ms stands in.
 		step{At: 300, Ev: reserve("short", inF, attempt(2), deadline(547)), Want: []string{"short/2 denied deadline_below_service_time rejected_locally"}},
@@ -197,16 +180,8 @@ func TestServiceTimeFromTheGateway(t *testing.T) {
 		{At: 1, Ev: reserve("q", attempt(2), class("agent"), deadline(2999), prior(1000)), Want: []string{"q/2 queued capacity queued"}},
 		{At: 2000, Ev: tick(), Want: []string{"q/2 expired deadline_below_service_time queued_then_expired"}, Check: needed(1000, 1000)},
 	}
-	for i := range 20 {
-		id := fmt.Sprintf("s%d", i)
-		at := int64(3000 + 10*i)
-		if i == 0 {
-			steps = append(steps, step{At: at - 1, Ev: reconcileAtt("fits", 2, 100, 50)})
-		}
-		steps = append(steps,
-			step{At: at, Ev: reserve(id), Want: []string{id + "/1 granted admitted"}},
-			step{At: at + 5, Ev: served(id, 50, 400, 500)})
-	}
+	steps = append(steps, step{At: 2999, Ev: reconcileAtt("fits", 2, 100, 50)})
+	steps = append(steps, samples{n: 20, from: 3000, every: 10, after: 5, out: 50, firstByteMs: 400, totalMs: 500}.steps()...)
 	// Learned here (548 ms): the prior is not used.
 	steps = append(steps, step{At: 4000, Ev: reserve("own", attempt(2), deadline(600), prior(5000)), Want: []string{"own/2 granted admitted"}})
 	runSteps(t, cfg, steps)

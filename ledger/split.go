@@ -29,7 +29,7 @@ import (
 // that the sub-scopes' bursts add up to the deployment's.
 // A concurrency limit is split statically: sub-scope i holds
 // Capacity/Partitions, the remainder going to the lowest indexes, so the
-// parts sum to Capacity. The limits above the key level (scope, org,
+// parts sum to Capacity (a capacity below Partitions is refused). The limits above the key level (scope, org,
 // tenant, team, profile) are split statically the same way (splitShare):
 // they apply to requests of many keys, which the gateway spreads over the
 // sub-scopes by key (PartitionScope), so a whole copy in each would hold
@@ -170,6 +170,13 @@ func splitScope(loc string, s ScopeConfig, p *problems.List) (subs []ScopeConfig
 			continue
 		}
 		if b.Dimension == schemas.DimConcurrency {
+			// Divided as the limits above the key level are: SplitLimit
+			// leaves a limit it cannot divide whole, which in every
+			// sub-scope would hold n times over.
+			if _, why := SplitLimit(b, n, 0); why != "" {
+				p.Add(bloc, "%s", why)
+				continue
+			}
 			shared = append(shared, b)
 			continue
 		}

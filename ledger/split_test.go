@@ -25,7 +25,7 @@ func hotConfig(n int, rpm int64) string {
 // TestSplitScopeConfig is the split of one hot scope's config: n
 // sub-scopes, the deployment's rate limits as rolling budgets that every
 // sub-scope spends, its concurrency in parts that sum to the limit, the
-// other limits copied; parsing the result again changes nothing.
+// key's limit copied; parsing the result again changes nothing.
 func TestSplitScopeConfig(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 3, 4, 7} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestPartitionScope(t *testing.T) {
 // never exceed the limit, Σ over holders of what they hold plus what was
 // used never exceeds it at any step, and the limit is mostly used.
 func TestSplitScopeNeverAboveLimit(t *testing.T) {
-	const rpm = 120
+	const rpm, seconds = 120, 180
 	for _, n := range []int{2, 3, 4} {
 		for seed := uint64(1); seed <= 5; seed++ {
 			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
@@ -154,44 +154,17 @@ func TestSplitScopeNeverAboveLimit(t *testing.T) {
 				tid := SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens)
 				s := newBudgetStack(t, cfg)
 				s.home = map[string]string{bid: SubScope("openai:hot", 0), tid: SubScope("openai:hot", 1%n)}
-				rng := rand.New(rand.NewPCG(seed, 23))
-				grantsAt := map[int64]int{} // by second
-				granted := map[string]bool{}
+				grantsAt := map[int64]int{} // what the provider counts, by second
 				total := 0
-				const seconds = 180
-				for ms := int64(0); ms < seconds*1000; ms += 50 {
-					s.tick(50)
-					for k := 0; k < 1; k++ { // 20/s: 10× the limit's rate
-						key := fmt.Sprintf("k%d", rng.IntN(50))
-						sc := PartitionScope("openai:hot", n, key)
-						id := fmt.Sprintf("r%d-%d", ms, k)
-						ev := reserve(id, func(ev *schemas.Event) {
-							ev.Scope, ev.KeyID = sc, key
-							ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
-							ev.ReserveRequested.MaxWaitMs = 2000
-						})
-						s.apply(sc, ev)
-					}
-					for sc, outs := range s.out {
-						for _, o := range outs {
-							if o.Decision.Status == schemas.StatusGranted && !granted[o.RequestID] {
-								granted[o.RequestID] = true
-								if rng.IntN(4) == 0 { // never sent: given back
-									s.apply(sc, releaseEv(o.RequestID))
-									continue
-								}
-								grantsAt[s.nowMs/1000]++ // what the provider counts
-								total++
-								s.apply(sc, reconcile(o.RequestID, 100, 50))
-							}
+				hotRun{n: n, seed: seed, seconds: seconds, out: 50,
+					path: keyDepPath,
+					sent: func(sec int64) { grantsAt[sec]++; total++ },
+					check: func(ms int64) {
+						if out, lim, ok := s.parts[SubScope("openai:hot", 0)].BudgetOutstanding(bid); ok && out > lim {
+							t.Fatalf("at %d ms: outstanding %d > limit %d", ms, out, lim)
 						}
-						s.out[sc] = s.out[sc][:0]
-					}
-					out, lim, ok := s.parts[SubScope("openai:hot", 0)].BudgetOutstanding(bid)
-					if ok && out > lim {
-						t.Fatalf("at %d ms: outstanding %d > limit %d", ms, out, lim)
-					}
-				}
+					},
+				}.run(s)
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
 					if sum := minuteTo(grantsAt, sec); sum > rpm {
@@ -250,7 +223,7 @@ func tokenHotConfig(n int, inTPM, outTPM int64) string {
 // all partitions together stay within each limit, and the binding one
 // (output) is mostly used.
 func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
-	const inTPM, outTPM = 60_000, 15_000
+	const inTPM, outTPM, seconds = 60_000, 15_000, 180
 	for _, n := range []int{2, 4} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
@@ -269,44 +242,19 @@ func TestSplitScopeTokenLimitsNeverAboveLimit(t *testing.T) {
 				}
 				s := newBudgetStack(t, cfg)
 				s.home = map[string]string{iid: SubScope("openai:hot", 0), oid: SubScope("openai:hot", 1%n)}
-				rng := rand.New(rand.NewPCG(seed, 23))
 				inAt, outAt := map[int64]int64{}, map[int64]int64{} // what the provider counts, by second
-				granted := map[string]bool{}
 				var outTotal int64
-				const seconds = 180
-				for ms := int64(0); ms < seconds*1000; ms += 50 {
-					s.tick(50)
-					key := fmt.Sprintf("k%d", rng.IntN(50))
-					sc := PartitionScope("openai:hot", n, key)
-					s.apply(sc, reserve(fmt.Sprintf("r%d", ms), func(ev *schemas.Event) {
-						ev.Scope, ev.KeyID = sc, key
-						ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
-						ev.ReserveRequested.MaxWaitMs = 2000
-					}))
-					for sc, outs := range s.out {
-						for _, o := range outs {
-							if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
-								continue
+				hotRun{n: n, seed: seed, seconds: seconds, out: 30,
+					path: keyDepPath,
+					sent: func(sec int64) { inAt[sec] += 100; outAt[sec] += 30; outTotal += 30 },
+					check: func(ms int64) {
+						for _, id := range []string{iid, oid} {
+							if out, lim, ok := s.parts[s.home[id]].BudgetOutstanding(id); ok && out > lim {
+								t.Fatalf("at %d ms: %s outstanding %d > limit %d", ms, id, out, lim)
 							}
-							granted[o.RequestID] = true
-							if rng.IntN(4) == 0 { // never sent: given back
-								s.apply(sc, releaseEv(o.RequestID))
-								continue
-							}
-							inAt[s.nowMs/1000] += 100
-							outAt[s.nowMs/1000] += 30
-							outTotal += 30
-							s.apply(sc, reconcile(o.RequestID, 100, 30))
 						}
-						s.out[sc] = s.out[sc][:0]
-					}
-					for _, id := range []string{iid, oid} {
-						home := s.parts[s.home[id]]
-						if out, lim, ok := home.BudgetOutstanding(id); ok && out > lim {
-							t.Fatalf("at %d ms: %s outstanding %d > limit %d", ms, id, out, lim)
-						}
-					}
-				}
+					},
+				}.run(s)
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
 					if in, out := minuteTo(inAt, sec), minuteTo(outAt, sec); in > inTPM || out > outTPM {
@@ -344,7 +292,7 @@ func tenantHotConfig(n int, tpm int64) string {
 // limit's rate), a quarter released unsent: in every minute the grants of
 // all sub-scopes together stay within the limit, and most of it is sent.
 func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
-	const tpm = 120
+	const tpm, seconds = 120, 180
 	for _, n := range []int{2, 4} {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("n%d/seed%d", n, seed), func(t *testing.T) {
@@ -369,37 +317,14 @@ func TestSplitScopeTenantLimitsNeverAboveLimit(t *testing.T) {
 				bid := SplitBudgetID("openai:hot", "dep", schemas.DimRequests)
 				s := newBudgetStack(t, cfg)
 				s.home = map[string]string{bid: SubScope("openai:hot", 0)}
-				rng := rand.New(rand.NewPCG(seed, 23))
-				grantsAt := map[int64]int{} // by second
-				granted := map[string]bool{}
+				grantsAt := map[int64]int{} // what the provider counts, by second
 				total := 0
-				const seconds = 180
-				for ms := int64(0); ms < seconds*1000; ms += 50 {
-					s.tick(50)
-					key := fmt.Sprintf("k%d", rng.IntN(50))
-					sc := PartitionScope("openai:hot", n, key)
-					s.apply(sc, reserve(fmt.Sprintf("r%d", ms), func(ev *schemas.Event) {
-						ev.Scope, ev.KeyID = sc, key
-						ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelTenant, ID: "acme"}, {Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
-						ev.ReserveRequested.MaxWaitMs = 2000
-					}))
-					for sc, outs := range s.out {
-						for _, o := range outs {
-							if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
-								continue
-							}
-							granted[o.RequestID] = true
-							if rng.IntN(4) == 0 { // never sent: given back
-								s.apply(sc, releaseEv(o.RequestID))
-								continue
-							}
-							grantsAt[s.nowMs/1000]++
-							total++
-							s.apply(sc, reconcile(o.RequestID, 100, 50))
-						}
-						s.out[sc] = s.out[sc][:0]
-					}
-				}
+				hotRun{n: n, seed: seed, seconds: seconds, out: 50,
+					path: func(key string) []schemas.PathLevel {
+						return []schemas.PathLevel{{Level: LevelTenant, ID: "acme"}, {Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
+					},
+					sent: func(sec int64) { grantsAt[sec]++; total++ },
+				}.run(s)
 				first := budgetT0 / 1000
 				for sec := first; sec < first+seconds; sec++ {
 					if sum := minuteTo(grantsAt, sec); sum > tpm {
@@ -421,6 +346,9 @@ func TestSplitScopeShareRefusals(t *testing.T) {
 	cases := []struct{ name, bucket, want string }{
 		{"below one unit each", `{"level":"tenant","id":"*","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
 		{"ramp", `{"level":"tenant","id":"acme","dimension":"requests","refill":"ramp","capacity":100,"period_ms":60000,"window_ms":60000}`, "refill ramp"},
+		// A deployment's concurrency is divided too: a share below one
+		// was left whole in every sub-scope, 4 × 3 in flight.
+		{"deployment concurrency below one unit each", `{"level":"deployment","id":"dep","dimension":"concurrency","capacity":3}`, "capacity 3 is below one unit for each of 4 sub-scopes"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -474,6 +402,59 @@ func TestSplitLimit(t *testing.T) {
 
 // minuteTo sums a per-second tally over the minute that ends with second
 // sec: what a per-minute limit bounds.
+// hotRun drives split scope openai:hot over n sub-scopes for seconds of
+// log time: every 50 ms a request of one of 50 keys (seeded), on path(key),
+// whose grant is a quarter of the time released unsent and otherwise
+// reconciled with 100 input and out output tokens, sent(second) counting
+// it where the provider would. check, if set, runs after every 50 ms.
+type hotRun struct {
+	n       int
+	seed    uint64
+	seconds int64
+	out     int64
+	path    func(key string) []schemas.PathLevel
+	sent    func(sec int64)
+	check   func(ms int64)
+}
+
+// keyDepPath is a request's path of key on deployment dep.
+func keyDepPath(key string) []schemas.PathLevel {
+	return []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
+}
+
+func (h hotRun) run(s *budgetStack) {
+	rng := rand.New(rand.NewPCG(h.seed, 23))
+	granted := map[string]bool{}
+	for ms := int64(0); ms < h.seconds*1000; ms += 50 {
+		s.tick(50)
+		key := fmt.Sprintf("k%d", rng.IntN(50))
+		sc := PartitionScope("openai:hot", h.n, key)
+		s.apply(sc, reserve(fmt.Sprintf("r%d", ms), func(ev *schemas.Event) {
+			ev.Scope, ev.KeyID = sc, key
+			ev.ReserveRequested.Path = h.path(key)
+			ev.ReserveRequested.MaxWaitMs = 2000
+		}))
+		for sc, outs := range s.out {
+			for _, o := range outs {
+				if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
+					continue
+				}
+				granted[o.RequestID] = true
+				if rng.IntN(4) == 0 { // never sent: given back
+					s.apply(sc, releaseEv(o.RequestID))
+					continue
+				}
+				h.sent(s.nowMs / 1000)
+				s.apply(sc, reconcile(o.RequestID, 100, h.out))
+			}
+			s.out[sc] = s.out[sc][:0]
+		}
+		if h.check != nil {
+			h.check(ms)
+		}
+	}
+}
+
 func minuteTo[N int | int64](at map[int64]N, sec int64) N {
 	var sum N
 	for j := sec - 59; j <= sec; j++ {

@@ -98,7 +98,8 @@ type Provider struct {
 	// credential itself never appears in config, events, logs or errors.
 	APIKeyEnv string `yaml:"api_key_env"`
 	// APIVersion is Azure's api-version query parameter (required there)
-	// or Anthropic's anthropic-version header (default 2023-06-01).
+	// or Anthropic's anthropic-version header (default 2023-06-01): the
+	// adapter of each kind says which (KindFields).
 	APIVersion string `yaml:"api_version,omitempty"`
 	Deployment string `yaml:"deployment,omitempty"` // Azure deployment name
 
@@ -410,7 +411,7 @@ func (c *Config) finishProviders(getenv func(string) string, add func(string, st
 		}
 		c.providers[p.Name] = p
 		if !slices.Contains(schemas.ProviderKinds, p.Kind) {
-			add(at+".kind", "%q is not one of openai, azure, anthropic, gemini, openai_compatible%s", p.Kind, problems.Hint(string(p.Kind), kindNames()))
+			add(at+".kind", "%q is not one of %s%s", p.Kind, strings.Join(kindNames(), ", "), problems.Hint(string(p.Kind), kindNames()))
 		}
 		if p.Scope == "" {
 			add(at+".scope", "required (the provider quota scope, e.g. openai:org-x/proj-y)")
@@ -418,12 +419,7 @@ func (c *Config) finishProviders(getenv func(string) string, add func(string, st
 		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
 			add(at+".base_url", "%q must start with http:// or https://", p.BaseURL)
 		}
-		if p.Kind == schemas.ProviderAnthropic && p.APIVersion == "" {
-			p.APIVersion = "2023-06-01"
-		}
-		if p.Kind == schemas.ProviderAzure && (p.APIVersion == "" || p.Deployment == "") {
-			add(at, "azure providers need api_version and deployment")
-		}
+		kindFields(p, at, add)
 		if p.APIKeyEnv != "" {
 			p.apiKey = getenv(p.APIKeyEnv)
 			if p.apiKey != "" {
@@ -693,6 +689,52 @@ func classNamesSound(p *problems.List, n int) bool {
 		}
 	}
 	return true
+}
+
+// KindFields are the provider fields that the adapter of a kind reads
+// beyond every kind's (admission/provider registers them with each
+// adapter, RegisterKind), so that a provider kind is added without an
+// edit here.
+type KindFields struct {
+	APIVersion        bool   // api_version is required
+	Deployment        bool   // deployment is required
+	DefaultAPIVersion string // api_version when none is given
+}
+
+// kindFieldsOf holds every registered kind's fields; a kind not in it
+// reads none (a zero KindFields).
+var kindFieldsOf = map[schemas.ProviderKind]KindFields{}
+
+// RegisterKind records the fields the adapter of kind reads. It is called
+// from the adapters' init, before any Load.
+func RegisterKind(kind schemas.ProviderKind, f KindFields) { kindFieldsOf[kind] = f }
+
+// kindFields fills p's defaults of its kind and adds a problem, at the
+// field's place, for each field its kind requires that p lacks, naming
+// the kinds that require it.
+func kindFields(p *Provider, at string, add func(string, string, ...any)) {
+	f := kindFieldsOf[p.Kind]
+	if p.APIVersion == "" {
+		p.APIVersion = f.DefaultAPIVersion
+	}
+	if f.APIVersion && p.APIVersion == "" {
+		add(at+".api_version", "required for kind %s (the kinds that need one: %s)", p.Kind, kindsWith(func(f KindFields) bool { return f.APIVersion }))
+	}
+	if f.Deployment && p.Deployment == "" {
+		add(at+".deployment", "required for kind %s (the kinds that need one: %s)", p.Kind, kindsWith(func(f KindFields) bool { return f.Deployment }))
+	}
+}
+
+// kindsWith names the registered kinds whose fields have, in the order
+// of schemas.ProviderKinds.
+func kindsWith(has func(KindFields) bool) string {
+	var out []string
+	for _, k := range schemas.ProviderKinds {
+		if has(kindFieldsOf[k]) {
+			out = append(out, string(k))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func kindNames() []string {

@@ -31,6 +31,10 @@ type adapter interface {
 	// notServed is the client's error text when !serves(a) (kind: the
 	// provider's, which adapters share).
 	notServed(kind Kind, a API) string
+	// fields are the provider fields build and headers read beyond every
+	// kind's, which the configuration then requires or fills
+	// (config.RegisterKind).
+	fields() config.KindFields
 	// untranslatable says what of the request a translation does not carry
 	// ("" = nothing); it is asked only when translated(p.API).
 	untranslatable(p *Parsed) string
@@ -100,18 +104,8 @@ func register(a adapter, kinds ...Kind) {
 			panic("provider: two adapters registered for kind " + string(k))
 		}
 		adapters[k] = a
+		config.RegisterKind(k, a.fields())
 	}
-}
-
-// CountedAs is the request a client's request to API a (sent as body)
-// becomes on a provider of kind serving upstreamModel, when the provider
-// counts it otherwise than the client's API (ok false: as the client's):
-// a chat completion or a Responses request to Anthropic is the Messages
-// request it is translated to, whose max_tokens is the route's default
-// output defaultMax when the client set none (see ClaudeMaxTokens). The
-// gateway estimates such a candidate on it.
-func CountedAs(a API, kind Kind, body []byte, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
-	return (&Parsed{API: a, Body: body}).CountedAs(kind, upstreamModel, defaultMax)
 }
 
 // adapterOf is the adapter of kind. The configuration admits only the

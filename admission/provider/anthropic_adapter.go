@@ -20,6 +20,11 @@ type anthropic struct{}
 
 func init() { register(anthropic{}, schemas.ProviderAnthropic) }
 
+// fields: the Anthropic-Version header, 2023-06-01 unless configured.
+func (anthropic) fields() config.KindFields {
+	return config.KindFields{DefaultAPIVersion: "2023-06-01"}
+}
+
 func (anthropic) serves(a API) bool { return a == APIMessages || a == APIChat || a == APIResponses }
 
 func (anthropic) translated(a API) bool { return a == APIChat || a == APIResponses }

@@ -277,16 +277,6 @@ func ClaudeUntranslatable(body []byte) []string {
 	return translateChatToClaude(body, nil).why
 }
 
-// ClaudeMessagesBody is the Messages body an OpenAI chat (or, for
-// APIResponses, Responses API) body becomes on an Anthropic provider
-// serving upstreamModel (defaultMax: the route's default output, see
-// ClaudeMaxTokens), or why it does not translate: the request as that
-// provider counts it, for its estimate.
-func ClaudeMessagesBody(a API, body []byte, upstreamModel string, defaultMax int64) ([]byte, error) {
-	b, _, err := (&Parsed{API: a, Body: body}).claudeTranslation().body(upstreamModel, defaultMax)
-	return b, err
-}
-
 // claudeRequestBody translates an OpenAI chat body into a Messages body
 // for upstreamModel; defaultMax is the route's default output (see
 // ClaudeMaxTokens).

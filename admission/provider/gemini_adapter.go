@@ -19,6 +19,8 @@ type gemini struct{}
 
 func init() { register(gemini{}, schemas.ProviderGemini) }
 
+func (gemini) fields() config.KindFields { return config.KindFields{} }
+
 func (gemini) serves(a API) bool     { return a == APIChat }
 func (gemini) translated(a API) bool { return a == APIChat }
 

@@ -22,6 +22,8 @@ func (openAI) serves(a API) bool             { return a != APIMessages }
 func (openAI) translated(API) bool           { return false }
 func (openAI) untranslatable(*Parsed) string { return "" }
 
+func (openAI) fields() config.KindFields { return config.KindFields{} }
+
 func (openAI) notServed(kind Kind, a API) string {
 	return "a provider of kind " + string(kind) + " does not speak " + a.Path()
 }
@@ -72,6 +74,11 @@ func (openAI) translator(Exchange, string, string, bool, *StreamUsage) streamTra
 type azure struct{ openAI }
 
 func init() { register(azure{}, schemas.ProviderAzure) }
+
+// fields: the deployment and api-version of build's URL.
+func (azure) fields() config.KindFields {
+	return config.KindFields{APIVersion: true, Deployment: true}
+}
 
 func (azure) build(p *config.Provider, a Attempt, base string) (built, error) {
 	if a.API == APIResponses {

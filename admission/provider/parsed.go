@@ -40,10 +40,15 @@ type claudeBody struct {
 	jsonTool bool
 }
 
-// CanServe is CanServe(p.API, kind, p.Request, p.Body).
+// CanServe reports whether a provider of kind can answer the request: it
+// speaks the API and, for Gemini and Anthropic behind chat completions,
+// the request translates.
 func (p *Parsed) CanServe(kind schemas.ProviderKind) bool { return p.Unsupported(kind) == "" }
 
-// Unsupported is Unsupported(p.API, kind, p.Request, p.Body).
+// Unsupported says what keeps a provider of kind from answering the
+// request ("" = nothing): the API itself, or for Gemini and Anthropic
+// each part of the request that does not translate. It is the text of
+// the client's unsupported_api error, so it names the fields.
 func (p *Parsed) Unsupported(kind schemas.ProviderKind) string {
 	ad := adapterOf(kind)
 	switch {
@@ -55,7 +60,12 @@ func (p *Parsed) Unsupported(kind schemas.ProviderKind) string {
 	return ad.untranslatable(p)
 }
 
-// CountedAs is CountedAs(p.API, kind, p.Body, upstreamModel, defaultMax).
+// CountedAs is the request as a provider of kind serving upstreamModel
+// counts it, when that is not the client's API (ok false: as the
+// client's): a chat completion or a Responses request to Anthropic is the
+// Messages request it is translated to, whose max_tokens is the route's
+// default output defaultMax when the client set none (see
+// ClaudeMaxTokens). The gateway estimates such a candidate on it.
 func (p *Parsed) CountedAs(kind Kind, upstreamModel string, defaultMax int64) (estimate.Request, bool) {
 	return adapterOf(kind).countedAs(p, upstreamModel, defaultMax)
 }

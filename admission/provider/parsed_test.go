@@ -99,7 +99,10 @@ func TestParsedTranslatesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := &Parsed{API: tc.api, Request: req, Body: tc.body}
-		if got, want := in.Unsupported(an.Kind), Unsupported(tc.api, an.Kind, req, tc.body); got != want {
+		// fresh is a Parsed for each question, without the estimator's
+		// members: what the body gives decoded afresh.
+		fresh := func() *Parsed { return &Parsed{API: tc.api, Body: tc.body} }
+		if got, want := in.Unsupported(an.Kind), fresh().Unsupported(an.Kind); got != want {
 			t.Fatalf("unsupported %q, want %q", got, want)
 		}
 		for _, c := range []struct {
@@ -107,7 +110,7 @@ func TestParsedTranslatesOnce(t *testing.T) {
 			max   int64
 		}{{"claude-sonnet-4-5", 0}, {"claude-3-haiku-20240307", 8192}, {"", 100}} {
 			got, gok := in.CountedAs(an.Kind, c.model, c.max)
-			want, wok := CountedAs(tc.api, an.Kind, tc.body, c.model, c.max)
+			want, wok := fresh().CountedAs(an.Kind, c.model, c.max)
 			if gok != wok || !reflect.DeepEqual(got, want) {
 				t.Fatalf("%s: counted as %+v, want %+v", c.model, got, want)
 			}

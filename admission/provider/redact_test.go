@@ -22,24 +22,10 @@ func secretProviders(t testing.TB) *config.Config {
 	t.Helper()
 	t.Setenv("SLUICE_REDACT_KEY_A", plainKeyA)
 	t.Setenv("SLUICE_REDACT_KEY_B", plainKeyB)
-	cfg, err := config.Load(strings.NewReader(`providers:
-  - {name: a, kind: openai, scope: s, base_url: "http://127.0.0.1:1/v1", api_key_env: SLUICE_REDACT_KEY_A}
-  - {name: b, kind: anthropic, scope: s, base_url: "http://127.0.0.1:1/v1", api_key_env: SLUICE_REDACT_KEY_B}
-  - {name: nokey, kind: openai_compatible, scope: s, base_url: "http://127.0.0.1:1/v1"}
-routes:
-  - {model: m, provider: a}
-tenants:
-  - id: t
-    keys:
-      - {id: k, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
-ledger:
-  scopes:
-    - {name: s, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
+	return loadProviders(t,
+		`{name: a, kind: openai, scope: s, base_url: "http://127.0.0.1:1/v1", api_key_env: SLUICE_REDACT_KEY_A}`,
+		`{name: b, kind: anthropic, scope: s, base_url: "http://127.0.0.1:1/v1", api_key_env: SLUICE_REDACT_KEY_B}`,
+		`{name: nokey, kind: openai_compatible, scope: s, base_url: "http://127.0.0.1:1/v1"}`)
 }
 
 // TestScrubMessageMissesPlainKeys is why Secrets exists: the pattern

@@ -68,21 +68,6 @@ func (a API) Serves(kind schemas.ProviderKind) bool { return adapterOf(kind).ser
 // to Anthropic) rather than with the client's body.
 func (a API) Translated(kind schemas.ProviderKind) bool { return adapterOf(kind).translated(a) }
 
-// CanServe reports whether a provider of kind can answer req (sent as
-// body) to API a: it speaks the API and, for Gemini and Anthropic behind
-// chat completions, the request translates.
-func CanServe(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) bool {
-	return Unsupported(a, kind, req, body) == ""
-}
-
-// Unsupported says what keeps a provider of kind from answering req (sent
-// as body) to API a ("" = nothing): the API itself, or for Gemini and
-// Anthropic each part of the request that does not translate. It is the
-// text of the client's unsupported_api error, so it names the fields.
-func Unsupported(a API, kind schemas.ProviderKind, req estimate.Request, body []byte) string {
-	return (&Parsed{API: a, Request: req, Body: body}).Unsupported(kind)
-}
-
 // Attempt is what one upstream attempt is built from.
 type Attempt struct {
 	API API

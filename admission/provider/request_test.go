@@ -16,18 +16,32 @@ import (
 const testKey = "sk-test-SECRET-0123456789abcdef"
 
 // testProviders loads one provider of every kind, all with testKey.
-func testProviders(t *testing.T) *config.Config {
-	t.Helper()
-	t.Setenv("SLUICE_PROVIDER_TEST_KEY", testKey)
-	cfg, err := config.Load(strings.NewReader(`providers:
-  - {name: oa, kind: openai, scope: s, base_url: "https://api.openai.com/v1/", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-  - {name: cp, kind: openai_compatible, scope: s, base_url: "http://127.0.0.1:8000/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-  - {name: az, kind: azure, scope: s, base_url: "https://x.openai.azure.com", deployment: "gpt 4o", api_version: "2024-10-21", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-  - {name: an, kind: anthropic, scope: s, base_url: "https://api.anthropic.com/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-  - {name: ge, kind: gemini, scope: s, base_url: "https://generativelanguage.googleapis.com/v1beta", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-  - {name: bad, kind: openai, scope: s, base_url: "http://[::1", api_key_env: SLUICE_PROVIDER_TEST_KEY}
-routes:
-  - {model: m, provider: oa}
+func testProviders(tb testing.TB) *config.Config {
+	tb.Helper()
+	tb.Setenv("SLUICE_PROVIDER_TEST_KEY", testKey)
+	return loadProviders(tb,
+		`{name: oa, kind: openai, scope: s, base_url: "https://api.openai.com/v1/", api_key_env: SLUICE_PROVIDER_TEST_KEY}`,
+		`{name: cp, kind: openai_compatible, scope: s, base_url: "http://127.0.0.1:8000/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}`,
+		`{name: az, kind: azure, scope: s, base_url: "https://x.openai.azure.com", deployment: "gpt 4o", api_version: "2024-10-21", api_key_env: SLUICE_PROVIDER_TEST_KEY}`,
+		`{name: an, kind: anthropic, scope: s, base_url: "https://api.anthropic.com/v1", api_key_env: SLUICE_PROVIDER_TEST_KEY}`,
+		`{name: ge, kind: gemini, scope: s, base_url: "https://generativelanguage.googleapis.com/v1beta", api_key_env: SLUICE_PROVIDER_TEST_KEY}`,
+		`{name: bad, kind: openai, scope: s, base_url: "http://[::1", api_key_env: SLUICE_PROVIDER_TEST_KEY}`)
+}
+
+// loadProviders loads a config of providers (one YAML flow map each, all
+// of scope s), a route of model m to the first, one tenant with one key
+// and a ledger scope s: what the provider tests need around the
+// providers they test.
+func loadProviders(tb testing.TB, providers ...string) *config.Config {
+	tb.Helper()
+	var y strings.Builder
+	y.WriteString("providers:\n")
+	for _, p := range providers {
+		y.WriteString("  - " + p + "\n")
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(providers[0], "{name: "), ",")
+	y.WriteString(`routes:
+  - {model: m, provider: ` + first + `}
 tenants:
   - id: t
     keys:
@@ -35,9 +49,10 @@ tenants:
 ledger:
   scopes:
     - {name: s, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
-`))
+`)
+	cfg, err := config.Load(strings.NewReader(y.String()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return cfg
 }
@@ -193,7 +208,7 @@ func TestCanServe(t *testing.T) {
 	}
 	for _, tc := range tests {
 		req, _ := estimate.ParseOpenAIChat([]byte(tc.body)) // only Gemini's check reads it
-		if got := CanServe(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+		if got := (&Parsed{API: tc.api, Request: req, Body: []byte(tc.body)}).CanServe(tc.kind); got != tc.want {
 			t.Errorf("CanServe(%s, %s, %s) = %v, want %v", tc.api, tc.kind, tc.body, got, tc.want)
 		}
 	}
@@ -242,7 +257,7 @@ func TestUnsupported(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := Unsupported(tc.api, tc.kind, req, []byte(tc.body)); got != tc.want {
+		if got := (&Parsed{API: tc.api, Request: req, Body: []byte(tc.body)}).Unsupported(tc.kind); got != tc.want {
 			t.Errorf("Unsupported(%s, %s) =\n %q\nwant\n %q", tc.api, tc.kind, got, tc.want)
 		}
 	}

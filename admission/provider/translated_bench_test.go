@@ -1,11 +1,6 @@
 package provider
 
-import (
-	"strings"
-	"testing"
-
-	"github.com/sluice-dev/sluice/admission/config"
-)
+import "testing"
 
 // benchResponses is benchChat's conversation as a Responses API body.
 var benchResponses = []byte(`{"model":"m","max_output_tokens":256,"instructions":"You are a weather bot. Be brief.",
@@ -26,23 +21,7 @@ var benchGeminiChat = []byte(`{"model":"m","max_tokens":256,"temperature":0.5,"t
 // the upstream request: the estimator's parse, CanServe (the lifecycle's
 // Unserved), CountedAs (the candidate's estimate) and NewRequest.
 func BenchmarkTranslatedCall(b *testing.B) {
-	b.Setenv("SLUICE_PROVIDER_BENCH_KEY", testKey)
-	cfg, err := config.Load(strings.NewReader(`providers:
-  - {name: an, kind: anthropic, scope: s, base_url: "https://api.anthropic.com/v1", api_key_env: SLUICE_PROVIDER_BENCH_KEY}
-  - {name: ge, kind: gemini, scope: s, base_url: "https://generativelanguage.googleapis.com/v1beta", api_key_env: SLUICE_PROVIDER_BENCH_KEY}
-routes:
-  - {model: m, provider: an}
-tenants:
-  - id: t
-    keys:
-      - {id: k, sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}
-ledger:
-  scopes:
-    - {name: s, buckets: [{level: key, id: "*", dimension: requests, capacity: 600}]}
-`))
-	if err != nil {
-		b.Fatal(err)
-	}
+	cfg := testProviders(b)
 	for _, bc := range []struct {
 		name, provider string
 		api            API

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/apierr/httperr"
-	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 )
 
@@ -71,7 +70,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		fail(notFound)
 		return
 	}
-	x, err := s.explain(r.Context(), reqID, providerScopes(cfg))
+	x, err := s.explain(r.Context(), reqID, scopes(cfg))
 	switch {
 	case errors.Is(err, ErrNoRequest):
 		fail(notFound)
@@ -93,8 +92,3 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(x.ForTenant())
 }
-
-// providerScopes lists the ledger scopes of the configured providers,
-// each once: a split scope's sub-scopes (config.LedgerScopes), whose
-// partitions hold its requests.
-func providerScopes(cfg *config.Config) []string { return scopes(cfg) }

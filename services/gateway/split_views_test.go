@@ -74,23 +74,14 @@ func TestUsageOfASplitScope(t *testing.T) {
 	y := strings.Replace(splitYAML(), "0000000000000000000000000000000000000000000000000000000000000000", config.HashKey("sk-t"), 1)
 	y = strings.Replace(y, "      partitions: 3\n", "      partitions: 3\n      required_levels: [tenant, key]\n", 1)
 	cfg := mustLoad(t, y)
-	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := ledger.New(0, lc)
 	now := time.Now().UnixMilli()
-	var out []ledger.Output
-	out = l.Apply(now, 0, &schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: "c", ConfigChanged: &schemas.ConfigChanged{Ledger: cfg.LedgerJSON()}}, out)
+	ul := newUsageLedger(t, cfg, now)
 	keySub := ledger.PartitionScope("s", 3, "k")
-	ev := &schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: "r1", RequestID: "r1", Attempt: 1,
-		Node: "gw", Scope: keySub, Tenant: "t", KeyID: "k", Class: "interactive",
-		ReserveRequested: &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "tenant", ID: "t"}, {Level: "key", ID: "k"}}, InputTokens: 1}}
-	out = l.Apply(now, 1, ev, out[:0])
+	out := ul.apply(usageReserve("r1", keySub, "t", "k", schemas.PathLevel{Level: "tenant", ID: "t"}, schemas.PathLevel{Level: "key", ID: "k"}))
 	if len(out) == 0 || out[0].Decision.Status != schemas.StatusGranted {
 		t.Fatalf("the request in %s: %+v", keySub, out)
 	}
-	s := New(cfg, nil, nil, WithLevels(ledgerLevels{l}))
+	s := New(cfg, nil, nil, WithLevels(ledgerLevels{ul.l}))
 	u := s.usage(cfg, cfg.Lookup("sk-t"), now)
 
 	var day, key *UsageLimit

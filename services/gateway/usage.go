@@ -83,8 +83,9 @@ type ProviderCapacity struct {
 	// they lease shares of (ledger/split.go), so it is shown once, not
 	// summed, with Learned the lowest any sub-scope enforces (each learns
 	// from the same provider's headers) and ObservedAtMs the oldest
-	// observation. A scope-level bucket is copied to every sub-scope, each
-	// enforcing its own, so its capacities are summed.
+	// observation. A scope-level bucket is divided among the sub-scopes
+	// (ledger.SplitLimit), each enforcing its share, so the shares are
+	// summed.
 	SubScopes []string `json:"sub_scopes,omitempty"`
 }
 
@@ -130,9 +131,9 @@ type UsageLimit struct {
 	// bucket yet: it is full), or unobserved (no snapshot of the scope).
 	Source string `json:"source"`
 	// SubScopes, for a scope split over partitions (ledger/split.go), are
-	// the sub-scopes the row sums: each holds its own copy of a tenant's
-	// or team's bucket, so Capacity, Max, Remaining and Used are their
-	// sums (ObservedAtMs the oldest observation, ResetsAtMs the latest).
+	// the sub-scopes the row sums: each holds its share of a tenant's or
+	// team's bucket (ledger.SplitLimit), so Capacity, Max, Remaining and
+	// Used are their sums (ObservedAtMs the oldest observation, ResetsAtMs the latest).
 	// Remaining is present when a snapshot holds any of them; one that no
 	// snapshot holds yet (source unobserved: often one no request went to
 	// yet) counts as full, the same overstatement as a stale snapshot's.
@@ -191,10 +192,6 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(u)
 }
 
-// scopesSeen are the ledger scopes of cfg's providers (a split scope's
-// sub-scopes, which are the ones that hold leases), sorted.
-func (u *Usage) scopesSeen(cfg *config.Config) []string { return scopes(cfg) }
-
 func bearerKey(r *http.Request) string {
 	if k, ok := httpmux.BearerToken(r.Header.Get("Authorization")); ok {
 		return k
@@ -210,7 +207,7 @@ func (s *Server) usage(cfg *config.Config, id *config.Identity, nowMs int64) (u 
 	if doc == nil {
 		return u
 	}
-	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, u.scopesSeen(cfg)) }()
+	defer func() { u.Budgets = s.usageBudgets(doc, id.Tenant, id.Team, id.KeyID, scopes(cfg)) }() // a split scope's sub-scopes hold its leases
 	var provScopes []string
 	for _, p := range cfg.Providers {
 		if !slices.Contains(provScopes, p.Scope) {

@@ -146,7 +146,7 @@ func (s *Server) handleAdminBudgets(w http.ResponseWriter, r *http.Request) {
 	cfg := s.cfg.Load()
 	out := AdminBudgets{Object: "sluice.budgets", NowMs: time.Now().UnixMilli(), Budgets: []UsageBudget{}}
 	if doc := ledgerDoc(cfg); doc != nil {
-		out.Budgets = s.budgets(doc, (&Usage{}).scopesSeen(cfg), func(*budget.Budget) bool { return true })
+		out.Budgets = s.budgets(doc, scopes(cfg), func(*budget.Budget) bool { return true })
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/admission/config"
-	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/ledger/budget"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -43,42 +42,15 @@ func TestUsageShowsTheCallersBudgets(t *testing.T) {
 			"      - {id: u-daily, level: tenant, subject: u, unit: requests, limit: 5, window: day}\n").Replace(usageYAML) +
 		"    - name: s2\n      buckets:\n        - {level: tenant, id: \"*\", dimension: requests, capacity: 600}\n"
 	cfg := mustLoad(t, y)
-	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := ledger.New(0, lc)
 	now := time.Now().UnixMilli()
-	var off int64
-	apply := func(ev *schemas.Event) {
-		l.Apply(now, off, ev, nil)
-		off++
-		// One partition is its own budget partition: its lease messages
-		// come back to it, as the log would bring them.
-		for n := 0; n < 20; n++ {
-			los := l.LeaseOutputs()
-			if len(los) == 0 {
-				return
-			}
-			evs := make([]*schemas.Event, len(los))
-			for i := range los {
-				evs[i] = los[i].Event(0, off, now)
-			}
-			for _, e := range evs {
-				l.Apply(now, off, e, nil)
-				off++
-			}
-		}
-	}
-	apply(&schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: "c", ConfigChanged: &schemas.ConfigChanged{Ledger: cfg.LedgerJSON()}})
+	ul := newUsageLedger(t, cfg, now)
 	for i, scope := range []string{"s", "s", "s2"} {
 		id := "r" + string(rune('0'+i))
-		apply(&schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: id, RequestID: id, Attempt: 1,
-			Node: "gw", Scope: scope, Tenant: "t", KeyID: "k", Class: "interactive",
-			ReserveRequested: &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "shared-org"}, {Level: "tenant", ID: "t"}, {Level: "key", ID: "k"}},
-				InputTokens: 1, MaxWaitMs: 1000}})
+		ev := usageReserve(id, scope, "t", "k", schemas.PathLevel{Level: "org", ID: "shared-org"}, schemas.PathLevel{Level: "tenant", ID: "t"}, schemas.PathLevel{Level: "key", ID: "k"})
+		ev.ReserveRequested.MaxWaitMs = 1000
+		ul.apply(ev)
 	}
-	s := New(cfg, nil, nil, WithLevels(budgetLevels{ledgerLevels{l}}))
+	s := New(cfg, nil, nil, WithLevels(budgetLevels{ledgerLevels{ul.l}}))
 	req := httptest.NewRequest("GET", "/v1/sluice/usage", nil)
 	req.Header.Set("Authorization", "Bearer sk-t")
 	rec := httptest.NewRecorder()

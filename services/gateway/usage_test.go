@@ -50,26 +50,67 @@ func (s ledgerLevels) Levels(scope, level, id string, atMs int64) ([]ledger.Buck
 	return lv, s.l.NowMs(), true
 }
 
-func TestUsageShowsOnlyTheCallersBuckets(t *testing.T) {
-	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u")).Replace(usageYAML)
-	cfg := mustLoad(t, y)
+// usageLedger is one real ledger of cfg's ledger document, fed at log
+// time now as the log would feed it, for the usage views to read: the
+// document first, then each event, and the lease messages it sends come
+// back to it (one partition is its own budget partition).
+type usageLedger struct {
+	l        *ledger.Ledger
+	now, off int64
+}
+
+func newUsageLedger(t *testing.T, cfg *config.Config, now int64) *usageLedger {
+	t.Helper()
 	lc, err := ledger.ParseConfig(cfg.LedgerJSON())
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := ledger.New(0, lc)
+	u := &usageLedger{l: ledger.New(0, lc), now: now}
+	u.apply(&schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: "c", ConfigChanged: &schemas.ConfigChanged{Ledger: cfg.LedgerJSON()}})
+	return u
+}
+
+// apply applies ev and the lease messages that follow it, and returns
+// ev's outputs.
+func (u *usageLedger) apply(ev *schemas.Event) []ledger.Output {
+	out := u.l.Apply(u.now, u.off, ev, nil)
+	u.off++
+	for n := 0; n < 20; n++ {
+		los := u.l.LeaseOutputs()
+		if len(los) == 0 {
+			break
+		}
+		evs := make([]*schemas.Event, len(los))
+		for i := range los {
+			evs[i] = los[i].Event(0, u.off, u.now)
+		}
+		for _, e := range evs {
+			u.l.Apply(u.now, u.off, e, nil)
+			u.off++
+		}
+	}
+	return out
+}
+
+// usageReserve is a one-token interactive reservation of tenant's key in
+// scope, on path.
+func usageReserve(id, scope, tenant, key string, path ...schemas.PathLevel) *schemas.Event {
+	return &schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: id, RequestID: id, Attempt: 1,
+		Node: "gw", Scope: scope, Tenant: tenant, KeyID: key, Class: "interactive",
+		ReserveRequested: &schemas.ReserveRequested{Path: path, InputTokens: 1}}
+}
+
+func TestUsageShowsOnlyTheCallersBuckets(t *testing.T) {
+	y := strings.NewReplacer("KEYT", config.HashKey("sk-t"), "KEYU", config.HashKey("sk-u")).Replace(usageYAML)
+	cfg := mustLoad(t, y)
 	// The log's time is the broker's clock: close to the gateway's.
 	now := time.Now().UnixMilli()
-	var out []ledger.Output
-	out = l.Apply(now, 0, &schemas.Event{V: 1, Type: schemas.TypeConfigChanged, ID: "c", ConfigChanged: &schemas.ConfigChanged{Ledger: cfg.LedgerJSON()}}, out)
+	ul := newUsageLedger(t, cfg, now)
 	for i, ten := range []string{"t", "u", "u"} {
 		key := map[string]string{"t": "k", "u": "k2"}[ten]
-		ev := &schemas.Event{V: 1, Type: schemas.TypeReserveRequested, ID: "r" + string(rune('0'+i)), RequestID: "r" + string(rune('0'+i)), Attempt: 1,
-			Node: "gw", Scope: "s", Tenant: ten, KeyID: key, Class: "interactive",
-			ReserveRequested: &schemas.ReserveRequested{Path: []schemas.PathLevel{{Level: "org", ID: "shared-org"}, {Level: "tenant", ID: ten}, {Level: "key", ID: key}}, InputTokens: 1}}
-		out = l.Apply(now, int64(i+1), ev, out[:0])
+		ul.apply(usageReserve("r"+string(rune('0'+i)), "s", ten, key, schemas.PathLevel{Level: "org", ID: "shared-org"}, schemas.PathLevel{Level: "tenant", ID: ten}, schemas.PathLevel{Level: "key", ID: key}))
 	}
-	s := New(cfg, nil, nil, WithLevels(ledgerLevels{l}))
+	s := New(cfg, nil, nil, WithLevels(ledgerLevels{ul.l}))
 
 	get := func(key string) (int, Usage, string) {
 		req := httptest.NewRequest("GET", "/v1/sluice/usage", nil)

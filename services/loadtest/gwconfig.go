@@ -299,7 +299,7 @@ func simAccounting(provider string, pc sim.ProviderConfig) simCounting {
 	default:
 		a.output = ledger.AccountingReconcile
 	}
-	a.excludeCached = provider == sim.Anthropic && !pc.CountCacheReads
+	a.excludeCached = sim.ExcludesCacheReads(provider, pc)
 	return a
 }
 

@@ -184,6 +184,9 @@ func init() { registerDialect(schemas.ProviderAnthropic, "/anthropic/v1", anthro
 // overloadStatus: 529, Anthropic's overloaded_error.
 func (anthropicDialect) overloadStatus() int { return 529 }
 
+// promptCache: a Messages request's cache_control prefix is cached.
+func (anthropicDialect) promptCache() bool { return true }
+
 func (anthropicDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
 }

@@ -21,6 +21,23 @@ func TestBasePathOfEveryKind(t *testing.T) {
 	}
 }
 
+// TestExcludesCacheReads: only a dialect whose handlers cache prompts
+// (Anthropic's) leaves cache reads out, and only when not told to count
+// them.
+func TestExcludesCacheReads(t *testing.T) {
+	for _, name := range providerNames {
+		for _, count := range []bool{false, true} {
+			want := name == Anthropic && !count
+			if got := ExcludesCacheReads(name, ProviderConfig{CountCacheReads: count}); got != want {
+				t.Errorf("%s, count_cache_reads %v: excludes %v, want %v", name, count, got, want)
+			}
+		}
+	}
+	if ExcludesCacheReads("mistral", ProviderConfig{}) {
+		t.Error("a provider the simulator does not speak excludes cache reads")
+	}
+}
+
 // TestDialectsFollowKinds: the dialects, registered each by its own file,
 // are listed in the order of schemas.ProviderKinds, and the list the
 // config's errors want is theirs ("a, b or c").

@@ -48,10 +48,7 @@ func (s *Server) openAICompletions(provider string) http.HandlerFunc {
 		}
 		h := w.Header()
 		s.setRateHeaders(h, provider, t.rv)
-		h.Set("x-request-id", "req_sim_"+t.id)
-		if provider == Azure {
-			h.Set("apim-request-id", "sim-"+t.id)
-		}
+		surfaceOf(provider).requestIDs(h, t.id)
 		finish := "stop"
 		if t.finish {
 			finish = "length"

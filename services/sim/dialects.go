@@ -43,6 +43,9 @@ type dialect interface {
 	// overloadStatus is the status of a bare overload (an overloaded
 	// storm, DialectOverloaded).
 	overloadStatus() int
+	// promptCache: the provider's handlers simulate a prompt cache (call
+	// cacheKey), whose reads ProviderConfig.CountCacheReads counts or not.
+	promptCache() bool
 }
 
 // dialects holds the dialect of every provider style, in the order of
@@ -106,6 +109,15 @@ func dialectOf(provider string) dialect {
 		}
 	}
 	return nil
+}
+
+// ExcludesCacheReads reports whether the simulator's provider, configured
+// as pc, leaves prompt-cache reads out of the input it counts against its
+// limits: it simulates a prompt cache and pc does not count its reads.
+// The load test configures its buckets the same way.
+func ExcludesCacheReads(provider string, pc ProviderConfig) bool {
+	d := dialectOf(provider)
+	return d != nil && d.promptCache() && !pc.CountCacheReads
 }
 
 // knownProvider reports whether the simulator speaks provider.

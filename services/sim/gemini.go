@@ -197,6 +197,8 @@ func init() { registerDialect(schemas.ProviderGemini, "/gemini/v1beta", geminiDi
 
 func (geminiDialect) overloadStatus() int { return http.StatusServiceUnavailable }
 
+func (geminiDialect) promptCache() bool { return false }
+
 func (geminiDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /gemini/v1beta/models/{call}", s.geminiGenerate)
 }

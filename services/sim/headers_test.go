@@ -270,3 +270,34 @@ func TestNoRateLimitHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestIDHeaders: every OpenAI-shaped answer carries x-request-id,
+// and Azure's also its API Management id, on each endpoint they share
+// (openAISurface.requestIDs).
+func TestRequestIDHeaders(t *testing.T) {
+	s, _ := newSim(t, nil)
+	prompt := map[string]any{"model": "m", "prompt": "x"}
+	cases := []struct {
+		name, path string
+		body       any
+		apim       bool
+	}{
+		{"openai chat", pOpenAI, openAIBody("m", "x", 5), false},
+		{"openai completions", "/openai/v1/completions", prompt, false},
+		{"openai responses", "/openai/v1/responses", map[string]any{"model": "m", "input": "x"}, false},
+		{"azure chat", pAzure, openAIBody("", "x", 5), true},
+		{"azure completions", "/azure/openai/deployments/dep1/completions?api-version=2024-10-21", prompt, true},
+		{"azure responses", "/azure/openai/v1/responses", map[string]any{"model": "dep1", "input": "x"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := do(t, s, "POST", tc.path, tc.body)
+			if rec.Code != 200 {
+				t.Fatalf("%d: %s", rec.Code, rec.Body)
+			}
+			if rec.Header().Get("x-request-id") == "" || (rec.Header().Get("apim-request-id") != "") != tc.apim {
+				t.Fatalf("headers %v, want x-request-id and apim-request-id %v", rec.Header(), tc.apim)
+			}
+		})
+	}
+}

@@ -16,28 +16,37 @@ import (
 
 // OpenAI and Azure OpenAI chat completions, embeddings and models.
 
+// openAISurface is what the OpenAI-shaped dialects (OpenAI's, and
+// Azure's, which embeds it) do differently in the handlers they share:
+// where a request names its model, and the request ids of an answer.
+type openAISurface interface {
+	// scopeURL reads what the URL says of the request into ec before the
+	// body is read; false: it wrote the refusal.
+	scopeURL(s *Server, w http.ResponseWriter, r *http.Request, ec *errCtx) bool
+	// scopeBody reads what the body says into ec; false: it wrote the
+	// refusal.
+	scopeBody(s *Server, w http.ResponseWriter, body map[string]any, ec *errCtx) bool
+	// requestIDs sets the request-id headers of the answer to call id.
+	requestIDs(h http.Header, id string)
+}
+
+// surfaceOf is provider's openAISurface (its dialect embeds
+// openAIDialect; the handlers that ask are registered only by those).
+func surfaceOf(provider string) openAISurface { return dialectOf(provider).(openAISurface) }
+
 func (s *Server) openAIScope(w http.ResponseWriter, r *http.Request, provider, op string) (ec errCtx, body map[string]any, ok bool) {
 	ec = errCtx{provider: provider, operation: op}
-	if provider == Azure {
-		ec.apiVer = r.URL.Query().Get("api-version")
-		if ec.apiVer == "" {
-			s.badRequest(provider)
-			writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": "404", "message": "Resource not found"}})
-			return ec, nil, false
-		}
-		ec.model = r.PathValue("deployment")
+	sf := surfaceOf(provider)
+	if !sf.scopeURL(s, w, r, &ec) {
+		return ec, nil, false
 	}
 	body, err := decodeBody(r)
 	if err != nil {
 		s.writeBadRequest(w, provider, err.Error())
 		return ec, nil, false
 	}
-	if provider == OpenAI {
-		ec.model, _ = body["model"].(string)
-		if ec.model == "" {
-			s.writeBadRequest(w, provider, "you must provide a model parameter")
-			return ec, nil, false
-		}
+	if !sf.scopeBody(s, w, body, &ec) {
+		return ec, nil, false
 	}
 	return ec, body, true
 }
@@ -83,10 +92,7 @@ func (s *Server) openAIChat(provider string) http.HandlerFunc {
 		}
 		h := w.Header()
 		s.setRateHeaders(h, provider, t.rv)
-		h.Set("x-request-id", "req_sim_"+t.id)
-		if provider == Azure {
-			h.Set("apim-request-id", "sim-"+t.id)
-		}
+		surfaceOf(provider).requestIDs(h, t.id)
 		a := answerFor(body, ec.model, t.output, t.finish)
 		ch := chatCompletion{s: s, t: t, a: a, n: n, id: "chatcmpl-sim" + t.id, model: ec.model, created: t.rv.now.Unix(), includeUsage: includeUsage}
 		if stream {
@@ -277,6 +283,23 @@ func init() { registerDialect(schemas.ProviderOpenAI, "/openai/v1", openAIDialec
 
 func (openAIDialect) overloadStatus() int { return http.StatusServiceUnavailable }
 
+func (openAIDialect) promptCache() bool { return false }
+
+// scopeURL: OpenAI's URL names no model.
+func (openAIDialect) scopeURL(*Server, http.ResponseWriter, *http.Request, *errCtx) bool { return true }
+
+// scopeBody: the model is the body's, which OpenAI requires.
+func (openAIDialect) scopeBody(s *Server, w http.ResponseWriter, body map[string]any, ec *errCtx) bool {
+	ec.model, _ = body["model"].(string)
+	if ec.model == "" {
+		s.writeBadRequest(w, ec.provider, "you must provide a model parameter")
+		return false
+	}
+	return true
+}
+
+func (openAIDialect) requestIDs(h http.Header, id string) { h.Set("x-request-id", "req_sim_"+id) }
+
 func (openAIDialect) routes(s *Server, m *http.ServeMux) {
 	for _, prefix := range []string{"/openai/v1", "/v1"} {
 		m.HandleFunc("POST "+prefix+"/chat/completions", s.openAIChat(OpenAI))
@@ -325,6 +348,30 @@ func (openAIDialect) badRequest(w http.ResponseWriter, msg string) {
 type azureDialect struct{ openAIDialect }
 
 func init() { registerDialect(schemas.ProviderAzure, "/azure", azureDialect{}) }
+
+// scopeURL: the api-version query parameter, without which Azure answers
+// 404, and the model is the deployment of the path.
+func (azureDialect) scopeURL(s *Server, w http.ResponseWriter, r *http.Request, ec *errCtx) bool {
+	ec.apiVer = r.URL.Query().Get("api-version")
+	if ec.apiVer == "" {
+		s.badRequest(ec.provider)
+		writeJSON(w, http.StatusNotFound, map[string]any{"error": map[string]any{"code": "404", "message": "Resource not found"}})
+		return false
+	}
+	ec.model = r.PathValue("deployment")
+	return true
+}
+
+// scopeBody: the body's model, if any, is not the deployment's.
+func (azureDialect) scopeBody(*Server, http.ResponseWriter, map[string]any, *errCtx) bool {
+	return true
+}
+
+// requestIDs: Azure's API Management id beside OpenAI's.
+func (d azureDialect) requestIDs(h http.Header, id string) {
+	d.openAIDialect.requestIDs(h, id)
+	h.Set("apim-request-id", "sim-"+id)
+}
 
 func (azureDialect) routes(s *Server, m *http.ServeMux) {
 	m.HandleFunc("POST /azure/openai/deployments/{deployment}/chat/completions", s.openAIChat(Azure))

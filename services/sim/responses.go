@@ -58,10 +58,7 @@ func (s *Server) openAIResponses(provider string) http.HandlerFunc {
 		}
 		h := w.Header()
 		s.setRateHeaders(h, provider, t.rv)
-		h.Set("x-request-id", "req_sim_"+t.id)
-		if provider == Azure {
-			h.Set("apim-request-id", "sim-"+t.id)
-		}
+		surfaceOf(provider).requestIDs(h, t.id)
 		rs := &responseStream{s: s, t: t, body: body, a: answerFor(body, ec.model, t.output, t.finish), id: "resp_sim" + t.id, model: ec.model, maxTokens: maxTokens}
 		if stream {
 			rs.stream(w, r)

@@ -119,7 +119,7 @@ func printUsage(w io.Writer, u *gateway.Usage) {
 	}
 	tw.Flush()
 	if split {
-		fmt.Fprintln(w, "sub-scopes: the scope is split over ledger partitions; a row sums each one's copy of the bucket (your key's requests all go to the one named)")
+		fmt.Fprintln(w, "sub-scopes: the scope is split over ledger partitions; a row sums each one's share of the limit (your key's requests all go to the one named, whose key bucket is whole)")
 	}
 	if unknown {
 		fmt.Fprintln(w, "?: no ledger snapshot of that scope yet (a ledger writes one every --snapshot-every events or --snapshot-interval; sluice dev after every batch)")
