@@ -176,21 +176,21 @@ type chatRequest struct {
 	Model string `json:"model"`
 	// messages are not decoded here: the translation reads them as the
 	// estimator parsed them (estimate.Request.Messages).
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	Stop                json.RawMessage `json:"stop"`
-	Stream              bool            `json:"stream"`
-	Tools               []chatTool      `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
+	MaxTokens           *int64              `json:"max_tokens"`
+	MaxCompletionTokens *int64              `json:"max_completion_tokens"`
+	Temperature         *float64            `json:"temperature"`
+	TopP                *float64            `json:"top_p"`
+	Stop                json.RawMessage     `json:"stop"`
+	Stream              bool                `json:"stream"`
+	Tools               []chatTool          `json:"tools"`
+	ToolChoice          json.RawMessage     `json:"tool_choice"`
+	ParallelToolCalls   *bool               `json:"parallel_tool_calls"`
 	ResponseFormat      *chatResponseFormat `json:"response_format"`
-	User             string `json:"user"`
-	SafetyIdentifier string `json:"safety_identifier"`
-	N                *int64 `json:"n"`
-	Store            *bool  `json:"store"`
-	ServiceTier      string `json:"service_tier"`
+	User                string              `json:"user"`
+	SafetyIdentifier    string              `json:"safety_identifier"`
+	N                   *int64              `json:"n"`
+	Store               *bool               `json:"store"`
+	ServiceTier         string              `json:"service_tier"`
 }
 
 type chatResponseFormat struct {
@@ -205,7 +205,7 @@ type chatJSONSchema struct {
 }
 
 type chatTool struct {
-	Type     string        `json:"type"`
+	Type     string            `json:"type"`
 	Function *chatToolFunction `json:"function"`
 }
 
