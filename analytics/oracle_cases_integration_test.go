@@ -5,9 +5,11 @@ package analytics
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/analytics/synth"
+	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
 
@@ -20,6 +22,11 @@ type caseLog struct {
 }
 
 const caseScope = "openai:cases"
+
+// splitScope is a hot deployment split over two ledger partitions: its
+// ConfigChanged names it with partitions 2, its events the sub-scopes
+// splitScope#0 and splitScope#1 (ledger.SubScope).
+const splitScope = "openai:hot"
 
 // caseT0 is the log time of the cases' first event (a Monday, inside
 // fixtureRange).
@@ -50,6 +57,8 @@ type req struct {
 	// the caller's idempotency key on its ReserveRequested.
 	clientRetries int32
 	idemKey       string
+	// scope is the ledger scope that decided it ("": caseScope).
+	scope string
 }
 
 func (c *caseLog) request(id, tenant string, estIn, estOut int64) *req {
@@ -58,7 +67,11 @@ func (c *caseLog) request(id, tenant string, estIn, estOut int64) *req {
 }
 
 func (r *req) env(typ schemas.Type) *schemas.Event {
-	return &schemas.Event{Type: typ, RequestID: r.id, Attempt: r.attempt, Node: "gw-1", Scope: caseScope,
+	scope := caseScope
+	if r.scope != "" {
+		scope = r.scope
+	}
+	return &schemas.Event{Type: typ, RequestID: r.id, Attempt: r.attempt, Node: "gw-1", Scope: scope,
 		Tenant: r.tenant, KeyID: "k-" + r.tenant, Route: "route-" + r.tenant, Class: "interactive"}
 }
 
@@ -166,7 +179,11 @@ func oracleCases() []synth.Record {
 	for _, tn := range []string{"m1", "m2", "m3", "m4", "m5", "partial", "late", "sdk", "idem"} {
 		bucket(tn)
 	}
-	doc, _ := json.Marshal(map[string]any{"scopes": []any{map[string]any{"name": caseScope, "buckets": buckets}}})
+	caseBuckets := buckets
+	buckets = nil
+	bucket("split")
+	doc, _ := json.Marshal(map[string]any{"scopes": []any{map[string]any{"name": caseScope, "buckets": caseBuckets},
+		map[string]any{"name": splitScope, "partitions": 2, "buckets": buckets}}})
 	c.add(&schemas.Event{Type: schemas.TypeConfigChanged, Scope: caseScope,
 		ConfigChanged: &schemas.ConfigChanged{ConfigVersion: "v1", Source: "cases", Ledger: doc}}, t)
 
@@ -243,6 +260,20 @@ func oracleCases() []synth.Record {
 	ib := ia.sdkRetry("idem-b", 0)
 	ib.reserve(t+500).decision(schemas.StatusGranted, "", t+501, t+501).dispatched(t+502).reconciled(t+600, 100, 100).outcome(t+601, schemas.OutcomeSuccess)
 	ia.sdkRetry("idem-c", 1).reserve(t+1500).decision(schemas.StatusDenied, "capacity", t+1501, t+1501).outcome(t+1502, schemas.OutcomeFailure)
+	// A split scope: tenant split's keys land in both sub-scopes. split-0
+	// (sub-scope 0) had a 429, retried; split-1 (sub-scope 1) was
+	// released with partial use. The report shows one deployment.
+	t += 10_000
+	s0 := c.request("split-0", "split", 1000, 500)
+	s0.scope = ledger.SubScope(splitScope, 0)
+	s0.reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t+2).
+		rejectedRetried(t+100, true).decision(schemas.StatusGranted, "", t+1100, t+1100).dispatched(t+1101).
+		reconciled(t+1400, 1000, 200).outcome(t+1401, schemas.OutcomeSuccess)
+	t += 10_000
+	s1 := c.request("split-1", "split", 1000, 500)
+	s1.scope = ledger.SubScope(splitScope, 1)
+	s1.reserve(t).decision(schemas.StatusGranted, "", t+1, t+1).dispatched(t+2).
+		released(t+1001, schemas.ReasonClientDisconnect, 400, 100).outcome(t+1002, schemas.OutcomeCancelled)
 	return c.recs
 }
 
@@ -306,6 +337,15 @@ func TestIntegrationOracleCases(t *testing.T) {
 		{"hold_expired broken out", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, caseScope + "|m3|route-m3|interactive", "hold_expired_token_s", (2000+1000)*60 + (3000+500)*14.999},
 		{"retried holds broken out", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, caseScope + "|m2|route-m2|interactive", "retried", 2},
 		{"late grant", "stranded_quota", []string{"scope", "bucket", "dimension"}, caseScope + "|tenant:late|input_tokens", "stranded_token_ms", 800 * 3000},
+		// The split scope, folded: split-0's first attempt held 1000 input
+		// for 99 ms until its retry, its second used all it held;
+		// split-1 held 600 unused input for 1000 ms. Both sub-scopes'
+		// attempts join the bucket the split scope's config states.
+		{"split stranded input", "stranded_quota", []string{"scope", "bucket", "dimension"}, splitScope + "|tenant:split|input_tokens", "stranded_token_ms", 1000*99 + 600*1000},
+		{"split stranded output", "stranded_quota", []string{"scope", "bucket", "dimension"}, splitScope + "|tenant:split|output_tokens", "stranded_token_ms", 500*99 + 300*300 + 400*1000},
+		{"split upstream attempts", "scope_429", []string{"scope"}, splitScope, "upstream_attempts", 3},
+		{"split 429s", "scope_429", []string{"scope"}, splitScope, "provider_429", 1},
+		{"split grants", "stranded_by_owner", []string{"scope", "tenant", "route", "class"}, splitScope + "|split|route-split|interactive", "grants", 3},
 	} {
 		t.Run(w.name, func(t *testing.T) {
 			res := got[w.query]
@@ -323,6 +363,16 @@ func TestIntegrationOracleCases(t *testing.T) {
 		for _, row := range res.Rows {
 			if row[res.Col("provider")] == "" {
 				t.Errorf("a row for attempts that never went upstream: %v", row)
+			}
+		}
+	})
+	t.Run("no sub-scope rows", func(t *testing.T) {
+		for _, name := range []string{"scope_429", "stranded_quota", "stranded_by_owner", "daily_headroom", "shadow_limits"} {
+			res := got[name]
+			for _, row := range res.Rows {
+				if s := row[res.Col("scope")].(string); strings.Contains(s, ledger.SplitSep) {
+					t.Errorf("%s: a row of sub-scope %s: %v", name, s, row)
+				}
 			}
 		}
 	})

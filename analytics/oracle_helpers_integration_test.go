@@ -78,7 +78,7 @@ func newOracle(recs []synth.Record) *oracle {
 		k := fmt.Sprintf("%s#%d", e.RequestID, attempt)
 		a := o.attempts[k]
 		if a == nil {
-			a = &oAttempt{reqID: e.RequestID, attempt: attempt, scope: e.Scope, tenant: e.Tenant, route: e.Route, class: e.Class}
+			a = &oAttempt{reqID: e.RequestID, attempt: attempt, scope: DeploymentScope(e.Scope), tenant: e.Tenant, route: e.Route, class: e.Class}
 			o.attempts[k] = a
 		}
 		return a
@@ -477,7 +477,7 @@ func shadowLimits(recs []synth.Record, rng Range) (map[string]*shadowGroup, map[
 			continue
 		}
 		sv := e.Decision.Shadow
-		stc := e.Scope + "|" + e.Tenant + "|" + e.Class
+		stc := DeploymentScope(e.Scope) + "|" + e.Tenant + "|" + e.Class
 		evaluated[stc]++
 		k := stc + "|" + sv.LimitPath + "|" + string(sv.LimitDimension)
 		g := groups[k]

@@ -242,8 +242,12 @@ func splitShare(b BucketConfig, n int) string {
 // partitions holds it when b is split statically (any limit but a
 // deployment's rate limits, which become budgets): a key's or a shadow
 // limit whole, any other its share (splitShare: Capacity/n, the remainder
-// to the lowest indexes), or why it cannot be divided. The admin API uses
-// it to set a limit of a split scope.
+// to the lowest indexes), or why it cannot be divided. A guaranteed
+// baseline and a borrow reserve are divided the same way, so that each
+// stays within its share's capacity and they sum to the limit's over the
+// sub-scopes (whole in each, a baseline above its share's capacity would
+// be refused, and a smaller one guaranteed n times over). The admin API
+// uses it to set a limit of a split scope.
 func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
 	if n <= 1 || b.Level == LevelKey || b.Shadow {
 		return b, ""
@@ -252,7 +256,8 @@ func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
 		return b, fmt.Sprintf("a split scope's %s limit is divided among its %d sub-scopes, and this one cannot be: %s", b.Level, n, why)
 	}
 	fillBucketDefaults(&b)
-	b.Capacity = b.Capacity/int64(n) + boolInt(int64(i) < b.Capacity%int64(n))
+	share := func(v int64) int64 { return v/int64(n) + boolInt(int64(i) < v%int64(n)) }
+	b.Capacity, b.Guaranteed, b.BorrowReserve = share(b.Capacity), share(b.Guaranteed), share(b.BorrowReserve)
 	if b.Refill == RefillToken && b.WindowMs > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
 		b.WindowMs = (b.PeriodMs + b.Capacity - 1) / b.Capacity // a share's burst holds one unit
 	}
@@ -302,13 +307,20 @@ func splitUnit(b BucketConfig) (unit budget.Unit, rollingMs, slots int64, why st
 // together hold the deployment's burst (capacity × window / period) once,
 // not n times. The window stays long enough for a burst of one unit (the
 // config's own bound): a burst below n units is then up to n units over
-// all sub-scopes, and never more than the capacity in a period.
+// all sub-scopes, and never more than the capacity in a period. A borrow
+// reserve, a level kept out of the burst for guaranteed traffic, shrinks
+// with the window (rounded up): whole, it would keep n times its share
+// of the deployment's burst from borrowed grants.
 func splitBurst(b BucketConfig, n int) BucketConfig {
 	if b.Refill != RefillToken || b.WindowMs <= 0 || b.Capacity <= 0 {
 		return b
 	}
 	floorMs := (b.PeriodMs + b.Capacity - 1) / b.Capacity // capacity × window ≥ period
-	b.WindowMs = min(b.WindowMs, max(b.WindowMs/int64(n), floorMs))
+	w := min(b.WindowMs, max(b.WindowMs/int64(n), floorMs))
+	if b.BorrowReserve > 0 {
+		b.BorrowReserve = (b.BorrowReserve*w + b.WindowMs - 1) / b.WindowMs
+	}
+	b.WindowMs = w
 	return b
 }
 

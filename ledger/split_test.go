@@ -462,3 +462,40 @@ func minuteTo[N int | int64](at map[int64]N, sec int64) N {
 	}
 	return sum
 }
+
+// TestSplitScopeDividesGuarantees: a guaranteed tenant on a split scope
+// (the loadtest's shape: the tenant's requests bucket as large as the
+// deployment's, a baseline of 2/3 of it, a borrow reserve on the
+// deployment) loads, and each sub-scope holds its share of the baseline
+// and of the reserve: the baselines sum to the limit's, the reserve
+// shrinks with the deployment's burst. Whole, a baseline of 400 was above
+// a share's capacity of 300 and the document was refused.
+func TestSplitScopeDividesGuarantees(t *testing.T) {
+	doc := `{"scopes":[{"name":"openai:hot","partitions":2,"buckets":[
+ {"level":"deployment","id":"d1","dimension":"requests","capacity":600,"period_ms":60000,"window_ms":1000,"borrow_reserve":5},
+ {"level":"tenant","id":"acme","dimension":"requests","capacity":600,"period_ms":60000,"window_ms":1000,"guaranteed":401,"borrow_reserve":3}]}]}`
+	cfg, err := ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gSum, rSum int64
+	for i := range 2 {
+		sc := cfg.Scopes[cfg.scopeIndex(SubScope("openai:hot", i))]
+		for _, b := range sc.Buckets {
+			switch b.Level {
+			case LevelDeployment:
+				if b.WindowMs != 500 || b.BorrowReserve != 3 {
+					t.Errorf("sub-scope %d deployment: window %d ms, reserve %d; want 500 ms, 3 (5 × 500/1000, rounded up)", i, b.WindowMs, b.BorrowReserve)
+				}
+			case LevelTenant:
+				if b.Capacity != 300 || b.Guaranteed > b.Capacity {
+					t.Errorf("sub-scope %d tenant: capacity %d, guaranteed %d", i, b.Capacity, b.Guaranteed)
+				}
+				gSum, rSum = gSum+b.Guaranteed, rSum+b.BorrowReserve
+			}
+		}
+	}
+	if gSum != 401 || rSum != 3 {
+		t.Errorf("baselines sum to %d, reserves to %d; want 401, 3", gSum, rSum)
+	}
+}

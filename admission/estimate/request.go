@@ -101,6 +101,10 @@ type Message struct {
 	Parts      []Part
 	ToolCalls  []ToolCall // assistant tool calls (OpenAI tool_calls / function_call)
 	ToolCallID string
+	// Audio: an OpenAI assistant message names an earlier audio answer
+	// (audio: {id}), which no count includes; the translation to
+	// Anthropic refuses it.
+	Audio bool
 }
 
 // PartType is the kind of a content part.
@@ -143,9 +147,24 @@ type Tool struct {
 
 // ToolCall is one assistant tool call in the conversation history.
 type ToolCall struct {
+	// ID is the call's id (OpenAI tool_calls[].id), which its result
+	// names; Kind says which OpenAI shape it came in.
+	ID        string
+	Kind      ToolCallKind
 	Name      string
 	Arguments string
 }
+
+// ToolCallKind is the shape an OpenAI tool call came in.
+type ToolCallKind uint8
+
+// Tool call shapes: a function tool call, a custom tool call (its input
+// in Arguments), a legacy function_call of the message.
+const (
+	ToolCallFunction ToolCallKind = iota
+	ToolCallCustom
+	ToolCallLegacy
+)
 
 // ResponseFormat is OpenAI's response_format.
 type ResponseFormat struct {
@@ -359,6 +378,7 @@ type openAIMessage struct {
 	FunctionCall *openAIFunction   `json:"function_call"`
 	ToolCallID   *string           `json:"tool_call_id"`
 	Refusal      *string           `json:"refusal"`
+	Audio        json.RawMessage   `json:"audio"`
 }
 
 type openAIFunction struct {
@@ -449,7 +469,7 @@ func parseOpenAIChatScan(body []byte) (Request, bool) {
 var (
 	chatBodyFields = []string{"model", "messages", "tools", "functions", "response_format", "max_tokens",
 		"max_completion_tokens", "n", "stream", "stream_options"}
-	chatMessageFields = []string{"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal"}
+	chatMessageFields = []string{"role", "content", "name", "tool_calls", "function_call", "tool_call_id", "refusal", "audio"}
 )
 
 // member decodes one member of a chat body into b as Unmarshal into the
@@ -531,6 +551,9 @@ func (m *openAIMessage) member(key []byte, escaped bool, v []byte) bool {
 		return unmarshalInto(v, &m.FunctionCall)
 	case "tool_call_id":
 		return stringPtrMember(v, &m.ToolCallID)
+	case "audio":
+		m.Audio = v
+		return true
 	}
 	return stringPtrMember(v, &m.Refusal)
 }
@@ -715,7 +738,7 @@ func openAIMessageFrom(m *openAIMessage, param string) (Message, *RequestError) 
 	if m.Role == nil {
 		return Message{}, &RequestError{Code: CodeMissingField, Param: param + ".role", Message: param + ".role is required"}
 	}
-	msg := Message{Role: *m.Role}
+	msg := Message{Role: *m.Role, Audio: firstByte(m.Audio) != 0 && firstByte(m.Audio) != 'n'}
 	if m.Name != nil {
 		msg.Name = *m.Name
 	}
@@ -749,7 +772,7 @@ func openAIMessageFrom(m *openAIMessage, param string) (Message, *RequestError) 
 	}
 	msg.ToolCalls = calls
 	if m.FunctionCall != nil {
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{Name: m.FunctionCall.Name, Arguments: m.FunctionCall.Arguments})
+		msg.ToolCalls = append(msg.ToolCalls, ToolCall{Kind: ToolCallLegacy, Name: m.FunctionCall.Name, Arguments: m.FunctionCall.Arguments})
 	}
 	return msg, nil
 }
@@ -800,6 +823,7 @@ func openAIToolCalls(raw []json.RawMessage, param string) ([]ToolCall, *RequestE
 	var out []ToolCall
 	for j, tc := range raw {
 		var c struct {
+			ID       string          `json:"id"`
 			Function *openAIFunction `json:"function"`
 			Custom   *struct {
 				Name  string `json:"name"`
@@ -811,9 +835,9 @@ func openAIToolCalls(raw []json.RawMessage, param string) ([]ToolCall, *RequestE
 		}
 		switch {
 		case c.Function != nil:
-			out = append(out, ToolCall{Name: c.Function.Name, Arguments: c.Function.Arguments})
+			out = append(out, ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: c.Function.Arguments})
 		case c.Custom != nil:
-			out = append(out, ToolCall{Name: c.Custom.Name, Arguments: c.Custom.Input})
+			out = append(out, ToolCall{ID: c.ID, Kind: ToolCallCustom, Name: c.Custom.Name, Arguments: c.Custom.Input})
 		}
 	}
 	return out, nil

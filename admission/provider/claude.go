@@ -173,68 +173,46 @@ type claudeTool struct {
 
 // The OpenAI chat request as the translation reads it.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []chatMessage   `json:"messages"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	Stop                json.RawMessage `json:"stop"`
-	Stream              bool            `json:"stream"`
-	Tools               []chatTool      `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	ParallelToolCalls   *bool           `json:"parallel_tool_calls"`
-	ResponseFormat      *struct {
-		Type       string `json:"type"`
-		JSONSchema *struct {
-			Name        string          `json:"name"`
-			Description string          `json:"description"`
-			Schema      json.RawMessage `json:"schema"`
-		} `json:"json_schema"`
-	} `json:"response_format"`
-	User             string `json:"user"`
-	SafetyIdentifier string `json:"safety_identifier"`
-	N                *int64 `json:"n"`
-	Store            *bool  `json:"store"`
-	ServiceTier      string `json:"service_tier"`
+	Model string `json:"model"`
+	// messages are not decoded here: the translation reads them as the
+	// estimator parsed them (estimate.Request.Messages).
+	MaxTokens           *int64              `json:"max_tokens"`
+	MaxCompletionTokens *int64              `json:"max_completion_tokens"`
+	Temperature         *float64            `json:"temperature"`
+	TopP                *float64            `json:"top_p"`
+	Stop                json.RawMessage     `json:"stop"`
+	Stream              bool                `json:"stream"`
+	Tools               []chatTool          `json:"tools"`
+	ToolChoice          json.RawMessage     `json:"tool_choice"`
+	ParallelToolCalls   *bool               `json:"parallel_tool_calls"`
+	ResponseFormat      *chatResponseFormat `json:"response_format"`
+	User                string              `json:"user"`
+	SafetyIdentifier    string              `json:"safety_identifier"`
+	N                   *int64              `json:"n"`
+	Store               *bool               `json:"store"`
+	ServiceTier         string              `json:"service_tier"`
 }
 
-type chatMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []chatToolCall  `json:"tool_calls"`
-	ToolCallID string          `json:"tool_call_id"`
-	Refusal    *string         `json:"refusal"`
-	Audio      json.RawMessage `json:"audio"`
-	// Name is dropped: Anthropic has no participant names.
-	Name string `json:"name"`
+type chatResponseFormat struct {
+	Type       string          `json:"type"`
+	JSONSchema *chatJSONSchema `json:"json_schema"`
 }
 
-type chatToolCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+type chatJSONSchema struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Schema      json.RawMessage `json:"schema"`
 }
 
 type chatTool struct {
-	Type     string `json:"type"`
-	Function *struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	} `json:"function"`
+	Type     string            `json:"type"`
+	Function *chatToolFunction `json:"function"`
 }
 
-type chatPart struct {
-	Type     string `json:"type"`
-	Text     string `json:"text"`
-	Refusal  string `json:"refusal"`
-	ImageURL *struct {
-		URL string `json:"url"`
-	} `json:"image_url"`
+type chatToolFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Parameters  json.RawMessage `json:"parameters"`
 }
 
 // claudeTranslation is a chat request translated to Messages, or the
@@ -311,17 +289,18 @@ func (t *claudeTranslation) body(upstreamModel string, defaultMax int64) ([]byte
 }
 
 // translateChatToClaude is the whole request translation: the fields it
-// refuses, then the parameters, the tools and the messages. members are
-// the body's top-level members when the estimator's parse kept them
-// (estimate.Request.Members), read instead of decoding the body again.
-func translateChatToClaude(body []byte, members []estimate.Member) *claudeTranslation {
-	return translateChat(&claudeTranslation{}, body, members)
-}
-
-// translateChat translates into t, which may already hold refusals (of
-// the Responses request the chat body was made from). The model and the
+// refuses, then the parameters, the tools and the messages. req is the
+// body as the estimator parsed it (zero: not parsed, parsed here): its
+// messages are translated as they are, not decoded again, and its
+// members (estimate.Request.Members, when the parse kept them) are read
+// instead of decoding the body's other fields again. The model and the
 // default max_tokens are left to body, which sets them per candidate.
-func translateChat(t *claudeTranslation, body []byte, members []estimate.Member) *claudeTranslation {
+func translateChatToClaude(body []byte, req *estimate.Request) *claudeTranslation {
+	t := &claudeTranslation{}
+	var members []estimate.Member
+	if req != nil {
+		members = req.Members
+	}
 	top, err := chatTop(body, members)
 	if err != nil {
 		t.refuse("a body that is not a JSON object")
@@ -346,11 +325,25 @@ func translateChat(t *claudeTranslation, body []byte, members []estimate.Member)
 		t.refuse("a body whose fields do not have their OpenAI types (%v)", err)
 		return t
 	}
-	t.clientModel = in.Model
-	t.params(&in)
-	t.tools(&in)
-	t.messages(in.Messages)
+	if req == nil || req.Format != estimate.FormatOpenAIChat {
+		parsed, err := estimate.ParseOpenAIChat(body)
+		if err != nil {
+			t.refuse("a body that is not a chat completion (%v)", err)
+			return t
+		}
+		req = &parsed
+	}
+	t.translate(&in, req.Messages)
 	return t
+}
+
+// translate carries a chat request's parameters, tools and messages (of
+// a chat completion, or of the Responses request that means it).
+func (t *claudeTranslation) translate(in *chatRequest, msgs []estimate.Message) {
+	t.clientModel = in.Model
+	t.params(in)
+	t.tools(in)
+	t.messages(msgs)
 }
 
 // chatTop is the body's top-level members by key, as Unmarshal into a
@@ -371,7 +364,7 @@ func chatTop(body []byte, members []estimate.Member) (map[string]json.RawMessage
 }
 
 // chatRequestFields are chatRequest's JSON names, for decodeChatRequest.
-var chatRequestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+var chatRequestFields = []string{"model", "max_tokens", "max_completion_tokens", "temperature", "top_p",
 	"stop", "stream", "tools", "tool_choice", "parallel_tool_calls", "response_format", "user", "safety_identifier",
 	"n", "store", "service_tier"}
 
@@ -390,8 +383,6 @@ func (in *chatRequest) field(name string) any {
 	switch name {
 	case "model":
 		return &in.Model
-	case "messages":
-		return &in.Messages
 	case "max_tokens":
 		return &in.MaxTokens
 	case "max_completion_tokens":
@@ -597,12 +588,12 @@ func clip(raw json.RawMessage) string {
 	return string(raw)
 }
 
-// messages carries the conversation: system and developer messages into
-// system (in order), user and assistant messages as they are, tool results
-// as tool_result blocks of a user message. Consecutive messages of one role
-// merge into one message, so that tool results follow their tool_use turn
-// as Anthropic requires.
-func (t *claudeTranslation) messages(msgs []chatMessage) {
+// messages carries the conversation, as the estimator parsed it: system
+// and developer messages into system (in order), user and assistant
+// messages as they are, tool results as tool_result blocks of a user
+// message. Consecutive messages of one role merge into one message, so
+// that tool results follow their tool_use turn as Anthropic requires.
+func (t *claudeTranslation) messages(msgs []estimate.Message) {
 	r := &t.req
 	add := func(role string, blocks []claudeBlock) {
 		if len(blocks) == 0 {
@@ -623,21 +614,21 @@ func (t *claudeTranslation) messages(msgs []chatMessage) {
 	}
 	for i := range msgs {
 		m := &msgs[i]
-		if len(m.Audio) > 0 && string(m.Audio) != "null" {
+		if m.Audio {
 			t.refuse("audio in %s", t.at(i))
 		}
 		switch m.Role {
 		case "system", "developer":
-			r.System = append(r.System, t.content(m.Content, i, false)...)
+			r.System = append(r.System, t.content(m.Parts, i, false)...)
 		case "user":
-			add("user", t.content(m.Content, i, true))
+			add("user", t.content(m.Parts, i, true))
 		case "assistant":
 			add("assistant", t.assistant(m, i))
 		case "tool":
 			if m.ToolCallID == "" {
 				t.refuse("%s of role tool without tool_call_id", t.at(i))
 			}
-			res := claudeBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: t.content(m.Content, i, false)}
+			res := claudeBlock{Type: "tool_result", ToolUseID: m.ToolCallID, Content: t.content(m.Parts, i, false)}
 			add("user", []claudeBlock{res})
 		case "function":
 			t.refuse("a function message (%s; legacy function calling, use tools)", t.at(i))
@@ -662,21 +653,26 @@ func toolResultsFirst(blocks []claudeBlock) {
 	})
 }
 
-// assistant is an assistant turn's blocks: its text and refusal, then its
-// tool calls as tool_use blocks.
-func (t *claudeTranslation) assistant(m *chatMessage, i int) []claudeBlock {
-	blocks := t.content(m.Content, i, false)
-	if m.Refusal != nil && *m.Refusal != "" {
-		blocks = append(blocks, claudeBlock{Type: "text", Text: *m.Refusal})
-	}
+// assistant is an assistant turn's blocks: its text and refusal (the
+// estimator's last text part), then its tool calls as tool_use blocks.
+func (t *claudeTranslation) assistant(m *estimate.Message, i int) []claudeBlock {
+	blocks := t.content(m.Parts, i, false)
 	for j, tc := range m.ToolCalls {
-		input := json.RawMessage(tc.Function.Arguments)
-		if strings.TrimSpace(tc.Function.Arguments) == "" {
+		switch tc.Kind {
+		case estimate.ToolCallLegacy:
+			t.refuse("%s.function_call (legacy function calling, use tools)", t.at(i))
+			continue
+		case estimate.ToolCallCustom:
+			t.refuse("%s.tool_calls[%d] of type \"custom\" (only function tool calls translate)", t.at(i), j)
+			continue
+		}
+		input := json.RawMessage(tc.Arguments)
+		if strings.TrimSpace(tc.Arguments) == "" {
 			input = json.RawMessage("{}")
 		} else if !isJSONObject(input) {
 			t.refuse("%s.tool_calls[%d].function.arguments that are not a JSON object", t.at(i), j)
 		}
-		blocks = append(blocks, claudeBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
+		blocks = append(blocks, claudeBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: input})
 	}
 	return blocks
 }
@@ -687,55 +683,50 @@ func isJSONObject(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &m) == nil && m != nil
 }
 
-// content translates one message's content (a string or content parts)
-// into blocks; images only where images=true (user turns). Empty text is
-// dropped: Anthropic refuses empty text blocks.
-func (t *claudeTranslation) content(raw json.RawMessage, i int, images bool) []claudeBlock {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if s == "" {
-			return nil
-		}
-		return []claudeBlock{{Type: "text", Text: s}}
-	}
-	var parts []chatPart
-	if json.Unmarshal(raw, &parts) != nil {
-		t.refuse("%s.content that is neither a string nor an array of content parts", t.at(i))
-		return nil
-	}
+// content translates one message's parts into blocks; images only where
+// images=true (user turns). Empty text is dropped: Anthropic refuses
+// empty text blocks. A part is content[j] of the message (the
+// estimator's parts are the content's, in order; a refusal is one more
+// text part after them).
+func (t *claudeTranslation) content(parts []estimate.Part, i int, images bool) []claudeBlock {
 	var out []claudeBlock
 	for j, p := range parts {
 		switch {
-		case p.Type == "text":
+		case p.Type == estimate.PartText:
 			if p.Text != "" {
 				out = append(out, claudeBlock{Type: "text", Text: p.Text})
 			}
-		case p.Type == "refusal":
-			if p.Refusal != "" {
-				out = append(out, claudeBlock{Type: "text", Text: p.Refusal})
-			}
-		case p.Type == "image_url" && images && p.ImageURL != nil:
-			src, ok := imageSource(p.ImageURL.URL)
+		case p.Type == estimate.PartImage && images && p.Image != nil:
+			src, ok := imageSource(p.Image.URL)
 			if !ok {
 				t.refuse("%s.content[%d].image_url that is neither an http(s) URL nor a base64 data: URL of an image", t.at(i), j)
 				continue
 			}
 			out = append(out, claudeBlock{Type: "image", Source: src})
 		default:
-			t.refuse("%s content (%s.content[%d])", partName(p.Type), t.at(i), j)
+			t.refuse("%s content (%s.content[%d])", partName(p), t.at(i), j)
 		}
 	}
 	return out
 }
 
-func partName(typ string) string {
-	if typ == "" {
-		return "untyped"
+// partName is the client's type of a part the translation refuses.
+func partName(p estimate.Part) string {
+	switch p.Type {
+	case estimate.PartImage:
+		return "image_url"
+	case estimate.PartAudio:
+		return "input_audio"
+	case estimate.PartDocument:
+		return "file"
 	}
-	return typ
+	var typed struct {
+		Type string `json:"type"`
+	}
+	if p.Type == estimate.PartOther && json.Unmarshal([]byte(p.Text), &typed) == nil && typed.Type != "" {
+		return typed.Type
+	}
+	return string(p.Type)
 }
 
 // imageSource is an image URL as Anthropic's source: a data: URL as

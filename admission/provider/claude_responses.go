@@ -4,15 +4,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
+
+	"github.com/sluice-dev/sluice/admission/estimate"
 )
 
-// The Responses API to Anthropic Messages: a Responses request is first
-// rewritten as the chat completion it means (instructions → a system
-// message, input items → messages, function_call / function_call_output
-// items → tool calls and tool messages, flat function tools → chat tools,
+// The Responses API to Anthropic Messages: a Responses request is read
+// as the chat completion it means (instructions → a system message,
+// input items → messages, function_call / function_call_output items →
+// tool calls and tool messages, flat function tools → chat tools,
 // text.format → response_format, max_output_tokens →
-// max_completion_tokens), which the chat translation then carries, so the
-// two APIs translate and refuse alike. The answer comes back as a response
+// max_completion_tokens), built as the translation's own chat request
+// and messages (no intermediate chat body), which the chat translation
+// then carries, so the two APIs translate and refuse alike. The answer comes back as a response
 // object, or its stream as the Responses events (claude_responses_answer.go).
 
 // responsesFields are the Responses request fields the translation
@@ -86,8 +90,8 @@ func claudeResponsesBody(body []byte, upstreamModel string, defaultMax int64) ([
 
 func translateResponsesToClaude(body []byte) *claudeTranslation {
 	t := &claudeTranslation{}
-	chat, where := responsesToChat(t, body)
-	if chat == nil {
+	in, msgs, where := responsesToChat(t, body)
+	if in == nil {
 		return t
 	}
 	t.where = func(i int) string {
@@ -96,25 +100,30 @@ func translateResponsesToClaude(body []byte) *claudeTranslation {
 		}
 		return fmt.Sprintf("input[%d]", i)
 	}
-	return translateChat(t, chat, nil)
+	t.translate(in, msgs)
+	return t
 }
 
-// responsesToChat rewrites a Responses body as a chat body, refusing into
-// t what has no chat (hence no Anthropic) counterpart; where[i] names the
-// Responses field chat message i came from. A nil body: nothing to
-// translate further.
-func responsesToChat(t *claudeTranslation, body []byte) (chat []byte, where []string) {
+// responsesToChat reads a Responses body as the chat request it means,
+// and its messages as the estimator's, refusing into t what has no chat
+// (hence no Anthropic) counterpart; where[i] names the Responses field
+// chat message i came from. nil: nothing to translate further. It builds
+// the chat request's fields directly (no chat body is written and read
+// again), so the two APIs translate and refuse alike through the same
+// code (claudeTranslation.translate).
+func responsesToChat(t *claudeTranslation, body []byte) (*chatRequest, []estimate.Message, []string) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		t.refuse("a body that is not a JSON object")
-		return nil, nil
+		return nil, nil, nil
 	}
-	out := map[string]any{}
+	in := &chatRequest{}
 	names := make([]string, 0, len(top))
 	for k := range top {
 		names = append(names, k)
 	}
 	sort.Strings(names)
+	var typeErr error
 	for _, k := range names {
 		rule, known := responsesFields[k]
 		switch {
@@ -126,89 +135,80 @@ func responsesToChat(t *claudeTranslation, body []byte) (chat []byte, where []st
 		case rule == fieldTranslated:
 			switch k {
 			case "model", "temperature", "top_p", "parallel_tool_calls", "stream", "user", "safety_identifier", "store", "service_tier":
-				out[k] = top[k] // same name and meaning in chat
+				// same name and meaning in chat
+				if err := json.Unmarshal(top[k], in.field(k)); err != nil && typeErr == nil {
+					typeErr = err
+				}
 			}
 		}
 	}
-	var in responsesRequest
-	if err := json.Unmarshal(body, &in); err != nil {
+	var rr responsesRequest
+	if err := json.Unmarshal(body, &rr); err != nil || typeErr != nil {
+		if err == nil {
+			err = typeErr
+		}
 		t.refuse("a body whose fields do not have their OpenAI types (%v)", err)
-		return nil, nil
+		return nil, nil, nil
 	}
-	if in.MaxOutputTokens != nil {
-		out["max_completion_tokens"] = *in.MaxOutputTokens
+	in.MaxCompletionTokens = rr.MaxOutputTokens
+	var msgs []estimate.Message
+	var where []string
+	if rr.Instructions != nil && *rr.Instructions != "" {
+		msgs = append(msgs, estimate.Message{Role: "system", Parts: []estimate.Part{{Type: estimate.PartText, Text: *rr.Instructions}}})
+		where = append(where, "instructions")
 	}
-	var msgs []any
-	if in.Instructions != nil && *in.Instructions != "" {
-		msgs, where = append(msgs, map[string]any{"role": "system", "content": *in.Instructions}), append(where, "instructions")
-	}
-	m, w := responsesInput(t, in.Input)
+	m, w := responsesInput(t, rr.Input)
 	msgs, where = append(msgs, m...), append(where, w...)
-	out["messages"] = msgs
-	responsesTools(t, &in, out)
-	b, err := json.Marshal(out)
-	if err != nil {
-		t.refuse("a body that does not re-encode (%v)", err)
-		return nil, nil
-	}
-	return b, where
+	responsesTools(t, &rr, in)
+	return in, msgs, where
 }
 
 // responsesTools carries tools, tool_choice and text.format.
-func responsesTools(t *claudeTranslation, in *responsesRequest, out map[string]any) {
-	var tools []any
-	for i, tl := range in.Tools {
+func responsesTools(t *claudeTranslation, rr *responsesRequest, in *chatRequest) {
+	for i, tl := range rr.Tools {
 		if tl.Type != "function" {
 			t.refuse("tools[%d] of type %q (only function tools translate)", i, tl.Type)
 			continue
 		}
-		f := map[string]any{"name": tl.Name, "description": tl.Description}
-		if len(tl.Parameters) > 0 {
-			f["parameters"] = tl.Parameters
-		}
-		tools = append(tools, map[string]any{"type": "function", "function": f})
+		in.Tools = append(in.Tools, chatTool{Type: "function", Function: &chatToolFunction{Name: tl.Name, Description: tl.Description, Parameters: tl.Parameters}})
 	}
-	if tools != nil {
-		out["tools"] = tools
-	}
-	if len(in.ToolChoice) > 0 && string(in.ToolChoice) != "null" {
+	if len(rr.ToolChoice) > 0 && string(rr.ToolChoice) != "null" {
 		var named struct {
 			Type string `json:"type"`
 			Name string `json:"name"`
 		}
-		if json.Unmarshal(in.ToolChoice, &named) == nil && named.Type == "function" && named.Name != "" {
-			out["tool_choice"] = map[string]any{"type": "function", "function": map[string]any{"name": named.Name}}
+		if json.Unmarshal(rr.ToolChoice, &named) == nil && named.Type == "function" && named.Name != "" {
+			in.ToolChoice = json.RawMessage(`{"type":"function","function":{"name":` + strconv.Quote(named.Name) + `}}`)
 		} else {
-			out["tool_choice"] = in.ToolChoice // strings mean the same; others are refused there
+			in.ToolChoice = rr.ToolChoice // strings mean the same; others are refused there
 		}
 	}
-	if in.Text == nil {
+	if rr.Text == nil {
 		return
 	}
-	if v := in.Text.Verbosity; v != nil && *v != "" && *v != "medium" {
+	if v := rr.Text.Verbosity; v != nil && *v != "" && *v != "medium" {
 		t.refuse("text.verbosity %q (Anthropic Messages has no counterpart)", *v)
 	}
-	if f := in.Text.Format; f != nil {
+	if f := rr.Text.Format; f != nil {
 		switch f.Type {
 		case "", "text":
 		case "json_schema":
-			out["response_format"] = map[string]any{"type": "json_schema",
-				"json_schema": map[string]any{"name": f.Name, "description": f.Description, "schema": f.Schema}}
+			in.ResponseFormat = &chatResponseFormat{Type: "json_schema", JSONSchema: &chatJSONSchema{Name: f.Name, Description: f.Description, Schema: f.Schema}}
 		default:
-			out["response_format"] = map[string]any{"type": f.Type}
+			in.ResponseFormat = &chatResponseFormat{Type: f.Type}
 		}
 	}
 }
 
-// responsesInput rewrites the input (a string or items) as chat messages,
+// responsesInput reads the input (a string or items) as chat messages,
 // each with the input field it came from.
-func responsesInput(t *claudeTranslation, raw json.RawMessage) (msgs []any, where []string) {
+func responsesInput(t *claudeTranslation, raw json.RawMessage) (msgs []estimate.Message, where []string) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return []any{map[string]any{"role": "user", "content": s}}, []string{"input"}
+		return []estimate.Message{{Role: "user", Parts: []estimate.Part{{Type: estimate.PartText, Text: s}}}}, []string{"input"}
 	}
 	var items []responsesItem
 	if json.Unmarshal(raw, &items) != nil {
@@ -219,14 +219,13 @@ func responsesInput(t *claudeTranslation, raw json.RawMessage) (msgs []any, wher
 		at := fmt.Sprintf("input[%d]", k)
 		switch {
 		case it.Type == "function_call":
-			msgs = append(msgs, map[string]any{"role": "assistant", "tool_calls": []any{map[string]any{"id": it.CallID, "type": "function",
-				"function": map[string]any{"name": it.Name, "arguments": it.Arguments}}}})
+			msgs = append(msgs, estimate.Message{Role: "assistant", ToolCalls: []estimate.ToolCall{{ID: it.CallID, Name: it.Name, Arguments: it.Arguments}}})
 		case it.Type == "function_call_output":
-			msgs = append(msgs, map[string]any{"role": "tool", "tool_call_id": it.CallID, "content": responsesContent(t, it.Output, at)})
+			msgs = append(msgs, estimate.Message{Role: "tool", ToolCallID: it.CallID, Parts: responsesContent(t, it.Output, at)})
 		case it.Type == "reasoning":
 			continue // OpenAI's own reasoning, meaningless to Claude; no content of the conversation
 		case it.Type == "" || it.Type == "message":
-			msgs = append(msgs, map[string]any{"role": it.Role, "content": responsesContent(t, it.Content, at)})
+			msgs = append(msgs, estimate.Message{Role: it.Role, Parts: responsesContent(t, it.Content, at)})
 		default:
 			t.refuse("%s of type %q", at, it.Type)
 			continue
@@ -236,35 +235,37 @@ func responsesInput(t *claudeTranslation, raw json.RawMessage) (msgs []any, wher
 	return msgs, where
 }
 
-// responsesContent rewrites a message's (or a function output's) content:
-// a string, or input_text / output_text / input_image parts as chat parts;
-// other parts keep their type, which the chat translation refuses by name.
-func responsesContent(t *claudeTranslation, raw json.RawMessage, at string) any {
+// responsesContent reads a message's (or a function output's) content:
+// a string, or input_text / output_text / input_image parts as chat
+// parts; other parts keep their type, which the chat translation refuses
+// by name.
+func responsesContent(t *claudeTranslation, raw json.RawMessage, at string) []estimate.Part {
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
-		return s
+		return []estimate.Part{{Type: estimate.PartText, Text: s}}
 	}
 	var parts []responsesPart
 	if json.Unmarshal(raw, &parts) != nil {
 		t.refuse("%s.content that is neither a string nor an array of content parts", at)
 		return nil
 	}
-	out := make([]any, 0, len(parts))
+	out := make([]estimate.Part, 0, len(parts))
 	for _, p := range parts {
 		switch p.Type {
 		case "input_text", "output_text":
-			out = append(out, map[string]any{"type": "text", "text": p.Text})
+			out = append(out, estimate.Part{Type: estimate.PartText, Text: p.Text})
 		case "input_image":
 			if p.ImageURL == "" {
-				out = append(out, map[string]any{"type": "input_image (by file_id)"})
+				out = append(out, estimate.Part{Type: estimate.PartOther, Text: `{"type":"input_image (by file_id)"}`})
 				continue
 			}
-			out = append(out, map[string]any{"type": "image_url", "image_url": map[string]any{"url": p.ImageURL}})
+			out = append(out, estimate.Part{Type: estimate.PartImage, Image: &estimate.Image{URL: p.ImageURL}})
 		default:
-			out = append(out, map[string]any{"type": p.Type})
+			typ, _ := json.Marshal(map[string]string{"type": p.Type})
+			out = append(out, estimate.Part{Type: estimate.PartOther, Text: string(typ)})
 		}
 	}
 	return out

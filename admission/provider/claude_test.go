@@ -137,6 +137,12 @@ func TestClaudeRefusals(t *testing.T) {
 		{"allowed_tools choice", `{"model":"m","tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools"},` + hi + `}`,
 			[]string{`tool_choice {"type":"allowed_tools"} (only none, auto, required or a named function translate)`}},
 		{"not an object", `[1]`, []string{"a body that is not a JSON object"}},
+		{"legacy function_call in a message", `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","function_call":{"name":"f","arguments":"{}"}}]}`,
+			[]string{"messages[1].function_call (legacy function calling, use tools)"}},
+		{"custom tool call", `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"g","input":"y"}}]}]}`,
+			[]string{`messages[1].tool_calls[0] of type "custom" (only function tool calls translate)`}},
+		{"assistant audio", `{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","audio":{"id":"a1"}}]}`,
+			[]string{"audio in messages[1]"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

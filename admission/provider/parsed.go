@@ -94,7 +94,7 @@ func (p *Parsed) claudeTranslation() *claudeTranslation {
 		if p.API == APIResponses {
 			p.claude = translateResponsesToClaude(p.Body)
 		} else {
-			p.claude = translateChatToClaude(p.Body, p.Request.Members)
+			p.claude = translateChatToClaude(p.Body, &p.Request)
 		}
 	}
 	return p.claude

@@ -3,6 +3,7 @@ package provider
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/admission/estimate"
@@ -40,7 +41,7 @@ func checkDecodedOnce(t *testing.T, body []byte) {
 	if errB == nil && !reflect.DeepEqual(viaMembers, viaBody) {
 		t.Fatalf("chat request from members %+v, from body %+v", viaMembers, viaBody)
 	}
-	tm, tb := translateChatToClaude(body, req.Members), translateChatToClaude(body, nil)
+	tm, tb := translateChatToClaude(body, &req), translateChatToClaude(body, nil)
 	if !reflect.DeepEqual(tm.why, tb.why) || !reflect.DeepEqual(tm.req, tb.req) || tm.jsonTool != tb.jsonTool ||
 		tm.clientMax != tb.clientMax || tm.clientModel != tb.clientModel {
 		t.Fatalf("translation from members %+v, from body %+v", tm, tb)
@@ -127,5 +128,25 @@ func TestParsedTranslatesOnce(t *testing.T) {
 				t.Fatalf("%s: body %s, want %s", c.model, gotBody, wantBody)
 			}
 		}
+	}
+}
+
+// TestClaudeTranslatesTheEstimatorsMessages: a chat completion's
+// messages are translated as the estimator parsed them (Parsed.Request),
+// not decoded from the body again: a Request whose messages differ from
+// the body's is what is sent.
+func TestClaudeTranslatesTheEstimatorsMessages(t *testing.T) {
+	body := []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"from the body"}]}`)
+	req, err := estimate.ParseOpenAIChat(body)
+	if err != nil || req.Members == nil {
+		t.Fatalf("parse: %v (members %v)", err, req.Members != nil)
+	}
+	req.Messages = []estimate.Message{{Role: "user", Parts: []estimate.Part{{Type: estimate.PartText, Text: "as parsed"}}}}
+	b, _, err := (&Parsed{API: APIChat, Request: req, Body: body}).claudeMessages("claude-sonnet-4-5", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); !strings.Contains(got, `"text":"as parsed"`) || strings.Contains(got, "from the body") {
+		t.Errorf("sent %s, want the parsed messages", got)
 	}
 }

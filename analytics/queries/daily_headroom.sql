@@ -5,7 +5,7 @@ FROM
     SELECT scope, bucket, capacity, day, sum(day_granted) AS granted
     FROM
     (
-        SELECT scope, req_path, toDate(produced_at) AS day, countIf(granted_ms > 0) AS day_granted
+        SELECT replaceRegexpOne(scope, '^([^#]+)#([0-9]|[1-5][0-9]|6[0-3])$', '\\1') AS scope, req_path, toDate(produced_at) AS day, countIf(granted_ms > 0) AS day_granted
         FROM {attempts} WHERE produced_at >= toDateTime({from}) AND produced_at < toDateTime({to}) GROUP BY scope, req_path, day
     ) AS a
     ALL INNER JOIN

@@ -8,7 +8,7 @@ FROM
         quantileExact(0.95)(if(limited = 1, needed - available, 0)) AS shortfall_p95
     FROM
     (
-        SELECT event_id, any(scope) AS scope, any(tenant) AS tenant, any(class) AS class,
+        SELECT event_id, any(replaceRegexpOne(scope, '^([^#]+)#([0-9]|[1-5][0-9]|6[0-3])$', '\\1')) AS scope, any(tenant) AS tenant, any(class) AS class,
             any(shadow_limit_path) AS limit_path, any(shadow_limit_dimension) AS dimension, any(shadow_limited) AS limited,
             any(shadow_needed) AS needed, any(shadow_available) AS available
         FROM {db}.events
@@ -20,7 +20,7 @@ FROM
 ) AS s
 ALL INNER JOIN
 (
-    SELECT scope, tenant, class, uniqExact(event_id) AS evaluated
+    SELECT replaceRegexpOne(scope, '^([^#]+)#([0-9]|[1-5][0-9]|6[0-3])$', '\\1') AS scope, tenant, class, uniqExact(event_id) AS evaluated
     FROM {db}.events
     WHERE type = 'Decision' AND status = 'granted' AND shadow_buckets > 0
         AND produced_at >= toDateTime({from}) AND produced_at < toDateTime({to})

@@ -1,5 +1,5 @@
 -- stranded_by_owner: whose holds strand quota — per scope, tenant, route and class, the granted attempts, their stranded input and output token·s (reserved above use × hold), and the holds broken out by what ended them: late_grant (released unused, the grant came too late to dispatch), hold_expired (hold_ttl_abandoned, node_lost: the gateway never settled it), retried (the provider refused it: ProviderRejected or the next RetryRequested), and unsettled (no end in the log yet: not counted).
-SELECT scope, tenant, route, class, count() AS grants,
+SELECT replaceRegexpOne(scope, '^([^#]+)#([0-9]|[1-5][0-9]|6[0-3])$', '\\1') AS scope, tenant, route, class, count() AS grants,
     sum(stranded_input_token_ms) / 1000 AS stranded_input_token_s,
     sum(stranded_output_token_ms) / 1000 AS stranded_output_token_s,
     sum(stranded_input_token_ms + stranded_output_token_ms) / 1000 AS stranded_token_s,

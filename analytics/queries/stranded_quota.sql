@@ -8,7 +8,7 @@ FROM
         sum(if(endsWith(concat('/', limit_path), concat('/', bucket)), multiIf(dimension = 'input_tokens', r_in, dimension = 'output_tokens', r_out, r_total), 0)) AS refused
     FROM
     (
-        SELECT scope, req_path, limit_path, sum(stranded_input_token_ms) AS s_in, sum(stranded_output_token_ms) AS s_out,
+        SELECT replaceRegexpOne(scope, '^([^#]+)#([0-9]|[1-5][0-9]|6[0-3])$', '\\1') AS scope, req_path, limit_path, sum(stranded_input_token_ms) AS s_in, sum(stranded_output_token_ms) AS s_out,
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'input_tokens') AS r_in,
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'output_tokens') AS r_out,
             sum((was_queued = 1 OR was_denied = 1) AND limit_dimension = 'total_tokens') AS r_total
