@@ -774,7 +774,12 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	// to the floor, one whose limit is far below the configured one
 	// (most of a first burst refused) still is at once.
 	bare = bare && q.Room[0]+q.Room[1] == 0
-	if ni < 0 || (!bare && attempts*1000 <= lc.ratioK()*acc) {
+	// The ratio is read over a minimum sample (learnSample): a window
+	// that holds only the refused attempt (one grant every 1.5 s) reads
+	// 1 refused of 1, and one refusal with room cut the capacity ×0.7
+	// for the ~30 s its climb back took.
+	sAtt, sAcc := l.learnSample(sc, now, attempts, rej)
+	if ni < 0 || (!bare && sAtt*1000 <= lc.ratioK()*sAcc) {
 		return
 	}
 	// below: a bare 429 under the gate. It may still cut, but never
@@ -787,9 +792,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	below := false
 	if bare {
 		ref, sent := sc.Sent.refusedShare(now)
-		below = ref*1000 < lc.bareGate()*sent
+		below = ref*1000 < lc.bareGate()*max(sent, learnSampleMin)
 	}
 	c := refusalCut{now: now, attempts: attempts, acc: acc, bare: bare, below: below}
+	winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 	for dd := range numDims {
 		if dimKnown && dd != d {
 			continue
@@ -817,10 +823,28 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// bucket takes the other rows.)
 		c.rate = -1
 		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
-			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			c.rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
+		// The first bare refusal of a bucket never cut, with at least
+		// learnRateMin attempts in the window: to the rate accepted over
+		// the window (+1, per the bucket's period), gate or not, when
+		// that is below the capacity. Under the gate it cut nothing:
+		// the headerless scenario's first refusal is 1 of ~20 sent, and
+		// at the cooldown's end the queue was released into the
+		// configured 6,000 RPM window (README, "The first bare
+		// refusal").
+		c.first = bare && dd == dRequests && attempts >= learnRateMin && l.neverCut(ni, dd)
+		if c.first {
+			sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+			if r := mulSat(acc+1, sp.period) / winMs; r < sp.capacity {
+				c.rate = r
+			} else {
+				c.first = false // it took at least the capacity: the rules below
+			}
+		}
 		switch {
+		case c.first:
+			l.cutFirst(ni, dd, bi, &c)
 		case below:
 			l.cutBelowGate(ni, dd, bi, now)
 		case l.cutThisInterval(ni, dd, now):
@@ -841,6 +865,39 @@ type refusalCut struct {
 	rate          int64
 	share         bool
 	bare, below   bool
+	first         bool // the first bare refusal of a bucket never cut
+}
+
+// learnSampleMin is the least number of attempts a refusal ratio is read
+// over (learnSample, and the bare gate's trailing minute).
+const learnSampleMin = 20
+
+// learnSample returns the attempts and accepts the refusal ratio reads
+// at log time now, given the trailing window's attempts and refusals
+// (rej): the window when it holds at least learnSampleMin attempts; else
+// the scope's trailing minute (sentWindow: requests granted, refusals the
+// headers do not explain), at least the window's; and when the minute
+// too holds fewer than learnSampleMin, the missing attempts count as
+// accepted. A scope that sends a few requests a minute then needs more
+// than 2/3 of learnSampleMin refused to be cut (K = 3): one refusal
+// proves nothing about a rate, and its cooldown still applies.
+func (l *Ledger) learnSample(sc *scopeState, now, attempts, rej int64) (att, acc int64) {
+	if attempts >= learnSampleMin {
+		return attempts, attempts - rej
+	}
+	refM, sentM := sc.Sent.refusedShare(now)
+	refM, sentM = max(refM, rej), max(sentM, attempts)
+	att = max(sentM, learnSampleMin)
+	return att, att - refM
+}
+
+// neverCut reports whether the learned capacity of (ni, dd) has never been
+// lowered by a refusal (no entry, or no decrease recorded). A capacity
+// restored to its bound keeps its DecMs, so the rule of the first bare
+// refusal (learnRefusal, c.first) applies once per learned bucket.
+func (l *Ledger) neverCut(ni int32, dd int) bool {
+	i := l.learnedIdx(ni, dd)
+	return i < 0 || l.st.Learned[i].DecMs == 0
 }
 
 // cutBelowGate is a bare 429 under the gate: it may still cut, but never
@@ -853,6 +910,12 @@ func (l *Ledger) cutBelowGate(ni int32, dd int, bi int32, now int64) {
 	}
 	e := &l.st.Learned[i]
 	if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
+		return
+	}
+	if len(l.st.Scopes[l.st.Nodes[ni].Scope].Queue) == 0 {
+		// Nothing waits: the capacity is not what holds the scope's
+		// demand back, and a refusal under the gate is the provider's
+		// own (a few percent at random), not our rate.
 		return
 	}
 	e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
@@ -902,6 +965,9 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	e := &l.st.Learned[i]
 	floor := max(1, e.scale()*lc.floor()/1000)
 	next := e.Eff * lc.decrease() / 1000
+	if c.first {
+		next = c.rate // the rate accepted, not ×0.7
+	}
 	if c.share {
 		next = min(next, mulSat(e.Eff, c.acc+1)/c.attempts)
 	}
@@ -917,6 +983,15 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
 	if c.bare {
 		e.Safe = e.Aimd
+	}
+	if c.first {
+		// The rate accepted over a window that began with the
+		// provider's bucket full over-counts its refill by that burst
+		// (615 of a 600 RPM provider, TestLearnProviderModel): with
+		// Safe there, the capacity sat above the limit and each
+		// cooldown's end was refused again. Bare refusals under the gate
+		// may take it down to ×0.7 of it.
+		e.Safe = max(floor, e.Aimd*lc.decrease()/1000)
 	}
 	if !c.bare {
 		// The headers said there was room, or the provider is
