@@ -1054,3 +1054,29 @@ func TestPaceBound(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnFirstBareOnce: the rate accepted is the first bare refusal's
+// cut only while the bucket has never been cut. 10 sent, one refused:
+// (9+1) × 60,000 ÷ 1,020 ms = 588; an accept (+100 % an accept here)
+// grows it back to the configured 600, where the AIMD term ends; the same
+// 10 sent and one refused 10 s later (2 of 20 in the minute: past the
+// bare gate) is ×0.7, not the rate again.
+func TestLearnFirstBareOnce(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	cfg.Learn.IncreasePermille = 1000
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	for i := range 10 {
+		add(int64(i), reserve(fmt.Sprintf("a%d", i)), 600)
+	}
+	add(20, rejected("a0", 1, schemas.KindRateLimited, 0), 588, "requests 600->588 refusal")
+	add(3000, reconcile("a1", 100, 50), 600, "requests 588->600 success")
+	for i := range 10 {
+		add(10_000+int64(i), reserve(fmt.Sprintf("b%d", i)), 600)
+	}
+	add(10_020, rejected("b0", 1, schemas.KindRateLimited, 0), 420, "requests 600->420 refusal")
+	runLearn(t, cfg, steps)
+}
