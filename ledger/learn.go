@@ -63,9 +63,15 @@ type learnedCap struct {
 	// Good is the capacity the provider took for learnGoodMs without an
 	// unexplained refusal before the AIMD term began (learnTimeStep);
 	// 0 none.
-	Good  int64    `json:"gd,omitempty"`
-	Slide bool     `json:"sl,omitempty"`
-	Win   slideWin `json:"w,omitzero"`
+	Good int64 `json:"gd,omitempty"`
+	// Pace is extra delivery margin per grant, in ms, of a requests
+	// bucket paced at one request per window (paceBound), learned from
+	// refusals with room (learnPace); PaceMs is the log time it last
+	// changed. 0: none.
+	Pace   int64    `json:"pc,omitempty"`
+	PaceMs int64    `json:"pm,omitempty"`
+	Slide  bool     `json:"sl,omitempty"`
+	Win    slideWin `json:"w,omitzero"`
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -249,19 +255,25 @@ func (e *learnedCap) bound(h headroom) int64 {
 
 // headroom is how a reported limit is enforced on one bucket: the share
 // learn.headroom_permille and the bucket's period and window.
-type headroom struct{ permille, periodMs, windowMs int64 }
+// paceMs is the extra per-grant margin of a bucket paced at one request
+// per window (learnedCap.Pace).
+type headroom struct{ permille, periodMs, windowMs, paceMs int64 }
 
 // headroomOf is entry e's headroom.
 func (l *Ledger) headroomOf(e *learnedCap) headroom {
 	sp := l.baseSpec(e)
-	return headroom{permille: l.st.Config.Learn.headroom(), periodMs: sp.period, windowMs: sp.window}
+	return headroom{permille: l.st.Config.Learn.headroom(), periodMs: sp.period, windowMs: sp.window, paceMs: e.Pace}
 }
 
 // of is the capacity a reported limit rep of dimension d is enforced at.
 func (h headroom) of(d uint8, rep int64) int64 {
 	c := mulSat(rep, h.permille) / 1000
-	if d == dRequests {
-		c = max(c, paceBound(rep, h))
+	if p := paceBound(rep, h); d == dRequests && p > 0 {
+		if h.paceMs > 0 {
+			c = p // the learned margin, even below the share's capacity
+		} else {
+			c = max(c, p)
+		}
 	}
 	return max(1, c)
 }
@@ -289,8 +301,60 @@ func paceBound(rep int64, h headroom) int64 {
 	// c = rep·period / (period + margin·rep), margin in 1/1000 ms. rep ≤
 	// period/window ≤ period ≤ one day: rep·period·1000 < 7.5e18.
 	num := mulSat(mulSat(rep, h.periodMs), 1000)
-	den := 1000*h.periodMs + (1000-h.permille)*h.windowMs*rep
-	return num / den
+	den := 1000*h.periodMs + ((1000-h.permille)*h.windowMs+1000*min(h.paceMs, h.windowMs))*rep
+	return max(1, num/den)
+}
+
+// learnPace widens the per-grant margin of node ni's requests bucket
+// after a 429 whose headers reported room, when that bucket is paced at
+// one request per window (paceBound): the provider refused a grant the
+// ledger spaced by its learned interval, so it arrived closer to the
+// last than that, and the delivery's jitter is larger than the margin
+// (services/loadtest/README.md: 112 ms against 38). The extra margin
+// doubles from the headroom's share of the window (30 ms of 1 s at 970)
+// up to learnPaceMaxDiv of the window, and halves after each
+// learnGoodMs without such a refusal (learnPaceDecay). Every change is a
+// CapacityLearned, so replay derives the same margin.
+func (l *Ledger) learnPace(ni int32) {
+	if l.st.Config.Learn.Off || ni < 0 {
+		return
+	}
+	i := l.learnedIdx(ni, dRequests)
+	if i < 0 {
+		return
+	}
+	e := &l.st.Learned[i]
+	h := l.headroomOf(e)
+	if e.Hdr <= 0 || paceBound(e.Hdr, h) == 0 {
+		return
+	}
+	base := max(1, (1000-h.permille)*h.windowMs/1000)
+	e.Pace = min(h.windowMs/learnPaceMaxDiv, max(base, 2*e.Pace))
+	e.PaceMs = max(1, l.st.Now)
+	if bi := l.learnBucket(ni, dRequests); bi >= 0 {
+		l.applyLearned(i, bi, schemas.LearnedRefusal)
+	}
+}
+
+// learnPaceMaxDiv bounds the extra pace margin at window/learnPaceMaxDiv
+// (125 ms of a 1 s window).
+const learnPaceMaxDiv = 8
+
+// learnPaceDecay halves entry i's extra pace margin once learnGoodMs have
+// passed since it last changed (called on an accept through it).
+func (l *Ledger) learnPaceDecay(i int, now int64) {
+	e := &l.st.Learned[i]
+	if e.Pace == 0 || now-e.PaceMs < learnGoodMs {
+		return
+	}
+	e.Pace /= 2
+	if e.Pace < 2 {
+		e.Pace = 0
+	}
+	e.PaceMs = max(1, now)
+	if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
+		l.applyLearned(i, bi, schemas.LearnedSuccess)
+	}
 }
 
 // scale is what the AIMD floor and step are fractions of: the configured
@@ -1027,6 +1091,9 @@ func (l *Ledger) learnSuccess(r *res) {
 	}
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
+		if e.Pace > 0 && r.onPath(e.Node) {
+			l.learnPaceDecay(i, now)
+		}
 		if e.Aimd == 0 || !r.onPath(e.Node) {
 			continue
 		}
@@ -1120,7 +1187,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax || e.Pace < 0 || e.PaceMs < 0 ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}

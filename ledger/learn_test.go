@@ -1080,3 +1080,33 @@ func TestLearnFirstBareOnce(t *testing.T) {
 	add(10_020, rejected("b0", 1, schemas.KindRateLimited, 0), 420, "requests 600->420 refusal")
 	runLearn(t, cfg, steps)
 }
+
+// TestLearnPaceMargin: a requests bucket paced at one request per window
+// (40 RPM reported over a 1 s window: 39, 38 ms of margin per grant,
+// paceBound) widens its margin after each 429 whose headers reported room
+// (the grant reached the provider early: delivery jitter above the
+// margin): 30 ms more (38 a minute), then 60 (37); the refusal ratio,
+// read over the minimum sample, cuts nothing. 10 s after the last
+// widening an accept halves it (30 ms: 38).
+func TestLearnPaceMargin(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 480, 1000))
+	cfg.Cooldown.RateLimitedMs = 1
+	var steps []learnStep
+	add := func(at int64, ev *schemas.Event, eff int64, want ...string) {
+		steps = append(steps, learnStep{At: at, Ev: ev, Want: want, Dim: schemas.DimRequests, Eff: eff})
+	}
+	add(0, reserve("a"), 480)
+	add(1, limitObs("a", 1, schemas.DimRequests, 40, 39), 39, "requests 480->39 headers")
+	add(2, reconcile("a", 100, 50), 39)
+	add(2000, reserve("b"), 39)
+	add(2001, limitObs("b", 1, schemas.DimRequests, 40, 5), 39)
+	add(2001, rejected("b", 1, schemas.KindRateLimited, 0), 38, "requests 39->38 refusal")
+	add(4000, reserve("c"), 38)
+	add(4001, limitObs("c", 1, schemas.DimRequests, 40, 5), 38)
+	add(4001, rejected("c", 1, schemas.KindRateLimited, 0), 37, "requests 38->37 refusal")
+	add(9000, reserve("d"), 37)
+	add(9001, reconcile("d", 100, 50), 37) // 5 s: not yet
+	add(14_500, reserve("e"), 37)
+	add(14_501, reconcile("e", 100, 50), 38, "requests 37->38 success")
+	runLearn(t, cfg, steps)
+}
