@@ -293,7 +293,8 @@ func (h headroom) of(d uint8, rep int64) int64 {
 // paceBound is the largest c with period/c ≥ period/rep + margin, margin =
 // (1000 − permille) × window / 1000: 39 there (1,538 ms, 38 ms). It is
 // never below the share's capacity (period ≥ rep × window), and it is rep
-// itself at permille 1000.
+// itself at permille 1000 — unless the bucket has learned an extra margin
+// (h.paceMs, learnPace), which is added to the margin (then it may be).
 func paceBound(rep int64, h headroom) int64 {
 	if rep <= 0 || h.windowMs <= 0 || rep > h.periodMs/h.windowMs {
 		return 0
