@@ -162,6 +162,9 @@ func (l *Ledger) learnFromRefusal(pr *schemas.ProviderRejected, r *res, si int32
 			}
 		}
 	}
+	if pr.Kind == schemas.KindRateLimited && r.Flags&fRoom != 0 {
+		l.learnPace(ni)
+	}
 	l.learnRefusal(si, ni, limDim, dimKnown && pr.Kind == schemas.KindRateLimited,
 		pr.Kind == schemas.KindRateLimited && r.Flags&(fLimitSeen|fRoom) == 0)
 }

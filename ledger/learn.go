@@ -63,9 +63,15 @@ type learnedCap struct {
 	// Good is the capacity the provider took for learnGoodMs without an
 	// unexplained refusal before the AIMD term began (learnTimeStep);
 	// 0 none.
-	Good  int64    `json:"gd,omitempty"`
-	Slide bool     `json:"sl,omitempty"`
-	Win   slideWin `json:"w,omitzero"`
+	Good int64 `json:"gd,omitempty"`
+	// Pace is extra delivery margin per grant, in ms, of a requests
+	// bucket paced at one request per window (paceBound), learned from
+	// refusals with room (learnPace); PaceMs is the log time it last
+	// changed. 0: none.
+	Pace   int64    `json:"pc,omitempty"`
+	PaceMs int64    `json:"pm,omitempty"`
+	Slide  bool     `json:"sl,omitempty"`
+	Win    slideWin `json:"w,omitzero"`
 }
 
 // refusalRatio is a scope's provider refusal ratio over a trailing window
@@ -249,19 +255,25 @@ func (e *learnedCap) bound(h headroom) int64 {
 
 // headroom is how a reported limit is enforced on one bucket: the share
 // learn.headroom_permille and the bucket's period and window.
-type headroom struct{ permille, periodMs, windowMs int64 }
+// paceMs is the extra per-grant margin of a bucket paced at one request
+// per window (learnedCap.Pace).
+type headroom struct{ permille, periodMs, windowMs, paceMs int64 }
 
 // headroomOf is entry e's headroom.
 func (l *Ledger) headroomOf(e *learnedCap) headroom {
 	sp := l.baseSpec(e)
-	return headroom{permille: l.st.Config.Learn.headroom(), periodMs: sp.period, windowMs: sp.window}
+	return headroom{permille: l.st.Config.Learn.headroom(), periodMs: sp.period, windowMs: sp.window, paceMs: e.Pace}
 }
 
 // of is the capacity a reported limit rep of dimension d is enforced at.
 func (h headroom) of(d uint8, rep int64) int64 {
 	c := mulSat(rep, h.permille) / 1000
-	if d == dRequests {
-		c = max(c, paceBound(rep, h))
+	if p := paceBound(rep, h); d == dRequests && p > 0 {
+		if h.paceMs > 0 {
+			c = p // the learned margin, even below the share's capacity
+		} else {
+			c = max(c, p)
+		}
 	}
 	return max(1, c)
 }
@@ -281,7 +293,8 @@ func (h headroom) of(d uint8, rep int64) int64 {
 // paceBound is the largest c with period/c ≥ period/rep + margin, margin =
 // (1000 − permille) × window / 1000: 39 there (1,538 ms, 38 ms). It is
 // never below the share's capacity (period ≥ rep × window), and it is rep
-// itself at permille 1000.
+// itself at permille 1000 — unless the bucket has learned an extra margin
+// (h.paceMs, learnPace), which is added to the margin (then it may be).
 func paceBound(rep int64, h headroom) int64 {
 	if rep <= 0 || h.windowMs <= 0 || rep > h.periodMs/h.windowMs {
 		return 0
@@ -289,8 +302,60 @@ func paceBound(rep int64, h headroom) int64 {
 	// c = rep·period / (period + margin·rep), margin in 1/1000 ms. rep ≤
 	// period/window ≤ period ≤ one day: rep·period·1000 < 7.5e18.
 	num := mulSat(mulSat(rep, h.periodMs), 1000)
-	den := 1000*h.periodMs + (1000-h.permille)*h.windowMs*rep
-	return num / den
+	den := 1000*h.periodMs + ((1000-h.permille)*h.windowMs+1000*min(h.paceMs, h.windowMs))*rep
+	return max(1, num/den)
+}
+
+// learnPace widens the per-grant margin of node ni's requests bucket
+// after a 429 whose headers reported room, when that bucket is paced at
+// one request per window (paceBound): the provider refused a grant the
+// ledger spaced by its learned interval, so it arrived closer to the
+// last than that, and the delivery's jitter is larger than the margin
+// (services/loadtest/README.md: 112 ms against 38). The extra margin
+// doubles from the headroom's share of the window (30 ms of 1 s at 970)
+// up to learnPaceMaxDiv of the window, and halves after each
+// learnGoodMs without such a refusal (learnPaceDecay). Every change is a
+// CapacityLearned, so replay derives the same margin.
+func (l *Ledger) learnPace(ni int32) {
+	if l.st.Config.Learn.Off || ni < 0 {
+		return
+	}
+	i := l.learnedIdx(ni, dRequests)
+	if i < 0 {
+		return
+	}
+	e := &l.st.Learned[i]
+	h := l.headroomOf(e)
+	if e.Hdr <= 0 || paceBound(e.Hdr, h) == 0 {
+		return
+	}
+	base := max(1, (1000-h.permille)*h.windowMs/1000)
+	e.Pace = min(h.windowMs/learnPaceMaxDiv, max(base, 2*e.Pace))
+	e.PaceMs = max(1, l.st.Now)
+	if bi := l.learnBucket(ni, dRequests); bi >= 0 {
+		l.applyLearned(i, bi, schemas.LearnedRefusal)
+	}
+}
+
+// learnPaceMaxDiv bounds the extra pace margin at window/learnPaceMaxDiv
+// (125 ms of a 1 s window).
+const learnPaceMaxDiv = 8
+
+// learnPaceDecay halves entry i's extra pace margin once learnGoodMs have
+// passed since it last changed (called on an accept through it).
+func (l *Ledger) learnPaceDecay(i int, now int64) {
+	e := &l.st.Learned[i]
+	if e.Pace == 0 || now-e.PaceMs < learnGoodMs {
+		return
+	}
+	e.Pace /= 2
+	if e.Pace < 2 {
+		e.Pace = 0
+	}
+	e.PaceMs = max(1, now)
+	if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
+		l.applyLearned(i, bi, schemas.LearnedSuccess)
+	}
 }
 
 // scale is what the AIMD floor and step are fractions of: the configured
@@ -774,7 +839,12 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	// to the floor, one whose limit is far below the configured one
 	// (most of a first burst refused) still is at once.
 	bare = bare && q.Room[0]+q.Room[1] == 0
-	if ni < 0 || (!bare && attempts*1000 <= lc.ratioK()*acc) {
+	// The ratio is read over a minimum sample (learnSample): a window
+	// that holds only the refused attempt (one grant every 1.5 s) reads
+	// 1 refused of 1, and one refusal with room cut the capacity ×0.7
+	// for the ~30 s its climb back took.
+	sAtt, sAcc := l.learnSample(sc, now, attempts, rej)
+	if ni < 0 || (!bare && sAtt*1000 <= lc.ratioK()*sAcc) {
 		return
 	}
 	// below: a bare 429 under the gate. It may still cut, but never
@@ -787,9 +857,10 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 	below := false
 	if bare {
 		ref, sent := sc.Sent.refusedShare(now)
-		below = ref*1000 < lc.bareGate()*sent
+		below = ref*1000 < lc.bareGate()*max(sent, learnSampleMin)
 	}
 	c := refusalCut{now: now, attempts: attempts, acc: acc, bare: bare, below: below}
+	winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 	for dd := range numDims {
 		if dimKnown && dd != d {
 			continue
@@ -817,10 +888,28 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		// bucket takes the other rows.)
 		c.rate = -1
 		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
-			winMs := max(lc.interval(), now-(q.Win-1)*lc.interval())
 			c.rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
 		}
+		// The first bare refusal of a bucket never cut, with at least
+		// learnRateMin attempts in the window: to the rate accepted over
+		// the window (+1, per the bucket's period), gate or not, when
+		// that is below the capacity. Under the gate it cut nothing:
+		// the headerless scenario's first refusal is 1 of ~20 sent, and
+		// at the cooldown's end the queue was released into the
+		// configured 6,000 RPM window (README, "The first bare
+		// refusal").
+		c.first = bare && dd == dRequests && attempts >= learnRateMin && l.neverCut(ni, dd)
+		if c.first {
+			sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+			if r := mulSat(acc+1, sp.period) / winMs; r < sp.capacity {
+				c.rate = r
+			} else {
+				c.first = false // it took at least the capacity: the rules below
+			}
+		}
 		switch {
+		case c.first:
+			l.cutFirst(ni, dd, bi, &c)
 		case below:
 			l.cutBelowGate(ni, dd, bi, now)
 		case l.cutThisInterval(ni, dd, now):
@@ -841,6 +930,39 @@ type refusalCut struct {
 	rate          int64
 	share         bool
 	bare, below   bool
+	first         bool // the first bare refusal of a bucket never cut
+}
+
+// learnSampleMin is the least number of attempts a refusal ratio is read
+// over (learnSample, and the bare gate's trailing minute).
+const learnSampleMin = 20
+
+// learnSample returns the attempts and accepts the refusal ratio reads
+// at log time now, given the trailing window's attempts and refusals
+// (rej): the window when it holds at least learnSampleMin attempts; else
+// the scope's trailing minute (sentWindow: requests granted, refusals the
+// headers do not explain), at least the window's; and when the minute
+// too holds fewer than learnSampleMin, the missing attempts count as
+// accepted. A scope that sends a few requests a minute then needs more
+// than 2/3 of learnSampleMin refused to be cut (K = 3): one refusal
+// proves nothing about a rate, and its cooldown still applies.
+func (l *Ledger) learnSample(sc *scopeState, now, attempts, rej int64) (att, acc int64) {
+	if attempts >= learnSampleMin {
+		return attempts, attempts - rej
+	}
+	refM, sentM := sc.Sent.refusedShare(now)
+	refM, sentM = max(refM, rej), max(sentM, attempts)
+	att = max(sentM, learnSampleMin)
+	return att, att - refM
+}
+
+// neverCut reports whether the learned capacity of (ni, dd) has never been
+// lowered by a refusal (no entry, or no decrease recorded). A capacity
+// restored to its bound keeps its DecMs, so the rule of the first bare
+// refusal (learnRefusal, c.first) applies once per learned bucket.
+func (l *Ledger) neverCut(ni int32, dd int) bool {
+	i := l.learnedIdx(ni, dd)
+	return i < 0 || l.st.Learned[i].DecMs == 0
 }
 
 // cutBelowGate is a bare 429 under the gate: it may still cut, but never
@@ -853,6 +975,12 @@ func (l *Ledger) cutBelowGate(ni int32, dd int, bi int32, now int64) {
 	}
 	e := &l.st.Learned[i]
 	if e.Safe == 0 || e.Aimd == 0 || e.Aimd <= e.Safe || (e.DecMs > 0 && now-e.DecMs < lc.interval()) {
+		return
+	}
+	if len(l.st.Scopes[l.st.Nodes[ni].Scope].Queue) == 0 {
+		// Nothing waits: the capacity is not what holds the scope's
+		// demand back, and a refusal under the gate is the provider's
+		// own (a few percent at random), not our rate.
 		return
 	}
 	e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
@@ -902,6 +1030,9 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	e := &l.st.Learned[i]
 	floor := max(1, e.scale()*lc.floor()/1000)
 	next := e.Eff * lc.decrease() / 1000
+	if c.first {
+		next = c.rate // the rate accepted, not ×0.7
+	}
 	if c.share {
 		next = min(next, mulSat(e.Eff, c.acc+1)/c.attempts)
 	}
@@ -917,6 +1048,15 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
 	if c.bare {
 		e.Safe = e.Aimd
+	}
+	if c.first {
+		// The rate accepted over a window that began with the
+		// provider's bucket full over-counts its refill by that burst
+		// (615 of a 600 RPM provider, TestLearnProviderModel): with
+		// Safe there, the capacity sat above the limit and each
+		// cooldown's end was refused again. Bare refusals under the gate
+		// may take it down to ×0.7 of it.
+		e.Safe = max(floor, e.Aimd*lc.decrease()/1000)
 	}
 	if !c.bare {
 		// The headers said there was room, or the provider is
@@ -952,6 +1092,9 @@ func (l *Ledger) learnSuccess(r *res) {
 	}
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
+		if e.Pace > 0 && r.onPath(e.Node) {
+			l.learnPaceDecay(i, now)
+		}
 		if e.Aimd == 0 || !r.onPath(e.Node) {
 			continue
 		}
@@ -1045,7 +1188,7 @@ func (l *Ledger) relearn() bool {
 	for i := range l.st.Learned {
 		e := &l.st.Learned[i]
 		if e.Node < 0 || int(e.Node) >= len(l.st.Nodes) || e.Base < -1 || int(e.Base) >= l.cc.nBase ||
-			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax ||
+			!learnableDim(int(e.Dim)) || e.Eff < 1 || e.Hdr < 0 || e.Aimd < 0 || e.Safe < 0 || e.Good < 0 || e.Grow < 0 || e.Peak < 0 || e.Boost > learnBoostMax || e.Pace < 0 || e.PaceMs < 0 ||
 			(e.Base >= 0 && !learnable(&l.cc.specs[e.Base])) || (e.Base < 0 && (e.Hdr < 1 || e.Hdr > maxAmount || e.Conf != 0)) {
 			return false
 		}
