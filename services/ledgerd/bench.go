@@ -78,6 +78,11 @@ type Stages struct {
 	// markers; Commits is how many ends fell inside the run.
 	SlowestAtCommit float64 `json:"slowest_1pct_at_commit"`
 	Commits         int     `json:"commits"`
+	// SlowestAtSnapshot is the share of the slowest 1 % that were in
+	// flight while a snapshot record was being produced (sent to
+	// acknowledged); SnapshotMs p50 and max of those produces.
+	SlowestAtSnapshot float64    `json:"slowest_1pct_at_snapshot"`
+	SnapshotMs        [2]float64 `json:"snapshot_produce_p50_max_ms"`
 	// CommitMs is p50 and max of those ends (ms); FirstProduceMs p50 and
 	// max of how long the first produce of the transaction after each
 	// took to be acknowledged (the wait for the markers shows here).
@@ -92,6 +97,18 @@ type stageTrace struct {
 	byID    map[string]*stageTimes
 	commits [][2]time.Time // each End of the member: start, return
 	firsts  [][2]time.Time // the first produce after each End: sent, acknowledged
+	snaps   [][2]time.Time // each snapshot record: sent, acknowledged
+}
+
+// snapshotProduce wraps next to note when a snapshot record sent at sent
+// was acknowledged.
+func (t *stageTrace) snapshotProduce(sent time.Time, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		next(r, err)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.snaps = append(t.snaps, [2]time.Time{sent, time.Now()})
+	}
 }
 
 // firstProduce wraps next to note when the first produce of a transaction
@@ -191,6 +208,21 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 		sort.Float64s(v)
 		return [2]float64{quantile.Nearest(v, 0.5), v[len(v)-1]}
 	}
+	atSnap := 0
+	var snapMs []float64
+	for _, c := range t.snaps {
+		if !c[1].Before(first) && !c[0].After(last) {
+			snapMs = append(snapMs, ms(c[1].Sub(c[0])))
+		}
+	}
+	for _, rt := range slow {
+		for _, c := range t.snaps {
+			if !rt.sent.After(c[1]) && !rt.got.Before(c[0]) {
+				atSnap++
+				break
+			}
+		}
+	}
 	for _, rt := range slow {
 		for _, c := range t.commits {
 			if !rt.sent.After(c[1].Add(markerWait)) && !rt.got.Before(c[0]) {
@@ -204,7 +236,8 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 		return [2]float64{quantile.Nearest(v, 0.5), quantile.Nearest(v, 0.99)}
 	}
 	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver),
-		SlowestAtCommit: float64(at) / float64(len(slow)), Commits: commits, CommitMs: p50max(commitMs), FirstProduceMs: p50max(firstMs)}
+		SlowestAtCommit: float64(at) / float64(len(slow)), Commits: commits,
+		SlowestAtSnapshot: float64(atSnap) / float64(len(slow)), SnapshotMs: p50max(snapMs), CommitMs: p50max(commitMs), FirstProduceMs: p50max(firstMs)}
 }
 
 func minTime(a, b time.Time) time.Time {

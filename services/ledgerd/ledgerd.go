@@ -791,6 +791,9 @@ func (s *Service) produce(ctx context.Context) {
 			if first {
 				promise, first = s.trace.firstProduce(s.clock.Now(), promise), false
 			}
+			if s.trace != nil && o.snapshot {
+				promise = s.trace.snapshotProduce(s.clock.Now(), promise)
+			}
 			s.tx.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 			s.txnLease = s.txnLease || o.lease
 		}
