@@ -698,7 +698,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
 				}
-				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b}
+				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: s.enc.key(d.Scope), value: b}
 				if s.trace != nil {
 					o.traceID = d.RequestID
 				}
