@@ -197,13 +197,6 @@ type partState struct {
 	lastTickSentAt time.Time
 	// encoding: a snapshot of this state is being encoded off the loop.
 	encoding bool
-	// snap is the newest encoded snapshot not yet in pending: it joins
-	// the open transaction when that ends (commit), just before the
-	// flush, so that its produce (megabytes, on the connection every
-	// decision of the member shares) falls in the commit window, which
-	// holds the decisions back anyway, instead of stalling them at
-	// another moment (docs/ledger-service.md, Snapshots at the commit).
-	snap *output
 }
 
 // output is a record to produce in the partition's next transaction.
@@ -742,24 +735,11 @@ func (s *Service) apply(fs kgo.Fetches) error {
 
 func (s *Service) hasUnproduced() bool {
 	for _, ps := range s.parts {
-		// A held snapshot begins a transaction (it commits with the
-		// next one, and so do the quiet partition's offsets).
-		if ps.produced < len(ps.pending) || ps.snap != nil && !s.inTxn {
+		if ps.produced < len(ps.pending) {
 			return true
 		}
 	}
 	return false
-}
-
-// joinSnapshots moves every held snapshot into its partition's pending
-// records, to be produced into the transaction about to end.
-func (s *Service) joinSnapshots() {
-	for _, ps := range s.parts {
-		if ps.snap != nil {
-			ps.pending = append(ps.pending, *ps.snap)
-			ps.snap = nil
-		}
-	}
 }
 
 // produce sends every partition's pending records not yet produced into
@@ -876,11 +856,7 @@ func (s *Service) endOnExit() {
 // throws the state away and rebuilds it from the committed log.
 func (s *Service) commit(ctx context.Context) bool {
 	// Every pending record must be in the transaction that commits the
-	// offsets of the inputs it was derived from; a held snapshot joins
-	// it here (partState.snap).
-	if s.inTxn {
-		s.joinSnapshots()
-	}
+	// offsets of the inputs it was derived from.
 	s.produce(ctx)
 	if !s.inTxn {
 		return false
@@ -951,10 +927,9 @@ func (s *Service) commit(ctx context.Context) bool {
 	}
 }
 
-// reproduce marks every pending record as not produced, after an abort.
-// The newest snapshot of the aborted transaction is held again (snap), to
-// join the next commit, unless a newer one is held already (an older one
-// was superseded while it was in the aborted transaction).
+// reproduce marks every pending record as not produced, after an abort,
+// keeping only the newest pending snapshot (an older one was superseded
+// while it was in the aborted transaction).
 func (ps *partState) reproduce() {
 	last := -1
 	for i, o := range ps.pending {
@@ -962,13 +937,9 @@ func (ps *partState) reproduce() {
 			last = i
 		}
 	}
-	if last >= 0 && ps.snap == nil {
-		o := ps.pending[last]
-		ps.snap = &o
-	}
 	kept := ps.pending[:0]
-	for _, o := range ps.pending {
-		if !o.snapshot {
+	for i, o := range ps.pending {
+		if !o.snapshot || i == last {
 			kept = append(kept, o)
 		}
 	}
@@ -1218,9 +1189,9 @@ type encodedSnapshot struct {
 	err   error
 }
 
-// installSnapshots holds every snapshot encoded since the last round as
-// its partition's snap, to be produced when the open (or next) transaction
-// ends (commit). A snapshot of state at input offset X may commit in any
+// installSnapshots queues every snapshot encoded since the last round as
+// its partition's pending record, to be produced in the open (or next)
+// transaction. A snapshot of state at input offset X may commit in any
 // transaction after the one that applied X: the offsets it commits are at
 // least X, and a takeover that reads it replays the log from X. One of a
 // partition whose state was dropped or replaced since the freeze is thrown
@@ -1249,10 +1220,17 @@ func (s *Service) installSnapshots() {
 			s.log.Warn("snapshot too large; skipped", "partition", e.p, "bytes", len(e.value), "max", bus.SnapshotMaxBytes)
 			continue
 		}
-		// A newer snapshot of the partition supersedes a held one (one
-		// already in the open transaction stays; compaction keeps the
-		// newer). It is held until the open transaction ends (commit).
-		e.ps.snap = &output{topic: s.cfg.Topics.Snapshots, partition: 0, key: SnapshotKey(e.p), value: e.value, snapshot: true}
+		ps := e.ps
+		// A newer snapshot of the partition supersedes a pending one not
+		// yet produced (one already in the open transaction stays;
+		// compaction keeps the newer).
+		kept := ps.pending[:ps.produced]
+		for _, o := range ps.pending[ps.produced:] {
+			if !o.snapshot {
+				kept = append(kept, o)
+			}
+		}
+		ps.pending = append(kept, output{topic: s.cfg.Topics.Snapshots, partition: 0, key: SnapshotKey(e.p), value: e.value, snapshot: true})
 	}
 }
 
