@@ -72,7 +72,7 @@ bench: build up ## benchmarks that print JSON (pure ledger, codec, gateway, ledg
 	$(LOCAL_ENV); $(BIN) bench whatif --json
 
 bench-ref: ## sluice bench ledger against the pinned turn-2 build (REF=5361ece), run alternately; JSON with the ratios (deploy/bench/ledger-vs-ref.sh)
-	deploy/bench/ledger-vs-ref.sh
+	@deploy/bench/ledger-vs-ref.sh
 
 .PHONY: report
 report: build up ## the calibration report of the last full week from the local ClickHouse (markdown on stdout)

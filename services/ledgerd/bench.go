@@ -71,13 +71,62 @@ type Stages struct {
 	Fetch    [2]float64 `json:"fetch_p50_p99_ms"`
 	Decide   [2]float64 `json:"decide_p50_p99_ms"`
 	Deliver  [2]float64 `json:"deliver_p50_p99_ms"`
+	// SlowestAtCommit is the share of the slowest 1 % of these round
+	// trips that were in flight while the member's transaction ended
+	// (End, from the commit's flush to EndTxn's answer) or in the 50 ms
+	// after, when the next transaction's first produce waits for the
+	// markers; Commits is how many ends fell inside the run.
+	SlowestAtCommit float64 `json:"slowest_1pct_at_commit"`
+	Commits         int     `json:"commits"`
+	// SlowestAtSnapshot is the share of the slowest 1 % that were in
+	// flight while a snapshot record was being produced (sent to
+	// acknowledged); SnapshotMs p50 and max of those produces.
+	SlowestAtSnapshot float64    `json:"slowest_1pct_at_snapshot"`
+	SnapshotMs        [2]float64 `json:"snapshot_produce_p50_max_ms"`
+	// CommitMs is p50 and max of those ends (ms); FirstProduceMs p50 and
+	// max of how long the first produce of the transaction after each
+	// took to be acknowledged (the wait for the markers shows here).
+	CommitMs       [2]float64 `json:"commit_p50_max_ms"`
+	FirstProduceMs [2]float64 `json:"first_produce_after_commit_p50_max_ms"`
 }
 
 // stageTrace collects, for the member, when each reserve was appended and
 // polled and when its first decision was acknowledged.
 type stageTrace struct {
-	mu   sync.Mutex
-	byID map[string]*stageTimes
+	mu      sync.Mutex
+	byID    map[string]*stageTimes
+	commits [][2]time.Time // each End of the member: start, return
+	firsts  [][2]time.Time // the first produce after each End: sent, acknowledged
+	snaps   [][2]time.Time // each snapshot record: sent, acknowledged
+}
+
+// snapshotProduce wraps next to note when a snapshot record sent at sent
+// was acknowledged.
+func (t *stageTrace) snapshotProduce(sent time.Time, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		next(r, err)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.snaps = append(t.snaps, [2]time.Time{sent, time.Now()})
+	}
+}
+
+// firstProduce wraps next to note when the first produce of a transaction
+// that follows an End, sent at sent, was acknowledged.
+func (t *stageTrace) firstProduce(sent time.Time, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+	return func(r *kgo.Record, err error) {
+		next(r, err)
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.firsts = append(t.firsts, [2]time.Time{sent, time.Now()})
+	}
+}
+
+// committed notes one End of the member's transaction.
+func (t *stageTrace) committed(from, to time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.commits = append(t.commits, [2]time.Time{from, to})
 }
 
 type stageTimes struct{ appended, polled, acked time.Time }
@@ -114,6 +163,7 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var send, fetch, decide, deliver []float64
+	var traced []timedTrip
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	for _, rt := range rts {
 		st := t.byID[rt.id]
@@ -124,15 +174,84 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 		fetch = append(fetch, ms(st.polled.Sub(st.appended)))
 		decide = append(decide, ms(st.acked.Sub(st.polled)))
 		deliver = append(deliver, ms(rt.got.Sub(st.acked)))
+		traced = append(traced, rt)
 	}
 	if len(send) == 0 {
 		return nil
+	}
+	// Which of the slowest 1 % met a commit (the window plus the marker
+	// wait after it).
+	const markerWait = 50 * time.Millisecond
+	sort.Slice(traced, func(i, j int) bool { return traced[i].got.Sub(traced[i].sent) > traced[j].got.Sub(traced[j].sent) })
+	slow := traced[:max(1, len(traced)/100)]
+	first, last := traced[0].sent, traced[0].got
+	for _, rt := range traced {
+		first, last = minTime(first, rt.sent), maxTime(last, rt.got)
+	}
+	at, commits := 0, 0
+	var commitMs, firstMs []float64
+	for _, c := range t.commits {
+		if !c[1].Before(first) && !c[0].After(last) {
+			commits++
+			commitMs = append(commitMs, ms(c[1].Sub(c[0])))
+		}
+	}
+	for _, f := range t.firsts {
+		if !f[1].Before(first) && !f[0].After(last) {
+			firstMs = append(firstMs, ms(f[1].Sub(f[0])))
+		}
+	}
+	p50max := func(v []float64) [2]float64 {
+		if len(v) == 0 {
+			return [2]float64{}
+		}
+		sort.Float64s(v)
+		return [2]float64{quantile.Nearest(v, 0.5), v[len(v)-1]}
+	}
+	atSnap := 0
+	var snapMs []float64
+	for _, c := range t.snaps {
+		if !c[1].Before(first) && !c[0].After(last) {
+			snapMs = append(snapMs, ms(c[1].Sub(c[0])))
+		}
+	}
+	for _, rt := range slow {
+		for _, c := range t.snaps {
+			if !rt.sent.After(c[1]) && !rt.got.Before(c[0]) {
+				atSnap++
+				break
+			}
+		}
+	}
+	for _, rt := range slow {
+		for _, c := range t.commits {
+			if !rt.sent.After(c[1].Add(markerWait)) && !rt.got.Before(c[0]) {
+				at++
+				break
+			}
+		}
 	}
 	p := func(v []float64) [2]float64 {
 		sort.Float64s(v)
 		return [2]float64{quantile.Nearest(v, 0.5), quantile.Nearest(v, 0.99)}
 	}
-	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver)}
+	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver),
+		SlowestAtCommit: float64(at) / float64(len(slow)), Commits: commits,
+		SlowestAtSnapshot: float64(atSnap) / float64(len(slow)), SnapshotMs: p50max(snapMs), CommitMs: p50max(commitMs), FirstProduceMs: p50max(firstMs)}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // timedTrip is one answered round trip: its request id, when it was sent

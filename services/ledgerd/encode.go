@@ -17,7 +17,7 @@ import (
 // member waits behind. decisionEncoder reuses the Event and Decision and
 // carves the record values out of slabs; decisionCounters remembers the
 // counter of each (status, dimension). What is left per decision is its
-// id string (Output.ID) and the slab's share.
+// id string (Output.ID) and the slab's share (the value's and the key's).
 
 // encodeSlabBytes is the size of one slab of record values: a few hundred
 // decisions of a few hundred bytes each. A slab is never written again once
@@ -46,6 +46,17 @@ type decisionEncoder struct {
 func (e *decisionEncoder) encode(o *ledger.Output) ([]byte, error) {
 	o.EventInto(&e.ev, &e.d)
 	return e.append(&e.ev)
+}
+
+// key returns k's bytes carved out of the slab, like a value: the record
+// key of a decision ([]byte(d.Scope) was an allocation per decision).
+func (e *decisionEncoder) key(k string) []byte {
+	if cap(e.slab)-len(e.slab) < max(encodeSlabSpareMin, len(k)) {
+		e.slab = make([]byte, 0, max(encodeSlabBytes, len(k)))
+	}
+	start := len(e.slab)
+	e.slab = append(e.slab, k...)
+	return e.slab[start:len(e.slab):len(e.slab)]
 }
 
 // encodeEvent is encode for any event (learned capacity).

@@ -36,13 +36,18 @@ func encodeOutputs() []ledger.Output {
 // never overwritten by later ones, across slabs.
 func TestDecisionEncoderMatchesEncode(t *testing.T) {
 	var e decisionEncoder
-	type kept struct{ got, want []byte }
+	type kept struct {
+		got, want []byte
+		key       []byte
+		scope     string
+	}
 	var all []kept
 	outs := encodeOutputs()
 	for i := range 2000 { // several slabs
 		o := outs[i%len(outs)]
 		o.Decision.InputOffset += int64(i)
 		o.RequestID = "req-" + strconv.Itoa(i)
+		o.Scope = "scope-" + strconv.Itoa(i)
 		want, err := schemas.Encode(o.Event())
 		if err != nil {
 			t.Fatal(err)
@@ -51,17 +56,21 @@ func TestDecisionEncoderMatchesEncode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, kept{got, want})
+		all = append(all, kept{got, want, e.key(o.Scope), o.Scope})
 	}
 	for i, k := range all {
 		if !bytes.Equal(k.got, k.want) {
 			t.Fatalf("decision %d:\n got %s\nwant %s", i, k.got, k.want)
 		}
+		if string(k.key) != k.scope {
+			t.Fatalf("decision %d: key %q, want %q", i, k.key, k.scope)
+		}
 	}
 }
 
 // TestDecisionEncodeAllocs: a decision costs at most its id string (the
-// slab's share rounds to zero), where Encode(o.Event()) cost four.
+// slab's share rounds to zero), where Encode(o.Event()) cost four; its
+// record key comes out of the slab too.
 func TestDecisionEncodeAllocs(t *testing.T) {
 	var e decisionEncoder
 	o := encodeOutputs()[1]
@@ -70,6 +79,7 @@ func TestDecisionEncodeAllocs(t *testing.T) {
 		if _, err := e.encode(&o); err != nil {
 			t.Fatal(err)
 		}
+		_ = e.key(o.Scope)
 		c.inc(&o.Decision)
 	})
 	if allocs > 1.1 {

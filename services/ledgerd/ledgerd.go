@@ -297,8 +297,10 @@ type Service struct {
 	// trace, when set (`sluice bench ledger-kafka --stages`), is told when
 	// each reserve was polled and when its decision was acknowledged;
 	// polledAt is the end of the round's poll.
-	trace    *stageTrace
-	polledAt time.Time
+	trace *stageTrace
+	// traceFirst: the next produce is the first after an End (trace).
+	traceFirst bool
+	polledAt   time.Time
 
 	// lastObserve is when Round last sampled the gauges; qbuf its scratch.
 	lastObserve time.Time
@@ -696,7 +698,7 @@ func (s *Service) apply(fs kgo.Fetches) error {
 					applyErr = fmt.Errorf("encode decision of partition %d offset %d: %w", fp.Partition, r.Offset, err)
 					return
 				}
-				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: []byte(d.Scope), value: b}
+				o := output{topic: s.cfg.Topics.Decisions, partition: bus.DecisionPartition(d.Node, s.decisionParts), key: s.enc.key(d.Scope), value: b}
 				if s.trace != nil {
 					o.traceID = d.RequestID
 				}
@@ -778,11 +780,19 @@ func (s *Service) produce(ctx context.Context) {
 		s.produceErr = nil
 		s.perrMu.Unlock()
 	}
+	first := s.trace != nil && s.traceFirst
+	s.traceFirst = false
 	for _, ps := range s.parts {
 		for _, o := range ps.pending[ps.produced:] {
 			promise := s.promise
 			if o.traceID != "" {
 				promise = s.trace.promise(o.traceID, s.promise)
+			}
+			if first {
+				promise, first = s.trace.firstProduce(s.clock.Now(), promise), false
+			}
+			if s.trace != nil && o.snapshot {
+				promise = s.trace.snapshotProduce(s.clock.Now(), promise)
 			}
 			s.tx.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 			s.txnLease = s.txnLease || o.lease
@@ -864,6 +874,10 @@ func (s *Service) commit(ctx context.Context) bool {
 	revoked := s.takeRevoke()
 	committed, err := s.tx.End(ctx, produceErr == nil, offsets)
 	s.m.commitSeconds.Observe(s.clock.Now().Sub(began).Seconds())
+	if s.trace != nil {
+		s.trace.committed(began, s.clock.Now())
+		s.traceFirst = true
+	}
 	if produceErr != nil {
 		s.noteErr("produce", produceErr)
 	}
