@@ -54,7 +54,7 @@ type SinkConfig struct {
 	// On 18.16 each insert costs ~0.2 CPU-s of server system time whatever
 	// its size (a part per day partition for events and each of the three
 	// materialized views), so large batches are what make the sink fast;
-	// the sink holds up to two batches (one filling, one inserting).
+	// the sink holds up to Inserts+1 batches (one filling, the rest inserting).
 	BatchSize     int
 	FlushInterval time.Duration // longest a polled record waits for its insert; default DefaultFlushInterval
 	// Inserts is how many batches insert at once, each on its own
