@@ -39,6 +39,7 @@ var (
 	insertTimeout       = 30 * time.Second       // per attempt, plus insertTimeoutPerRow per row
 	insertTimeoutPerRow = 300 * time.Microsecond // 100k rows: 30 s more
 	settlePoll          = 100 * time.Millisecond // how often settle looks for a failed insert still running
+	slotPoll            = 20 * time.Millisecond  // how often a due batch looks for a free insert slot
 	revokeAttempts      = 3                      // inserts tried in OnPartitionsRevoked before giving the records up
 	kafkaPingTimeout    = 5 * time.Second
 )
@@ -637,6 +638,16 @@ type sink struct {
 	carry []string
 }
 
+// slotFreeLocked says whether a batch handed off now would start
+// inserting at once: fewer than insertDepth batches in flight, or the
+// oldest done. A batch due by FlushInterval waits for that rather than
+// block the loop in a hand-off: it keeps filling meanwhile, so a slow
+// server gets fewer, fuller inserts (each costs ~0.2 CPU-s of server
+// time whatever its size).
+func (s *sink) slotFreeLocked() bool {
+	return len(s.inflight) < s.insertDepth() || len(s.inflight[0].done) > 0
+}
+
 // insertDepth is how many batches the sink inserts at once.
 func (s *sink) insertDepth() int { return 1 + len(s.extra) }
 
@@ -688,7 +699,13 @@ func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
 		room := max(s.batchSize-len(s.buf), 1) // a batch given back by a revocation may overfill it
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if len(s.buf) > 0 {
-			pctx, cancel = context.WithDeadline(ctx, s.first.Add(s.cfg.FlushInterval))
+			dl := s.first.Add(s.cfg.FlushInterval)
+			if !time.Now().Before(dl) && !s.slotFreeLocked() {
+				// Due, but every insert slot is busy: keep filling the
+				// batch and look again shortly.
+				dl = time.Now().Add(slotPoll)
+			}
+			pctx, cancel = context.WithDeadline(ctx, dl)
 		}
 		s.mu.Unlock()
 
@@ -715,7 +732,7 @@ func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
 		s.mu.Lock()
 		s.addFetchesLocked(fetches)
 		var err error
-		if len(s.buf) > 0 && (len(s.buf) >= s.batchSize || !time.Now().Before(s.first.Add(s.cfg.FlushInterval))) {
+		if len(s.buf) > 0 && (len(s.buf) >= s.batchSize || (!time.Now().Before(s.first.Add(s.cfg.FlushInterval)) && s.slotFreeLocked())) {
 			err = s.handOffLocked(ctx)
 		}
 		s.mu.Unlock()
