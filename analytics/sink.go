@@ -60,8 +60,10 @@ type SinkConfig struct {
 	FlushInterval time.Duration // longest a polled record waits for its insert; default DefaultFlushInterval
 	// Inserts is how many batches insert at once, each on its own
 	// connection (commits stay in poll order); default DefaultSinkInserts.
-	// 18.16 runs an INSERT and its materialized views on one thread, so a
-	// second insert in flight puts the server's other core to work.
+	// 18.16 runs an INSERT and its materialized views on one thread; a
+	// second insert in flight is meant to put another core to work (on
+	// the shared 2-core bench machine the gain did not stand out of the
+	// noise: analytics/README.md, 2026-12-04).
 	Inserts int
 
 	// Registerer receives the sink's Prometheus counters; nil means
