@@ -526,8 +526,8 @@ func TestHandOffKeepsPollOrder(t *testing.T) {
 	if err := s.flushLocked(context.Background(), 0); err != nil {
 		t.Fatal(err)
 	}
-	if s.inflight != nil || ins.rows != 12 || len(fc.recs) != 12 {
-		t.Fatalf("inflight %v rows %d commits %d", s.inflight != nil, ins.rows, len(fc.recs))
+	if len(s.inflight) != 0 || ins.rows != 12 || len(fc.recs) != 12 {
+		t.Fatalf("inflight %v rows %d commits %d", len(s.inflight) != 0, ins.rows, len(fc.recs))
 	}
 	for i, r := range fc.recs {
 		if r.Offset != int64(i) {
@@ -583,8 +583,8 @@ func TestRevokeGivesUpARetryingBatch(t *testing.T) {
 	addRecords(t, s, "a", 1, 2)
 	s.mu.Unlock()
 	s.onRevoked(context.Background(), nil, map[string][]int32{"a": {0}})
-	if len(fc.recs) != 0 || s.inflight != nil || len(s.buf) != 2 || s.buf[0].rec.Partition != 1 {
-		t.Fatalf("commits %d inflight %v buf %d", len(fc.recs), s.inflight != nil, len(s.buf))
+	if len(fc.recs) != 0 || len(s.inflight) != 0 || len(s.buf) != 2 || s.buf[0].rec.Partition != 1 {
+		t.Fatalf("commits %d inflight %v buf %d", len(fc.recs), len(s.inflight) != 0, len(s.buf))
 	}
 }
 

@@ -29,6 +29,7 @@ const (
 	DefaultSinkGroup     = "sluice-sink"
 	DefaultBatchSize     = 100000
 	DefaultFlushInterval = time.Second
+	DefaultSinkInserts   = 2
 )
 
 // Insert retry and timing knobs. Variables so tests can shorten them.
@@ -38,6 +39,7 @@ var (
 	insertTimeout       = 30 * time.Second       // per attempt, plus insertTimeoutPerRow per row
 	insertTimeoutPerRow = 300 * time.Microsecond // 100k rows: 30 s more
 	settlePoll          = 100 * time.Millisecond // how often settle looks for a failed insert still running
+	slotPoll            = 20 * time.Millisecond  // how often a due batch looks for a free insert slot
 	revokeAttempts      = 3                      // inserts tried in OnPartitionsRevoked before giving the records up
 	kafkaPingTimeout    = 5 * time.Second
 )
@@ -53,9 +55,16 @@ type SinkConfig struct {
 	// On 18.16 each insert costs ~0.2 CPU-s of server system time whatever
 	// its size (a part per day partition for events and each of the three
 	// materialized views), so large batches are what make the sink fast;
-	// the sink holds up to two batches (one filling, one inserting).
+	// the sink holds up to Inserts+1 batches (one filling, the rest inserting).
 	BatchSize     int
 	FlushInterval time.Duration // longest a polled record waits for its insert; default DefaultFlushInterval
+	// Inserts is how many batches insert at once, each on its own
+	// connection (commits stay in poll order); default DefaultSinkInserts.
+	// 18.16 runs an INSERT and its materialized views on one thread; a
+	// second insert in flight is meant to put another core to work (on
+	// the shared 2-core bench machine the gain did not stand out of the
+	// noise: analytics/README.md, 2026-12-04).
+	Inserts int
 
 	// Registerer receives the sink's Prometheus counters; nil means
 	// prometheus.DefaultRegisterer. Registering twice on one registry (two
@@ -76,6 +85,9 @@ func (c SinkConfig) withDefaults() (SinkConfig, error) {
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = DefaultFlushInterval
 	}
+	if c.Inserts <= 0 {
+		c.Inserts = DefaultSinkInserts
+	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.DefaultRegisterer
 	}
@@ -88,6 +100,9 @@ func (c SinkConfig) withDefaults() (SinkConfig, error) {
 	}
 	if c.ClickHouseAddr == "" {
 		errs = append(errs, "no ClickHouse address (set --clickhouse)")
+	}
+	if c.Inserts > 3 {
+		errs = append(errs, fmt.Sprintf("%d inserts at once: at most 3 (the connection pool holds 4, one kept for the retry checks)", c.Inserts))
 	}
 	if err := ValidDatabase(c.Database); err != nil {
 		errs = append(errs, err.Error())
@@ -206,14 +221,20 @@ func RunSink(ctx context.Context, cfg SinkConfig, log *slog.Logger) error {
 		log.Info("applied clickhouse migrations", "database", cfg.Database, "versions", applied)
 	}
 
+	newInserter := func() *chInserter {
+		return &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database), capsSQL: insertCapacitySQL(cfg.Database),
+			database: cfg.Database, m: metrics}
+	}
 	s := &sink{
-		cfg: cfg,
-		log: log,
-		ins: &chInserter{conn: conn, sql: insertEventsSQL(cfg.Database), capsSQL: insertCapacitySQL(cfg.Database),
-			database: cfg.Database, m: metrics},
+		cfg:       cfg,
+		log:       log,
+		ins:       newInserter(),
 		m:         metrics,
 		ctx:       ctx,
 		batchSize: cfg.BatchSize,
+	}
+	for i := 1; i < cfg.Inserts; i++ {
+		s.extra = append(s.extra, newInserter())
 	}
 	cl, err := kgo.NewClient(bus.Opts(cfg.Brokers,
 		kgo.ConsumerGroup(cfg.Group),
@@ -297,7 +318,25 @@ type chInserter struct {
 	// first waits for those queries to leave system.processes and then
 	// inserts only the rows not already stored (settle).
 	unsettled []string
+	// written holds the query ids of the last attempt when it succeeded:
+	// a batch given back after it was written (errBatchBefore) has them
+	// settled by the next insert, which then skips its stored rows.
+	written []string
 }
+
+// takeUnsettled hands over the attempts a batch given back leaves behind:
+// the failed attempt's query ids, or, when the batch was written
+// (written: errBatchBefore), the successful one's.
+func (c *chInserter) takeUnsettled(written bool) []string {
+	ids := c.unsettled
+	if written {
+		ids = c.written
+	}
+	c.unsettled, c.written = nil, nil
+	return ids
+}
+
+func (c *chInserter) addUnsettled(ids []string) { c.unsettled = append(c.unsettled, ids...) }
 
 // insertTimeoutFor is how long one insert attempt of n rows may take: a
 // base plus a share per row, so a large batch on a loaded server is not
@@ -320,12 +359,14 @@ func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 		}
 		todo = missing
 	}
+	c.written = nil
 	if len(todo) > 0 {
 		id := newQueryID()
 		if err := c.insertEvents(ctx, id, todo); err != nil {
 			c.unsettled = []string{id}
 			return err
 		}
+		c.written = []string{id}
 	}
 	return c.insertBatchCapacities(ctx, rows)
 }
@@ -390,6 +431,7 @@ func (c *chInserter) insertPrepared(ctx context.Context, rows []pending, p *prep
 		c.unsettled = []string{p.id}
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
+	c.written = []string{p.id}
 	return c.insertBatchCapacities(ctx, rows)
 }
 
@@ -401,9 +443,11 @@ func (c *chInserter) insertBatchCapacities(ctx context.Context, rows []pending) 
 	cctx, cancel := context.WithTimeout(clickhouse.Context(ctx, clickhouse.WithQueryID(id)), insertTimeout)
 	defer cancel()
 	if err := c.insertCapacities(cctx, rows); err != nil {
-		c.unsettled = []string{id}
+		c.unsettled = append(c.written, id)
+		c.written = nil
 		return err
 	}
+	c.written = append(c.written, id)
 	return nil
 }
 
@@ -580,11 +624,75 @@ type sink struct {
 	batchSize int
 	closing   atomic.Bool
 
+	// extra are further inserters, each on its own connection: with
+	// them, up to 1+len(extra) batches insert at once (insertDepth), and
+	// their commits still go in poll order.
+	extra []inserter
+
 	mu       sync.Mutex
 	buf      []pending
 	spare    []pending // the buffer of the last finished background insert, for reuse
 	first    time.Time // when the oldest pending record was polled
-	inflight *flight   // the background insert of handOffLocked; nil when none
+	inflight []*flight // the background inserts of handOffLocked, oldest first
+	// carry holds the query ids a failed background insert left
+	// unsettled, for the inserter of the next batch (which starts with
+	// the failed batch's rows): it settles them before inserting.
+	carry []string
+}
+
+// slotFreeLocked says whether a batch handed off now would start
+// inserting at once: fewer than insertDepth batches in flight, or the
+// oldest done. A batch due by FlushInterval waits for that rather than
+// block the loop in a hand-off: it keeps filling meanwhile, so a slow
+// server gets fewer, fuller inserts (each costs ~0.2 CPU-s of server
+// time whatever its size).
+func (s *sink) slotFreeLocked() bool {
+	return len(s.inflight) < s.insertDepth() || len(s.inflight[0].done) > 0
+}
+
+// insertDepth is how many batches the sink inserts at once.
+func (s *sink) insertDepth() int { return 1 + len(s.extra) }
+
+// slot returns the inserter of slot i (0 = ins).
+func (s *sink) slot(i int) inserter {
+	if i == 0 {
+		return s.ins
+	}
+	return s.extra[i-1]
+}
+
+// freeSlotLocked returns a slot no batch in flight uses.
+func (s *sink) freeSlotLocked() int {
+	for i := 0; i < s.insertDepth(); i++ {
+		used := false
+		for _, f := range s.inflight {
+			used = used || f.slot == i
+		}
+		if !used {
+			return i
+		}
+	}
+	return 0 // unreachable: callers wait until len(inflight) < depth
+}
+
+// handCarryLocked gives the unsettled query ids of a failed batch to the
+// inserter that will insert its rows next.
+func (s *sink) handCarryLocked(ins inserter) {
+	if len(s.carry) == 0 {
+		return
+	}
+	if u, ok := ins.(unsettler); ok {
+		u.addUnsettled(s.carry)
+	}
+	s.carry = nil
+}
+
+// unsettler is an inserter that remembers failed attempts to settle
+// (chInserter): a batch given back to the buffer takes them along to
+// whichever inserter inserts it next.
+type unsettler interface {
+	takeUnsettled(written bool) []string
+	addUnsettled(ids []string)
 }
 
 func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
@@ -593,7 +701,13 @@ func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
 		room := max(s.batchSize-len(s.buf), 1) // a batch given back by a revocation may overfill it
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if len(s.buf) > 0 {
-			pctx, cancel = context.WithDeadline(ctx, s.first.Add(s.cfg.FlushInterval))
+			dl := s.first.Add(s.cfg.FlushInterval)
+			if !time.Now().Before(dl) && !s.slotFreeLocked() {
+				// Due, but every insert slot is busy: keep filling the
+				// batch and look again shortly.
+				dl = time.Now().Add(slotPoll)
+			}
+			pctx, cancel = context.WithDeadline(ctx, dl)
 		}
 		s.mu.Unlock()
 
@@ -620,7 +734,7 @@ func (s *sink) loop(ctx context.Context, cl *kgo.Client) error {
 		s.mu.Lock()
 		s.addFetchesLocked(fetches)
 		var err error
-		if len(s.buf) > 0 && (len(s.buf) >= s.batchSize || !time.Now().Before(s.first.Add(s.cfg.FlushInterval))) {
+		if len(s.buf) > 0 && (len(s.buf) >= s.batchSize || (!time.Now().Before(s.first.Add(s.cfg.FlushInterval)) && s.slotFreeLocked())) {
 			err = s.handOffLocked(ctx)
 		}
 		s.mu.Unlock()
@@ -735,35 +849,51 @@ func (s *sink) flushLocked(ctx context.Context, maxAttempts int) error {
 // handOffLocked starts inserting the buffer in the background and gives
 // the loop an empty buffer to fill meanwhile: decoding the next batch
 // overlaps ClickHouse's work on this one, which is most of the sink's
-// throughput on a small machine. At most one batch is in flight: a second
-// hand-off waits for the first, so inserts and commits keep poll order and
-// a slow ClickHouse slows the poll loop down (backpressure) instead of
-// piling batches up in memory.
+// throughput on a small machine. At most insertDepth batches are in
+// flight, each on its own inserter; one more hand-off waits for the
+// oldest, so a slow ClickHouse slows the poll loop down (backpressure)
+// instead of piling batches up in memory. Commits keep poll order: a batch
+// commits only after the one before it has (flight.committed).
 func (s *sink) handOffLocked(ctx context.Context) error {
-	// Fill the next insert while the one in flight is still on the
-	// server; the buffer cannot change before it is sent (s.mu is held).
+	// With one inserter, fill the next insert while the one in flight is
+	// still on the server; the buffer cannot change before it is sent
+	// (s.mu is held). With more, the next batch's own goroutine fills its
+	// columns beside the other inserts.
 	var prep *preparedInsert
-	if p, ok := s.ins.(preparer); ok && s.inflight != nil && len(s.buf) > 0 {
+	if p, ok := s.ins.(preparer); ok && s.insertDepth() == 1 && len(s.inflight) > 0 && len(s.buf) > 0 && len(s.carry) == 0 {
 		prep = p.prepare(ctx, s.buf)
 	}
-	if err := s.waitInflightLocked(false); err != nil {
-		if prep != nil {
-			prep.abort() // the failed batch goes back in front of the buffer
+	if len(s.inflight) >= s.insertDepth() {
+		if err := s.waitOldestLocked(); err != nil {
+			if prep != nil {
+				prep.abort() // the failed batch goes back in front of the buffer
+			}
+			return err
 		}
-		return err
 	}
 	if len(s.buf) == 0 {
+		if prep != nil {
+			prep.abort()
+		}
 		return nil
 	}
 	rows := s.buf
 	s.buf, s.spare = s.spare[:0], nil
 	s.first = time.Time{}
 	fctx, cancel := context.WithCancel(ctx)
-	f := &flight{done: make(chan flushResult, 1), cancel: cancel}
-	s.inflight = f
+	f := &flight{done: make(chan flushResult, 1), cancel: cancel, committed: make(chan struct{}), slot: s.freeSlotLocked()}
+	if n := len(s.inflight); n > 0 {
+		f.prev = s.inflight[n-1]
+	}
+	ins := s.slot(f.slot)
+	s.handCarryLocked(ins)
+	s.inflight = append(s.inflight, f)
 	go func() {
 		defer cancel()
-		f.done <- flushResult{rows: rows, err: s.insertAndCommit(fctx, rows, 0, &f.failing, prep)}
+		err := s.insertAndCommitIn(fctx, ins, rows, 0, &f.failing, prep, f.prev)
+		f.ok = err == nil
+		close(f.committed)
+		f.done <- flushResult{rows: rows, err: err}
 	}()
 	return nil
 }
@@ -775,12 +905,24 @@ type preparer interface {
 	insertPrepared(ctx context.Context, rows []pending, p *preparedInsert) error
 }
 
-// flight is the batch handOffLocked is inserting.
+// flight is a batch handOffLocked is inserting.
 type flight struct {
 	done    chan flushResult
 	cancel  context.CancelFunc
 	failing atomic.Bool // an insert attempt failed; it is backing off and retrying
+	slot    int         // the inserter it uses (sink.slot)
+	prev    *flight     // the batch before it, still in flight when it started; nil when none
+	// committed is closed when the batch has committed (ok) or given up:
+	// the batch after it commits only after, and only if ok.
+	committed chan struct{}
+	ok        bool
 }
+
+// errBatchBefore is a batch's result when the batch before it was not
+// inserted: committing its offsets would skip the earlier records, so it
+// goes back to the buffer with them (its rows may be in ClickHouse
+// already: the redelivery is deduplicated there).
+var errBatchBefore = errors.New("the batch before was not inserted")
 
 // flushResult is what a background insert hands back: its rows (the
 // buffer, for reuse) and its error (ctx's: it retries until then).
@@ -789,47 +931,74 @@ type flushResult struct {
 	err  error
 }
 
-// waitInflightLocked waits for the batch handOffLocked started, if any. A
-// batch inserted and committed leaves the sink; one whose insert did not
-// succeed (ctx ended, or giveUp cancelled its retries) goes back to the
-// front of the buffer, uncommitted, and its error is returned. With giveUp,
-// a batch that is retrying a failed insert is cancelled rather than
-// awaited: a revocation must not wait for ClickHouse to come back.
-func (s *sink) waitInflightLocked(giveUp bool) error {
-	f := s.inflight
-	if f == nil {
-		return nil
-	}
-	var r flushResult
-	if giveUp {
-		// Wait for the attempt under way; cancel once one has failed.
-		tick := time.NewTicker(20 * time.Millisecond)
-	wait:
-		for {
-			if f.failing.Load() {
-				f.cancel()
-			}
-			select {
-			case r = <-f.done:
-				break wait
-			case <-tick.C:
-			}
-		}
-		tick.Stop()
-	} else {
-		r = <-f.done
-	}
-	s.inflight = nil
+// waitOldestLocked waits for the oldest batch in flight. One that failed
+// takes every later batch back with it (waitInflightLocked), in order.
+func (s *sink) waitOldestLocked() error {
+	f := s.inflight[0]
+	r := <-f.done
 	if r.err != nil {
-		s.buf = append(r.rows, s.buf...)
-		if s.first.IsZero() {
-			s.first = time.Now()
-		}
-		return r.err
+		// Put it back to be waited for with the rest (done is buffered
+		// and read once: hand the result over).
+		f.done <- r
+		return s.waitInflightLocked(false)
 	}
+	s.inflight = s.inflight[1:]
 	clear(r.rows)
 	s.spare = r.rows[:0]
 	return nil
+}
+
+// waitInflightLocked waits for the batches handOffLocked started, oldest
+// first. A batch inserted and committed leaves the sink; those whose
+// insert did not succeed (ctx ended, or giveUp cancelled their retries,
+// or the batch before them failed) go back to the front of the buffer, in
+// poll order, uncommitted, and the first error is returned. With giveUp,
+// a batch that is retrying a failed insert is cancelled rather than
+// awaited: a revocation must not wait for ClickHouse to come back.
+func (s *sink) waitInflightLocked(giveUp bool) error {
+	var back []pending
+	var first error
+	for _, f := range s.inflight {
+		var r flushResult
+		if giveUp {
+			// Wait for the attempt under way; cancel once one has failed.
+			tick := time.NewTicker(20 * time.Millisecond)
+		wait:
+			for {
+				if f.failing.Load() {
+					f.cancel()
+				}
+				select {
+				case r = <-f.done:
+					break wait
+				case <-tick.C:
+				}
+			}
+			tick.Stop()
+		} else {
+			r = <-f.done
+		}
+		if r.err != nil {
+			if u, ok := s.slot(f.slot).(unsettler); ok {
+				s.carry = append(s.carry, u.takeUnsettled(errors.Is(r.err, errBatchBefore))...)
+			}
+			back = append(back, r.rows...)
+			if first == nil {
+				first = r.err
+			}
+			continue
+		}
+		clear(r.rows)
+		s.spare = r.rows[:0]
+	}
+	s.inflight = nil
+	if len(back) > 0 {
+		s.buf = append(back, s.buf...)
+		if s.first.IsZero() {
+			s.first = time.Now()
+		}
+	}
+	return first
 }
 
 // insertAndCommit inserts rows, retrying with capped exponential backoff
@@ -837,14 +1006,22 @@ func (s *sink) waitInflightLocked(giveUp bool) error {
 // failing (optional) is set once an attempt failed. prep (optional) is the
 // batch's insert filled ahead of time: the first attempt sends it.
 func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts int, failing *atomic.Bool, prep *preparedInsert) error {
+	s.handCarryLocked(s.ins)
+	return s.insertAndCommitIn(ctx, s.ins, rows, maxAttempts, failing, prep, nil)
+}
+
+// insertAndCommitIn is insertAndCommit on inserter ins; with prev, the
+// commit waits for prev's and is skipped (errBatchBefore) unless prev
+// committed.
+func (s *sink) insertAndCommitIn(ctx context.Context, ins inserter, rows []pending, maxAttempts int, failing *atomic.Bool, prep *preparedInsert, prev *flight) error {
 	backoff := insertRetryMin
 	for attempt := 1; ; attempt++ {
 		var err error
 		if prep != nil {
-			err = s.ins.(preparer).insertPrepared(ctx, rows, prep)
+			err = ins.(preparer).insertPrepared(ctx, rows, prep)
 			prep = nil
 		} else {
-			err = s.ins.insert(ctx, rows)
+			err = ins.insert(ctx, rows)
 		}
 		if err == nil {
 			break
@@ -874,6 +1051,12 @@ func (s *sink) insertAndCommit(ctx context.Context, rows []pending, maxAttempts 
 	}
 	s.m.RowsInserted.Add(float64(len(rows)))
 	s.m.Batches.Inc()
+	if prev != nil {
+		<-prev.committed
+		if !prev.ok {
+			return errBatchBefore
+		}
+	}
 
 	recs := make([]*kgo.Record, len(rows))
 	for i := range rows {

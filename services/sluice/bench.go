@@ -69,6 +69,7 @@ func runBench(ctx context.Context, args []string) error {
 // benchmarks that read it), parsed once for runNamedBench.
 type benchFlags struct {
 	n, events, conc, batch, rounds int
+	inserts                        int
 	brokers, chAddr, reuse, parts  string
 	cpuprofile, sluiceBin          string
 	dur, commitEvery               time.Duration
@@ -88,6 +89,7 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process); hot: closed-loop clients a partition (0 = 256)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
+	inserts := fs.Int("inserts", 0, "sink: batches inserting at once (0 = the sink's default, 2)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	rounds := fs.Int("rounds", 2, "report: rounds of the report and its clickhouse-client reference, alternated (the best of each is reported)")
 	reuse := fs.String("database", "", "report: measure over this database of an earlier --keep run instead of loading one")
@@ -103,7 +105,7 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return benchFlags{}, err
 	}
-	return benchFlags{n: *n, events: *events, conc: *conc, batch: *batch, rounds: *rounds,
+	return benchFlags{n: *n, events: *events, conc: *conc, batch: *batch, rounds: *rounds, inserts: *inserts,
 		brokers: *brokers, chAddr: *chAddr, reuse: *reuse, parts: *parts, cpuprofile: *cpuprofile,
 		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, rpm: *rpm, gwProcs: *gwProcs, sluiceBin: *sluiceBin}, nil
 }
@@ -133,7 +135,7 @@ func runNamedBench(ctx context.Context, name string, f benchFlags, whatIfProfile
 		return ledgerd.BenchHot(ctx, ledgerd.HotBenchOptions{Brokers: bus.SplitBrokers(f.brokers), Partitions: ps, Duration: f.dur,
 			Clients: f.conc, RPM: f.rpm, Progress: os.Stderr})
 	case "sink":
-		return benchSink(ctx, bus.SplitBrokers(f.brokers), f.chAddr, f.n, f.batch)
+		return benchSink(ctx, bus.SplitBrokers(f.brokers), f.chAddr, f.n, f.batch, f.inserts)
 	case "report":
 		return benchReport(ctx, f.chAddr, f.n, f.keep, f.rounds, f.reuse)
 	case "whatif":

@@ -44,6 +44,7 @@ type SinkBench struct {
 	Events       int     `json:"events"`
 	Partitions   int     `json:"partitions"`
 	BatchSize    int     `json:"batch_size"`
+	Inserts      int     `json:"inserts"` // batches inserting at once (SinkConfig.Inserts)
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"events_per_sec"`
 	// SteadyEventsPerSec leaves out the group join and the first batch:
@@ -158,12 +159,15 @@ func sinkReference(ctx context.Context, conn driver.Conn, chAddr, db string, bat
 // benchSink times the analytics sink over n events produced beforehand to
 // a fresh two-partition topic and database, both dropped at the end, and
 // compares it with clickhouse-client inserting the same rows.
-func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch int) (*SinkBench, error) {
+func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch, inserts int) (*SinkBench, error) {
 	if n <= 0 {
 		n = 1_000_000
 	}
 	if batch <= 0 {
 		batch = analytics.DefaultBatchSize
+	}
+	if inserts <= 0 {
+		inserts = analytics.DefaultSinkInserts
 	}
 	load := LoadAverage{Start: loadAvg1(), Cores: runtime.NumCPU()}
 	db, topic := "sluice_bench_"+benchSuffix(), "sluice.bench.sink."+benchSuffix()
@@ -198,7 +202,7 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 	t0 := time.Now()
 	go func() {
 		done <- analytics.RunSink(sctx, analytics.SinkConfig{Brokers: brokers, Topics: []string{topic}, Group: "bench-" + benchSuffix(),
-			ClickHouseAddr: chAddr, Database: db, BatchSize: batch, FlushInterval: time.Second, Registerer: reg},
+			ClickHouseAddr: chAddr, Database: db, BatchSize: batch, Inserts: inserts, FlushInterval: time.Second, Registerer: reg},
 			slog.New(slog.NewTextHandler(io.Discard, nil)))
 	}()
 	firstAt, firstRows, err := waitSinkInserted(reg, done, n)
@@ -206,7 +210,7 @@ func benchSink(ctx context.Context, brokers []string, chAddr string, n, batch in
 		return nil, err
 	}
 	secs := time.Since(t0).Seconds()
-	res := &SinkBench{Events: n, Partitions: 2, BatchSize: batch, Seconds: secs, EventsPerSec: float64(n) / secs,
+	res := &SinkBench{Events: n, Partitions: 2, BatchSize: batch, Inserts: inserts, Seconds: secs, EventsPerSec: float64(n) / secs,
 		Batches: gathered(reg, "sluice_sink_batches_inserted_total"), ClickHouse: chAddr}
 	if d := time.Since(firstAt).Seconds(); d > 0 {
 		res.SteadyEventsPerSec = (float64(n) - firstRows) / d

@@ -441,12 +441,13 @@ func runSink(ctx context.Context, args []string) error {
 	group := fs.String("group", "sluice-sink", "consumer group")
 	batch := fs.Int("batch-size", analytics.DefaultBatchSize, "rows per insert")
 	flush := fs.Duration("flush-interval", time.Second, "insert at least this often when rows are waiting")
+	inserts := fs.Int("inserts", analytics.DefaultSinkInserts, "batches inserting at once, each on its own connection (1–3; commits stay in poll order)")
 	verbose := fs.Bool("v", false, "log at info level")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	return analytics.RunSink(ctx, analytics.SinkConfig{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix).All(), Group: *group,
-		ClickHouseAddr: *ch, Database: *db, BatchSize: *batch, FlushInterval: *flush}, logger(*verbose))
+		ClickHouseAddr: *ch, Database: *db, BatchSize: *batch, Inserts: *inserts, FlushInterval: *flush}, logger(*verbose))
 }
 
 func runTopics(ctx context.Context, args []string) error {
