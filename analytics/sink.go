@@ -29,7 +29,7 @@ const (
 	DefaultSinkGroup     = "sluice-sink"
 	DefaultBatchSize     = 100000
 	DefaultFlushInterval = time.Second
-	DefaultSinkInserts   = 2
+	DefaultSinkInserts   = 1
 )
 
 // Insert retry and timing knobs. Variables so tests can shorten them.
