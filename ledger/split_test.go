@@ -202,7 +202,38 @@ func TestSplitOf(t *testing.T) {
 		if scope, i, ok := SplitOf(c.name); scope != c.scope || i != c.i || ok != c.ok {
 			t.Errorf("SplitOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
 		}
+		if scope, i, ok := schemas.SplitScopeOf([]byte(c.name)); string(scope) != c.scope || i != c.i || ok != c.ok {
+			t.Errorf("SplitScopeOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
+		}
 	}
+}
+
+// FuzzSplitOf: any name either is a scope of its own or splits into a
+// non-empty scope without '#' and an index below partitionsMax that,
+// joined again (SubScope), is the name itself: one spelling per
+// sub-scope, so one partition of sluice.requests.
+func FuzzSplitOf(f *testing.F) {
+	for _, s := range []string{"openai:org/proj#0", "a#12", "a#63", "a#64", "a#012", "#1", "a#", "a#1#2", "a#1000", "a#99999999999999999999", "plain"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		scope, i, ok := SplitOf(name)
+		if bs, bi, bok := schemas.SplitScopeOf([]byte(name)); string(bs) != scope || bi != i || bok != ok {
+			t.Fatalf("SplitScopeOf(%q) = %q, %d, %v; SplitOf %q, %d, %v", name, bs, bi, bok, scope, i, ok)
+		}
+		if !ok {
+			if scope != name {
+				t.Fatalf("SplitOf(%q) = %q, not a sub-scope but not the name either", name, scope)
+			}
+			return
+		}
+		if scope == "" || strings.Contains(scope, SplitSep) || i < 0 || i >= partitionsMax {
+			t.Fatalf("SplitOf(%q) = %q, %d: not a sub-scope", name, scope, i)
+		}
+		if back := SubScope(scope, i); back != name {
+			t.Fatalf("SplitOf(%q) = %q, %d, which spells %q", name, scope, i, back)
+		}
+	})
 }
 
 // tokenHotConfig is hotConfig's scope with the deployment's provider
