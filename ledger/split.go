@@ -249,6 +249,9 @@ func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
 	share := func(v int64) int64 { return v/int64(n) + boolInt(int64(i) < v%int64(n)) }
 	b.Capacity, b.Guaranteed, b.BorrowReserve = share(b.Capacity), share(b.Guaranteed), share(b.BorrowReserve)
 	if b.Refill == RefillToken && b.WindowMs > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+		if b.LimitWindowMs == 0 {
+			b.LimitWindowMs = b.WindowMs // the limit's, as configured
+		}
 		b.WindowMs = (b.PeriodMs + b.Capacity - 1) / b.Capacity // a share's burst holds one unit
 	}
 	return b, ""
