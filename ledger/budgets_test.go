@@ -103,6 +103,18 @@ func (s *budgetStack) apply(scope string, ev *schemas.Event) {
 	}
 }
 
+// outScopes is the scopes that have decisions, sorted: a loop that draws
+// random numbers per decision ranges over these, not over the map, so
+// that a seed reproduces.
+func (s *budgetStack) outScopes() []string {
+	names := make([]string, 0, len(s.out))
+	for n := range s.out {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
 // tick advances time by ms and ticks every partition.
 func (s *budgetStack) tick(ms int64) {
 	s.nowMs += ms

@@ -245,6 +245,12 @@ type BucketConfig struct {
 	// WindowMs is the enforcement window of token and ramp buckets
 	// (default 1 000, at most PeriodMs).
 	WindowMs int64 `json:"window_ms,omitempty"`
+	// LimitWindowMs is, in a split scope's sub-scope, the window_ms of
+	// the limit this bucket is a share of, when SplitLimit lengthened
+	// WindowMs so that the share bursts one unit: what the admin API shows
+	// as the limit, so that setting what it shows sets the same limit. The
+	// bucket enforces WindowMs.
+	LimitWindowMs int64 `json:"limit_window_ms,omitempty"`
 	// ResetOffsetMs shifts fixed-window boundaries (e.g. a provider's
 	// midnight in its time zone).
 	ResetOffsetMs int64 `json:"reset_offset_ms,omitempty"`

@@ -38,11 +38,11 @@ import (
 // change no decision).
 
 // SplitSep separates a split scope's name from its sub-scope index.
-const SplitSep = "#"
+const SplitSep = schemas.SubScopeSep
 
 // partitionsMax bounds ScopeConfig.Partitions (a budget's holders are
 // bounded too: budget.Config.HoldersMax).
-const partitionsMax = 64
+const partitionsMax = schemas.SubScopesMax
 
 // PartitionScope returns the sub-scope of scope that decides a request
 // of key when the scope is split over n partitions (n ≤ 1: scope
@@ -64,23 +64,13 @@ func PartitionScope(scope string, n int, key string) string {
 func SubScope(scope string, i int) string { return scope + SplitSep + strconv.Itoa(i) }
 
 // SplitOf returns the split scope that name is a sub-scope of (ok false:
-// name is not "<scope>#<i>" with i a decimal index below partitionsMax,
-// so it is a scope of its own), for views that show a split scope as one.
-func SplitOf(name string) (scope string, i int, ok bool) {
-	scope, idx, found := strings.Cut(name, SplitSep)
-	if !found || scope == "" || idx == "" || len(idx) > 1 && idx[0] == '0' || strings.Contains(idx, SplitSep) {
-		return name, 0, false
-	}
-	for _, c := range idx {
-		if c < '0' || c > '9' {
-			return name, 0, false
-		}
-	}
-	if i, _ = strconv.Atoi(idx); i >= partitionsMax {
-		return name, 0, false
-	}
-	return scope, i, true
-}
+// name is not "<scope>#<i>" with one "#", a non-empty scope and i a
+// decimal index below partitionsMax without leading zeros, so it is a
+// scope of its own), for views that show a split scope as one. It is the
+// one definition of a sub-scope's name: the partitioner of
+// sluice.requests (through schemas.SplitScopeOf, on the floor below), the
+// views and the CLI read names with it.
+func SplitOf(name string) (scope string, i int, ok bool) { return schemas.SplitScopeOf(name) }
 
 // ScopePartitions returns how many sub-scopes scope was split into (1:
 // not split), as a gateway needs it to choose one (PartitionScope).
@@ -259,6 +249,9 @@ func SplitLimit(b BucketConfig, n, i int) (BucketConfig, string) {
 	share := func(v int64) int64 { return v/int64(n) + boolInt(int64(i) < v%int64(n)) }
 	b.Capacity, b.Guaranteed, b.BorrowReserve = share(b.Capacity), share(b.Guaranteed), share(b.BorrowReserve)
 	if b.Refill == RefillToken && b.WindowMs > 0 && b.Capacity*b.WindowMs < b.PeriodMs {
+		if b.LimitWindowMs == 0 {
+			b.LimitWindowMs = b.WindowMs // the limit's, as configured
+		}
 		b.WindowMs = (b.PeriodMs + b.Capacity - 1) / b.Capacity // a share's burst holds one unit
 	}
 	return b, ""

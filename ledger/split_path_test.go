@@ -39,14 +39,15 @@ func TestSplitScopeNoRoundTripOnThePath(t *testing.T) {
 				ev.ReserveRequested.Path = []schemas.PathLevel{{Level: LevelKey, ID: key}, {Level: LevelDeployment, ID: "dep"}}
 			}))
 		}
-		for sc, outs := range s.out {
+		for _, sc := range s.outScopes() {
+			outs := s.out[sc]
+			s.out[sc] = nil
 			for _, o := range outs {
 				if o.Decision.Status == schemas.StatusGranted {
 					lat = append(lat, s.nowMs-sentAt[o.RequestID])
 					s.apply(sc, reconcile(o.RequestID, 100, 50))
 				}
 			}
-			s.out[sc] = s.out[sc][:0]
 		}
 	}
 	if len(lat) != 10000 {

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -201,7 +202,38 @@ func TestSplitOf(t *testing.T) {
 		if scope, i, ok := SplitOf(c.name); scope != c.scope || i != c.i || ok != c.ok {
 			t.Errorf("SplitOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
 		}
+		if scope, i, ok := schemas.SplitScopeOf([]byte(c.name)); string(scope) != c.scope || i != c.i || ok != c.ok {
+			t.Errorf("SplitScopeOf(%q) = %q, %d, %v; want %q, %d, %v", c.name, scope, i, ok, c.scope, c.i, c.ok)
+		}
 	}
+}
+
+// FuzzSplitOf: any name either is a scope of its own or splits into a
+// non-empty scope without '#' and an index below partitionsMax that,
+// joined again (SubScope), is the name itself: one spelling per
+// sub-scope, so one partition of sluice.requests.
+func FuzzSplitOf(f *testing.F) {
+	for _, s := range []string{"openai:org/proj#0", "a#12", "a#63", "a#64", "a#012", "#1", "a#", "a#1#2", "a#1000", "a#99999999999999999999", "plain"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		scope, i, ok := SplitOf(name)
+		if bs, bi, bok := schemas.SplitScopeOf([]byte(name)); string(bs) != scope || bi != i || bok != ok {
+			t.Fatalf("SplitScopeOf(%q) = %q, %d, %v; SplitOf %q, %d, %v", name, bs, bi, bok, scope, i, ok)
+		}
+		if !ok {
+			if scope != name {
+				t.Fatalf("SplitOf(%q) = %q, not a sub-scope but not the name either", name, scope)
+			}
+			return
+		}
+		if scope == "" || strings.Contains(scope, SplitSep) || i < 0 || i >= partitionsMax {
+			t.Fatalf("SplitOf(%q) = %q, %d: not a sub-scope", name, scope, i)
+		}
+		if back := SubScope(scope, i); back != name {
+			t.Fatalf("SplitOf(%q) = %q, %d, which spells %q", name, scope, i, back)
+		}
+	})
 }
 
 // tokenHotConfig is hotConfig's scope with the deployment's provider
@@ -400,8 +432,6 @@ func TestSplitLimit(t *testing.T) {
 	}
 }
 
-// minuteTo sums a per-second tally over the minute that ends with second
-// sec: what a per-minute limit bounds.
 // hotRun drives split scope openai:hot over n sub-scopes for seconds of
 // log time: every 50 ms a request of one of 50 keys (seeded), on path(key),
 // whose grant is a quarter of the time released unsent and otherwise
@@ -434,7 +464,9 @@ func (h hotRun) run(s *budgetStack) {
 			ev.ReserveRequested.Path = h.path(key)
 			ev.ReserveRequested.MaxWaitMs = 2000
 		}))
-		for sc, outs := range s.out {
+		for _, sc := range s.outScopes() {
+			outs := s.out[sc]
+			s.out[sc] = nil // what the drain below decides waits for the next step
 			for _, o := range outs {
 				if o.Decision.Status != schemas.StatusGranted || granted[o.RequestID] {
 					continue
@@ -447,7 +479,6 @@ func (h hotRun) run(s *budgetStack) {
 				h.sent(s.nowMs / 1000)
 				s.apply(sc, reconcile(o.RequestID, 100, h.out))
 			}
-			s.out[sc] = s.out[sc][:0]
 		}
 		if h.check != nil {
 			h.check(ms)
@@ -455,6 +486,8 @@ func (h hotRun) run(s *budgetStack) {
 	}
 }
 
+// minuteTo sums a per-second tally over the minute that ends with second
+// sec: what a per-minute limit bounds.
 func minuteTo[N int | int64](at map[int64]N, sec int64) N {
 	var sum N
 	for j := sec - 59; j <= sec; j++ {
@@ -497,5 +530,38 @@ func TestSplitScopeDividesGuarantees(t *testing.T) {
 	}
 	if gSum != 401 || rSum != 3 {
 		t.Errorf("baselines sum to %d, reserves to %d; want 401, 3", gSum, rSum)
+	}
+}
+
+// TestHotRunReproducible: hotRun with one seed draws the same numbers in
+// the same order every run, so a seed that fails reproduces: the same
+// requests are granted and sent, in the same order. It ranged over the
+// map of decisions by scope while drawing, and the draws followed Go's
+// map order.
+func TestHotRunReproducible(t *testing.T) {
+	run := func() []string {
+		cfg, err := ParseConfig([]byte(hotConfig(4, 600)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newBudgetStack(t, cfg)
+		s.home = map[string]string{
+			SplitBudgetID("openai:hot", "dep", schemas.DimRequests):    SubScope("openai:hot", 0),
+			SplitBudgetID("openai:hot", "dep", schemas.DimTotalTokens): SubScope("openai:hot", 1),
+		}
+		hotRun{n: 4, seed: 7, seconds: 30, out: 50, path: keyDepPath, sent: func(int64) {}}.run(s)
+		var log []string // every sub-scope's inputs, in order
+		for i := range 4 {
+			for _, r := range s.logs[SubScope("openai:hot", i)] {
+				log = append(log, fmt.Sprintf("%d %d %s %s", i, r.atMs, r.ev.Type, r.ev.ID))
+			}
+		}
+		return log
+	}
+	first := run()
+	for i := range 5 {
+		if again := run(); !reflect.DeepEqual(again, first) {
+			t.Fatalf("run %d: %d inputs, first run %d: the same seed did not reproduce", i+2, len(again), len(first))
+		}
 	}
 }

@@ -419,6 +419,10 @@ func (c *Config) finishProviders(getenv func(string) string, add func(string, st
 		if !strings.HasPrefix(p.BaseURL, "http://") && !strings.HasPrefix(p.BaseURL, "https://") {
 			add(at+".base_url", "%q must start with http:// or https://", p.BaseURL)
 		}
+		if _, ok := kindFieldsOf[p.Kind]; slices.Contains(schemas.ProviderKinds, p.Kind) && !ok {
+			// Without the adapters no kind's fields would be checked.
+			add(at+".kind", "no adapter of kind %s is linked into this program: it registers the fields a kind needs (config.RegisterKind); import _ \"github.com/sluice-dev/sluice/admission/provider\"", p.Kind)
+		}
 		kindFields(p, at, add)
 		if p.APIKeyEnv != "" {
 			p.apiKey = getenv(p.APIKeyEnv)
@@ -706,7 +710,9 @@ type KindFields struct {
 var kindFieldsOf = map[schemas.ProviderKind]KindFields{}
 
 // RegisterKind records the fields the adapter of kind reads. It is called
-// from the adapters' init, before any Load.
+// from the adapters' init, before any Load; Load refuses a provider of a
+// kind that none registered (a program without admission/provider linked
+// in would otherwise check no kind's fields).
 func RegisterKind(kind schemas.ProviderKind, f KindFields) { kindFieldsOf[kind] = f }
 
 // kindFields fills p's defaults of its kind and adds a problem, at the

@@ -248,20 +248,6 @@ func (t *claudeTranslation) refuse(format string, args ...any) {
 	}
 }
 
-// ClaudeUntranslatable lists what of an OpenAI chat body the translation
-// to Anthropic Messages does not carry, each naming its field. Empty: the
-// request translates.
-func ClaudeUntranslatable(body []byte) []string {
-	return translateChatToClaude(body, nil).why
-}
-
-// claudeRequestBody translates an OpenAI chat body into a Messages body
-// for upstreamModel; defaultMax is the route's default output (see
-// ClaudeMaxTokens).
-func claudeRequestBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, bool, error) {
-	return translateChatToClaude(body, nil).body(upstreamModel, defaultMax)
-}
-
 // body is the Messages body of the translation for upstreamModel (""
 // the client's model) with defaultMax the route's default output, and
 // whether response_format went as a forced tool, or why it does not

@@ -26,7 +26,7 @@ func FuzzClaudeRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		why := ClaudeUntranslatable(body)
+		why := claudeWhy(body)
 		out, _, err := claudeRequestBody(body, "claude-sonnet-4-5", 2048)
 		if (len(why) == 0) != (err == nil) {
 			t.Fatalf("refusals %q but error %v", why, err)
@@ -71,7 +71,7 @@ func FuzzClaudeResponsesRequest(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		why := ClaudeResponsesUntranslatable(body)
+		why := claudeResponsesWhy(body)
 		out, _, err := claudeResponsesBody(body, "claude-sonnet-4-5", 2048)
 		if (len(why) == 0) != (err == nil) || len(why) > claudeReasonsMax {
 			t.Fatalf("refusals %q but error %v", why, err)

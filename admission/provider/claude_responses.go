@@ -76,18 +76,6 @@ type responsesPart struct {
 	FileID   string `json:"file_id"`
 }
 
-// ClaudeResponsesUntranslatable lists what of a Responses API body the
-// translation to Anthropic Messages does not carry, each naming its field.
-func ClaudeResponsesUntranslatable(body []byte) []string {
-	return translateResponsesToClaude(body).why
-}
-
-// claudeResponsesBody translates a Responses API body into a Messages
-// body for upstreamModel.
-func claudeResponsesBody(body []byte, upstreamModel string, defaultMax int64) ([]byte, bool, error) {
-	return translateResponsesToClaude(body).body(upstreamModel, defaultMax)
-}
-
 func translateResponsesToClaude(body []byte) *claudeTranslation {
 	t := &claudeTranslation{}
 	in, msgs, where := responsesToChat(t, body)

@@ -70,7 +70,7 @@ func TestClaudeResponsesRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ClaudeResponsesUntranslatable([]byte(tc.in)); !reflect.DeepEqual(got, tc.want) {
+			if got := claudeResponsesWhy([]byte(tc.in)); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 		})

@@ -146,12 +146,12 @@ func TestClaudeRefusals(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := ClaudeUntranslatable([]byte(tc.in))
+			got := claudeWhy([]byte(tc.in))
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got  %q\nwant %q", got, tc.want)
 			}
 			if _, _, err := claudeRequestBody([]byte(tc.in), "m", 0); err == nil {
-				t.Error("claudeRequestBody translated what ClaudeUntranslatable refuses")
+				t.Error("claudeRequestBody translated what claudeWhy refuses")
 			}
 		})
 	}

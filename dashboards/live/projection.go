@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/ledger"
 	"github.com/sluice-dev/sluice/schemas"
 )
@@ -1284,16 +1283,13 @@ func (p *Projection) strandedRows(tenant string, filter bool, sec int64) []Stran
 // viewScope is the scope the view shows an event of ledger scope scope
 // under: the provider scope of a split scope's sub-scope "<scope>#<i>"
 // (split true), as the gateways' partitioner reads the name
-// (bus.SubScopeKey), or scope itself.
+// (ledger.SplitOf), or scope itself.
 func viewScope(scope string) (shown string, split bool) {
 	if !strings.Contains(scope, ledger.SplitSep) {
 		return scope, false
 	}
-	base, _, ok := bus.SubScopeKey([]byte(scope))
-	if !ok {
-		return scope, false
-	}
-	return string(base), true
+	base, _, ok := ledger.SplitOf(scope)
+	return base, ok
 }
 
 func counters(v *vec, inFlight, queued int64) Counters {

@@ -1,10 +1,10 @@
 package bus
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
+	"github.com/sluice-dev/sluice/schemas"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -46,7 +46,7 @@ func PartitionCount(ctx context.Context, cl *kgo.Client, topic string) (int32, e
 // ScopePartitioner is the partitioner of sluice.requests, whose records
 // are keyed by scope: Kafka's (murmur2 of the key, as kgo's
 // StickyKeyPartitioner), except that the sub-scopes of a split hot scope,
-// "<scope>#<i>" (ledger.SubScope), go to consecutive partitions from the
+// "<scope>#<i>" (ledger.SubScope, read by schemas.SplitScopeOf), go to consecutive partitions from the
 // one of "<scope>": sub-scope i to (partition of scope + i) mod n. So the
 // N sub-scopes of a scope split over N ≤ n partitions always land on N
 // different partitions, which is the point of splitting it, whatever the
@@ -64,7 +64,7 @@ func ScopePartitioner() kgo.Partitioner { return kgo.StickyKeyPartitioner(scopeH
 var kafkaHash = kgo.KafkaHasher(murmur2)
 
 func scopeHasher(key []byte, n int) int {
-	base, i, ok := SubScopeKey(key)
+	base, i, ok := schemas.SplitScopeOf(key)
 	if !ok {
 		return kafkaHash(key, n)
 	}
@@ -103,29 +103,4 @@ func murmur2(b []byte) uint32 {
 	h *= m
 	h ^= h >> 15
 	return h
-}
-
-// subScopeIndexMax bounds the index SubScopeKey accepts (the ledger
-// splits a scope over at most 64 partitions).
-const subScopeIndexMax = 999
-
-// SubScopeKey splits a sub-scope's key "<scope>#<i>" into the scope and
-// i (ok false: key is not one: no "#", more than one, an empty scope, or
-// i not a decimal in [0, 999] without leading zeros).
-func SubScopeKey(key []byte) (scope []byte, i int, ok bool) {
-	j := bytes.IndexByte(key, '#')
-	if j <= 0 || bytes.IndexByte(key[j+1:], '#') >= 0 {
-		return nil, 0, false
-	}
-	d := key[j+1:]
-	if len(d) == 0 || len(d) > 3 || (len(d) > 1 && d[0] == '0') {
-		return nil, 0, false
-	}
-	for _, c := range d {
-		if c < '0' || c > '9' {
-			return nil, 0, false
-		}
-		i = i*10 + int(c-'0')
-	}
-	return key[:j], i, i <= subScopeIndexMax
 }

@@ -1,9 +1,7 @@
 package bus
 
 import (
-	"bytes"
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,35 +33,6 @@ func TestDecisionPartitionIsStable(t *testing.T) {
 	}
 }
 
-// TestSubScopeKey: only "<scope>#<i>" with one "#", a scope and a decimal
-// index is a sub-scope key.
-func TestSubScopeKey(t *testing.T) {
-	for _, c := range []struct {
-		key   string
-		scope string
-		i     int
-		ok    bool
-	}{
-		{"openai:hot#0", "openai:hot", 0, true},
-		{"openai:hot#3", "openai:hot", 3, true},
-		{"x#63", "x", 63, true},
-		{"x#999", "x", 999, true},
-		{"x#1000", "", 0, false},
-		{"x#01", "", 0, false},
-		{"x#", "", 0, false},
-		{"#1", "", 0, false},
-		{"a#b#1", "", 0, false},
-		{"x#1a", "", 0, false},
-		{"openai:hot", "", 0, false},
-		{"", "", 0, false},
-	} {
-		scope, i, ok := SubScopeKey([]byte(c.key))
-		if string(scope) != c.scope || i != c.i || ok != c.ok {
-			t.Errorf("SubScopeKey(%q) = %q, %d, %v; want %q, %d, %v", c.key, scope, i, ok, c.scope, c.i, c.ok)
-		}
-	}
-}
-
 // TestScopePartitioner: a key that is not a sub-scope goes where Kafka's
 // default partitioner puts it (every scope stays where it was), and the
 // sub-scopes of any scope split over N ≤ n partitions land on N
@@ -73,7 +42,7 @@ func TestScopePartitioner(t *testing.T) {
 	part := func(tp kgo.TopicPartitioner, key string, n int) int {
 		return tp.Partition(&kgo.Record{Key: []byte(key)}, n)
 	}
-	for _, key := range []string{"openai:gpt-4o", "anthropic:acme", "split:hot:dep:requests", "a#b#1", "x#01"} {
+	for _, key := range []string{"openai:gpt-4o", "anthropic:acme", "split:hot:dep:requests", "a#b#1", "x#01", "x#64", "x#999"} {
 		for _, n := range []int{1, 3, 8} {
 			if got, want := part(ours, key, n), part(kafkas, key, n); got != want {
 				t.Errorf("%q over %d partitions: %d, Kafka's partitioner %d", key, n, got, want)
@@ -119,25 +88,4 @@ func TestKafkaHashIsKafkas(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _ = scopeHasher(key, 8) }); a != 0 {
 		t.Errorf("scopeHasher allocates %v times per call", a)
 	}
-}
-
-// FuzzSubScopeKey: any key either is not a sub-scope key or splits into a
-// non-empty scope without '#' and an index in range that, joined again,
-// is the key itself (one spelling per sub-scope, so one partition).
-func FuzzSubScopeKey(f *testing.F) {
-	for _, s := range []string{"openai:org/proj#0", "a#12", "a#012", "#1", "a#", "a#1#2", "a#1000", "plain"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, key []byte) {
-		scope, i, ok := SubScopeKey(key)
-		if !ok {
-			return
-		}
-		if len(scope) == 0 || bytes.IndexByte(scope, '#') >= 0 || i < 0 || i > subScopeIndexMax {
-			t.Fatalf("SubScopeKey(%q) = %q, %d: not a sub-scope", key, scope, i)
-		}
-		if back := string(scope) + "#" + strconv.Itoa(i); back != string(key) {
-			t.Fatalf("SubScopeKey(%q) = %q, %d, which spells %q", key, scope, i, back)
-		}
-	})
 }

@@ -62,3 +62,33 @@ func bucketsFor(sc ledger.ScopeConfig, tenant string) (out []ledger.BucketConfig
 	}
 	return out
 }
+
+// TestLimitsOfASplitScopeShowsTheConfiguredWindow: a token limit of 100 a
+// minute in a 1 s window, divided over 3 sub-scopes, gets a window of
+// 1765 ms in sub-scope 0 (its share of 34 must burst one unit), but the
+// admin API shows the limit as set, so a GET then a PUT of what it showed
+// leaves the document as it was. It showed 1765, and the PUT lengthened
+// the limit's window.
+func TestLimitsOfASplitScopeShowsTheConfiguredWindow(t *testing.T) {
+	y := strings.Replace(strings.Replace(testYAML, "SEEDHASH", config.HashKey(seedKey), 1), "    - name: s1\n", "    - name: s1\n      partitions: 3\n", 1)
+	file, err := config.Load(strings.NewReader(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := []Limit{{Scope: "s1", Dimension: "requests", Refill: ledger.RefillToken, Capacity: 100, PeriodMs: 60000, WindowMs: 1000}}
+	s, e := Apply(Seed(file), Actor{}, Op{Kind: OpTenantLimits, Tenant: "acme", Limits: set})
+	if e != nil {
+		t.Fatal(e)
+	}
+	got := s.LimitsOf(ledger.LevelTenant, "acme")
+	if len(got) != 1 || got[0] != set[0] {
+		t.Fatalf("acme's limits %+v, want %+v as set", got, set)
+	}
+	again, e := Apply(s, Actor{}, Op{Kind: OpTenantLimits, Tenant: "acme", Limits: got})
+	if e != nil {
+		t.Fatal(e)
+	}
+	if string(again.Ledger) != string(s.Ledger) {
+		t.Errorf("a PUT of the limits a GET showed changed the document:\n%s\nwas\n%s", again.Ledger, s.Ledger)
+	}
+}

@@ -240,7 +240,8 @@ func (s *State) LimitsOf(level, id string) []Limit {
 // partitions (ledger/split.go) is one scope to the admin API: each of
 // its sub-scopes holds a share of a tenant's or team's bucket (a copy of
 // a key's), shown once under the scope's name with the shares summed
-// (setLimits divides a limit of the scope among them, ledger.SplitLimit).
+// (setLimits divides a limit of the scope among them, ledger.SplitLimit),
+// in the limit's window as configured (a share's may be lengthened).
 func limitsOf(doc *ledger.Config, level, id string) []Limit {
 	out := []Limit{}
 	first := map[string]int{} // split scope, dimension, refill → its row in out
@@ -260,8 +261,12 @@ func limitsOf(doc *ledger.Config, level, id string) []Limit {
 			if split {
 				first[k] = len(out)
 			}
+			w := b.WindowMs
+			if split && b.LimitWindowMs > 0 {
+				w = b.LimitWindowMs // the limit's window, not the share's lengthened one
+			}
 			out = append(out, Limit{Scope: name, Dimension: string(b.Dimension), Capacity: b.Capacity,
-				Refill: b.Refill, PeriodMs: b.PeriodMs, WindowMs: b.WindowMs})
+				Refill: b.Refill, PeriodMs: b.PeriodMs, WindowMs: w})
 		}
 	}
 	return out

@@ -6,15 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"sort"
 
 	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/apierr/httperr"
+	"github.com/sluice-dev/sluice/admission/config"
 	"github.com/sluice-dev/sluice/ledger"
 )
 
 // Explainer finds and explains a request of the last day (see
-// ledgerd.Explain) among the partitions of the given provider scopes. It
-// returns ErrNoRequest when the request is not found.
+// ledgerd.Explain) among the partitions of the given scopes: the
+// providers' scopes, which it expands to every sub-scope the config
+// history split them into (ledgerd.ExplainScopes), and the current
+// config's sub-scopes (explainScopes). It returns ErrNoRequest when the
+// request is not found.
 type Explainer func(ctx context.Context, requestID string, scopes []string) (*ledger.Explanation, error)
 
 // ErrNoRequest is what an Explainer returns for a request it cannot find.
@@ -70,7 +76,7 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		fail(notFound)
 		return
 	}
-	x, err := s.explain(r.Context(), reqID, scopes(cfg))
+	x, err := s.explain(r.Context(), reqID, explainScopes(cfg))
 	switch {
 	case errors.Is(err, ErrNoRequest):
 		fail(notFound)
@@ -91,4 +97,22 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	s.m.count("explain")
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(x.ForTenant())
+}
+
+// explainScopes is what an explanation searches: the current config's
+// ledger scopes (scopes) and the providers' scopes themselves, unsplit,
+// so that a request decided before a split (in the scope's own
+// partition, or in a sub-scope of an earlier split, which the explainer
+// finds in the config history) is found, as the CLI finds it. Only the
+// partitions searched widen: the answer is still only ever the caller's
+// tenant's request (handleExplain).
+func explainScopes(cfg *config.Config) []string {
+	out := scopes(cfg)
+	for _, p := range cfg.Providers {
+		if !slices.Contains(out, p.Scope) {
+			out = append(out, p.Scope)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -28,9 +28,17 @@ type BudgetReport struct {
 	ID    string `json:"id"`
 	Unit  string `json:"unit"`
 	Limit int64  `json:"limit"`
-	// Spent is what the budget's holders last reported as used (the sum
-	// over holders of Used in their newest lease message, by Seq).
+	// Spent is what the budget's holders reported as used: the sum over
+	// holders and over the budget's windows of Used in their newest lease
+	// message of the window (by Seq). A rolling budget (a split scope's
+	// provider limit) counts in windows of one slot each, so the newest
+	// message alone is one slot's use.
 	Spent int64 `json:"spent"`
+	// RollingMs is a rolling budget's period (0: a calendar window), and
+	// PeakSpent the most the holders used in any RollingMs: what the
+	// limit bounds, where Spent sums the whole run.
+	RollingMs int64 `json:"rolling_ms,omitempty"`
+	PeakSpent int64 `json:"peak_spent,omitempty"`
 	// GrantedAttempts counts the granted attempts whose path names the
 	// budget's level and subject and that were not given back (released
 	// without usage, refused by the provider, retried, or their hold
@@ -39,9 +47,10 @@ type BudgetReport struct {
 	// holders' reports.
 	GrantedAttempts int64 `json:"granted_attempts"`
 	// Overspend is max(0, max(Spent, GrantedAttempts for unit requests) −
-	// Limit): must be 0.
+	// Limit) (a rolling budget: PeakSpent − Limit, as its attempts are not
+	// counted by window): must be 0.
 	Overspend int64 `json:"overspend"`
-	// UsedPct is 100 × Spent ÷ Limit.
+	// UsedPct is 100 × Spent ÷ Limit (a rolling budget: PeakSpent ÷ Limit).
 	UsedPct float64 `json:"used_pct"`
 	// Granted and Returned are the sums over holders of their cumulative
 	// lease counters at the end of the log.
@@ -117,10 +126,25 @@ type attemptPath struct {
 	ms    int64
 }
 
+// holderSeen is one holder's lease counters of a budget, window by
+// window (by WindowStartMs: the counters start again in each).
 type holderSeen struct {
+	windows      map[int64]*windowSeen
+	firstLeaseMs int64
+}
+
+type windowSeen struct {
 	seq                    int64
 	used, returned, grantd int64
-	firstLeaseMs           int64
+}
+
+func (h *holderSeen) window(startMs int64) *windowSeen {
+	w := h.windows[startMs]
+	if w == nil {
+		w = &windowSeen{}
+		h.windows[startMs] = w
+	}
+	return w
 }
 
 func newBudgetAudit(start time.Time) *budgetAudit {
@@ -133,7 +157,7 @@ func (b *budgetAudit) holder(budget, scope string) *holderSeen {
 	k := [2]string{budget, scope}
 	h := b.holders[k]
 	if h == nil {
-		h = &holderSeen{firstLeaseMs: -1}
+		h = &holderSeen{windows: map[int64]*windowSeen{}, firstLeaseMs: -1}
 		b.holders[k] = h
 	}
 	return h
@@ -171,20 +195,21 @@ func (b *budgetAudit) add(ev *schemas.Event, ts time.Time) {
 	case ev.LeaseRequested != nil:
 		m := ev.LeaseRequested
 		b.msgs[m.Budget]++
-		if h := b.holder(m.Budget, m.Holder); m.Seq > h.seq {
-			h.seq, h.used, h.returned = m.Seq, m.Used, m.Returned
+		if w := b.holder(m.Budget, m.Holder).window(m.WindowStartMs); m.Seq > w.seq {
+			w.seq, w.used, w.returned = m.Seq, m.Used, m.Returned
 		}
 	case ev.LeaseReturned != nil:
 		m := ev.LeaseReturned
 		b.msgs[m.Budget]++
-		if h := b.holder(m.Budget, m.Holder); m.Seq > h.seq {
-			h.seq, h.used, h.returned = m.Seq, m.Used, m.Returned
+		if w := b.holder(m.Budget, m.Holder).window(m.WindowStartMs); m.Seq > w.seq {
+			w.seq, w.used, w.returned = m.Seq, m.Used, m.Returned
 		}
 	case ev.LeaseGranted != nil:
 		m := ev.LeaseGranted
 		b.msgs[m.Budget]++
 		h := b.holder(m.Budget, m.Holder)
-		h.grantd = max(h.grantd, m.Granted)
+		w := h.window(m.WindowStartMs)
+		w.grantd = max(w.grantd, m.Granted)
 		if m.Amount > 0 && (h.firstLeaseMs < 0 || ms < h.firstLeaseMs) {
 			h.firstLeaseMs = ms
 		}
@@ -199,6 +224,9 @@ type budgetDef struct {
 	Subject string `json:"subject"`
 	Unit    string `json:"unit"`
 	Limit   int64  `json:"limit"`
+	// Window and RollingMs: a rolling budget counts over any RollingMs.
+	Window    string `json:"window"`
+	RollingMs int64  `json:"rolling_ms"`
 }
 
 // reports builds the budget reports (nil when the run has no budget).
@@ -259,14 +287,43 @@ func (b *budgetAudit) report(bc budgetDef) BudgetReport {
 	}
 	sort.Slice(r.Holders, func(i, j int) bool { return r.Holders[i].Scope < r.Holders[j].Scope })
 	spent := r.Spent
-	if bc.Unit == "requests" {
+	if bc.Window == "rolling" && bc.RollingMs > 0 {
+		r.RollingMs, r.PeakSpent = bc.RollingMs, b.peakSpent(bc)
+		spent = r.PeakSpent
+	} else if bc.Unit == "requests" {
 		spent = max(spent, r.GrantedAttempts)
 	}
 	r.Overspend = max(0, spent-r.Limit)
 	if r.Limit > 0 {
-		r.UsedPct = 100 * float64(r.Spent) / float64(r.Limit)
+		r.UsedPct = 100 * float64(spent) / float64(r.Limit)
 	}
 	return r
+}
+
+// peakSpent is the most rolling budget bc's holders used in any of its
+// periods: for each window start s, the use of the windows of every
+// holder that start in (s − RollingMs, s].
+func (b *budgetAudit) peakSpent(bc budgetDef) int64 {
+	used := map[int64]int64{} // window start → used, over holders
+	for k, h := range b.holders {
+		if k[0] != bc.ID {
+			continue
+		}
+		for start, w := range h.windows {
+			used[start] += w.used
+		}
+	}
+	var peak int64
+	for s := range used {
+		var sum int64
+		for start, u := range used {
+			if start > s-bc.RollingMs && start <= s {
+				sum += u
+			}
+		}
+		peak = max(peak, sum)
+	}
+	return peak
 }
 
 // fillHolders gives each holder of budget bc (got through get) its lease
@@ -278,7 +335,12 @@ func (b *budgetAudit) fillHolders(bc budgetDef, get func(scope string) *BudgetHo
 			continue
 		}
 		bh := get(k[1])
-		bh.Spent, bh.Granted, bh.Returned, bh.FirstLeaseMs = h.used, h.grantd, h.returned, h.firstLeaseMs
+		bh.FirstLeaseMs = h.firstLeaseMs
+		for _, w := range h.windows {
+			bh.Spent += w.used
+			bh.Granted += w.grantd
+			bh.Returned += w.returned
+		}
 	}
 	for k, ap := range b.paths {
 		if !pathNames(ap.path, bc.Level, bc.Subject) {
@@ -369,8 +431,12 @@ func readBudgets(ctx context.Context, brokers []string, names bus.Names, start t
 // writeBudgets prints budget reports in the text report.
 func writeBudgets(b *strings.Builder, budgets []BudgetReport) {
 	for _, bu := range budgets {
-		fmt.Fprintf(b, "  budget %s: spent %d of %d %s (%.1f %%) · overspend %d · granted attempts %d · leased %d, returned %d · %d lease messages · fallbacks %d (%d charged through the fallback's lease)\n",
-			bu.ID, bu.Spent, bu.Limit, bu.Unit, bu.UsedPct, bu.Overspend, bu.GrantedAttempts, bu.Granted, bu.Returned, bu.LeaseMessages, bu.FallbackRequests, bu.FallbackCharged)
+		of := fmt.Sprintf("spent %d of %d %s", bu.Spent, bu.Limit, bu.Unit)
+		if bu.RollingMs > 0 {
+			of = fmt.Sprintf("spent %d %s, at most %d of %d in any %d ms", bu.Spent, bu.Unit, bu.PeakSpent, bu.Limit, bu.RollingMs)
+		}
+		fmt.Fprintf(b, "  budget %s: %s (%.1f %%) · overspend %d · granted attempts %d · leased %d, returned %d · %d lease messages · fallbacks %d (%d charged through the fallback's lease)\n",
+			bu.ID, of, bu.UsedPct, bu.Overspend, bu.GrantedAttempts, bu.Granted, bu.Returned, bu.LeaseMessages, bu.FallbackRequests, bu.FallbackCharged)
 		for _, h := range bu.Holders {
 			fmt.Fprintf(b, "    lease %s: spent %d · granted attempts %d · fallback attempts %d (%d charged) · leased %d, returned %d · first request %d ms, first lease %d ms (follow %d ms)\n",
 				h.Scope, h.Spent, h.GrantedAttempts, h.FallbackAttempts, h.FallbackCharged, h.Granted, h.Returned, h.FirstRequestMs, h.FirstLeaseMs, h.FollowMs)

@@ -131,7 +131,7 @@ func printExplanationHead(w io.Writer, x *ledger.Explanation) {
 // sub-scope (ledger/split.go) as the provider scope it is part of, since
 // that is the scope the configuration and the other views speak of.
 func scopeWords(scope string) string {
-	if base, i, ok := bus.SubScopeKey([]byte(scope)); ok {
+	if base, i, ok := ledger.SplitOf(scope); ok {
 		return fmt.Sprintf("%s (sub-scope %d of split scope %s)", scope, i, base)
 	}
 	return scope
