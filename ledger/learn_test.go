@@ -1111,3 +1111,59 @@ func TestLearnPaceMargin(t *testing.T) {
 	add(14_501, reconcile("e", 100, 50), 38, "requests 37->38 success")
 	runLearn(t, cfg, steps)
 }
+
+// TestLearnGrowthAfterRoom: the other half of TestLearnAIMD's growth
+// rule. After a cut by an overload (the provider's own state, not shown
+// to be our rate: Peak is set to the cut, Bare is not), growth past
+// Peak still doubles each interval, so the configured 600 is back within
+// 30 accepts (60 → 600); the same cut by bare 429s climbs by the
+// per-accept step only (60 → 65).
+func TestLearnGrowthAfterRoom(t *testing.T) {
+	climb := func(kind schemas.RejectionKind, status int32) (cut, after int64) {
+		cfg := testConfig(rpm("scope", "*", 600, 1000))
+		cfg.Cooldown.RateLimitedMs, cfg.Cooldown.OverloadedMs = 1, 1
+		cfg.Learn.FloorPermille = 100 // 60: one request a second still fits
+		l := New(0, cfg)
+		off := int64(0)
+		var out []Output
+		apply := func(at int64, ev *schemas.Event) {
+			out = l.Apply(at, off, ev, out[:0])
+			off++
+		}
+		// 30 sent in three rounds of the window's 10, all refused: past
+		// the ratio gate (more than 2/3 of the minimum sample of 20) and
+		// the bare gate.
+		for r := range 3 {
+			t0 := int64(1100 * r)
+			for i := range 10 {
+				apply(t0+int64(i), reserve(fmt.Sprintf("r%d-%d", r, i)))
+			}
+			for i := range 10 {
+				ev := rejected(fmt.Sprintf("r%d-%d", r, i), 1, kind, 0)
+				ev.ProviderRejected.HTTPStatus = status
+				apply(t0+100+int64(i), ev)
+			}
+		}
+		cut = enforced(l, schemas.DimRequests)
+		// 30 accepts, one a second (past Peak from the first).
+		for i := range 30 {
+			id := fmt.Sprintf("s%d", i)
+			at := int64(5000 + 1000*i)
+			apply(at, reserve(id))
+			apply(at, reconcile(id, 100, 50))
+		}
+		return cut, enforced(l, schemas.DimRequests)
+	}
+	oc, oa := climb(schemas.KindOverloaded, 529)
+	bc, ba := climb(schemas.KindRateLimited, 429)
+	t.Logf("overloaded: cut to %d, %d after 30 accepts; bare 429: cut to %d, %d", oc, oa, bc, ba)
+	if oc >= 600 || bc >= 600 {
+		t.Fatalf("no cut: overloaded %d, bare %d", oc, bc)
+	}
+	if oa != 600 {
+		t.Errorf("after an overload's cut, 30 accepts grew %d to %d, want the configured 600 (doubling past Peak)", oc, oa)
+	}
+	if ba >= 600 || ba-bc > 25*max(1, bc*3/1000+1) {
+		t.Errorf("after a bare cut, 30 accepts grew %d to %d, want the per-accept step only", bc, ba)
+	}
+}
