@@ -1121,7 +1121,11 @@ func (l *Ledger) learnSuccess(r *res) {
 			// accepted: it has more now (a storm has ended). Like
 			// CUBIC's convex phase, the step doubles each interval, so
 			// that the full rate is back within a few seconds instead of
-			// hundreds of accepts.
+			// hundreds of accepts. Not after a bare cut (e.Bare): that
+			// was the provider's limit as far as anything shows, and the
+			// doubling overshot headerless's 600 RPM to 790–875 every
+			// 15–20 s; past Peak it stays the per-accept step (ledger
+			// README, "The increase").
 			e.Boost++
 		}
 		if e.Aimd >= e.bound(l.headroomOf(e)) {
