@@ -57,6 +57,9 @@ type learnedCap struct {
 	Peak  int64 `json:"pk,omitempty"` // the capacity before the last decrease
 	Boost uint8 `json:"bo,omitempty"` // doublings of the increase since it passed Peak
 	Safe  int64 `json:"sf,omitempty"` // the capacity the last bare cut past the gate set; 0 none
+	// Bare: the last cut was a bare refusal's (no header explained it):
+	// past Peak the increase stays additive (learnSuccess).
+	Bare bool `json:"br,omitempty"`
 	// Slide: the capacity was learned from remaining counts without a
 	// limit (learnRemaining), so the bucket also checks every trailing
 	// window of its grants, Win (slide.go).
@@ -983,7 +986,7 @@ func (l *Ledger) cutBelowGate(ni int32, dd int, bi int32, now int64) {
 		// own (a few percent at random), not our rate.
 		return
 	}
-	e.Aimd, e.Peak, e.Boost = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0
+	e.Aimd, e.Peak, e.Boost, e.Bare = max(e.Safe, e.Eff*lc.decrease()/1000), e.Eff, 0, true
 	e.DecMs, e.IncMs, e.Grow = max(1, now), now, 0
 	l.applyLearned(i, bi, schemas.LearnedRefusal)
 }
@@ -1015,7 +1018,7 @@ func (l *Ledger) cutAgain(ni int32, dd int, bi int32, c *refusalCut) {
 	if next < e.Aimd {
 		e.Aimd = next
 		if c.bare {
-			e.Safe = next
+			e.Safe, e.Bare = next, true
 		}
 		l.applyLearned(i, bi, schemas.LearnedRefusal)
 	}
@@ -1045,7 +1048,7 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 			e.Good = e.Eff
 		}
 	}
-	e.Aimd, e.Peak, e.Boost = max(floor, next), e.Eff, 0
+	e.Aimd, e.Peak, e.Boost, e.Bare = max(floor, next), e.Eff, 0, c.bare
 	if c.bare {
 		e.Safe = e.Aimd
 	}
@@ -1113,16 +1116,20 @@ func (l *Ledger) learnSuccess(r *res) {
 			continue
 		}
 		e.Aimd = min(maxAmount, e.Aimd+step)
-		if (e.Aimd >= e.Peak || (quiet && e.Aimd < e.Good)) && e.Boost < learnBoostMax {
+		if ((e.Aimd >= e.Peak && !e.Bare) || (quiet && e.Aimd < e.Good)) && e.Boost < learnBoostMax {
 			// Past the capacity where the provider last refused, and
 			// accepted: it has more now (a storm has ended). Like
 			// CUBIC's convex phase, the step doubles each interval, so
 			// that the full rate is back within a few seconds instead of
-			// hundreds of accepts.
+			// hundreds of accepts. Not after a bare cut (e.Bare): that
+			// was the provider's limit as far as anything shows, and the
+			// doubling overshot headerless's 600 RPM to 790–875 every
+			// 15–20 s; past Peak it stays the per-accept step (ledger
+			// README, "The increase").
 			e.Boost++
 		}
 		if e.Aimd >= e.bound(l.headroomOf(e)) {
-			e.Aimd, e.Grow, e.Boost, e.Safe = 0, 0, 0, 0
+			e.Aimd, e.Grow, e.Boost, e.Safe, e.Bare = 0, 0, 0, 0, false
 		}
 		e.IncMs = now
 		if bi := l.learnBucket(e.Node, int(e.Dim)); bi >= 0 {
