@@ -872,54 +872,62 @@ func (l *Ledger) learnRefusal(si, ni int32, d int, dimKnown, bare bool) {
 		if bi < 0 {
 			continue
 		}
-		// More than 2/3 refused: the capacity is about the share
-		// accepted of what was sent, far below ×0.7 when the configured
-		// limit is 10–50× the real one (TCP's slow start ends the same
-		// way: at what got through). An attempt counts as accepted
-		// from its grant until it is refused, so the share is not
-		// understated while the accepts' answers are still streaming;
-		// the +1 keeps the estimate above zero.
-		c.share = rej > 2*acc
-		// At least half of a bare provider's attempts refused, and
-		// enough of them to show a rate (learnRateMin): the provider took
-		// about what it accepted, so the rate of accepts over the window
-		// (per the bucket's period) bounds the capacity too. It is what
-		// ends the first overload of a limit configured 10× too high in
-		// one step where the share sent, at a demand below the configured
-		// rate, overestimates it.
-		// (Requests only: the window counts attempts, not tokens; a token
-		// bucket takes the other rows.)
-		c.rate = -1
-		if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
-			c.rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+		l.cutBucket(ni, dd, bi, &c, rej, winMs)
+	}
+}
+
+// cutBucket is a refusal's cut of node ni's learned bucket bi of
+// dimension dd (learnRefusal): which rule applies, given the trailing
+// window's refusals rej over winMs and what c already holds.
+func (l *Ledger) cutBucket(ni int32, dd int, bi int32, c *refusalCut, rej, winMs int64) {
+	attempts, acc, bare, below, now := c.attempts, c.acc, c.bare, c.below, c.now
+	// More than 2/3 refused: the capacity is about the share
+	// accepted of what was sent, far below ×0.7 when the configured
+	// limit is 10–50× the real one (TCP's slow start ends the same
+	// way: at what got through). An attempt counts as accepted
+	// from its grant until it is refused, so the share is not
+	// understated while the accepts' answers are still streaming;
+	// the +1 keeps the estimate above zero.
+	c.share = rej > 2*acc
+	// At least half of a bare provider's attempts refused, and
+	// enough of them to show a rate (learnRateMin): the provider took
+	// about what it accepted, so the rate of accepts over the window
+	// (per the bucket's period) bounds the capacity too. It is what
+	// ends the first overload of a limit configured 10× too high in
+	// one step where the share sent, at a demand below the configured
+	// rate, overestimates it.
+	// (Requests only: the window counts attempts, not tokens; a token
+	// bucket takes the other rows.)
+	c.rate = -1
+	if bare && dd == dRequests && rej >= acc && attempts >= learnRateMin {
+		c.rate = mulSat(acc+1, l.cc.specs[l.st.Buckets[bi].Spec].period) / winMs
+	}
+	// The first bare refusal of a bucket never cut, with at least
+	// learnRateMin attempts in the window: to the rate accepted over
+	// the window (+1, per the bucket's period), gate or not, when
+	// that is below the capacity. Under the gate it cut nothing:
+	// the headerless scenario's first refusal is 1 of ~20 sent, and
+	// at the cooldown's end the queue was released into the
+	// configured 6,000 RPM window (README, "The first bare
+	// refusal").
+	c.first = bare && dd == dRequests && attempts >= learnRateMin && l.neverCut(ni, dd)
+	if c.first {
+		sp := &l.cc.specs[l.st.Buckets[bi].Spec]
+		if r := mulSat(acc+1, sp.period) / winMs; r < sp.capacity {
+			c.rate = r
+		} else {
+			c.first = false // it took at least the capacity: the rules below
 		}
-		// The first bare refusal of a bucket never cut, with at least
-		// learnRateMin attempts in the window: to the rate accepted over
-		// the window (+1, per the bucket's period), gate or not, when
-		// that is below the capacity. Under the gate it cut nothing:
-		// the headerless scenario's first refusal is 1 of ~20 sent, and
-		// at the cooldown's end the queue was released into the
-		// configured 6,000 RPM window (README, "The first bare
-		// refusal").
-		c.first = bare && dd == dRequests && attempts >= learnRateMin && l.neverCut(ni, dd)
-		if c.first {
-			sp := &l.cc.specs[l.st.Buckets[bi].Spec]
-			if r := mulSat(acc+1, sp.period) / winMs; r < sp.capacity {
-				c.rate = r
-			} else {
-				c.first = false // it took at least the capacity: the rules below
-			}
-		}
-		switch {
-		case c.first:
-			l.cutFirst(ni, dd, bi, &c)
-		case below:
-			l.cutBelowGate(ni, dd, bi, now)
-		case l.cutThisInterval(ni, dd, now):
-			l.cutAgain(ni, dd, bi, &c)
-		default:
-			l.cutFirst(ni, dd, bi, &c)
-		}
+	}
+	switch {
+	case c.first:
+		l.cutFirst(ni, dd, bi, c)
+	case below:
+		l.cutBelowGate(ni, dd, bi, now)
+	case l.cutThisInterval(ni, dd, now):
+		l.cutAgain(ni, dd, bi, c)
+	default:
+		l.cutFirst(ni, dd, bi, c)
 	}
 }
 
