@@ -66,6 +66,18 @@ type QueueView struct {
 	// OtherTenantsAhead counts the waiters ahead that belong to other
 	// tenants (all of them, not only those listed in Ahead).
 	OtherTenantsAhead int `json:"other_tenants_ahead"`
+	// SlowStart is set while the scope is in slow start (learn.go,
+	// slowArm): a request can wait with every bucket full because only
+	// an answer frees a slot, and without this the explanation showed
+	// room everywhere and no reason for the wait.
+	SlowStart *SlowStartView `json:"slow_start,omitempty"`
+}
+
+// SlowStartView is a scope's slow start: Window attempts may be in
+// flight, InFlight are.
+type SlowStartView struct {
+	Window   int64 `json:"window"`
+	InFlight int64 `json:"in_flight"`
 }
 
 const queueAheadMax = 20
@@ -474,6 +486,9 @@ func (l *Ledger) queueView(ri int32) *QueueView {
 	r := &l.st.Res[ri]
 	sc := &l.st.Scopes[r.Scope]
 	qv := &QueueView{Depth: len(sc.Queue)}
+	if sc.Slow > 0 {
+		qv.SlowStart = &SlowStartView{Window: sc.Slow, InFlight: sc.Flight}
+	}
 	for i, q := range sc.Queue {
 		if q == ri {
 			qv.Position = i

@@ -81,3 +81,25 @@ func TestRemainingOnlyIsNoRoom(t *testing.T) {
 		{At: 3, Ev: reserve("b", maxWait(5000)), Want: []string{"b/1 queued cooldown_rate_limited queued"}},
 	})
 }
+
+// TestExplainNamesSlowStart: a fallback queued behind slow start has
+// every bucket full; its explanation names the slow start's window and
+// what is in flight, the only reason it waits.
+func TestExplainNamesSlowStart(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 600, 10_000))
+	x, _ := explainRun(t, cfg, "b",
+		reserve("a", attempt(2), maxWait(60_000)),
+		reserve("b", attempt(2), maxWait(60_000)))
+	if len(x.Steps) != 1 {
+		t.Fatalf("steps %+v", x.Steps)
+	}
+	q := x.Steps[0].Queue
+	if q == nil || q.SlowStart == nil || q.SlowStart.Window != 1 || q.SlowStart.InFlight != 1 {
+		t.Fatalf("queue view %+v, want slow start window 1 with 1 in flight", q)
+	}
+	for _, v := range x.Steps[0].Buckets {
+		if v.Limiting {
+			t.Fatalf("bucket %+v marked limiting; slow start is what limits", v)
+		}
+	}
+}

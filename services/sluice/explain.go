@@ -171,6 +171,9 @@ func printExplainStep(w io.Writer, x *ledger.Explanation, s *ledger.ExplainStep,
 	}
 	if q := s.Queue; q != nil {
 		fmt.Fprintf(w, "  queue: position %d of %d; %d ahead (%d of other tenants)\n", q.Position+1, q.Depth, q.AheadTotal, q.OtherTenantsAhead)
+		if ss := q.SlowStart; ss != nil {
+			fmt.Fprintf(w, "  slow start: %d of %d attempts in flight (a fallback's scope the provider has not answered yet; each 2xx doubles the window)\n", ss.InFlight, ss.Window)
+		}
 		for _, a := range q.Ahead {
 			fmt.Fprintf(w, "    %s/%d tenant %s key %s %s, waiting %d ms\n", a.RequestID, a.Attempt, a.Tenant, a.KeyID, a.Class, a.WaitedMs)
 		}
