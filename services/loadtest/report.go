@@ -204,7 +204,12 @@ type Group struct {
 	UpstreamAttempts   int     `json:"upstream_attempts"`
 	RetryAmplification float64 `json:"retry_amplification"`
 	// Provider429 (provider_429_ratio = ÷ upstream attempts) and Local429
-	// (local_429_ratio = ÷ requests) as seen by the client.
+	// (local_429_ratio = ÷ requests) as seen by the client: a provider
+	// 429 counts here only when it is the answer the client got, so a
+	// 429 the gateway retried and then served counts in the top-level
+	// provider_429 (the simulator's own count) and not here. That is why
+	// totals.provider_429 can be well under the top-level figure
+	// (capacity-storm-bare: 2 against 14).
 	Provider429      int      `json:"provider_429"`
 	Provider503      int      `json:"provider_503"`
 	Local429         int      `json:"local_429"`
