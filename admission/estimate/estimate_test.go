@@ -314,14 +314,33 @@ func TestBenchRequestSize(t *testing.T) {
 	}
 }
 
+// BenchmarkEstimate4kTokens estimates a 4,000-token prompt: "unseen" as a
+// prompt not counted before (the text cache off), "repeated" as the same
+// prompt again (from the text cache).
 func BenchmarkEstimate4kTokens(b *testing.B) {
 	req, n := benchRequest(b)
-	est := New(Options{})
-	b.ReportAllocs()
-	for b.Loop() {
-		est.Estimate(req, 0)
-	}
-	b.ReportMetric(float64(n), "prompt_tokens")
+	benchTextCache(b, func(b *testing.B) {
+		est := New(Options{})
+		b.ReportAllocs()
+		for b.Loop() {
+			est.Estimate(req, 0)
+		}
+		b.ReportMetric(float64(n), "prompt_tokens")
+	})
+}
+
+// benchTextCache runs bench as "unseen", with the o200k encoding's text
+// cache off (benchmarks run one at a time, so nothing else counts
+// meanwhile), and as "repeated", with it.
+func benchTextCache(b *testing.B, bench func(*testing.B)) {
+	enc := mustEncoding(b, EncodingO200k)
+	texts := enc.texts
+	b.Run("unseen", func(b *testing.B) {
+		enc.texts = nil
+		defer func() { enc.texts = texts }()
+		bench(b)
+	})
+	b.Run("repeated", bench)
 }
 
 // BenchmarkParseOpenAIChat parses the body of `sluice bench gateway
@@ -352,7 +371,7 @@ func BenchmarkParseOpenAIChat(b *testing.B) {
 
 // BenchmarkEstimateBenchPrompt estimates the request of `sluice bench
 // gateway --process` (a 200-token message whose words recur, as a
-// deployment's do).
+// deployment's do), unseen and repeated (benchTextCache).
 func BenchmarkEstimateBenchPrompt(b *testing.B) {
 	body := []byte(`{"model":"gpt-4o-mini","max_tokens":16,"messages":[{"role":"user","content":"` +
 		strings.Repeat("Say hello to Sluice in five words. ", 25) + `"}]}`)
@@ -360,9 +379,11 @@ func BenchmarkEstimateBenchPrompt(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	est := New(Options{})
-	b.ReportAllocs()
-	for b.Loop() {
-		est.Estimate(req, 0)
-	}
+	benchTextCache(b, func(b *testing.B) {
+		est := New(Options{})
+		b.ReportAllocs()
+		for b.Loop() {
+			est.Estimate(req, 0)
+		}
+	})
 }

@@ -44,13 +44,43 @@ type bpeEncoding struct {
 	// holds its piece, so a hit is exact; a colliding piece replaces it.
 	// Bounded: pieceCacheSize entries of at most smallPiece bytes.
 	merged *[pieceCacheSize]atomic.Pointer[pieceCount]
+	// texts caches the counts of whole texts of textCacheMin–textCacheMax
+	// bytes (nil: none), above the piece cache: a deployment's system
+	// prompts, templates and tool schemas recur request after request,
+	// and a hit costs a hash and a comparison of the text instead of the
+	// pre-tokenizer's scan and a piece lookup per word.
+	texts *textCache
 }
+
+// textCache is bpeEncoding.texts: textCacheSize entries, each holding its
+// text (a copy), so a hit is exact, like the piece cache's. A text is
+// kept only at its second sighting (its hash is first noted in seen),
+// so that one-off texts, most of a chat's user turns, cost an atomic
+// store and no copy, and do not evict the texts that recur. A text whose
+// slot another holds replaces it at its next sighting. Safe for
+// concurrent use: every slot is an atomic word. Bounded: 256 texts of at
+// most 32 KiB (8 MiB per encoding at worst) and 32 KiB of hashes.
+type textCache struct {
+	entries [textCacheSize]atomic.Pointer[pieceCount]
+	seen    [textSeenSize]atomic.Uint64
+}
+
+// Bounds of textCache: the entries (a power of two), the hashes of texts
+// seen once (a power of two), and the sizes of text kept. Under 128 bytes
+// the scan is about as cheap as the hash and the copy; over 32 KiB a text
+// is rarely sent twice, and would pin too much.
+const (
+	textCacheSize = 1 << 8
+	textSeenSize  = 1 << 12
+	textCacheMin  = 128
+	textCacheMax  = 32 << 10
+)
 
 // pieceCacheSize is the number of entries of bpeEncoding.merged (a power
 // of two): at most 4,096 × 64 bytes of pieces per encoding.
 const pieceCacheSize = 1 << 12
 
-// pieceCount is one entry of bpeEncoding.merged.
+// pieceCount is one entry of bpeEncoding.merged and of textCache.
 type pieceCount struct {
 	piece string
 	n     int
@@ -85,7 +115,8 @@ func getEncoding(name string) (*bpeEncoding, error) {
 			l.err = fmt.Errorf("estimate: load %s: %w", name, err)
 			return
 		}
-		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: t, merged: new([pieceCacheSize]atomic.Pointer[pieceCount])}
+		l.enc = &bpeEncoding{name: name, o200k: name == EncodingO200k, ranks: t,
+			merged: new([pieceCacheSize]atomic.Pointer[pieceCount]), texts: new(textCache)}
 	})
 	return l.enc, l.err
 }
@@ -93,6 +124,26 @@ func getEncoding(name string) (*bpeEncoding, error) {
 // Count returns the number of tokens of text (special tokens are treated as
 // ordinary text, as the providers do for user content).
 func (e *bpeEncoding) Count(text string) int {
+	if e.texts == nil || len(text) < textCacheMin || len(text) > textCacheMax {
+		return e.count(text)
+	}
+	h := maphash.String(e.ranks.seed, text)
+	slot := &e.texts.entries[h&(textCacheSize-1)]
+	if tc := slot.Load(); tc != nil && tc.piece == text {
+		return tc.n
+	}
+	n := e.count(text)
+	// seen holds h|1, so that an empty word is never a text's mark.
+	if mark := &e.texts.seen[(h>>8)&(textSeenSize-1)]; mark.Load() == h|1 {
+		slot.Store(&pieceCount{piece: strings.Clone(text), n: n}) // text is a window on the body
+	} else {
+		mark.Store(h | 1)
+	}
+	return n
+}
+
+// count is Count without the text cache.
+func (e *bpeEncoding) count(text string) int {
 	n := 0
 	for p := 0; p < len(text); {
 		var q int

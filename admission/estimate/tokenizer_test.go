@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"unicode/utf8"
 
@@ -172,6 +173,102 @@ func TestPieceCacheExact(t *testing.T) {
 		}
 		if pc := slot.Load(); pc.piece != piece || pc.n != want {
 			t.Fatalf("%s: slot holds %q → %d after the miss, want %q → %d", name, pc.piece, pc.n, piece, want)
+		}
+	}
+}
+
+// textCacheCorpus is many texts around and inside the text cache's
+// bounds: the tokenizer corpus repeated to sizes, and prose, code and
+// JSON of pseudo-random words (deterministic), from 100 bytes to 40 KiB.
+func textCacheCorpus() []string {
+	words := []string{"Sluice", " the", " quota", " governor", "'s", " ledger", ",", " 42", "\n", "  ", "日本語", " ÜBER", "{\"a\":", "1}", "\t", " don't", "😀", " HTTPServer", " 3.14159", "//"}
+	var out []string
+	for _, s := range tokenizerCorpus {
+		if s != "" {
+			out = append(out, strings.Repeat(s, textCacheMin/len(s)+1))
+		}
+	}
+	x := uint32(2463534242)
+	for _, size := range []int{100, textCacheMin - 1, textCacheMin, textCacheMin + 1, 200, 875, 1000, 4000, 16 << 10, textCacheMax - 1, textCacheMax, textCacheMax + 1, 40 << 10} {
+		for range 8 {
+			var sb strings.Builder
+			for sb.Len() < size {
+				x ^= x << 13
+				x ^= x >> 17
+				x ^= x << 5
+				sb.WriteString(words[x%uint32(len(words))])
+			}
+			s := sb.String()
+			for len(s) > size && !utf8.ValidString(s[:size]) {
+				size++ // do not cut a rune
+			}
+			out = append(out, s[:min(size, len(s))])
+		}
+	}
+	return out
+}
+
+// TestTextCacheExact: counts through the text cache, at the first,
+// second and later sightings of a text and from goroutines at once, are
+// the counts without it; a text is kept from its second sighting only,
+// and only within its bounds; an entry another text left in a text's
+// slot is not taken for it.
+func TestTextCacheExact(t *testing.T) {
+	corpus := textCacheCorpus()
+	for _, name := range []string{EncodingCL100k, EncodingO200k} {
+		enc := mustEncoding(t, name)
+		bare := &bpeEncoding{name: enc.name, o200k: enc.o200k, ranks: enc.ranks} // no cache
+		cached := &bpeEncoding{name: enc.name, o200k: enc.o200k, ranks: enc.ranks, merged: enc.merged, texts: new(textCache)}
+		want := make([]int, len(corpus))
+		for i, s := range corpus {
+			want[i] = bare.Count(s)
+		}
+		slotOf := func(s string) *atomic.Pointer[pieceCount] {
+			return &cached.texts.entries[maphash.String(enc.ranks.seed, s)&(textCacheSize-1)]
+		}
+		for sighting := 1; sighting <= 3; sighting++ {
+			var wg sync.WaitGroup
+			for g := range 4 { // the same texts from 4 goroutines at the third sighting
+				if sighting < 3 && g > 0 {
+					break
+				}
+				wg.Go(func() {
+					for i, s := range corpus {
+						if got := cached.Count(s); got != want[i] {
+							t.Errorf("%s sighting %d: Count(%d bytes) = %d, without the cache %d", name, sighting, len(s), got, want[i])
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if sighting > 1 {
+				continue
+			}
+			for _, s := range corpus { // after one sighting, nothing is kept
+				if tc := slotOf(s).Load(); tc != nil && tc.piece == s {
+					t.Fatalf("%s: a %d-byte text is kept after one sighting", name, len(s))
+				}
+			}
+		}
+		kept := 0
+		for _, s := range corpus {
+			tc := slotOf(s).Load()
+			in := len(s) >= textCacheMin && len(s) <= textCacheMax
+			switch {
+			case tc != nil && tc.piece == s && !in:
+				t.Fatalf("%s: a %d-byte text is kept, outside %d–%d", name, len(s), textCacheMin, textCacheMax)
+			case tc != nil && tc.piece == s:
+				kept++
+			}
+		}
+		if kept < textCacheSize/4 {
+			t.Fatalf("%s: %d texts kept after three sightings of %d", name, kept, len(corpus))
+		}
+		s := corpus[len(corpus)/2]
+		other := s[:len(s)-1] + "!"
+		slotOf(s).Store(&pieceCount{piece: other, n: 1})
+		if got, w := cached.Count(s), bare.Count(s); got != w {
+			t.Fatalf("%s: Count with another text in its slot = %d, want %d", name, got, w)
 		}
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/sluice-dev/sluice/admission/apierr"
 	"github.com/sluice-dev/sluice/admission/config"
 )
 
@@ -325,6 +328,53 @@ func TestReadUpstream(t *testing.T) {
 	boom := errors.New("boom")
 	if _, err := readUpstream(iotest.ErrReader(boom), 10, 100); !errors.Is(err, boom) {
 		t.Fatalf("error %v, want boom", err)
+	}
+}
+
+// TestReadBody checks that readBody reads the whole body, or answers the
+// body limit's 413, whatever the declared Content-Length says: declared
+// (read into one buffer of that size), chunked (-1), lying either way,
+// and declared over the limit or over the size hint (io.ReadAll).
+func TestReadBody(t *testing.T) {
+	const limit = 1000
+	for _, tc := range []struct {
+		name     string
+		body     int   // bytes sent
+		declared int64 // Content-Length; -1 = chunked
+		limit    int64
+		status   int // 0: read whole
+	}{
+		{"declared", 700, 700, limit, 0},
+		{"declared at the limit", limit, limit, limit, 0},
+		{"empty", 0, 0, limit, 0},
+		{"chunked", 700, -1, limit, 0},
+		{"short claim", 700, 10, limit, 0},
+		{"long claim", 700, 900, limit, 0},
+		{"declared over the hint", 1<<20 + 10, 1<<20 + 10, 2 << 20, 0},
+		{"declared over the limit", 1500, 1500, limit, http.StatusRequestEntityTooLarge},
+		{"chunked over the limit", 1500, -1, limit, http.StatusRequestEntityTooLarge},
+		{"short claim over the limit", 1500, 100, limit, http.StatusRequestEntityTooLarge},
+		{"one byte over", limit + 1, limit + 1, limit, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := strings.Repeat("x", tc.body)
+			r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", iotest.HalfReader(strings.NewReader(body)))
+			r.ContentLength = tc.declared
+			got, e := readBody(httptest.NewRecorder(), r, tc.limit)
+			switch {
+			case tc.status == 0 && (e != nil || string(got) != body):
+				t.Fatalf("readBody = %d bytes, %v; want the %d bytes sent", len(got), e, tc.body)
+			case tc.status != 0 && (e == nil || e.Status != tc.status || e.Code != apierr.CodeBodyTooLarge):
+				t.Fatalf("readBody = %d bytes, %+v; want %d %s", len(got), e, tc.status, apierr.CodeBodyTooLarge)
+			case tc.status != 0 && !strings.Contains(e.Message, fmt.Sprintf("exceeds the %d-byte limit", tc.limit)):
+				t.Fatalf("413 says %q; want it to name the %d-byte limit", e.Message, tc.limit)
+			}
+		})
+	}
+	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", iotest.ErrReader(errors.New("boom")))
+	r.ContentLength = 100
+	if _, e := readBody(httptest.NewRecorder(), r, limit); e == nil || e.Status != http.StatusBadRequest {
+		t.Fatalf("a failing body read gave %+v, want a 400", e)
 	}
 }
 

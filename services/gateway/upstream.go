@@ -87,6 +87,12 @@ func readUpstream(r io.Reader, size, limit int64) ([]byte, error) {
 	if size < 0 || size > upstreamSizeHintMax {
 		return io.ReadAll(io.LimitReader(r, limit))
 	}
+	return readSized(r, size, limit)
+}
+
+// readSized reads r to EOF, or to limit bytes, into a buffer of size
+// (+1 for the read that sees EOF), growing it only when r holds more.
+func readSized(r io.Reader, size, limit int64) ([]byte, error) {
 	b := make([]byte, 0, min(size, limit)+1) // +1: room for the read that sees EOF
 	for {
 		if len(b) == cap(b) {
