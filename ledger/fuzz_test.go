@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"bytes"
+	"compress/gzip"
 	"testing"
 
 	"github.com/sluice-dev/sluice/schemas"
@@ -8,7 +10,7 @@ import (
 
 // FuzzApply feeds arbitrary event sequences (decoded from the fuzz input,
 // plus raw JSON events) to a ledger and checks that it never panics and
-// keeps its invariants, and that its snapshot restores.
+// keeps its invariants, and that its snapshot restores, plain and gzipped.
 func FuzzApply(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, []byte(`{"v":1,"type":"Tick","id":"x","tick":{}}`))
 	f.Add([]byte("reserve-reconcile-retry-config"), []byte(`{"v":1,"type":"ReserveRequested","id":"x","request_id":"r","scope":"s","reserve_requested":{"path":[{"level":"tenant","id":"t"}],"input_tokens":-1}}`))
@@ -101,11 +103,23 @@ func FuzzApply(f *testing.F) {
 		if _, err := Restore(snap); err != nil {
 			t.Fatalf("restore own snapshot: %v", err)
 		}
-		// Corrupt snapshots must be refused or restore into a usable ledger.
+		// Gzipped, as the ledger service writes it, it restores to the
+		// same state.
+		r, err := Restore(gzipped(t, snap, gzip.BestSpeed))
+		if err != nil {
+			t.Fatalf("restore own gzipped snapshot: %v", err)
+		}
+		if again, _ := r.MarshalSnapshot(); !bytes.Equal(again, snap) {
+			t.Fatal("own gzipped snapshot restores to another state")
+		}
+		// Corrupt snapshots, plain or gzipped, and bytes that only begin
+		// like gzip must be refused or restore into a usable ledger.
 		if len(raw) > 0 {
 			bad := append([]byte(snapshotMagic), raw...)
-			if l2, err := Restore(bad); err == nil {
-				l2.Apply(now+1, l2.Offset(), tick(), nil)
+			for _, b := range [][]byte{bad, gzipped(t, bad, gzip.BestSpeed), append([]byte{0x1f, 0x8b}, raw...)} {
+				if l2, err := Restore(b); err == nil {
+					l2.Apply(now+1, l2.Offset(), tick(), nil)
+				}
 			}
 		}
 	})

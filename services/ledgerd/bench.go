@@ -42,8 +42,12 @@ type KafkaBenchOptions struct {
 	Stages bool
 	// Floor adds the same round trips against an echo in place of the
 	// ledger (see Floor).
-	Floor    bool
-	Progress io.Writer
+	Floor bool
+	// SnapshotPlain is the round-trip member's Config.SnapshotPlain: its
+	// snapshots' state as plain JSON, as before they were gzipped, to
+	// compare the two in one build.
+	SnapshotPlain bool
+	Progress      io.Writer
 }
 
 // RoundTrip is the admission round trip (reserve produced → decision
@@ -83,6 +87,9 @@ type Stages struct {
 	// acknowledged); SnapshotMs p50 and max of those produces.
 	SlowestAtSnapshot float64    `json:"slowest_1pct_at_snapshot"`
 	SnapshotMs        [2]float64 `json:"snapshot_produce_p50_max_ms"`
+	// SnapshotBytes is p50 and max of those records' sizes (gzipped
+	// unless --snapshot-plain).
+	SnapshotBytes [2]int `json:"snapshot_bytes_p50_max"`
 	// CommitMs is p50 and max of those ends (ms); FirstProduceMs p50 and
 	// max of how long the first produce of the transaction after each
 	// took to be acknowledged (the wait for the markers shows here).
@@ -98,16 +105,18 @@ type stageTrace struct {
 	commits [][2]time.Time // each End of the member: start, return
 	firsts  [][2]time.Time // the first produce after each End: sent, acknowledged
 	snaps   [][2]time.Time // each snapshot record: sent, acknowledged
+	snapLen []int          // each snapshot record's size, as snaps
 }
 
-// snapshotProduce wraps next to note when a snapshot record sent at sent
-// was acknowledged.
-func (t *stageTrace) snapshotProduce(sent time.Time, next func(*kgo.Record, error)) func(*kgo.Record, error) {
+// snapshotProduce wraps next to note when a snapshot record of size bytes
+// sent at sent was acknowledged.
+func (t *stageTrace) snapshotProduce(sent time.Time, size int, next func(*kgo.Record, error)) func(*kgo.Record, error) {
 	return func(r *kgo.Record, err error) {
 		next(r, err)
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		t.snaps = append(t.snaps, [2]time.Time{sent, time.Now()})
+		t.snapLen = append(t.snapLen, size)
 	}
 }
 
@@ -209,12 +218,14 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 		return [2]float64{quantile.Nearest(v, 0.5), v[len(v)-1]}
 	}
 	atSnap := 0
-	var snapMs []float64
-	for _, c := range t.snaps {
+	var snapMs, snapLen []float64
+	for i, c := range t.snaps {
 		if !c[1].Before(first) && !c[0].After(last) {
 			snapMs = append(snapMs, ms(c[1].Sub(c[0])))
+			snapLen = append(snapLen, float64(t.snapLen[i]))
 		}
 	}
+	snapBytes := p50max(snapLen)
 	for _, rt := range slow {
 		for _, c := range t.snaps {
 			if !rt.sent.After(c[1]) && !rt.got.Before(c[0]) {
@@ -237,7 +248,8 @@ func (t *stageTrace) stages(rts []timedTrip) *Stages {
 	}
 	return &Stages{Requests: len(send), Send: p(send), Fetch: p(fetch), Decide: p(decide), Deliver: p(deliver),
 		SlowestAtCommit: float64(at) / float64(len(slow)), Commits: commits,
-		SlowestAtSnapshot: float64(atSnap) / float64(len(slow)), SnapshotMs: p50max(snapMs), CommitMs: p50max(commitMs), FirstProduceMs: p50max(firstMs)}
+		SlowestAtSnapshot: float64(atSnap) / float64(len(slow)), SnapshotMs: p50max(snapMs),
+		SnapshotBytes: [2]int{int(snapBytes[0]), int(snapBytes[1])}, CommitMs: p50max(commitMs), FirstProduceMs: p50max(firstMs)}
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -266,6 +278,7 @@ type KafkaBenchResult struct {
 	Bench            string      `json:"bench"`
 	Brokers          string      `json:"brokers"`
 	CommitIntervalMs float64     `json:"commit_interval_ms"`
+	SnapshotPlain    bool        `json:"snapshot_plain"`
 	RoundTrips       []RoundTrip `json:"round_trips"`
 	// Sequential is one client's closed-loop round trip (see sequential).
 	Sequential RoundTrip `json:"sequential"`
@@ -311,6 +324,7 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 		return nil, err
 	}
 	res.CommitIntervalMs = float64(cfg.CommitInterval.Microseconds()) / 1000
+	res.SnapshotPlain = o.SnapshotPlain
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// Round trips: 4 partitions, one in-process ledger member.
@@ -321,7 +335,8 @@ func BenchKafka(ctx context.Context, o KafkaBenchOptions) (*KafkaBenchResult, er
 	defer cleanup()
 	reg := prometheus.NewRegistry()
 	warnings := slog.New(slog.NewTextHandler(o.Progress, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: warnings, Registerer: reg, CommitInterval: o.CommitInterval})
+	svc, err := New(ctx, Config{Brokers: o.Brokers, Topics: names, Group: names.Requests + ".bench", Node: "bench", Log: warnings, Registerer: reg, CommitInterval: o.CommitInterval,
+		SnapshotPlain: o.SnapshotPlain})
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,14 @@ type Config struct {
 	// at least one applied event (default 30s).
 	SnapshotEvery    int
 	SnapshotInterval time.Duration
+	// SnapshotPlain writes a snapshot's state as plain JSON, as ledgers
+	// before the gzipped format did (`sluice ledger --snapshot-plain`).
+	// By default it is gzipped off the loop, about 18 times smaller on a
+	// busy partition; every ledger since reads both. It is for a rolling
+	// upgrade from a ledger that reads only plain snapshots: run the new
+	// one plain until no old one is left, then without it
+	// (docs/ledger-service.md, The snapshot's format).
+	SnapshotPlain bool
 	// TickMinGap bounds how often Tick records are appended to one
 	// partition (default 5ms).
 	TickMinGap time.Duration
@@ -792,7 +800,7 @@ func (s *Service) produce(ctx context.Context) {
 				promise, first = s.trace.firstProduce(s.clock.Now(), promise), false
 			}
 			if s.trace != nil && o.snapshot {
-				promise = s.trace.snapshotProduce(s.clock.Now(), promise)
+				promise = s.trace.snapshotProduce(s.clock.Now(), len(o.value), promise)
 			}
 			s.tx.Produce(ctx, &kgo.Record{Topic: o.topic, Partition: o.partition, Key: o.key, Value: o.value}, promise)
 			s.txnLease = s.txnLease || o.lease
@@ -886,10 +894,11 @@ func (s *Service) commit(ctx context.Context) bool {
 		s.m.transactions.Inc()
 		s.abortsInRow, s.recreatesInRow, s.uncommitted = 0, 0, false
 		s.health.committed(s.clock.Now())
-		for _, ps := range s.parts {
+		for p, ps := range s.parts {
 			for _, o := range ps.pending {
 				if o.snapshot {
 					s.m.snapshots.Inc()
+					s.m.snapBytes.WithLabelValues(strconv.Itoa(int(p))).Set(float64(len(o.value)))
 				}
 			}
 			s.m.applied.Add(float64(ps.pendingInputs))
@@ -1164,8 +1173,15 @@ func (s *Service) snapshot(p int32, ps *partState) {
 	ps.sinceSnapshot = 0
 	ps.lastSnapshot = s.clock.Now()
 	ps.encoding = true
+	plain := s.cfg.SnapshotPlain
 	s.clock.Go(func() {
 		state, err := f.Marshal()
+		if err == nil && !plain {
+			// Compressed here, off the loop like the JSON: the record
+			// is what the member's one transactional connection must
+			// carry before the decisions produced after it.
+			state, err = gzipSnapshot(state)
+		}
 		var b []byte
 		if err == nil {
 			ev.Snapshot = &schemas.Snapshot{Partition: p, InputOffset: f.NextOffset(), LogTimeMs: logTimeMs, State: state}

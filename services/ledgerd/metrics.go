@@ -44,6 +44,9 @@ type metrics struct {
 	queue         *prometheus.GaugeVec
 	oldest        *prometheus.GaugeVec
 	snapAge       *prometheus.GaugeVec
+	// snapBytes is the size of each partition's last committed snapshot
+	// record (gzipped unless Config.SnapshotPlain).
+	snapBytes *prometheus.GaugeVec
 	// fatalErrors counts errors that made the session unusable (classify),
 	// recreates the sessions recreated after one.
 	fatalErrors prometheus.Counter
@@ -76,6 +79,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 		fatalErrors:      prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_fatal_errors_total", Help: "Errors that made the transactional session unusable (fenced producer, refused authorization, aborts without end)."}),
 		recreates:        prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_session_recreates_total", Help: "Transactional sessions recreated after a fatal error."}),
 		peerEvictions:    prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_ledger_peer_evictions_total", Help: "Silent peers this member fenced and removed from the group (a crashed member found before the session timeout)."}),
+		snapBytes:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_bytes", Help: "Size of the partition's last committed snapshot record (gzipped state unless --snapshot-plain)."}, []string{"partition"}),
 		snapAge:          prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_ledger_snapshot_age_seconds", Help: "Time since the partition's last snapshot (or since it was assigned)."}, []string{"partition"}),
 		configRefused:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_ledger_config_refused_total", Help: "ConfigChanged records not applied: no valid admin signature (unsigned, unknown_key, bad_signature), a signed change older than the one in force (rollback), or a document that does not validate (invalid)."}, []string{"reason"}),
 		catchUp:          prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_ledger_catchup_seconds", Help: "Time to restore a partition from snapshot and replay its tail.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 12)}),
@@ -99,6 +103,7 @@ func newMetrics(r prometheus.Registerer) *metrics {
 	m.queue = register(r, m.queue)
 	m.oldest = register(r, m.oldest)
 	m.snapAge = register(r, m.snapAge)
+	m.snapBytes = register(r, m.snapBytes)
 	m.fatalErrors = register(r, m.fatalErrors)
 	m.recreates = register(r, m.recreates)
 	m.configRefused = register(r, m.configRefused)

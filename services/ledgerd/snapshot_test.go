@@ -67,15 +67,31 @@ func TestLatestSnapshotReadsBackwards(t *testing.T) {
 }
 
 // TestSnapshotsOffTheLoop: snapshots encoded off the member's loop are
-// committed, and a partition restored from the newest one and the log after
-// it is, byte for byte, the partition replayed from the start of the log.
+// committed, gzipped or (SnapshotPlain) plain, and a partition restored
+// from the newest one and the log after it is, byte for byte, the
+// partition replayed from the start of the log: a ledger takes over from
+// the plain snapshots of one that predates the gzipped format, and from
+// the gzipped ones of its own version.
 func TestSnapshotsOffTheLoop(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		plain  bool
+		prefix []byte // how the committed state must begin
+	}{
+		{"gzipped", false, []byte{0x1f, 0x8b}},
+		{"plain", true, []byte("sluice-ledger-v1\n")},
+	} {
+		t.Run(tt.name, func(t *testing.T) { snapshotsOffTheLoop(t, tt.plain, tt.prefix) })
+	}
+}
+
+func snapshotsOffTheLoop(t *testing.T, plain bool, prefix []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	rig := newKfakeRig(t, ctx, "snapasync.", 1, benchLedgerConfig, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := New(ctx, Config{Brokers: rig.brokers, Topics: rig.names, Group: "snapasync", Node: "n1", Log: quiet,
-		Registerer: prometheus.NewRegistry(), SnapshotEvery: 50, SnapshotInterval: time.Hour})
+		Registerer: prometheus.NewRegistry(), SnapshotEvery: 50, SnapshotInterval: time.Hour, SnapshotPlain: plain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +131,9 @@ func TestSnapshotsOffTheLoop(t *testing.T) {
 	if snap == nil || snap.InputOffset < end-100 {
 		t.Fatalf("no snapshot within 100 inputs of the log's end %d: %+v", end, snap)
 	}
+	if !bytes.HasPrefix(snap.State, prefix) {
+		t.Fatalf("snapshot state begins %q, want %q", snap.State[:min(len(snap.State), 20)], prefix)
+	}
 	// The snapshot carries its state's log time (D7: it was always 0, so
 	// /v1/sluice/usage never had an observed_at_ms).
 	at, err := ledger.Restore(snap.State)
@@ -146,4 +165,70 @@ func TestSnapshotsOffTheLoop(t *testing.T) {
 	if !bytes.Equal(a, b) {
 		t.Fatalf("restored from the snapshot at input offset %d (+%d replayed) differs from the full replay of %d inputs", snap.InputOffset, restored.replayed, end)
 	}
+}
+
+// TestGzipSnapshotRoundTrip: gzipSnapshot's output is what ledger.Restore
+// reads (it inflates with the standard library what klauspost's encoder
+// wrote) and restores to the frozen state, and on a busy partition it is a
+// small part of the plain state.
+func TestGzipSnapshotRoundTrip(t *testing.T) {
+	for _, n := range []int{0, 1, 2000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			plain, err := heldPartition(t, n).Freeze().Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gz, err := gzipSnapshot(plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n >= 2000 && len(gz)*10 > len(plain) {
+				t.Errorf("%d reservations: gzipped %d of %d bytes, want at least 10 times smaller", n, len(gz), len(plain))
+			}
+			r, err := ledger.Restore(gz)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := r.MarshalSnapshot(); !bytes.Equal(got, plain) {
+				t.Fatalf("%d reservations: the gzipped snapshot restores to another state", n)
+			}
+		})
+	}
+}
+
+// heldPartition is a partition's ledger holding n granted reservations,
+// unreconciled, as a busy partition snapshots it.
+func heldPartition(tb testing.TB, n int) *ledger.Ledger {
+	tb.Helper()
+	cfg, err := ledger.ParseConfig([]byte(benchLedgerConfig))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l := ledger.New(0, cfg)
+	for i := range n {
+		ev := benchReserve(fmt.Sprintf("r-%d", i))
+		if out := l.Apply(1_000_000+int64(i/10), int64(i), ev, nil); len(out) != 1 || out[0].Decision.Status != schemas.StatusGranted {
+			tb.Fatalf("reserve %d not granted: %+v", i, out)
+		}
+	}
+	return l
+}
+
+// BenchmarkGzipSnapshot is what gzipping a busy partition's snapshot
+// (6,000 reservations held) costs the encoding goroutine, and how small it
+// gets (bytes/snapshot, against plain_bytes).
+func BenchmarkGzipSnapshot(b *testing.B) {
+	plain, err := heldPartition(b, 6000).Freeze().Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var gz []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		if gz, err = gzipSnapshot(plain); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(plain)), "plain_bytes")
+	b.ReportMetric(float64(len(gz)), "bytes/snapshot")
 }

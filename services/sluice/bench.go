@@ -74,6 +74,7 @@ type benchFlags struct {
 	cpuprofile, sluiceBin          string
 	dur, commitEvery               time.Duration
 	keep, process, stages, floor   bool
+	snapshotPlain                  bool
 	rpm                            int64
 	gwProcs                        int
 }
@@ -97,6 +98,7 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	commitEvery := fs.Duration("commit-interval", 0, "ledger-kafka: the ledger's --commit-interval (0 = its default)")
 	stages := fs.Bool("stages", false, "ledger-kafka: split each round trip into send, fetch, decide and deliver (p50/p99 of each)")
 	floor := fs.Bool("floor", false, "ledger-kafka: also measure the same round trips with an echo in place of the ledger (the Kafka hops alone)")
+	snapPlain := fs.Bool("snapshot-plain", false, "ledger-kafka: the ledger's --snapshot-plain (snapshots as plain JSON, as before they were gzipped)")
 	parts := fs.String("partitions", "1,2,4", "hot: the splits of the hot deployment's scope to measure (partitions and ledgers each)")
 	rpm := fs.Int64("rpm", 0, "hot: the hot deployment's requests-per-minute limit (0 = 100000000: the path, not the limit)")
 	sluiceBin := fs.String("sluice-bin", "", "gateway --process: the sluice binary the stack's processes run (default: this one), to compare another build under the same driver")
@@ -107,7 +109,7 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	}
 	return benchFlags{n: *n, events: *events, conc: *conc, batch: *batch, rounds: *rounds, inserts: *inserts,
 		brokers: *brokers, chAddr: *chAddr, reuse: *reuse, parts: *parts, cpuprofile: *cpuprofile,
-		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, rpm: *rpm, gwProcs: *gwProcs, sluiceBin: *sluiceBin}, nil
+		dur: *dur, commitEvery: *commitEvery, keep: *keep, process: *process, stages: *stages, floor: *floor, snapshotPlain: *snapPlain, rpm: *rpm, gwProcs: *gwProcs, sluiceBin: *sluiceBin}, nil
 }
 
 // runNamedBench runs benchmark name and returns its result, to be printed
@@ -126,7 +128,7 @@ func runNamedBench(ctx context.Context, name string, f benchFlags, whatIfProfile
 		return benchGateway(ctx, f.n, f.conc)
 	case "ledger-kafka":
 		return ledgerd.BenchKafka(ctx, ledgerd.KafkaBenchOptions{Brokers: bus.SplitBrokers(f.brokers), Duration: f.dur,
-			SustainEvents: f.n, CommitInterval: f.commitEvery, Stages: f.stages, Floor: f.floor, Progress: os.Stderr})
+			SustainEvents: f.n, CommitInterval: f.commitEvery, Stages: f.stages, Floor: f.floor, SnapshotPlain: f.snapshotPlain, Progress: os.Stderr})
 	case "hot":
 		ps, err := intList(f.parts)
 		if err != nil {

@@ -404,6 +404,7 @@ func runLedger(ctx context.Context, args []string) error {
 	group := ledgerGroupFlag(fs, "consumer group")
 	snapEvery := fs.Int("snapshot-every", 10000, "write a partition snapshot after this many events")
 	snapInterval := fs.Duration("snapshot-interval", 30*time.Second, "write a partition snapshot after this long")
+	snapPlain := fs.Bool("snapshot-plain", false, "write snapshots as plain JSON, not gzipped: for a rolling upgrade while ledgers that read only plain snapshots still run (docs/ledger-service.md, The snapshot's format)")
 	commitEvery := fs.Duration("commit-interval", ledgerd.DefaultCommitInterval, "end the open transaction after this long; decisions are produced, and acted on, before it commits (each commit delays the decisions of a few ms)")
 	metricsAddr := fs.String("metrics", "", "serve Prometheus /metrics and the liveness check /healthz on this address (e.g. 127.0.0.1:9101)")
 	peerDeadAfter := fs.Duration("peer-dead-after", ledgerd.DefaultPeerDeadAfter, "fence and evict a peer member whose heartbeats stopped this long ago (negative: leave it to the group session timeout)")
@@ -429,7 +430,7 @@ func runLedger(ctx context.Context, args []string) error {
 			configsig.EnvPublicKey + " (docs/admin-api.md, Signed config changes)")
 	}
 	return ledgerd.Run(ctx, ledgerd.Config{Brokers: bus.SplitBrokers(*brokers), Topics: bus.NamesWithPrefix(*prefix), Node: *node, Group: *group,
-		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, CommitInterval: *commitEvery, PeerDeadAfter: *peerDeadAfter, Health: health, Log: log})
+		SnapshotEvery: *snapEvery, SnapshotInterval: *snapInterval, SnapshotPlain: *snapPlain, CommitInterval: *commitEvery, PeerDeadAfter: *peerDeadAfter, Health: health, Log: log})
 }
 
 func runSink(ctx context.Context, args []string) error {
