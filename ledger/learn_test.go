@@ -938,8 +938,8 @@ func TestLearnBareSafe(t *testing.T) {
 	runLearn(t, cfg, steps)
 }
 
-// TestLearnQuietGrowth: a scope that sent for learnGoodMs (10 s; whole
-// 5 s slots of its trailing minute) without a refusal took the capacity it had (Good, here the configured
+// TestLearnQuietGrowth: a scope that sent for at least 5 s (whole 5 s
+// slots, TestLearnGoodStretch) without a refusal before the overload took the capacity it had (Good, here the configured
 // 6,000). Cut below it, once no unexplained refusal has come for
 // learnQuietIntervals (3) intervals, the capacity also grows by time,
 // 2^Boost/16 of itself an interval with Boost doubling each
@@ -1165,5 +1165,78 @@ func TestLearnGrowthAfterRoom(t *testing.T) {
 	}
 	if ba >= 600 || ba-bc > 25*max(1, bc*3/1000+1) {
 		t.Errorf("after a bare cut, 30 accepts grew %d to %d, want the per-accept step only", bc, ba)
+	}
+}
+
+// TestLearnGoodStretch: the first cut of a bucket counts the capacity it
+// had as one the provider took (learnedCap.Good) when, in the trailing
+// minute of the scope's sent window, a run of at least 5 s of whole
+// slots with grants and no unexplained refusal ends where the current
+// overload's refusals begin (sentWindow.goodStretch). Each case sends
+// one request every Every ms from 0 at 6,000 RPM configured, answers it
+// 100 ms later with a 2xx, or with a bare 429 when Refuse says so or
+// from Storm on, until the first cut; Good must then be Want. Until
+// 2026-12-04 the rule was the slots that ended 10 s before the cut all
+// clean (sentWindow.cleanBefore): the first two cases, cut at 11.1 s and
+// 10.1 s, had no Good (no slot had ended by 1.1 s), which is the bare
+// capacity-storm's case (the storm comes 10 s into the run).
+func TestLearnGoodStretch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		every  int64
+		refuse func(at int64) bool // an earlier, isolated refusal of the request granted at at
+		storm  int64
+		want   int64
+	}{
+		{"clean 10 s", 1000, func(int64) bool { return false }, 10_000, 6000},
+		// 4.1 s → 10.1 s: slot [5 s, 10 s) clean.
+		{"clean 6 s after earlier refusal", 1000, func(at int64) bool { return at == 4000 }, 10_000, 6000},
+		// 3.1 s → 7.1 s: no whole slot between them.
+		{"clean 4 s", 1000, func(at int64) bool { return at == 3000 }, 7_000, 0},
+		// Clean for 10 s, then one refusal in every slot for a minute
+		// (under the bare gate: 1 in ~15): the clean stretch has left
+		// the window.
+		{"clean stretch older than a minute", 333, func(at int64) bool { return at >= 10_000 && at%5000 < 333 }, 76_000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(rpm("scope", "*", 6000, 1000))
+			cfg.Cooldown.RateLimitedMs, cfg.Cooldown.OverloadedMs = 1, 1
+			l := New(0, cfg)
+			var out []Output
+			off := int64(0)
+			step := func(at int64, ev *schemas.Event) {
+				t.Helper()
+				out = l.Apply(at, off, ev, out[:0])
+				off++
+				if err := l.checkInvariants(); err != nil {
+					t.Fatalf("step %d (t=%d %s %s): invariant: %v", off, at, ev.Type, ev.RequestID, err)
+				}
+			}
+			for at := int64(0); at < 120_000; at += tc.every {
+				id := fmt.Sprintf("r%d", at)
+				step(at, reserve(id))
+				if len(out) != 1 || out[0].Decision.Status != schemas.StatusGranted {
+					t.Fatalf("t=%d: %s not granted", at, id)
+				}
+				if at >= tc.storm || tc.refuse(at) {
+					step(at+100, rejected(id, 1, schemas.KindRateLimited, 0))
+				} else {
+					step(at+100, reconcile(id, 100, 50))
+				}
+				if renderAll(l) == "" {
+					continue
+				}
+				if at < tc.storm {
+					t.Fatalf("t=%d: cut before the storm: %s", at+100, renderAll(l))
+				}
+				e := &l.st.Learned[l.learnedIdx(l.nodeIdx[nodeKey{0, 0, "s"}], dRequests)]
+				t.Logf("t=%d: %s, Good %d", at+100, renderAll(l), e.Good)
+				if e.Good != tc.want {
+					t.Fatalf("t=%d: first cut (%s): Good %d, want %d", at+100, renderAll(l), e.Good, tc.want)
+				}
+				return
+			}
+			t.Fatal("never cut")
+		})
 	}
 }
