@@ -1240,3 +1240,89 @@ func TestLearnGoodStretch(t *testing.T) {
 		})
 	}
 }
+
+// TestLearnBareStormModel measures, in log time, the recovery after a
+// capacity storm in the bare dialect (capacity-storm-bare): a provider
+// of 600 RPM (10 at once) configured at 540, 8 requests a second, whose
+// capacity falls to 30 % (180 RPM, 3 at once) from 10 s to 30 s, and
+// which refuses with a bare 429 (no headers). It prints the provider
+// 429s, the requests served in the storm and how many seconds after it
+// two consecutive seconds served 90 % of the offered rate (the
+// loadtest's recovered_s; -1: not within the 50 s), and checks that the
+// full rate is back within 5 s. The scope sent without a refusal for the
+// storm's first 10 s, so its first cut takes the capacity it had as Good
+// (TestLearnGoodStretch) and, once the refusals stop, grows back to it by
+// time. With the rule before 2026-12-04 (the slots that ended 10 s before
+// the cut all clean: none had ended) it had no Good, and the climb was
+// the per-accept one: not back within the run.
+func TestLearnBareStormModel(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 540, 1000))
+	l := New(0, cfg)
+	const full, burst = int64(600), int64(10) // the provider's bucket, per minute
+	const t1, t2, end = int64(10_000), int64(30_000), int64(50_000)
+	rate := func(at int64) (int64, int64) {
+		if at >= t1 && at < t2 {
+			return full * 3 / 10, burst * 3 / 10
+		}
+		return full, burst
+	}
+	level, last := burst*60_000, int64(0)
+	off := int64(0)
+	var out []Output
+	apply := func(at int64, ev *schemas.Event) []Output {
+		out = l.Apply(at, off, ev, out[:0])
+		off++
+		if err := l.checkInvariants(); err != nil {
+			t.Fatalf("t=%d: invariant: %v", at, err)
+		}
+		return append([]Output(nil), out...)
+	}
+	var pending []Output
+	refused, inStorm := 0, 0
+	servedPerS := make([]int, end/1000)
+	send := func(at int64, o Output) {
+		r, b := rate(at)
+		level = min(b*60_000, level+(at-last)*r)
+		last = at
+		if level >= 60_000 {
+			level -= 60_000
+			pending = append(pending, apply(at, reconcileAtt(o.RequestID, o.Attempt, 100, 50))...)
+			servedPerS[at/1000]++
+			if at >= t1 && at < t2 {
+				inStorm++
+			}
+			return
+		}
+		refused++
+		pending = append(pending, apply(at, rejected(o.RequestID, o.Attempt, schemas.KindRateLimited, 0))...)
+	}
+	for at := int64(0); at < end; at += 5 {
+		if at%125 == 0 {
+			pending = append(pending, apply(at, reserve(fmt.Sprintf("r%d", at), class("agent")))...)
+		} else if at%10 == 0 {
+			pending = append(pending, apply(at, tick())...)
+		}
+		for len(pending) > 0 {
+			o := pending[0]
+			pending = pending[1:]
+			if o.Decision.Status == schemas.StatusGranted {
+				send(at, o)
+			}
+		}
+	}
+	recovered := -1
+	for s := int(t2 / 1000); s+1 < len(servedPerS); s++ {
+		if 10*(servedPerS[s]+servedPerS[s+1]) >= 2*9*8 {
+			recovered = s - int(t2/1000)
+			break
+		}
+	}
+	i := l.learnedIdx(l.nodeIdx[nodeKey{0, 0, "s"}], dRequests)
+	t.Logf("%d provider 429s, %d served in the storm (%d allowed), full rate back after %d s; served per s %v", refused, inStorm, 180*20/60, recovered, servedPerS)
+	if i >= 0 {
+		t.Logf("learned now %+v", l.st.Learned[i])
+	}
+	if recovered < 0 || recovered > 5 {
+		t.Errorf("full rate back after %d s (-1: not within the run), want at most 5", recovered)
+	}
+}
