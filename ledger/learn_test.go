@@ -1177,7 +1177,7 @@ func TestLearnGrowthAfterRoom(t *testing.T) {
 // 100 ms later with a 2xx, or with a bare 429 when Refuse says so or
 // from Storm on, until the first cut; Good must then be Want. Until
 // 2026-12-04 the rule was the slots that ended 10 s before the cut all
-// clean (sentWindow.cleanBefore): the first two cases, cut at 11.1 s and
+// clean (the removed sentWindow.cleanBefore): the first two cases, cut at 11.1 s and
 // 10.1 s, had no Good (no slot had ended by 1.1 s), which is the bare
 // capacity-storm's case (the storm comes 10 s into the run).
 func TestLearnGoodStretch(t *testing.T) {
