@@ -213,9 +213,15 @@ func (w *sentWindow) refusedShare(now int64) (refused, attempts int64) {
 // without an unexplained refusal, that ends where the current overload's
 // refusals begin: the slots with refusals that run back from the current
 // one, which holds the refusal at log time now. Over such a stretch the
-// scope was sending and the provider took it (learnedCap.Good). It is
-// read in whole 5 s slots, so the stretch may be up to two slots longer
-// than it counts, never shorter.
+// scope was sending and the provider took it (learnedCap.Good). A clean
+// slot counts only when the slot before it holds a grant or a refusal:
+// the scope's first slot of sending may hold only its last moments
+// (slots are of log time, not of the scope's start), and counted whole
+// it made the first refusal of headerless, a second into its sending,
+// look like the end of a clean 5 s whenever the start fell late in a
+// slot (Good at the configured 6,000: 81 provider 429s of 1,246 in one
+// run). Slots only shorten what is seen: a stretch counted is at least
+// its slots long.
 func (w *sentWindow) goodStretch(now int64) bool {
 	w.roll(now)
 	n := int64(len(w.Ref))
@@ -226,7 +232,11 @@ func (w *sentWindow) goodStretch(now int64) bool {
 	}
 	var clean int64
 	sent := false
-	for ; k >= lo && w.Ref[k%n] == 0; k-- {
+	for ; k > lo && w.Ref[k%n] == 0; k-- {
+		prev := k - 1
+		if w.Ring[prev%n][dRequests] == 0 && w.Ref[prev%n] == 0 {
+			break // the scope was not sending before this slot began
+		}
 		clean += sentSlotMs
 		sent = sent || w.Ring[k%n][dRequests] > 0
 	}

@@ -1173,7 +1173,7 @@ func TestLearnGrowthAfterRoom(t *testing.T) {
 // minute of the scope's sent window, a run of at least 5 s of whole
 // slots with grants and no unexplained refusal ends where the current
 // overload's refusals begin (sentWindow.goodStretch). Each case sends
-// one request every Every ms from 0 at 6,000 RPM configured, answers it
+// one request every Every ms from From at 6,000 RPM configured, answers it
 // 100 ms later with a 2xx, or with a bare 429 when Refuse says so or
 // from Storm on, until the first cut; Good must then be Want. Until
 // 2026-12-04 the rule was the slots that ended 10 s before the cut all
@@ -1183,20 +1183,26 @@ func TestLearnGrowthAfterRoom(t *testing.T) {
 func TestLearnGoodStretch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
+		from   int64 // the first request
 		every  int64
 		refuse func(at int64) bool // an earlier, isolated refusal of the request granted at at
 		storm  int64
 		want   int64
 	}{
-		{"clean 10 s", 1000, func(int64) bool { return false }, 10_000, 6000},
+		{"clean 10 s", 0, 1000, func(int64) bool { return false }, 10_000, 6000},
 		// 4.1 s → 10.1 s: slot [5 s, 10 s) clean.
-		{"clean 6 s after earlier refusal", 1000, func(at int64) bool { return at == 4000 }, 10_000, 6000},
+		{"clean 6 s after earlier refusal", 0, 1000, func(at int64) bool { return at == 4000 }, 10_000, 6000},
 		// 3.1 s → 7.1 s: no whole slot between them.
-		{"clean 4 s", 1000, func(at int64) bool { return at == 3000 }, 7_000, 0},
+		{"clean 4 s", 0, 1000, func(at int64) bool { return at == 3000 }, 7_000, 0},
 		// Clean for 10 s, then one refusal in every slot for a minute
 		// (under the bare gate: 1 in ~15): the clean stretch has left
 		// the window.
-		{"clean stretch older than a minute", 333, func(at int64) bool { return at >= 10_000 && at%5000 < 333 }, 76_000, 0},
+		{"clean stretch older than a minute", 0, 333, func(at int64) bool { return at >= 10_000 && at%5000 < 333 }, 76_000, 0},
+		// Sending began 4 s into slot [0, 5 s) and the overload 1 s
+		// later: the slot is clean but not whole (headerless's start).
+		{"sending began late in its slot", 4000, 250, func(int64) bool { return false }, 5_000, 0},
+		// The same start, the overload 7 s later: [5 s, 10 s) is whole.
+		{"late start, clean slot after it", 4000, 250, func(int64) bool { return false }, 11_000, 6000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(rpm("scope", "*", 6000, 1000))
@@ -1212,7 +1218,7 @@ func TestLearnGoodStretch(t *testing.T) {
 					t.Fatalf("step %d (t=%d %s %s): invariant: %v", off, at, ev.Type, ev.RequestID, err)
 				}
 			}
-			for at := int64(0); at < 120_000; at += tc.every {
+			for at := tc.from; at < 120_000; at += tc.every {
 				id := fmt.Sprintf("r%d", at)
 				step(at, reserve(id))
 				if len(out) != 1 || out[0].Decision.Status != schemas.StatusGranted {
