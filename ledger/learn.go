@@ -63,9 +63,10 @@ type learnedCap struct {
 	// Slide: the capacity was learned from remaining counts without a
 	// limit (learnRemaining), so the bucket also checks every trailing
 	// window of its grants, Win (slide.go).
-	// Good is the capacity the provider took for learnGoodMs without an
-	// unexplained refusal before the AIMD term began (learnTimeStep);
-	// 0 none.
+	// Good is the capacity the provider took over a stretch of at least
+	// learnGoodStretchMs without an unexplained refusal that ended where
+	// the overload that began the AIMD term began (goodStretch,
+	// learnTimeStep); 0 none.
 	Good int64 `json:"gd,omitempty"`
 	// Pace is extra delivery margin per grant, in ms, of a requests
 	// bucket paced at one request per window (paceBound), learned from
@@ -207,21 +208,39 @@ func (w *sentWindow) refusedShare(now int64) (refused, attempts int64) {
 	return refused, max(refused, w.sum(dRequests, now))
 }
 
-// cleanBefore reports whether the window's slots that ended by log time
-// t hold a grant and no unexplained refusal: the scope was sending then,
-// and the provider took it.
-func (w *sentWindow) cleanBefore(t int64) bool {
-	sent := false
-	for k := w.Cur - sentSlots; k <= w.Cur; k++ {
-		if k < 0 || (k+1)*sentSlotMs > t {
-			continue
-		}
-		if w.Ref[k%(sentSlots+1)] > 0 {
-			return false
-		}
-		sent = sent || w.Ring[k%(sentSlots+1)][dRequests] > 0
+// goodStretch reports whether the window's trailing minute holds a run
+// of whole slots, at least learnGoodStretchMs long, with a grant and
+// without an unexplained refusal, that ends where the current overload's
+// refusals begin: the slots with refusals that run back from the current
+// one, which holds the refusal at log time now. Over such a stretch the
+// scope was sending and the provider took it (learnedCap.Good). A clean
+// slot counts only when the slot before it holds a grant or a refusal:
+// the scope's first slot of sending may hold only its last moments
+// (slots are of log time, not of the scope's start), and counted whole
+// it made the first refusal of headerless, a second into its sending,
+// look like the end of a clean 5 s whenever the start fell late in a
+// slot (Good at the configured 6,000: 81 provider 429s of 1,246 in one
+// run). Slots only shorten what is seen: a stretch counted is at least
+// its slots long.
+func (w *sentWindow) goodStretch(now int64) bool {
+	w.roll(now)
+	n := int64(len(w.Ref))
+	lo := max(0, w.Cur-sentSlots)
+	k := w.Cur
+	for k >= lo && w.Ref[k%n] > 0 {
+		k-- // the overload's refusals
 	}
-	return sent
+	var clean int64
+	sent := false
+	for ; k > lo && w.Ref[k%n] == 0; k-- {
+		prev := k - 1
+		if w.Ring[prev%n][dRequests] == 0 && w.Ref[prev%n] == 0 {
+			break // the scope was not sending before this slot began
+		}
+		clean += sentSlotMs
+		sent = sent || w.Ring[k%n][dRequests] > 0
+	}
+	return sent && clean >= learnGoodStretchMs
 }
 
 // sum is what the window counts for dimension d at log time now.
@@ -1052,7 +1071,7 @@ func (l *Ledger) cutFirst(ni int32, dd int, bi int32, c *refusalCut) {
 	}
 	if e.Aimd == 0 {
 		e.Good = 0
-		if l.st.Scopes[l.st.Nodes[ni].Scope].Sent.cleanBefore(c.now - learnGoodMs) {
+		if l.st.Scopes[l.st.Nodes[ni].Scope].Sent.goodStretch(c.now) {
 			e.Good = e.Eff
 		}
 	}
@@ -1146,10 +1165,20 @@ func (l *Ledger) learnSuccess(r *res) {
 	}
 }
 
-// learnGoodMs is how long a scope must have sent without an unexplained
-// refusal for the capacity it had then to count as one the provider
-// takes (learnedCap.Good).
+// learnGoodMs is how long after its last change a learned pace margin
+// is halved (learnPaceDecay).
 const learnGoodMs = 10_000
+
+// learnGoodStretchMs is how long a scope must have sent without an
+// unexplained refusal, up to the first refusal of an overload, for the
+// capacity it had then to count as one the provider takes
+// (learnedCap.Good, sentWindow.goodStretch). Judged against the
+// overload's start, not as the slots that ended 10 s before the cut all
+// clean: in capacity-storm-bare the storm comes 10 s into the run, so
+// those slots were the run's first seconds, or held the learning's own
+// earlier refusals; Good stayed 0 and the recovery after the storm was
+// the per-accept climb (capacity_storm.recovered_s -1 in most runs).
+const learnGoodStretchMs = 5_000
 
 // learnQuietIntervals is how many learn intervals without a refusal the
 // headers do not explain make a scope quiet (learnTimeStep).

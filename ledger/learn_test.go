@@ -938,8 +938,8 @@ func TestLearnBareSafe(t *testing.T) {
 	runLearn(t, cfg, steps)
 }
 
-// TestLearnQuietGrowth: a scope that sent for learnGoodMs (10 s; whole
-// 5 s slots of its trailing minute) without a refusal took the capacity it had (Good, here the configured
+// TestLearnQuietGrowth: a scope that sent for at least 5 s (whole 5 s
+// slots, TestLearnGoodStretch) without a refusal before the overload took the capacity it had (Good, here the configured
 // 6,000). Cut below it, once no unexplained refusal has come for
 // learnQuietIntervals (3) intervals, the capacity also grows by time,
 // 2^Boost/16 of itself an interval with Boost doubling each
@@ -1165,5 +1165,170 @@ func TestLearnGrowthAfterRoom(t *testing.T) {
 	}
 	if ba >= 600 || ba-bc > 25*max(1, bc*3/1000+1) {
 		t.Errorf("after a bare cut, 30 accepts grew %d to %d, want the per-accept step only", bc, ba)
+	}
+}
+
+// TestLearnGoodStretch: the first cut of a bucket counts the capacity it
+// had as one the provider took (learnedCap.Good) when, in the trailing
+// minute of the scope's sent window, a run of at least 5 s of whole
+// slots with grants and no unexplained refusal ends where the current
+// overload's refusals begin (sentWindow.goodStretch). Each case sends
+// one request every Every ms from From at 6,000 RPM configured, answers it
+// 100 ms later with a 2xx, or with a bare 429 when Refuse says so or
+// from Storm on, until the first cut; Good must then be Want. Until
+// 2026-12-04 the rule was the slots that ended 10 s before the cut all
+// clean (the removed sentWindow.cleanBefore): the first two cases, cut at 11.1 s and
+// 10.1 s, had no Good (no slot had ended by 1.1 s), which is the bare
+// capacity-storm's case (the storm comes 10 s into the run).
+func TestLearnGoodStretch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		from   int64 // the first request
+		every  int64
+		refuse func(at int64) bool // an earlier, isolated refusal of the request granted at at
+		storm  int64
+		want   int64
+	}{
+		{"clean 10 s", 0, 1000, func(int64) bool { return false }, 10_000, 6000},
+		// 4.1 s → 10.1 s: slot [5 s, 10 s) clean.
+		{"clean 6 s after earlier refusal", 0, 1000, func(at int64) bool { return at == 4000 }, 10_000, 6000},
+		// 3.1 s → 7.1 s: no whole slot between them.
+		{"clean 4 s", 0, 1000, func(at int64) bool { return at == 3000 }, 7_000, 0},
+		// Clean for 10 s, then one refusal in every slot for a minute
+		// (under the bare gate: 1 in ~15): the clean stretch has left
+		// the window.
+		{"clean stretch older than a minute", 0, 333, func(at int64) bool { return at >= 10_000 && at%5000 < 333 }, 76_000, 0},
+		// Sending began 4 s into slot [0, 5 s) and the overload 1 s
+		// later: the slot is clean but not whole (headerless's start).
+		{"sending began late in its slot", 4000, 250, func(int64) bool { return false }, 5_000, 0},
+		// The same start, the overload 7 s later: [5 s, 10 s) is whole.
+		{"late start, clean slot after it", 4000, 250, func(int64) bool { return false }, 11_000, 6000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(rpm("scope", "*", 6000, 1000))
+			cfg.Cooldown.RateLimitedMs, cfg.Cooldown.OverloadedMs = 1, 1
+			l := New(0, cfg)
+			var out []Output
+			off := int64(0)
+			step := func(at int64, ev *schemas.Event) {
+				t.Helper()
+				out = l.Apply(at, off, ev, out[:0])
+				off++
+				if err := l.checkInvariants(); err != nil {
+					t.Fatalf("step %d (t=%d %s %s): invariant: %v", off, at, ev.Type, ev.RequestID, err)
+				}
+			}
+			for at := tc.from; at < 120_000; at += tc.every {
+				id := fmt.Sprintf("r%d", at)
+				step(at, reserve(id))
+				if len(out) != 1 || out[0].Decision.Status != schemas.StatusGranted {
+					t.Fatalf("t=%d: %s not granted", at, id)
+				}
+				if at >= tc.storm || tc.refuse(at) {
+					step(at+100, rejected(id, 1, schemas.KindRateLimited, 0))
+				} else {
+					step(at+100, reconcile(id, 100, 50))
+				}
+				if renderAll(l) == "" {
+					continue
+				}
+				if at < tc.storm {
+					t.Fatalf("t=%d: cut before the storm: %s", at+100, renderAll(l))
+				}
+				e := &l.st.Learned[l.learnedIdx(l.nodeIdx[nodeKey{0, 0, "s"}], dRequests)]
+				t.Logf("t=%d: %s, Good %d", at+100, renderAll(l), e.Good)
+				if e.Good != tc.want {
+					t.Fatalf("t=%d: first cut (%s): Good %d, want %d", at+100, renderAll(l), e.Good, tc.want)
+				}
+				return
+			}
+			t.Fatal("never cut")
+		})
+	}
+}
+
+// TestLearnBareStormModel measures, in log time, the recovery after a
+// capacity storm in the bare dialect (capacity-storm-bare): a provider
+// of 600 RPM (10 at once) configured at 540, 8 requests a second, whose
+// capacity falls to 30 % (180 RPM, 3 at once) from 10 s to 30 s, and
+// which refuses with a bare 429 (no headers). It prints the provider
+// 429s, the requests served in the storm and how many seconds after it
+// two consecutive seconds served 90 % of the offered rate (the
+// loadtest's recovered_s; -1: not within the 50 s), and checks that the
+// full rate is back within 5 s. The scope sent without a refusal for the
+// storm's first 10 s, so its first cut takes the capacity it had as Good
+// (TestLearnGoodStretch) and, once the refusals stop, grows back to it by
+// time. With the rule before 2026-12-04 (the slots that ended 10 s before
+// the cut all clean: none had ended) it had no Good, and the climb was
+// the per-accept one: not back within the run.
+func TestLearnBareStormModel(t *testing.T) {
+	cfg := testConfig(rpm("scope", "*", 540, 1000))
+	l := New(0, cfg)
+	const full, burst = int64(600), int64(10) // the provider's bucket, per minute
+	const t1, t2, end = int64(10_000), int64(30_000), int64(50_000)
+	rate := func(at int64) (int64, int64) {
+		if at >= t1 && at < t2 {
+			return full * 3 / 10, burst * 3 / 10
+		}
+		return full, burst
+	}
+	level, last := burst*60_000, int64(0)
+	off := int64(0)
+	var out []Output
+	apply := func(at int64, ev *schemas.Event) []Output {
+		out = l.Apply(at, off, ev, out[:0])
+		off++
+		if err := l.checkInvariants(); err != nil {
+			t.Fatalf("t=%d: invariant: %v", at, err)
+		}
+		return append([]Output(nil), out...)
+	}
+	var pending []Output
+	refused, inStorm := 0, 0
+	servedPerS := make([]int, end/1000)
+	send := func(at int64, o Output) {
+		r, b := rate(at)
+		level = min(b*60_000, level+(at-last)*r)
+		last = at
+		if level >= 60_000 {
+			level -= 60_000
+			pending = append(pending, apply(at, reconcileAtt(o.RequestID, o.Attempt, 100, 50))...)
+			servedPerS[at/1000]++
+			if at >= t1 && at < t2 {
+				inStorm++
+			}
+			return
+		}
+		refused++
+		pending = append(pending, apply(at, rejected(o.RequestID, o.Attempt, schemas.KindRateLimited, 0))...)
+	}
+	for at := int64(0); at < end; at += 5 {
+		if at%125 == 0 {
+			pending = append(pending, apply(at, reserve(fmt.Sprintf("r%d", at), class("agent")))...)
+		} else if at%10 == 0 {
+			pending = append(pending, apply(at, tick())...)
+		}
+		for len(pending) > 0 {
+			o := pending[0]
+			pending = pending[1:]
+			if o.Decision.Status == schemas.StatusGranted {
+				send(at, o)
+			}
+		}
+	}
+	recovered := -1
+	for s := int(t2 / 1000); s+1 < len(servedPerS); s++ {
+		if 10*(servedPerS[s]+servedPerS[s+1]) >= 2*9*8 {
+			recovered = s - int(t2/1000)
+			break
+		}
+	}
+	i := l.learnedIdx(l.nodeIdx[nodeKey{0, 0, "s"}], dRequests)
+	t.Logf("%d provider 429s, %d served in the storm (%d allowed), full rate back after %d s; served per s %v", refused, inStorm, 180*20/60, recovered, servedPerS)
+	if i >= 0 {
+		t.Logf("learned now %+v", l.st.Learned[i])
+	}
+	if recovered < 0 || recovered > 5 {
+		t.Errorf("full rate back after %d s (-1: not within the run), want at most 5", recovered)
 	}
 }
