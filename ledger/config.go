@@ -940,6 +940,17 @@ type LearnConfig struct {
 	// margin the share keeps of its window per grant instead, (1000 −
 	// permille) × window_ms / 1000 between grants (paceBound).
 	HeadroomPermille int64 `json:"headroom_permille,omitempty"`
+	// PaceDeliveryMs is the delivery allowance of a grant through a
+	// requests bucket whose window holds at most one request (default
+	// 150; negative: none). Such a grant's Decision carries SendAtMs =
+	// its log time + this, and the gateway holds the attempt until then
+	// (at most this long), so the spacing the ledger kept between two
+	// grants is the spacing at the provider even when one grant took
+	// 112 ms to reach the gateway and the next 4 ms (sendAt). It must
+	// exceed the usual grant-to-gateway delay (p95 17 ms, max 112 ms at
+	// load average 4–12); a grant delayed past it arrives late, which
+	// the pace margin covers.
+	PaceDeliveryMs int64 `json:"pace_delivery_ms,omitempty"`
 }
 
 func (c LearnConfig) decrease() int64 { return defOr(c.DecreasePermille, 700, 1, 999) }
@@ -949,6 +960,14 @@ func (c LearnConfig) floor() int64    { return defOr(c.FloorPermille, 10, 1, 100
 func (c LearnConfig) ratioK() int64   { return defOr(c.RatioKPermille, 3000, 1000, 100_000) }
 func (c LearnConfig) bareGate() int64 { return defOr(c.BareGatePermille, 100, 1, 1000) }
 func (c LearnConfig) headroom() int64 { return defOr(c.HeadroomPermille, 970, 1, 1000) }
+
+// delivery is PaceDeliveryMs: 0 when negative (no send-at), at most 10 s.
+func (c LearnConfig) delivery() int64 {
+	if c.PaceDeliveryMs < 0 {
+		return 0
+	}
+	return defOr(c.PaceDeliveryMs, 150, 1, 10_000)
+}
 
 // defOr returns v clamped to [lo, hi], or def when v is 0.
 func defOr(v, def, lo, hi int64) int64 {

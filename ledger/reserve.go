@@ -626,6 +626,9 @@ func (l *Ledger) emitGrant(out []Output, ri int32, gd schemas.GatewayDecision) [
 	}
 	out, d := l.emitTo(out, r)
 	d.Status, d.Borrowed, d.GatewayDecision, d.HoldTTLMs = schemas.StatusGranted, r.Flags&fBorrowed != 0, gd, ttl
+	if gd != schemas.GDEmergencyAdmitted { // an emergency admission was sent before the ledger saw it
+		d.SendAtMs = l.sendAt(r)
+	}
 	if l.cc.anyShadow {
 		d.Shadow = l.shadowGrant(ri)
 	}

@@ -32,7 +32,7 @@ func goldenEvents() []Event {
 	e = env(TypeDecision)
 	e.Decision = &Decision{Status: StatusDenied, Reason: "over_limit", LimitPath: "tenant:acme/key:key-42", LimitDimension: DimInputTokens,
 		Needed: 1200, Available: 800, RetryAfterMs: 1500, Borrowed: true, GatewayDecision: GDRejectedLocally, FallbackAllowed: true,
-		RetryClass: "retryable_capacity", InputPartition: 3, InputOffset: 99, LogTimeMs: 1764460800200, HoldTTLMs: 60000}
+		RetryClass: "retryable_capacity", InputPartition: 3, InputOffset: 99, LogTimeMs: 1764460800200, HoldTTLMs: 60000, SendAtMs: 1764460800350}
 	out = append(out, e)
 	e = env(TypeDispatched)
 	e.Dispatched = &Dispatched{Provider: "openai", Deployment: "gpt4o-east", Model: "gpt-4o", QueueMs: 12, Fallback: true}

@@ -247,6 +247,15 @@ type Decision struct {
 	// HoldTTLMs is how long a grant stays held without a reconcile before
 	// the ledger expires it as abandoned.
 	HoldTTLMs int64 `json:"hold_ttl_ms,omitempty"`
+	// SendAtMs is when a grant should leave the gateway, in log time:
+	// LogTimeMs + the ledger's learn.pace_delivery_ms, set when the
+	// grant's path has a requests bucket whose window holds at most one
+	// request (the ledger spaces such grants one provider interval apart
+	// in log time, and the varying delay from grant to gateway would
+	// otherwise bring two of them closer at the provider). The gateway
+	// holds the attempt until then by its own clock, never longer than
+	// the allowance. 0: send at once.
+	SendAtMs int64 `json:"send_at_ms,omitempty"`
 	// Shadow is what the shadow buckets on the request's path (limits
 	// evaluated, never enforced) would have decided about this grant; nil
 	// when the path has none. Only grants carry it.

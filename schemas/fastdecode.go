@@ -342,7 +342,7 @@ func (d *fastDec) path(dst *[]PathLevel) bool {
 
 var decisionKeys = []string{"status", "reason", "limit_path", "limit_dimension", "needed", "available", "retry_after_ms",
 	"borrowed", "gateway_decision", "fallback_allowed", "retry_class", "input_partition", "input_offset", "log_time_ms",
-	"hold_ttl_ms", "shadow"}
+	"hold_ttl_ms", "send_at_ms", "shadow"}
 
 var shadowKeys = []string{"limited", "reason", "limit_path", "limit_dimension", "needed", "available", "buckets"}
 
@@ -380,6 +380,8 @@ func (d *fastDec) decision(r *Decision) bool {
 		case 14:
 			return d.int64(&r.HoldTTLMs)
 		case 15:
+			return d.int64(&r.SendAtMs)
+		case 16:
 			s := new(ShadowVerdict)
 			r.Shadow = s
 			return d.object(shadowKeys, func(i int) bool {

@@ -201,6 +201,7 @@ func (w *fastEnc) decision(d *Decision) {
 	w.int("input_offset", d.InputOffset)
 	w.int("log_time_ms", d.LogTimeMs)
 	w.intOmit("hold_ttl_ms", d.HoldTTLMs)
+	w.intOmit("send_at_ms", d.SendAtMs)
 	if s := d.Shadow; s != nil {
 		w.key("shadow")
 		w.b = append(w.b, '{')

@@ -78,6 +78,12 @@ type call struct {
 	askedAt      time.Time
 	askedScope   string // where the ledger's answer ends a degraded episode
 
+	// The send-at of the last grant and its attempt, and its allowance
+	// (sendhold.go); sendAtMs 0: none pending.
+	sendAtAttempt int32
+	sendAtMs      int64
+	sendAllowance time.Duration
+
 	// degBuckets is what a degraded admission took of the budget, given
 	// back when the request ends (degraded.go).
 	degBuckets []lifecycle.DegradedBucket

@@ -62,6 +62,7 @@ func (c *call) Wait(atMs int64, timer bool) shell.Wake {
 			c.s.m.answer.Observe(time.Since(c.askedAt).Seconds())
 			c.askedAt = time.Time{}
 		}
+		c.noteSendAt(d.Attempt, &d.Decision)
 		return shell.Wake{Kind: shell.WakeDecision, Attempt: d.Attempt, Decision: d.Decision}
 	case <-c.wake.C:
 		return shell.Wake{Kind: shell.WakeTimer}
@@ -75,8 +76,9 @@ func (c *call) Wait(atMs int64, timer bool) shell.Wake {
 }
 
 // Dispatch sends attempt upstream to the route's candidate target
-// (upstream.go).
+// (upstream.go), once its grant's send-at has come (sendhold.go).
 func (c *call) Dispatch(target int, attempt int32) lifecycle.Input {
+	c.holdForSendAt(attempt)
 	return c.dispatch(c.cands[target], attempt)
 }
 

@@ -270,6 +270,9 @@ type metrics struct {
 	// answer is the ledger's round trip as the request path sees it: from
 	// producing a reservation to the first decision on it.
 	answer prometheus.Histogram
+	// sendHold is how long granted attempts with a send-at were held
+	// before their dispatch (sendhold.go).
+	sendHold prometheus.Histogram
 	// lateGrants counts grants not dispatched because they arrived too
 	// long after the ledger's log time, by class and what followed.
 	lateGrants *prometheus.CounterVec
@@ -302,6 +305,9 @@ func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 		answer: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_gateway_ledger_answer_seconds",
 			Help:    "Time from producing a reservation (ReserveRequested, RetryRequested) to the ledger's first decision on it: the ledger round trip on the request path.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
+		sendHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_gateway_send_hold_seconds",
+			Help:    "How long granted attempts with a send-at (a requests bucket paced at one request per window) were held before their dispatch, so that they reach the provider as far apart as the ledger granted them.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 10)}),
 		lateGrants: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_late_grants_total",
 			Help: "Grants released undispatched because they reached the gateway later than late_grant_ms after the ledger decided, by class and action (reserved_again, refused)."}, []string{"class", "action"}),
 	}
@@ -313,7 +319,7 @@ func newMetrics(r prometheus.Registerer, tenantLabels bool) *metrics {
 	m.spend = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_gateway_spend_micro_usd_total",
 		Help: "Spend of reconciled requests by tenant, in micro-USD (the route candidate's prices × the provider's usage)."}, []string{"tenant"})
 	m.tenantLabels = tenantLabels
-	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.lateGrants, m.tokens, m.tenantRequests, m.spend, m.degraded)
+	r.MustRegister(m.requests, m.attempts, m.dropped, m.latency, m.answer, m.sendHold, m.lateGrants, m.tokens, m.tenantRequests, m.spend, m.degraded)
 	m.byKey = newMetricCache(m)
 	return m
 }
