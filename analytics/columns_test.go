@@ -23,20 +23,32 @@ var chTypeOf = map[reflect.Type]column.Type{
 	reflect.TypeFor[[]time.Time](): "DateTime",
 }
 
-// synthCols is n synthetic events (every event type, invalid ones too)
-// as the sink's columns.
-func synthCols(t *testing.T, n int) *eventCols {
+// synthRows is n synthetic events rows (every event type, an invalid
+// record every 97th), at offsets 0..n-1.
+func synthRows(t testing.TB, n int) []Row {
 	t.Helper()
 	recs := synth.Generate(synth.Options{Seed: 3, Requests: n/5 + 1})
-	var c eventCols
-	for i := 0; i < n; i++ {
-		r := &recs[i%len(recs)]
+	if len(recs) < n {
+		t.Fatalf("synth gave %d records, want %d", len(recs), n)
+	}
+	rows := make([]Row, n)
+	for i := range rows {
+		r := &recs[i]
 		value := r.Value
 		if i%97 == 0 {
 			value = value[:len(value)/2] // an invalid record: its decode error and raw payload
 		}
-		row, _ := RowFromRecord(value, RecordPos{Topic: "t", Partition: r.Partition, Offset: int64(i), LogTime: time.UnixMilli(r.LogTimeMs)})
-		c.add(&row)
+		rows[i], _ = RowFromRecord(value, RecordPos{Topic: "t", Partition: r.Partition, Offset: int64(i), LogTime: time.UnixMilli(r.LogTimeMs)})
+	}
+	return rows
+}
+
+// synthCols is synthRows as the sink's columns.
+func synthCols(t testing.TB, n int) *eventCols {
+	t.Helper()
+	var c eventCols
+	for _, r := range synthRows(t, n) {
+		c.add(&r)
 	}
 	return &c
 }
