@@ -2,8 +2,11 @@ package analytics
 
 import (
 	"fmt"
+	"reflect"
 	"time"
+	"unsafe"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -230,12 +233,79 @@ func (c *eventCols) slices() []any {
 	}
 }
 
-// appendTo appends every column to batch b.
+// appendTo appends every column to batch b, each driver column reserved
+// to the batch's size first (reserveColumn).
 func (c *eventCols) appendTo(b driver.Batch) error {
+	cols := b.Columns()
 	for i, s := range c.slices() {
+		if i < len(cols) {
+			rows, bytes := colSize(s)
+			reserveColumn(cols[i], rows, bytes)
+		}
 		if err := b.Column(i).Append(s); err != nil {
 			return fmt.Errorf("column %s: %w", eventColumns[i], err)
 		}
 	}
 	return nil
+}
+
+// colSize is the rows of column slice s and, for a string column, the
+// bytes of its strings.
+func colSize(s any) (rows, bytes int) {
+	v := reflect.ValueOf(s)
+	if v.Kind() != reflect.Slice {
+		return 0, 0
+	}
+	if ss, ok := s.([]string); ok {
+		for _, str := range ss {
+			bytes += len(str)
+		}
+	}
+	return v.Len(), bytes
+}
+
+// reserveColumn grows the driver's column col (a column of a batch
+// PrepareBatch opened) to take rows more rows and, for a String column,
+// bytes more bytes of string data, and says whether it could. It exists
+// because clickhouse-go 2.51 gives each batch a fresh, empty block and no
+// way to reserve its columns: filling them appended value by value, and
+// the regrowth of the string columns (ch-go's proto.ColStr: one Buf of
+// all the bytes, one Pos per row; Go grows a large slice by 1.25×) was
+// 0.9 of the sink's 1.7 client CPU-s per million events (issue 22 item
+// 6). The driver keeps the ch-go column in an unexported field "col", so
+// it is reached through reflect and unsafe; the shapes handled are the
+// ones the events table uses (a slice: the numeric columns; Buf and Pos:
+// String; Data: DateTime). A driver whose columns look otherwise is left
+// alone (false) and filled as before, only slower:
+// TestReserveEventColumns fails on such an upgrade. Reserving changes
+// capacity, never contents, so the rows sent are the same either way.
+func reserveColumn(col column.Interface, rows, bytes int) bool {
+	v := reflect.ValueOf(col)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	f := v.Elem().FieldByName("col")
+	if !f.IsValid() {
+		return false
+	}
+	// An unexported field cannot be set through reflect; the same memory
+	// seen through NewAt can.
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	switch f.Kind() {
+	case reflect.Slice:
+		f.Grow(rows)
+		return true
+	case reflect.Struct:
+		buf, pos := f.FieldByName("Buf"), f.FieldByName("Pos")
+		if buf.IsValid() && pos.IsValid() && buf.Type() == reflect.TypeFor[[]byte]() && pos.Kind() == reflect.Slice {
+			buf.Grow(bytes)
+			pos.Grow(rows)
+			return true
+		}
+		if data := f.FieldByName("Data"); data.IsValid() && data.Kind() == reflect.Slice {
+			data.Grow(rows)
+			return true
+		}
+	}
+	return false
 }

@@ -90,7 +90,7 @@ func parseBenchFlags(name string, args []string) (benchFlags, error) {
 	conc := fs.Int("concurrency", 0, "gateway: clients of the throughput run (0 = 4 × GOMAXPROCS; 16 with --process); hot: closed-loop clients a partition (0 = 256)")
 	chAddr := fs.String("clickhouse", envOr("SLUICE_CLICKHOUSE_ADDR", "127.0.0.1:19000"), "sink, report: ClickHouse native address (env SLUICE_CLICKHOUSE_ADDR)")
 	batch := fs.Int("batch", 0, "sink: rows per insert (0 = the sink's default, 100000)")
-	inserts := fs.Int("inserts", 0, "sink: batches inserting at once (0 = the sink's default, 2)")
+	inserts := fs.Int("inserts", 0, "sink: batches inserting at once (0 = the sink's default, 1)")
 	keep := fs.Bool("keep", false, "report: keep the benchmark database")
 	rounds := fs.Int("rounds", 2, "report: rounds of the report and its clickhouse-client reference, alternated (the best of each is reported)")
 	reuse := fs.String("database", "", "report: measure over this database of an earlier --keep run instead of loading one")
