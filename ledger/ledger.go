@@ -74,6 +74,21 @@ func (l *Ledger) Offset() int64 { return l.st.Next }
 // NowMs returns the ledger's clock: the greatest log time applied so far.
 func (l *Ledger) NowMs() int64 { return l.st.Now }
 
+// Deadline returns the absolute deadline (log time, 0 = none) and the
+// expected service time a held or queued attempt carries, as the ledger
+// decided with them, so that an auditor outside the package (the
+// pipeline simulation) can check a grant against its deadline without
+// deriving either again. ok is false when the ledger holds no such
+// attempt.
+func (l *Ledger) Deadline(requestID string, attempt int32) (deadlineMs, serviceMs int64, ok bool) {
+	ri, ok := l.resFind(requestID, max(1, attempt))
+	if !ok {
+		return 0, 0, false
+	}
+	r := &l.st.Res[ri]
+	return r.Deadline, r.SvcMs, true
+}
+
 // Stats returns the lifecycle counters.
 func (l *Ledger) Stats() Stats { return l.st.Stats }
 

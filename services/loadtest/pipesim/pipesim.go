@@ -83,6 +83,10 @@ type Stats struct {
 	// Expired counts the requests whose context reached its deadline
 	// before they ended (a Wait told so, or the upstream call cut).
 	Expired int
+	// DeadlineChecked counts the grants of attempts with a deadline that
+	// the auditor checked against their expected service time
+	// (checkDeadline).
+	DeadlineChecked int
 	// Zombies and VersionChanges count crashes whose old owner went on
 	// deciding until fenced, and whose new owner was of another version;
 	// Aborted counts decisions produced but never committed (acted on by
@@ -576,6 +580,7 @@ func (p *partition) pump() {
 		r := p.log[off]
 		p.out = p.led.Apply(r.at, off, p.input(off), p.out[:0])
 		for i := range p.out {
+			p.checkDeadline(&p.out[i])
 			p.decided(&p.out[i], true)
 		}
 		for _, lo := range p.led.LeaseOutputs() {
@@ -602,6 +607,30 @@ func (p *partition) pump() {
 			p.tickAt = 0
 			p.append("ledger", &schemas.Event{V: schemas.Version, Type: schemas.TypeTick, ID: p.s.id(), Tick: &schemas.Tick{Reason: "wake"}}, p.s.now)
 		})
+	}
+}
+
+// checkDeadline: no attempt is granted, and so sent upstream, with less of
+// its deadline left than the route's expected service time (issue 20):
+// the grant's log time + the service time the ledger held for it must
+// not pass its deadline. An emergency admission (the ledger degraded) is
+// exempt, as it is from every limit. The ledger checks the same rule in
+// its own seeded simulation (ledger/sim_test.go); here it is checked
+// through the real loop, with crashes, takeovers and the learned service
+// times of this pipeline's provider.
+func (p *partition) checkDeadline(o *ledger.Output) {
+	d := &o.Decision
+	if d.Status != schemas.StatusGranted || d.GatewayDecision == schemas.GDEmergencyAdmitted {
+		return
+	}
+	dl, svc, ok := p.led.Deadline(o.RequestID, o.Attempt)
+	if !ok || dl == 0 {
+		return
+	}
+	p.s.res.Stats.DeadlineChecked++
+	if d.LogTimeMs+svc > dl {
+		p.s.problem("%s/%d: granted at %d with deadline %d and expected service %d ms: sent upstream after its deadline minus the service time",
+			o.RequestID, o.Attempt, d.LogTimeMs, dl, svc)
 	}
 }
 

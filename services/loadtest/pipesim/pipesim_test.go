@@ -48,6 +48,11 @@ func TestPipeline(t *testing.T) {
 		// The gateway shell's paths beyond reserve → dispatch → reconcile.
 		t.Errorf("late grants %d, retries %d, cancels %d, streams %d: want all > 0", total.LateGrants, total.Retries, total.Cancels, total.Streams)
 	}
+	if len(seeds) >= 5 && total.DeadlineChecked == 0 {
+		// The deadline-minus-service-time check (checkDeadline) saw no
+		// grant with a deadline: it would pass whatever the ledger did.
+		t.Errorf("no grant with a deadline was checked against its service time")
+	}
 }
 
 // TestForgedRequestsRefused: requests past tenant t2's entitlement
