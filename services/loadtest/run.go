@@ -816,8 +816,8 @@ func (x *execution) report(ctx context.Context) (*Report, error) {
 	x.faultMu.Unlock()
 	for _, r := range x.records {
 		if r.class == "interactive" && r.outcome != OutSuccess {
-			sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s)",
-				r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision))
+			sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s, %s)",
+				r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision, r.code))
 		}
 	}
 	rep.Stack = sr
