@@ -35,6 +35,10 @@ type Ledger struct {
 	// Per-Apply context.
 	offset int64
 	start  int
+	// prevNow is the clock before this Apply's record: a waiter whose
+	// expiry falls after it was due inside this record's step of log time
+	// (see visit, lateExpiry).
+	prevNow int64
 	// learnedOut holds the CapacityLearned records of the last Apply.
 	learnedOut []LearnedOutput
 	// bud holds the scopes' leases of cross-scope budgets (budgets.go).
@@ -112,6 +116,7 @@ func (l *Ledger) Apply(logTimeMs, offset int64, ev *schemas.Event, out []Output)
 	}
 	l.st.Next = offset + 1
 	prevMs := l.st.Now
+	l.prevNow = prevMs
 	if logTimeMs > l.st.Now {
 		l.st.Now = logTimeMs
 	}

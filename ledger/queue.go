@@ -222,7 +222,7 @@ func (l *Ledger) pumpPass(si int32, out []Output, arrival int32, allowBorrow boo
 // markDeferred sets r.deferred = epoch on every waiter r of sc not yet
 // visited in this pass that has, later in key order and also not yet
 // visited, a waiter u of a class with a smaller age offset that could be
-// granted now (not in backoff, not expired) and
+// granted now (not in backoff, not expired or judged late: lateExpiry) and
 // u.ExpireMs + u.offset < r.ExpireMs + r.offset; it clears the mark of the
 // other unvisited waiters. It reports whether any waiter was marked.
 func (l *Ledger) markDeferred(sc *scopeState) bool {
@@ -241,7 +241,9 @@ func (l *Ledger) markDeferred(sc *scopeState) bool {
 			continue
 		}
 		r.deferred = 0
-		if r.ExpireMs <= now || r.NotBefore > now {
+		if (r.ExpireMs <= now && !l.lateExpiry(r)) || r.NotBefore > now {
+			// A waiter judged late (lateExpiry) takes part: on time it
+			// would have met the rule at its expiry.
 			continue
 		}
 		off := classes[r.ClassIdx].AgeOffsetMs
@@ -279,9 +281,13 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 			r.ExpireMs = min(r.ExpireMs, r.grantBy())
 		}
 	}
+	late := false
 	if ri != w.arrival && r.ExpireMs <= now {
-		l.removeAt(sc, i)
-		return l.expireQueued(ri, out), true
+		if !l.lateExpiry(r) {
+			l.removeAt(sc, i)
+			return l.expireQueued(ri, out), true
+		}
+		late = true
 	}
 	if r.NotBefore > now {
 		w.setWake(r.NotBefore, now)
@@ -293,7 +299,14 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	}
 	off := l.st.Config.Classes[r.ClassIdx].AgeOffsetMs
 	reclaim := !w.allowBorrow || (w.minWaitingOffset >= 0 && w.minWaitingOffset < off)
-	v := l.check(r, true, reclaim)
+	v := l.check(r, !late, reclaim)
+	if late && !v.ok {
+		// Nothing for it at the end of the step either: it expires as it
+		// would have at its expiry, leaving no mark on the buckets for
+		// the waiters behind it.
+		l.removeAt(sc, i)
+		return l.expireQueued(ri, out), true
+	}
 	if v.why == whyCooldown && ri != w.arrival {
 		if l.waitOutCooldown(r, v.fitMs) {
 			l.removeAt(sc, i)
@@ -331,6 +344,7 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	if ri == w.arrival {
 		w.av = v
 	}
+	r.FitMs = v.fitMs
 	if v.why == whyReclaim {
 		w.borrowers = true
 	} else if !v.borrowed {
@@ -345,6 +359,33 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 	w.setWake(r.ExpireMs, now)
 	w.setWake(v.fitMs, now)
 	return out, false
+}
+
+// lateExpiry reports whether waiter r, whose queue expiry has passed, is
+// judged once more at the end of this record's step before it expires: its
+// expiry fell inside the step (after the clock the previous record left),
+// the pump last found it waiting for buckets that would hold it by its
+// expiry (FitMs), it is its class's max wait that ran out (not its
+// deadline, nor a wait it named itself), and it is out of backoff. The ledger sees time only through
+// the log, so when the records that would have woken it stop coming for a
+// while — a broker or machine pause, after which the next record's append
+// time jumps — a refill that fell before the expiry and the expiry itself
+// are seen in the same step. Expiring first then refused a waiter that on
+// time would have been granted: an interactive request of
+// TestStackNoisyNeighborRealBroker on a loaded CI machine (a 467 ms gap in
+// the decisions' log time, one of 241 expired). When its buckets hold what
+// it needs now it is granted — never later than twice its max wait after it
+// queued, nor past its deadline less the route's service time; when they do
+// not, it expires. With the log's records on time the expiry step is a Tick at the
+// expiry, and this decides as before but for a refill that lands in the
+// same millisecond.
+func (l *Ledger) lateExpiry(r *res) bool {
+	now := l.st.Now
+	if r.ExpireMs <= l.prevNow || r.Flags&fOwnWait != 0 || r.NotBefore > now ||
+		r.FitMs <= 0 || r.FitMs > r.ExpireMs || now-r.ExpireMs > l.st.Config.Classes[r.ClassIdx].MaxWaitMs {
+		return false
+	}
+	return r.Deadline == 0 || r.grantBy() > now
 }
 
 // expireQueued ends a reservation that waited past its max wait.

@@ -540,6 +540,7 @@ func (l *Ledger) arrive(ri int32, out []Output) []Output {
 	}
 	d, deny := l.decide(r, &v)
 	if !deny {
+		r.FitMs = v.fitMs
 		l.st.Stats.Queued++
 		// The pump that computes wake times may not have run (empty queue).
 		for _, w := range [2]int64{v.fitMs, r.ExpireMs} {

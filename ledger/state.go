@@ -208,7 +208,11 @@ type res struct {
 	// (service.go), 0 unknown: it is granted only until Deadline − SvcMs
 	// (grantBy). A waiter that arrived unknown takes the route's time when
 	// the pump next visits it with the time known (visit).
-	SvcMs  int64 `json:"sv,omitempty"`
+	SvcMs int64 `json:"sv,omitempty"`
+	// FitMs is when the waiter's buckets would next hold it, as the pump
+	// last found it waiting (0: unknown or never waited): lateExpiry
+	// judges a waiter whose expiry a log-time jump passed by it.
+	FitMs  int64 `json:"ft,omitempty"`
 	MaxAtt int32 `json:"ma,omitempty"`
 	Gen    int32 `json:"g,omitempty"`
 	// Bud lists the cross-scope budgets the request spends (budgets.go);
