@@ -29,6 +29,13 @@ func SDKRetriesError(e *apierr.Error) bool { return !e.Final() && SDKRetries(e.S
 func decisionError(d schemas.Decision, ev *schemas.Event) *apierr.Error {
 	var e *apierr.Error
 	switch {
+	case d.Status == schemas.StatusExpired && d.Reason == schemas.ReasonDeadlineBelowService:
+		// Queued until what was left of its deadline fell below the
+		// route's service time: the same refusal as at arrival, so that a
+		// client (and the loadtest) can tell it from a queue timeout.
+		e = apierr.New(429, apierr.CodeDeadlineBelowService, fmt.Sprintf(
+			"the request waited in the %s queue until its deadline left %d ms, and route %s takes about %d ms to answer (p95 time to first byte plus its output at the route's observed rate), so it was not sent; retry with a longer deadline (X-Sluice-Deadline-Ms or the SDK's timeout)",
+			ev.Class, d.Available, ev.Route, d.Needed))
 	case d.Status == schemas.StatusExpired:
 		e = apierr.New(429, apierr.CodeQueueTimeout, "request waited in the "+ev.Class+" queue past its deadline")
 	case d.Status == schemas.StatusConflict:

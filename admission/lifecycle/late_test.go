@@ -63,6 +63,10 @@ func TestDecisionErrorStatus(t *testing.T) {
 		{"expired", schemas.Decision{Status: schemas.StatusExpired}, 429, apierr.CodeQueueTimeout},
 		{"path missing level", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathMissingLevel, LimitPath: "deployment", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathMissingLevel},
 		{"deadline below service time", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonDeadlineBelowService, Needed: 900, Available: 400, RetryClass: schemas.RetryDeadline}, 429, apierr.CodeDeadlineBelowService},
+		// Queued until the deadline left less than the service time: the
+		// same code, not a queue timeout.
+		{"expired below service time", schemas.Decision{Status: schemas.StatusExpired, Reason: schemas.ReasonDeadlineBelowService, Needed: 1700, Available: 250, RetryClass: schemas.RetryDeadline, GatewayDecision: schemas.GDQueuedThenExpired}, 429, apierr.CodeDeadlineBelowService},
+		{"expired on max wait", schemas.Decision{Status: schemas.StatusExpired, Reason: schemas.ReasonMaxWaitExceeded, RetryClass: schemas.RetryCapacity, GatewayDecision: schemas.GDQueuedThenExpired}, 429, apierr.CodeQueueTimeout},
 		{"path unknown id", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonPathUnknownID, LimitPath: "deployment:evil", RetryClass: schemas.RetryRequestError}, 403, apierr.CodePathUnknownID},
 		// The ledger's entitlement refusals are the gateway's 403s.
 		{"class not entitled", schemas.Decision{Status: schemas.StatusDenied, Reason: schemas.ReasonClassNotEntitled, LimitPath: "tenant:batchco", RetryClass: schemas.RetryRequestError}, 403, apierr.CodeClassNotEntitled},

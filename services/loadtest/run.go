@@ -818,6 +818,10 @@ func (x *execution) report(ctx context.Context) (*Report, error) {
 		if r.class == "interactive" && r.outcome != OutSuccess {
 			sr.InteractiveFailed = append(sr.InteractiveFailed, fmt.Sprintf("%s: sent at %.3fs, ended after %.3fs (status %d, %s, %s)",
 				r.outcome, (r.doneAt-r.latency).Seconds(), r.latency.Seconds(), r.status, r.decision, r.code))
+			if sr.InteractiveFailedCodes == nil {
+				sr.InteractiveFailedCodes = map[string]int{}
+			}
+			sr.InteractiveFailedCodes[r.code]++
 		}
 	}
 	rep.Stack = sr

@@ -78,6 +78,9 @@ type StackReport struct {
 	// each was sent (from the run start), how long it took and how it
 	// ended, to tell a fault's casualties from the steady state's.
 	InteractiveFailed []string `json:"interactive_failed,omitempty"`
+	// InteractiveFailedCodes counts the same requests by their answer's
+	// error code (the ledger's reason where it decided).
+	InteractiveFailedCodes map[string]int `json:"interactive_failed_codes,omitempty"`
 	// Faults lists the faults injected, with their wall time from the
 	// run start.
 	Faults []string `json:"faults,omitempty"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/bus"
 	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/schemas"
 )
 
 // buildSluice builds the sluice binary the stack's processes run.
@@ -74,9 +75,19 @@ func TestStackNoisyNeighborRealBroker(t *testing.T) {
 	ic := rep.Classes["interactive"]
 	// Every interactive request is served, as on the embedded stack: the
 	// ledger service fails none, and aged batch work never takes the
-	// capacity an interactive request needs before its deadline.
-	if ic.Outcomes.Success != ic.Requests {
-		t.Errorf("interactive requests served %d of %d (%+v, %v)", ic.Outcomes.Success, ic.Requests, ic.Outcomes, ic.GatewayDecisions)
+	// capacity an interactive request needs before its deadline. The one
+	// refusal allowed is the deadline rule's (ledger/service.go): when the
+	// route's learned p95 service time leaves a request less of its 2 s
+	// than the call takes, sending it is an upstream call for nothing. On a
+	// starved CI machine that p95 rises with the machine's latency: CI's
+	// run of 483c386 answered one of 241 queued_then_expired 272 ms after
+	// it was sent, under a 300 ms max wait, which only that rule ends so
+	// early (a learned service time of about 1.7 s). Up to 1 % may end so
+	// (the answer's code says which rule); any other ending fails.
+	byRule := st.InteractiveFailedCodes[string(schemas.ReasonDeadlineBelowService)]
+	if ic.Outcomes.Success+byRule != ic.Requests || byRule*100 > ic.Requests {
+		t.Errorf("interactive requests served %d of %d, %d refused by the service-time rule (%+v, %v, %v)",
+			ic.Outcomes.Success, ic.Requests, byRule, ic.Outcomes, ic.GatewayDecisions, st.InteractiveFailed)
 	}
 	if st.TransactionAborts != 0 {
 		t.Errorf("transaction_aborts = %d, want 0 (logs in %s)", st.TransactionAborts, st.LogsDir)
