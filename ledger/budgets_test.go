@@ -27,6 +27,9 @@ type budgetStack struct {
 	// home names the partition (by scope) of budget ids other than
 	// acme-daily's.
 	home map[string]string
+	// down names a partition whose owner is gone: it applies nothing
+	// (not even ticks) and every lease message to it is lost.
+	down string
 }
 
 // route is the partition (named by its scope) that a record key lands in.
@@ -87,6 +90,9 @@ func (s *budgetStack) apply(scope string, ev *schemas.Event) {
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
+		if it.scope == s.down {
+			continue
+		}
 		l := s.parts[it.scope]
 		off := s.offsets[it.scope]
 		s.offsets[it.scope]++
@@ -333,6 +339,106 @@ func TestBudgetLostLeaseMessages(t *testing.T) {
 		if granted < limit*9/10 {
 			t.Errorf("drop every %d: only %d granted of %d", every, granted, limit)
 		}
+	}
+}
+
+// TestBudgetUnreachablePartition is issue 23's failure rule for an
+// unreachable budget partition (its owner dead, not yet taken over): each
+// scope keeps spending what its lease still holds, exactly that, and then
+// grants nothing more of the budget (its requests wait budget_lease and
+// expire), however long the outage; when the partition is back, its
+// holders' resent counters are answered and the budget is spent again,
+// never above its limit.
+func TestBudgetUnreachablePartition(t *testing.T) {
+	const limit = 1000
+	cfg := budgetLedgerConfig(limit, budget.UnitRequests)
+	s := newBudgetStack(t, cfg)
+	s.parts["budget"] = New(2, cfg)
+	s.home = map[string]string{"acme-daily": "budget"} // neither scope's partition
+	scopes := []string{"openai:acme", "anthropic:acme"}
+	n := 0
+	send := func(steps int) {
+		for range steps {
+			for _, sc := range scopes {
+				s.apply(sc, budgetReserve(fmt.Sprintf("u%d", n), sc, 0))
+				n++
+			}
+			s.tick(10)
+		}
+	}
+	granted := func(from, to int) map[string]int {
+		g := map[string]int{}
+		for i := from; i < to; i++ {
+			if d, _ := s.last(fmt.Sprintf("u%d", i)); d.Status == schemas.StatusGranted {
+				g[scopes[i%2]]++
+			}
+		}
+		return g
+	}
+	lease := func(sc string) budget.Lease {
+		l, ok := s.parts[sc].BudgetLease(sc, "acme-daily")
+		if !ok {
+			t.Fatalf("%s holds no lease of acme-daily", sc)
+		}
+		return l
+	}
+	send(50)
+	held := map[string]int64{}
+	for _, sc := range scopes {
+		l := lease(sc)
+		if held[sc] = l.Granted - l.Returned - l.Used; held[sc] <= 0 {
+			t.Fatalf("%s holds %d before the outage (%+v): the test needs a lease to spend", sc, held[sc], l)
+		}
+	}
+	t.Logf("before the outage: %d requests, granted %v; leases held %v", n, granted(0, n), held)
+
+	s.down = "budget"
+	cut := n
+	send(50) // 500 ms of log time, 100 requests: more than the leases hold
+	afterCut := granted(cut, n)
+	for _, sc := range scopes {
+		if int64(afterCut[sc]) != held[sc] {
+			t.Errorf("%s granted %d while its budget partition was unreachable, its lease held %d: want exactly that", sc, afterCut[sc], held[sc])
+		}
+	}
+	spent := n
+	send(1000) // 10 s more of outage: many terms and retries
+	for sc, g := range granted(spent, n) {
+		t.Errorf("%s granted %d requests of the budget with its lease spent and its budget partition unreachable", sc, g)
+	}
+	waited := 0
+	for i := spent; i < n; i++ {
+		if d, _ := s.last(fmt.Sprintf("u%d", i)); d.Status == schemas.StatusGranted {
+			t.Fatalf("u%d granted during the outage", i)
+		}
+		for _, o := range s.out[scopes[i%2]] {
+			if o.RequestID == fmt.Sprintf("u%d", i) && o.Decision.Reason == schemas.ReasonBudgetLease {
+				waited++
+				break
+			}
+		}
+	}
+	if waited == 0 {
+		t.Error("no request waited budget_lease during the outage")
+	}
+
+	s.down = ""
+	back := n
+	send(100)
+	afterBack := granted(back, n)
+	total := 0
+	for _, g := range granted(0, n) {
+		total += g
+	}
+	t.Logf("outage: granted %v (leases held %v), then none of %d; back: granted %v; total %d of %d", afterCut, held, back-spent, afterBack, total, limit)
+	if afterBack[scopes[0]] == 0 || afterBack[scopes[1]] == 0 {
+		t.Errorf("after the budget partition came back, granted %v: a scope was not served again", afterBack)
+	}
+	if total > limit {
+		t.Errorf("granted %d against a budget of %d", total, limit)
+	}
+	if out, lim, _ := s.parts["budget"].bud.bp.Outstanding("acme-daily"); out > lim {
+		t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
 	}
 }
 
