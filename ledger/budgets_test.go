@@ -463,6 +463,25 @@ func TestBudgetExplainNamesBudgetAndLease(t *testing.T) {
 	if e.LimitPath != "budget:acme-daily/lease:anthropic:acme" {
 		t.Fatalf("explanation limit_path %q, outcome %q: want the budget and the lease", e.LimitPath, e.Outcome)
 	}
+
+	// A request that waited for its lease (budget_lease: the budget
+	// partition unreachable) and expired: the explanation names the lease
+	// it waited for, not only the expiry.
+	cfg := budgetLedgerConfig(100, budget.UnitRequests)
+	w := newBudgetStack(t, cfg)
+	w.parts["budget"] = New(2, cfg)
+	w.home, w.down = map[string]string{"acme-daily": "budget"}, "budget"
+	w.apply("anthropic:acme", budgetReserve("waits", "anthropic:acme", 0))
+	for range 100 {
+		w.tick(100)
+	}
+	x = NewExplainer(New(1, cfg), "waits")
+	for _, rec := range w.logs["anthropic:acme"] {
+		out = x.Apply(rec.atMs, rec.offset, rec.ev, out[:0])
+	}
+	if e := x.Explanation(); e.LimitPath != "budget:acme-daily/lease:anthropic:acme" || e.Outcome != "expired (max_wait_exceeded)" {
+		t.Fatalf("waited for its lease: explanation outcome %q, limit_path %q; want expired (max_wait_exceeded) by the budget's lease", e.Outcome, e.LimitPath)
+	}
 }
 
 // BenchmarkReserveReconcile6x4Budget is BenchmarkReserveReconcile6x4 with
