@@ -442,6 +442,81 @@ func TestBudgetUnreachablePartition(t *testing.T) {
 	}
 }
 
+// TestBudgetFallbackAfterRefusal: a request whose first attempt the
+// provider refused (a 503 or a 429: nothing spent, its charge given back)
+// falls back to the other provider's scope, which must then be able to
+// spend what the refused attempt gave back, even when that is the last of
+// the budget. The fallback is charged through its own scope's lease, the
+// budget is spent exactly once, and the next request is denied
+// budget_exhausted. The budget partition is each scope's partition in
+// turn, and a third one.
+func TestBudgetFallbackAfterRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name, home string
+		unit       budget.Unit
+		limit      int64
+		cost       int64
+		kind       schemas.RejectionKind
+		status     int32
+	}{
+		{"requests, 503, budget on the primary's partition", "openai:acme", budget.UnitRequests, 1, 0, schemas.KindOverloaded, 503},
+		{"requests, 429, budget on the fallback's partition", "anthropic:acme", budget.UnitRequests, 1, 0, schemas.KindRateLimited, 429},
+		{"spend, 503, budget on a third partition", "budget", budget.UnitSpendMicros, 100, 60, schemas.KindOverloaded, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := budgetLedgerConfig(tc.limit, tc.unit)
+			s := newBudgetStack(t, cfg)
+			s.parts["budget"] = New(2, cfg)
+			s.home = map[string]string{"acme-daily": tc.home}
+			s.apply("openai:acme", budgetReserve("r", "openai:acme", tc.cost))
+			s.tick(20)
+			if d, _ := s.last("r"); d.Status != schemas.StatusGranted {
+				t.Fatalf("first attempt %s %s, want granted", d.Status, d.Reason)
+			}
+			rj := rejected("r", 1, tc.kind, 0)
+			rj.Scope, rj.ProviderRejected.HTTPStatus = "openai:acme", tc.status
+			s.apply("openai:acme", rj)
+			fb := budgetReserve("r", "anthropic:acme", tc.cost)
+			fb.Attempt, fb.ID = 2, "e-r-2"
+			s.apply("anthropic:acme", fb)
+			for range 10 {
+				s.tick(20)
+			}
+			var fallback []string
+			for _, o := range s.out["anthropic:acme"] {
+				if o.RequestID == "r" && o.Attempt == 2 {
+					fallback = append(fallback, fmt.Sprintf("%s %s", o.Decision.Status, o.Decision.Reason))
+				}
+			}
+			if d, _ := s.last("r"); d.Status != schemas.StatusGranted {
+				t.Fatalf("the fallback after a refused attempt: %v; want granted, the refused attempt spent nothing of the budget", fallback)
+			}
+			oa, _ := s.parts["openai:acme"].BudgetLease("openai:acme", "acme-daily")
+			an, _ := s.parts["anthropic:acme"].BudgetLease("anthropic:acme", "acme-daily")
+			if want := max(tc.cost, 1); oa.Used != 0 || an.Used != want {
+				t.Errorf("used: openai %d, anthropic %d; want 0 and %d (the fallback charged through its own lease)", oa.Used, an.Used, want)
+			}
+			// The fallback is answered (spending all it reserved), so that
+			// the next request is held by nothing but the budget (OpenAI's
+			// scope cools down after its refusal, Anthropic's slow start
+			// counts the fallback in flight).
+			rc := reconcileAtt("r", 2, 100, 50)
+			rc.Scope, rc.Reconciled.SpendMicros = "anthropic:acme", tc.cost
+			s.apply("anthropic:acme", rc)
+			s.apply("anthropic:acme", budgetReserve("next", "anthropic:acme", tc.cost))
+			for range 10 {
+				s.tick(20)
+			}
+			if d, _ := s.last("next"); d.Status != schemas.StatusDenied || d.Reason != schemas.ReasonBudgetExhausted {
+				t.Errorf("the request after the budget was spent: %s %s %s %d/%d, want denied budget_exhausted", d.Status, d.Reason, d.LimitPath, d.Needed, d.Available)
+			}
+			if out, lim, _ := s.parts[tc.home].bud.bp.Outstanding("acme-daily"); out > lim {
+				t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
+			}
+		})
+	}
+}
+
 // TestBudgetExplainNamesBudgetAndLease: explaining a request that its
 // budget refused names the budget and the lease, replaying the scope
 // partition's log (lease records included) from its start.
