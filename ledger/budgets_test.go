@@ -27,6 +27,9 @@ type budgetStack struct {
 	// home names the partition (by scope) of budget ids other than
 	// acme-daily's.
 	home map[string]string
+	// down names a partition whose owner is gone: it applies nothing
+	// (not even ticks) and every lease message to it is lost.
+	down string
 }
 
 // route is the partition (named by its scope) that a record key lands in.
@@ -87,6 +90,9 @@ func (s *budgetStack) apply(scope string, ev *schemas.Event) {
 	for len(queue) > 0 {
 		it := queue[0]
 		queue = queue[1:]
+		if it.scope == s.down {
+			continue
+		}
 		l := s.parts[it.scope]
 		off := s.offsets[it.scope]
 		s.offsets[it.scope]++
@@ -336,6 +342,181 @@ func TestBudgetLostLeaseMessages(t *testing.T) {
 	}
 }
 
+// TestBudgetUnreachablePartition is issue 23's failure rule for an
+// unreachable budget partition (its owner dead, not yet taken over): each
+// scope keeps spending what its lease still holds, exactly that, and then
+// grants nothing more of the budget (its requests wait budget_lease and
+// expire), however long the outage; when the partition is back, its
+// holders' resent counters are answered and the budget is spent again,
+// never above its limit.
+func TestBudgetUnreachablePartition(t *testing.T) {
+	const limit = 1000
+	cfg := budgetLedgerConfig(limit, budget.UnitRequests)
+	s := newBudgetStack(t, cfg)
+	s.parts["budget"] = New(2, cfg)
+	s.home = map[string]string{"acme-daily": "budget"} // neither scope's partition
+	scopes := []string{"openai:acme", "anthropic:acme"}
+	n := 0
+	send := func(steps int) {
+		for range steps {
+			for _, sc := range scopes {
+				s.apply(sc, budgetReserve(fmt.Sprintf("u%d", n), sc, 0))
+				n++
+			}
+			s.tick(10)
+		}
+	}
+	granted := func(from, to int) map[string]int {
+		g := map[string]int{}
+		for i := from; i < to; i++ {
+			if d, _ := s.last(fmt.Sprintf("u%d", i)); d.Status == schemas.StatusGranted {
+				g[scopes[i%2]]++
+			}
+		}
+		return g
+	}
+	lease := func(sc string) budget.Lease {
+		l, ok := s.parts[sc].BudgetLease(sc, "acme-daily")
+		if !ok {
+			t.Fatalf("%s holds no lease of acme-daily", sc)
+		}
+		return l
+	}
+	send(50)
+	held := map[string]int64{}
+	for _, sc := range scopes {
+		l := lease(sc)
+		if held[sc] = l.Granted - l.Returned - l.Used; held[sc] <= 0 {
+			t.Fatalf("%s holds %d before the outage (%+v): the test needs a lease to spend", sc, held[sc], l)
+		}
+	}
+	t.Logf("before the outage: %d requests, granted %v; leases held %v", n, granted(0, n), held)
+
+	s.down = "budget"
+	cut := n
+	send(50) // 500 ms of log time, 100 requests: more than the leases hold
+	afterCut := granted(cut, n)
+	for _, sc := range scopes {
+		if int64(afterCut[sc]) != held[sc] {
+			t.Errorf("%s granted %d while its budget partition was unreachable, its lease held %d: want exactly that", sc, afterCut[sc], held[sc])
+		}
+	}
+	spent := n
+	send(1000) // 10 s more of outage: many terms and retries
+	for sc, g := range granted(spent, n) {
+		t.Errorf("%s granted %d requests of the budget with its lease spent and its budget partition unreachable", sc, g)
+	}
+	waited := 0
+	for i := spent; i < n; i++ {
+		if d, _ := s.last(fmt.Sprintf("u%d", i)); d.Status == schemas.StatusGranted {
+			t.Fatalf("u%d granted during the outage", i)
+		}
+		for _, o := range s.out[scopes[i%2]] {
+			if o.RequestID == fmt.Sprintf("u%d", i) && o.Decision.Reason == schemas.ReasonBudgetLease {
+				waited++
+				break
+			}
+		}
+	}
+	if waited == 0 {
+		t.Error("no request waited budget_lease during the outage")
+	}
+
+	s.down = ""
+	back := n
+	send(100)
+	afterBack := granted(back, n)
+	total := 0
+	for _, g := range granted(0, n) {
+		total += g
+	}
+	t.Logf("outage: granted %v (leases held %v), then none of %d; back: granted %v; total %d of %d", afterCut, held, back-spent, afterBack, total, limit)
+	if afterBack[scopes[0]] == 0 || afterBack[scopes[1]] == 0 {
+		t.Errorf("after the budget partition came back, granted %v: a scope was not served again", afterBack)
+	}
+	if total > limit {
+		t.Errorf("granted %d against a budget of %d", total, limit)
+	}
+	if out, lim, _ := s.parts["budget"].bud.bp.Outstanding("acme-daily"); out > lim {
+		t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
+	}
+}
+
+// TestBudgetFallbackAfterRefusal: a request whose first attempt the
+// provider refused (a 503 or a 429: nothing spent, its charge given back)
+// falls back to the other provider's scope, which must then be able to
+// spend what the refused attempt gave back, even when that is the last of
+// the budget. The fallback is charged through its own scope's lease, the
+// budget is spent exactly once, and the next request is denied
+// budget_exhausted. The budget partition is each scope's partition in
+// turn, and a third one.
+func TestBudgetFallbackAfterRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name, home string
+		unit       budget.Unit
+		limit      int64
+		cost       int64
+		kind       schemas.RejectionKind
+		status     int32
+	}{
+		{"requests, 503, budget on the primary's partition", "openai:acme", budget.UnitRequests, 1, 0, schemas.KindOverloaded, 503},
+		{"requests, 429, budget on the fallback's partition", "anthropic:acme", budget.UnitRequests, 1, 0, schemas.KindRateLimited, 429},
+		{"spend, 503, budget on a third partition", "budget", budget.UnitSpendMicros, 100, 60, schemas.KindOverloaded, 503},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := budgetLedgerConfig(tc.limit, tc.unit)
+			s := newBudgetStack(t, cfg)
+			s.parts["budget"] = New(2, cfg)
+			s.home = map[string]string{"acme-daily": tc.home}
+			s.apply("openai:acme", budgetReserve("r", "openai:acme", tc.cost))
+			s.tick(20)
+			if d, _ := s.last("r"); d.Status != schemas.StatusGranted {
+				t.Fatalf("first attempt %s %s, want granted", d.Status, d.Reason)
+			}
+			rj := rejected("r", 1, tc.kind, 0)
+			rj.Scope, rj.ProviderRejected.HTTPStatus = "openai:acme", tc.status
+			s.apply("openai:acme", rj)
+			fb := budgetReserve("r", "anthropic:acme", tc.cost)
+			fb.Attempt, fb.ID = 2, "e-r-2"
+			s.apply("anthropic:acme", fb)
+			for range 10 {
+				s.tick(20)
+			}
+			var fallback []string
+			for _, o := range s.out["anthropic:acme"] {
+				if o.RequestID == "r" && o.Attempt == 2 {
+					fallback = append(fallback, fmt.Sprintf("%s %s", o.Decision.Status, o.Decision.Reason))
+				}
+			}
+			if d, _ := s.last("r"); d.Status != schemas.StatusGranted {
+				t.Fatalf("the fallback after a refused attempt: %v; want granted, the refused attempt spent nothing of the budget", fallback)
+			}
+			oa, _ := s.parts["openai:acme"].BudgetLease("openai:acme", "acme-daily")
+			an, _ := s.parts["anthropic:acme"].BudgetLease("anthropic:acme", "acme-daily")
+			if want := max(tc.cost, 1); oa.Used != 0 || an.Used != want {
+				t.Errorf("used: openai %d, anthropic %d; want 0 and %d (the fallback charged through its own lease)", oa.Used, an.Used, want)
+			}
+			// The fallback is answered (spending all it reserved), so that
+			// the next request is held by nothing but the budget (OpenAI's
+			// scope cools down after its refusal, Anthropic's slow start
+			// counts the fallback in flight).
+			rc := reconcileAtt("r", 2, 100, 50)
+			rc.Scope, rc.Reconciled.SpendMicros = "anthropic:acme", tc.cost
+			s.apply("anthropic:acme", rc)
+			s.apply("anthropic:acme", budgetReserve("next", "anthropic:acme", tc.cost))
+			for range 10 {
+				s.tick(20)
+			}
+			if d, _ := s.last("next"); d.Status != schemas.StatusDenied || d.Reason != schemas.ReasonBudgetExhausted {
+				t.Errorf("the request after the budget was spent: %s %s %s %d/%d, want denied budget_exhausted", d.Status, d.Reason, d.LimitPath, d.Needed, d.Available)
+			}
+			if out, lim, _ := s.parts[tc.home].bud.bp.Outstanding("acme-daily"); out > lim {
+				t.Errorf("budget partition: outstanding %d > limit %d", out, lim)
+			}
+		})
+	}
+}
+
 // TestBudgetExplainNamesBudgetAndLease: explaining a request that its
 // budget refused names the budget and the lease, replaying the scope
 // partition's log (lease records included) from its start.
@@ -356,6 +537,25 @@ func TestBudgetExplainNamesBudgetAndLease(t *testing.T) {
 	e := x.Explanation()
 	if e.LimitPath != "budget:acme-daily/lease:anthropic:acme" {
 		t.Fatalf("explanation limit_path %q, outcome %q: want the budget and the lease", e.LimitPath, e.Outcome)
+	}
+
+	// A request that waited for its lease (budget_lease: the budget
+	// partition unreachable) and expired: the explanation names the lease
+	// it waited for, not only the expiry.
+	cfg := budgetLedgerConfig(100, budget.UnitRequests)
+	w := newBudgetStack(t, cfg)
+	w.parts["budget"] = New(2, cfg)
+	w.home, w.down = map[string]string{"acme-daily": "budget"}, "budget"
+	w.apply("anthropic:acme", budgetReserve("waits", "anthropic:acme", 0))
+	for range 100 {
+		w.tick(100)
+	}
+	x = NewExplainer(New(1, cfg), "waits")
+	for _, rec := range w.logs["anthropic:acme"] {
+		out = x.Apply(rec.atMs, rec.offset, rec.ev, out[:0])
+	}
+	if e := x.Explanation(); e.LimitPath != "budget:acme-daily/lease:anthropic:acme" || e.Outcome != "expired (max_wait_exceeded)" {
+		t.Fatalf("waited for its lease: explanation outcome %q, limit_path %q; want expired (max_wait_exceeded) by the budget's lease", e.Outcome, e.LimitPath)
 	}
 }
 

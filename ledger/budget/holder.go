@@ -260,6 +260,8 @@ func (h *Holder) Want(nowMs int64, id string, queued, need int64, out []Msg) []M
 		out = h.send(l, "", out)
 	case h.ahead(l):
 		out = h.sendDemand(l, "", l.aheadDemand(h.st.NowMs, h.cfg.TermMs), out)
+	case givesBack(l):
+		out = h.send(l, "", out)
 	}
 	return out
 }
@@ -284,7 +286,7 @@ func (h *Holder) WantAll(nowMs int64, ids []string, sum, need []int64, out []Msg
 			}
 		}
 		if q == 0 && l.Queued == 0 && l.Need == 0 {
-			if !h.ahead(l) {
+			if !h.ahead(l) && !givesBack(l) {
 				continue
 			}
 		}
@@ -304,6 +306,21 @@ func (h *Holder) ahead(l *lease) bool {
 	now := h.st.NowMs
 	return l.Charged > 0 && l.TermEndMs > now && l.free() < l.Charged && l.Acked >= l.Seq &&
 		(!l.Dry || now-l.SentMs >= h.cfg.RetryMs)
+}
+
+// givesBack says whether l should report its counters at once because
+// its Used fell (a hold released, refused by the provider or reconciled
+// below its reservation) by more than the budget partition, by its last
+// answer, thinks is left of the budget. The partition counts each
+// holder's last reported Used as spent, so until this report it would
+// tell a scope waiting for the last of the budget that the budget cannot
+// cover it (budget_exhausted) for what was never spent: a fallback after
+// a refused attempt, at the end of a budget. Far from the end the report
+// waits for the next ask, as before (no message per release). Nothing in
+// flight: an answer to it refreshes Available, and this is asked again.
+func givesBack(l *lease) bool {
+	d := l.SentUsed - l.Used
+	return d > 0 && l.Told && l.Acked >= l.Seq && l.Available-(l.SentUsed-l.UsedThen) < d
 }
 
 // aheadRatioMax bounds an early ask's demand at this many times what its
