@@ -1098,41 +1098,7 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	if l.cc.anyArrivalRule {
 		l.settleRules(r, actual, cached, sent, now)
 	} else {
-		// The plain path, in a loop of its own: with the rules' branches
-		// and their two extra live values in the same loop, the compiler
-		// kept fewer of the loop's values in registers and every bucket
-		// cost about fifteen instructions more (cachegrind, issue 25).
-		nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
-		for _, ni := range r.Path[:r.NPath] {
-			n := &nodes[ni]
-			bs := buckets[n.First : n.First+n.N]
-			for k := range bs {
-				b := &bs[k]
-				if b.Gen > r.Gen {
-					continue // created after the grant: never debited
-				}
-				sp := &specs[b.Spec]
-				a := sp.amountPlain(r)
-				if a <= 0 {
-					continue
-				}
-				act := actual[sp.dim]
-				if sp.exclCached {
-					act = max(0, act-cached)
-				}
-				b.Held -= a
-				if sp.kind == kToken {
-					// refill and credit's token case, inline: the hot path.
-					refillToken(b, sp, now)
-					if delta := a - act; delta != 0 {
-						b.Level = min(sp.burst, clampSat(b.Level+mulSat(delta, sp.period)))
-					}
-					continue
-				}
-				l.refill(b, sp, now)
-				l.credit(b, sp, a-act, r.GrantMs, now)
-			}
-		}
+		l.settlePlain(r, actual, cached, now)
 	}
 	if r.Flags&fShadowHeld != 0 {
 		l.shadowSettle(r, actual, cached, sent)
@@ -1141,6 +1107,48 @@ func (l *Ledger) settle(ri int32, actual *[numDims]int64, cached int64, state ui
 	sc := &l.st.Scopes[r.Scope]
 	sc.Flight = max(0, sc.Flight-1)
 	sc.Dirty = true
+}
+
+// settlePlain is settle's loop over r's path for a document without a
+// max_tokens_on_arrival or refund-unsent bucket. A function of its own
+// (as debitFast is), apart from settle's hold, budget, shadow and scope
+// bookkeeping, so that the loop's values keep their registers: inside
+// settle the compiler reloaded several of them from the stack on every
+// bucket (issue 25). With the rules' branches in the same loop it cost
+// about fifteen instructions more per bucket (cachegrind), hence
+// settleRules.
+func (l *Ledger) settlePlain(r *res, actual *[numDims]int64, cached, now int64) {
+	nodes, buckets, specs := l.st.Nodes, l.st.Buckets, l.cc.specs // see check
+	for _, ni := range r.Path[:r.NPath] {
+		n := &nodes[ni]
+		bs := buckets[n.First : n.First+n.N]
+		for k := range bs {
+			b := &bs[k]
+			if b.Gen > r.Gen {
+				continue // created after the grant: never debited
+			}
+			sp := &specs[b.Spec]
+			a := sp.amountPlain(r)
+			if a <= 0 {
+				continue
+			}
+			act := actual[sp.dim]
+			if sp.exclCached {
+				act = max(0, act-cached)
+			}
+			b.Held -= a
+			if sp.kind == kToken {
+				// refill and credit's token case, inline: the hot path.
+				refillToken(b, sp, now)
+				if delta := a - act; delta != 0 {
+					b.Level = min(sp.burst, clampSat(b.Level+mulSat(delta, sp.period)))
+				}
+				continue
+			}
+			l.refill(b, sp, now)
+			l.credit(b, sp, a-act, r.GrantMs, now)
+		}
+	}
 }
 
 // settleRules is settle's loop over r's path for a document with a
