@@ -192,6 +192,9 @@ func (l *Ledger) checkHeld(held, shadowHeld []int64) error {
 	}
 	for bi := range st.Buckets {
 		b := &st.Buckets[bi]
+		if !l.cc.anyPace && onePerWindow(&l.cc.specs[b.Spec]) {
+			return fmt.Errorf("bucket %d paces one request a window but compiled.anyPace is false (sendAt would skip it)", bi)
+		}
 		if l.cc.specs[b.Spec].shadow {
 			return fmt.Errorf("bucket %d has a shadow spec", bi)
 		}

@@ -545,7 +545,7 @@ func (l *Ledger) addHeadersBucket(ni int32, d int, ob schemas.Observation) {
 	l.st.Learned = append(l.st.Learned, learnedCap{Node: ni, Dim: uint8(d), Base: -1, Hdr: rep})
 	base := headersSpec(uint8(d), rep)
 	var sp spec
-	learnedSpec(&sp, &base, rep)
+	l.cc.learnedSpec(&sp, &base, rep)
 	l.cc.specs = append(l.cc.specs, sp)
 	l.st.Gen++
 	b := l.newBucket(int32(l.cc.nBase+i), n.Scope)
@@ -617,14 +617,19 @@ func (l *Ledger) baseSpec(e *learnedCap) spec {
 	return l.cc.specs[e.Base]
 }
 
-// learnedSpec sets spec copy sp (of base) to effective capacity eff.
-func learnedSpec(sp *spec, base *spec, eff int64) {
+// learnedSpec sets spec copy sp (of base) to effective capacity eff. It is
+// the one place a learned capacity changes a spec, so it keeps
+// compiled.anyPace true when the new capacity paces (onePerWindow).
+func (cc *compiled) learnedSpec(sp *spec, base *spec, eff int64) {
 	*sp = *base
 	sp.capacity = eff
 	sp.burst = eff * sp.window
 	sp.holdUnits = sp.burst / sp.period
 	if sp.guaranteed > eff {
 		sp.guaranteed, sp.gBurst = eff, eff*sp.window
+	}
+	if onePerWindow(sp) {
+		cc.anyPace = true
 	}
 }
 
@@ -640,7 +645,7 @@ func (l *Ledger) applyLearned(i int, bi int32, source string) {
 	sp := &l.cc.specs[b.Spec]
 	l.refill(b, sp, l.st.Now) // the time so far at the old rate
 	base := l.baseSpec(e)
-	learnedSpec(sp, &base, eff)
+	l.cc.learnedSpec(sp, &base, eff)
 	sp.slide = e.Slide
 	b.Level = min(b.Level, sp.burst)
 	b.Base = min(b.Base, sp.gBurst)
@@ -1238,7 +1243,7 @@ func (l *Ledger) relearn() bool {
 		}
 		var sp spec
 		base := l.baseSpec(e)
-		learnedSpec(&sp, &base, e.Eff)
+		l.cc.learnedSpec(&sp, &base, e.Eff)
 		sp.slide = e.Slide && sp.kind == kToken
 		l.cc.specs = append(l.cc.specs, sp)
 		n := &l.st.Nodes[e.Node]

@@ -19,6 +19,9 @@ package ledger
 // less than the allowance. It is a function of the configuration and the
 // log time only, so replay derives the same decisions.
 func (l *Ledger) sendAt(r *res) int64 {
+	if !l.cc.anyPace {
+		return 0 // no spec paces (compiled.anyPace): the walk would find none
+	}
 	dl := l.st.Config.Learn.delivery()
 	if dl == 0 {
 		return 0

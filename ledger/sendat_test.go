@@ -75,3 +75,53 @@ func TestSendAt(t *testing.T) {
 		})
 	}
 }
+
+// TestSendAtAnyPace: compiled.anyPace, which lets sendAt skip its walk,
+// is false for a document that never paces and turns true with every way
+// a bucket comes to pace one request a window: configured so, a learned
+// capacity lowered to it, a bucket the headers alone set, and each of
+// these restored from a snapshot (relearn). A grant after each carries
+// the send-at that the walk gives.
+func TestSendAtAnyPace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		steps    []step
+		wantPace bool // compiled.anyPace after the steps
+	}{
+		{"wide window", testConfig(rpm("scope", "*", 400, 1000)), []step{
+			{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}, Check: sendAtIs(0)},
+		}, false},
+		{"configured", testConfig(rpm("scope", "*", 60, 1000)), []step{
+			{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}, Check: sendAtIs(150)},
+		}, true},
+		{"learned", testConfig(rpm("scope", "*", 400, 1000)), []step{
+			{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}, Check: sendAtIs(0)},
+			{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 40, 39)},
+			{At: 2, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}, Check: sendAtIs(152)},
+		}, true},
+		{"headers only", testConfig(tpmWindow(1_000_000, 1000)), []step{
+			{At: 0, Ev: reserve("a"), Want: []string{"a/1 granted admitted"}, Check: sendAtIs(0)},
+			{At: 1, Ev: limitObs("a", 1, schemas.DimRequests, 40, 39)},
+			{At: 2, Ev: reserve("b"), Want: []string{"b/1 granted admitted"}, Check: sendAtIs(152)},
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := runSteps(t, tc.cfg, tc.steps)
+			if l.cc.anyPace != tc.wantPace {
+				t.Fatalf("anyPace %v, want %v", l.cc.anyPace, tc.wantPace)
+			}
+			b, err := l.MarshalSnapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Restore(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.cc.anyPace != tc.wantPace {
+				t.Fatalf("restored: anyPace %v, want %v", r.cc.anyPace, tc.wantPace)
+			}
+		})
+	}
+}
