@@ -149,6 +149,16 @@ func mustJSON(t *testing.T, v any) []byte {
 // recorded (some limited); invariants hold after every record, shadow
 // buckets included; and snapshot + restore mid-run continues identically.
 func TestSimShadowChangesNothing(t *testing.T) {
+	// Exercise is required over all the seeds, not of each: a log whose
+	// config changes leave few grants (seed 1796419738534067763: 9 shadow
+	// verdicts in 3,000 records, none limited) still checks the property,
+	// and failed the run on its own about once in a few dozen seeds.
+	var allVerdicts, allLimited int
+	defer func() {
+		if !t.Failed() && (allVerdicts == 0 || allLimited == 0 || allLimited == allVerdicts) {
+			t.Fatalf("%d shadow verdicts, %d limited over every seed: the shadow buckets were not exercised", allVerdicts, allLimited)
+		}
+	}()
 	for _, seed := range seeds(t, 4) {
 		t.Logf("seed %d", seed)
 		plain, shadow := shadowLog(t, genLog(t, seed, 3000))
@@ -178,9 +188,7 @@ func TestSimShadowChangesNothing(t *testing.T) {
 				t.Fatalf("seed %d: decision %d differs:\nshadow %s\nplain  %s", seed, i, s, want[i])
 			}
 		}
-		if verdicts == 0 || limited == 0 || limited == verdicts {
-			t.Fatalf("seed %d: %d shadow verdicts, %d limited: the shadow buckets were not exercised", seed, verdicts, limited)
-		}
+		allVerdicts, allLimited = allVerdicts+verdicts, allLimited+limited
 		t.Logf("seed %d: %d decisions, %d shadow verdicts, %d limited", seed, len(got), verdicts, limited)
 
 		cut := len(shadow) / 2
