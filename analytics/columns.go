@@ -3,6 +3,7 @@ package analytics
 import (
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -234,13 +235,19 @@ func (c *eventCols) slices() []any {
 }
 
 // appendTo appends every column to batch b, each driver column reserved
-// to the batch's size first (reserveColumn).
-func (c *eventCols) appendTo(b driver.Batch) error {
+// to the batch's size first (reserveColumn), in the memory of mem (the
+// driver columns of a batch sent before, keepColumns; nil: fresh memory).
+// mem's memory belongs to b from here on.
+func (c *eventCols) appendTo(b driver.Batch, mem []reflect.Value) error {
 	cols := b.Columns()
 	for i, s := range c.slices() {
 		if i < len(cols) {
 			rows, bytes := colSize(s)
-			reserveColumn(cols[i], rows, bytes)
+			var spare reflect.Value
+			if i < len(mem) {
+				spare = mem[i]
+			}
+			reserveColumnIn(cols[i], rows, bytes, spare)
 		}
 		if err := b.Column(i).Append(s); err != nil {
 			return fmt.Errorf("column %s: %w", eventColumns[i], err)
@@ -280,32 +287,118 @@ func colSize(s any) (rows, bytes int) {
 // TestReserveEventColumns fails on such an upgrade. Reserving changes
 // capacity, never contents, so the rows sent are the same either way.
 func reserveColumn(col column.Interface, rows, bytes int) bool {
-	v := reflect.ValueOf(col)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	f := v.Elem().FieldByName("col")
+	return reserveColumnIn(col, rows, bytes, reflect.Value{})
+}
+
+// reserveColumnIn is reserveColumn in the memory of spare when it can:
+// spare is the ch-go column of a batch sent before (keepColumns), whose
+// slices the empty column takes over (emptied) before growing them, so
+// that batch after batch reuses the same memory instead of allocating
+// ~136 MB per 100,000 rows and having GC collect it. A spare of another
+// type, or an invalid one, is ignored.
+func reserveColumnIn(col column.Interface, rows, bytes int, spare reflect.Value) bool {
+	f := chColumn(col)
 	if !f.IsValid() {
 		return false
 	}
-	// An unexported field cannot be set through reflect; the same memory
-	// seen through NewAt can.
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	if spare.IsValid() && spare.Type() != f.Type() {
+		spare = reflect.Value{}
+	}
 	switch f.Kind() {
 	case reflect.Slice:
-		f.Grow(rows)
+		growIn(f, spare, rows)
 		return true
 	case reflect.Struct:
 		buf, pos := f.FieldByName("Buf"), f.FieldByName("Pos")
 		if buf.IsValid() && pos.IsValid() && buf.Type() == reflect.TypeFor[[]byte]() && pos.Kind() == reflect.Slice {
-			buf.Grow(bytes)
-			pos.Grow(rows)
+			growIn(buf, fieldOf(spare, "Buf"), bytes)
+			growIn(pos, fieldOf(spare, "Pos"), rows)
 			return true
 		}
 		if data := f.FieldByName("Data"); data.IsValid() && data.Kind() == reflect.Slice {
-			data.Grow(rows)
+			growIn(data, fieldOf(spare, "Data"), rows)
 			return true
 		}
 	}
 	return false
+}
+
+// chColumn returns the ch-go column behind driver column col (its
+// unexported field "col"), settable, or an invalid value when col does
+// not look like that.
+func chColumn(col column.Interface) reflect.Value {
+	v := reflect.ValueOf(col)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	f := v.Elem().FieldByName("col")
+	if !f.IsValid() {
+		return reflect.Value{}
+	}
+	// An unexported field cannot be set through reflect; the same memory
+	// seen through NewAt can.
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+}
+
+func fieldOf(v reflect.Value, name string) reflect.Value {
+	if !v.IsValid() || v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	return v.FieldByName(name)
+}
+
+// growIn makes empty slice s take n more elements, in spare's memory when
+// spare is a slice of its type (emptied first; grown if too small).
+func growIn(s, spare reflect.Value, n int) {
+	if spare.IsValid() && spare.Kind() == reflect.Slice && spare.Type() == s.Type() && s.Len() == 0 {
+		s.Set(spare.Slice(0, 0))
+	}
+	s.Grow(n)
+}
+
+// keepColumns returns the ch-go columns of batch b, for the next batch's
+// appendTo to reuse their memory. Call it only once b is done with them
+// (after Send or Abort returned): the next batch overwrites them.
+func keepColumns(b driver.Batch) []reflect.Value {
+	cols := b.Columns()
+	mem := make([]reflect.Value, len(cols))
+	for i, col := range cols {
+		if f := chColumn(col); f.IsValid() {
+			mem[i] = reflect.ValueOf(f.Interface()) // a copy: the slices, not the old column
+		}
+	}
+	return mem
+}
+
+// colMem is an inserter's driver-column memory between batches: the
+// memory of batches sent, for the next ones to fill. A batch takes one
+// set before its fill and gives its own back after its send, so no two
+// batches ever share memory; prepare and a send can run at once, hence
+// the lock.
+type colMem struct {
+	mu   sync.Mutex
+	sets [][]reflect.Value
+}
+
+// take returns a set of column memory, or nil when none is free.
+func (m *colMem) take() []reflect.Value {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sets) == 0 {
+		return nil
+	}
+	set := m.sets[len(m.sets)-1]
+	m.sets = m.sets[:len(m.sets)-1]
+	return set
+}
+
+// give keeps batch b's column memory (b sent or aborted). At most two
+// sets are kept: one batch sending and one being filled at a time.
+func (m *colMem) give(b driver.Batch) {
+	set := keepColumns(b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sets) < 2 {
+		m.sets = append(m.sets, set)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -309,6 +310,7 @@ type chInserter struct {
 	m        *SinkMetrics // optional: counts rows a retry found already written
 	cols     eventCols    // reused between inserts; insert is never concurrent
 	prepCols eventCols    // prepare's: it may run beside an insert
+	mem      colMem       // the driver columns' memory of batches sent, reused by the next
 
 	// unsettled holds the query ids of the last attempt, when it failed. A
 	// failed insert is not a lost insert: an attempt that timed out after
@@ -436,7 +438,7 @@ func (c *chInserter) prepare(ctx context.Context, rows []pending) *preparedInser
 	for i := range rows {
 		c.prepCols.add(&rows[i].row)
 	}
-	if err := c.prepCols.appendTo(b); err != nil {
+	if err := c.prepCols.appendTo(b, c.mem.take()); err != nil {
 		p.err = fmt.Errorf("append %d rows: %w", len(rows), err)
 	}
 	return p
@@ -457,7 +459,9 @@ func (c *chInserter) insertPrepared(ctx context.Context, rows []pending, p *prep
 	t := time.AfterFunc(insertTimeoutFor(len(rows)), p.cancel)
 	defer t.Stop()
 	c.stored = 0
-	if err := p.batch.Send(); err != nil {
+	err := p.batch.Send()
+	c.mem.give(p.batch)
+	if err != nil {
 		c.unsettled = []string{p.id}
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
@@ -493,11 +497,13 @@ func (c *chInserter) insertEvents(ctx context.Context, queryID string, rows []pe
 	for i := range rows {
 		c.cols.add(&rows[i].row)
 	}
-	if err := c.cols.appendTo(b); err != nil {
+	if err := c.cols.appendTo(b, c.mem.take()); err != nil {
 		_ = b.Abort()
 		return fmt.Errorf("append %d rows: %w", len(rows), err)
 	}
-	if err := b.Send(); err != nil {
+	err = b.Send()
+	c.mem.give(b)
+	if err != nil {
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
 	return nil
@@ -808,7 +814,8 @@ func (s *sink) addFetchesLocked(fetches kgo.Fetches) {
 		s.first = time.Now()
 	}
 	base := len(s.buf)
-	s.buf = slices.Grow(s.buf, len(recs))[:base+len(recs)]
+	s.growBufLocked(len(recs))
+	s.buf = s.buf[:base+len(recs)]
 	ok := make([]bool, len(recs))
 	var wg sync.WaitGroup
 	chunk := (len(recs) + workers - 1) / workers
@@ -830,8 +837,14 @@ func (s *sink) addFetchesLocked(fetches kgo.Fetches) {
 	}
 }
 
+// decodeRecord maps r to its row. The payload column shares r.Value's
+// bytes instead of copying them (1M events: ~0.6 GB less to allocate
+// and collect): franz-go (without kgo.WithPools, which the sink does not
+// set) never writes to a record's value after handing it out, and the
+// row lives no longer than the pending entry holding r.
 func decodeRecord(r *kgo.Record, ok *bool) Row {
-	row, valid := RowFromRecord(r.Value, RecordPos{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LogTime: r.Timestamp})
+	payload := unsafe.String(unsafe.SliceData(r.Value), len(r.Value))
+	row, valid := rowFromRecord(r.Value, payload, RecordPos{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LogTime: r.Timestamp})
 	*ok = valid
 	return row
 }
@@ -852,6 +865,20 @@ func (s *sink) addLocked(r *kgo.Record) {
 		s.first = time.Now()
 	}
 	s.buf = append(s.buf, pending{row: row, rec: r})
+}
+
+// growBufLocked makes room for n more pending rows of a large poll
+// (addFetchesLocked). The buffer is then sized to the whole batch at once
+// (a poll asks for at most the room left), so it does not regrow by steps
+// while filling (0.27 s of 8.5 per million events before); the buffers
+// go round between the batch filling and the ones in flight (spare). Small
+// polls (a quiet topic) append as before: a whole batch's buffer is 77 MB
+// at 100,000 rows (768 bytes per pending row).
+func (s *sink) growBufLocked(n int) {
+	if cap(s.buf)-len(s.buf) >= n {
+		return
+	}
+	s.buf = slices.Grow(s.buf, max(n, s.batchSize-len(s.buf)))
 }
 
 // flushLocked inserts the whole buffer, retrying with capped exponential
