@@ -3,6 +3,7 @@ package analytics
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -83,72 +84,75 @@ type eventCols struct {
 	decodeError          []string
 }
 
-// reset empties the columns, keeping their memory for the next batch.
-func (c *eventCols) reset() {
-	c.eventID = c.eventID[:0]
-	c.typ = c.typ[:0]
-	c.v = c.v[:0]
-	c.producedAt = c.producedAt[:0]
-	c.producedMs = c.producedMs[:0]
-	c.logTimeMs = c.logTimeMs[:0]
-	c.topic = c.topic[:0]
-	c.partition = c.partition[:0]
-	c.offset = c.offset[:0]
-	c.requestID = c.requestID[:0]
-	c.attempt = c.attempt[:0]
-	c.node = c.node[:0]
-	c.scope = c.scope[:0]
-	c.tenant = c.tenant[:0]
-	c.keyID = c.keyID[:0]
-	c.route = c.route[:0]
-	c.class = c.class[:0]
-	c.status = c.status[:0]
-	c.reason = c.reason[:0]
-	c.gatewayDecision = c.gatewayDecision[:0]
-	c.limitPath = c.limitPath[:0]
-	c.limitDimension = c.limitDimension[:0]
-	c.retryClass = c.retryClass[:0]
-	c.retryAfterMs = c.retryAfterMs[:0]
-	c.needed = c.needed[:0]
-	c.available = c.available[:0]
-	c.holdTTLMs = c.holdTTLMs[:0]
-	c.maxWaitMs = c.maxWaitMs[:0]
-	c.deadlineMs = c.deadlineMs[:0]
-	c.reqPath = c.reqPath[:0]
-	c.promptFamily = c.promptFamily[:0]
-	c.contextBand = c.contextBand[:0]
-	c.fallback = c.fallback[:0]
-	c.partial = c.partial[:0]
-	c.configVersion = c.configVersion[:0]
-	c.configSource = c.configSource[:0]
-	c.budgets = c.budgets[:0]
-	c.shadowBuckets = c.shadowBuckets[:0]
-	c.shadowLimited = c.shadowLimited[:0]
-	c.shadowReason = c.shadowReason[:0]
-	c.shadowLimitPath = c.shadowLimitPath[:0]
-	c.shadowLimitDim = c.shadowLimitDim[:0]
-	c.shadowNeeded = c.shadowNeeded[:0]
-	c.shadowAvailable = c.shadowAvailable[:0]
-	c.httpStatus = c.httpStatus[:0]
-	c.provider = c.provider[:0]
-	c.deployment = c.deployment[:0]
-	c.model = c.model[:0]
-	c.estInputTokens = c.estInputTokens[:0]
-	c.estOutputTokens = c.estOutputTokens[:0]
-	c.estCachedInputTokens = c.estCachedInputTokens[:0]
-	c.estSpendMicros = c.estSpendMicros[:0]
-	c.inputTokens = c.inputTokens[:0]
-	c.outputTokens = c.outputTokens[:0]
-	c.cachedInputTokens = c.cachedInputTokens[:0]
-	c.spendMicros = c.spendMicros[:0]
-	c.queueMs = c.queueMs[:0]
-	c.firstByteMs = c.firstByteMs[:0]
-	c.totalMs = c.totalMs[:0]
-	c.attempts = c.attempts[:0]
-	c.streaming = c.streaming[:0]
-	c.borrowed = c.borrowed[:0]
-	c.payload = c.payload[:0]
-	c.decodeError = c.decodeError[:0]
+// reset empties the columns for a batch of n rows, keeping their memory
+// and growing each to n at once: grown row by row, they regrew by 1.25×
+// steps on the first batches of each inserter (0.39 s of growslice per
+// million events in eventCols.add).
+func (c *eventCols) reset(n int) {
+	c.eventID = slices.Grow(c.eventID[:0], n)
+	c.typ = slices.Grow(c.typ[:0], n)
+	c.v = slices.Grow(c.v[:0], n)
+	c.producedAt = slices.Grow(c.producedAt[:0], n)
+	c.producedMs = slices.Grow(c.producedMs[:0], n)
+	c.logTimeMs = slices.Grow(c.logTimeMs[:0], n)
+	c.topic = slices.Grow(c.topic[:0], n)
+	c.partition = slices.Grow(c.partition[:0], n)
+	c.offset = slices.Grow(c.offset[:0], n)
+	c.requestID = slices.Grow(c.requestID[:0], n)
+	c.attempt = slices.Grow(c.attempt[:0], n)
+	c.node = slices.Grow(c.node[:0], n)
+	c.scope = slices.Grow(c.scope[:0], n)
+	c.tenant = slices.Grow(c.tenant[:0], n)
+	c.keyID = slices.Grow(c.keyID[:0], n)
+	c.route = slices.Grow(c.route[:0], n)
+	c.class = slices.Grow(c.class[:0], n)
+	c.status = slices.Grow(c.status[:0], n)
+	c.reason = slices.Grow(c.reason[:0], n)
+	c.gatewayDecision = slices.Grow(c.gatewayDecision[:0], n)
+	c.limitPath = slices.Grow(c.limitPath[:0], n)
+	c.limitDimension = slices.Grow(c.limitDimension[:0], n)
+	c.retryClass = slices.Grow(c.retryClass[:0], n)
+	c.retryAfterMs = slices.Grow(c.retryAfterMs[:0], n)
+	c.needed = slices.Grow(c.needed[:0], n)
+	c.available = slices.Grow(c.available[:0], n)
+	c.holdTTLMs = slices.Grow(c.holdTTLMs[:0], n)
+	c.maxWaitMs = slices.Grow(c.maxWaitMs[:0], n)
+	c.deadlineMs = slices.Grow(c.deadlineMs[:0], n)
+	c.reqPath = slices.Grow(c.reqPath[:0], n)
+	c.promptFamily = slices.Grow(c.promptFamily[:0], n)
+	c.contextBand = slices.Grow(c.contextBand[:0], n)
+	c.fallback = slices.Grow(c.fallback[:0], n)
+	c.partial = slices.Grow(c.partial[:0], n)
+	c.configVersion = slices.Grow(c.configVersion[:0], n)
+	c.configSource = slices.Grow(c.configSource[:0], n)
+	c.budgets = slices.Grow(c.budgets[:0], n)
+	c.shadowBuckets = slices.Grow(c.shadowBuckets[:0], n)
+	c.shadowLimited = slices.Grow(c.shadowLimited[:0], n)
+	c.shadowReason = slices.Grow(c.shadowReason[:0], n)
+	c.shadowLimitPath = slices.Grow(c.shadowLimitPath[:0], n)
+	c.shadowLimitDim = slices.Grow(c.shadowLimitDim[:0], n)
+	c.shadowNeeded = slices.Grow(c.shadowNeeded[:0], n)
+	c.shadowAvailable = slices.Grow(c.shadowAvailable[:0], n)
+	c.httpStatus = slices.Grow(c.httpStatus[:0], n)
+	c.provider = slices.Grow(c.provider[:0], n)
+	c.deployment = slices.Grow(c.deployment[:0], n)
+	c.model = slices.Grow(c.model[:0], n)
+	c.estInputTokens = slices.Grow(c.estInputTokens[:0], n)
+	c.estOutputTokens = slices.Grow(c.estOutputTokens[:0], n)
+	c.estCachedInputTokens = slices.Grow(c.estCachedInputTokens[:0], n)
+	c.estSpendMicros = slices.Grow(c.estSpendMicros[:0], n)
+	c.inputTokens = slices.Grow(c.inputTokens[:0], n)
+	c.outputTokens = slices.Grow(c.outputTokens[:0], n)
+	c.cachedInputTokens = slices.Grow(c.cachedInputTokens[:0], n)
+	c.spendMicros = slices.Grow(c.spendMicros[:0], n)
+	c.queueMs = slices.Grow(c.queueMs[:0], n)
+	c.firstByteMs = slices.Grow(c.firstByteMs[:0], n)
+	c.totalMs = slices.Grow(c.totalMs[:0], n)
+	c.attempts = slices.Grow(c.attempts[:0], n)
+	c.streaming = slices.Grow(c.streaming[:0], n)
+	c.borrowed = slices.Grow(c.borrowed[:0], n)
+	c.payload = slices.Grow(c.payload[:0], n)
+	c.decodeError = slices.Grow(c.decodeError[:0], n)
 }
 
 // add appends one row.

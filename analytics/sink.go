@@ -434,7 +434,7 @@ func (c *chInserter) prepare(ctx context.Context, rows []pending) *preparedInser
 		return p
 	}
 	p.batch = b
-	c.prepCols.reset()
+	c.prepCols.reset(len(rows))
 	for i := range rows {
 		c.prepCols.add(&rows[i].row)
 	}
@@ -493,7 +493,7 @@ func (c *chInserter) insertEvents(ctx context.Context, queryID string, rows []pe
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
 	}
-	c.cols.reset()
+	c.cols.reset(len(rows))
 	for i := range rows {
 		c.cols.add(&rows[i].row)
 	}
