@@ -493,9 +493,11 @@ func TestEventColsMatchValues(t *testing.T) {
 			t.Errorf("column %s: %v, want %v", eventColumns[i], col.Index(1).Interface(), vals[i])
 		}
 	}
-	c.reset()
-	if n := reflect.ValueOf(c.slices()[0]).Len(); n != 0 {
-		t.Fatalf("reset left %d rows", n)
+	c.reset(10)
+	for i, s := range c.slices() {
+		if v := reflect.ValueOf(s); v.Len() != 0 || v.Cap() < 10 {
+			t.Fatalf("column %s after reset(10): %d rows, room for %d; want 0 rows, room for 10", eventColumns[i], v.Len(), v.Cap())
+		}
 	}
 }
 

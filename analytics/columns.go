@@ -3,6 +3,8 @@ package analytics
 import (
 	"fmt"
 	"reflect"
+	"slices"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -82,72 +84,75 @@ type eventCols struct {
 	decodeError          []string
 }
 
-// reset empties the columns, keeping their memory for the next batch.
-func (c *eventCols) reset() {
-	c.eventID = c.eventID[:0]
-	c.typ = c.typ[:0]
-	c.v = c.v[:0]
-	c.producedAt = c.producedAt[:0]
-	c.producedMs = c.producedMs[:0]
-	c.logTimeMs = c.logTimeMs[:0]
-	c.topic = c.topic[:0]
-	c.partition = c.partition[:0]
-	c.offset = c.offset[:0]
-	c.requestID = c.requestID[:0]
-	c.attempt = c.attempt[:0]
-	c.node = c.node[:0]
-	c.scope = c.scope[:0]
-	c.tenant = c.tenant[:0]
-	c.keyID = c.keyID[:0]
-	c.route = c.route[:0]
-	c.class = c.class[:0]
-	c.status = c.status[:0]
-	c.reason = c.reason[:0]
-	c.gatewayDecision = c.gatewayDecision[:0]
-	c.limitPath = c.limitPath[:0]
-	c.limitDimension = c.limitDimension[:0]
-	c.retryClass = c.retryClass[:0]
-	c.retryAfterMs = c.retryAfterMs[:0]
-	c.needed = c.needed[:0]
-	c.available = c.available[:0]
-	c.holdTTLMs = c.holdTTLMs[:0]
-	c.maxWaitMs = c.maxWaitMs[:0]
-	c.deadlineMs = c.deadlineMs[:0]
-	c.reqPath = c.reqPath[:0]
-	c.promptFamily = c.promptFamily[:0]
-	c.contextBand = c.contextBand[:0]
-	c.fallback = c.fallback[:0]
-	c.partial = c.partial[:0]
-	c.configVersion = c.configVersion[:0]
-	c.configSource = c.configSource[:0]
-	c.budgets = c.budgets[:0]
-	c.shadowBuckets = c.shadowBuckets[:0]
-	c.shadowLimited = c.shadowLimited[:0]
-	c.shadowReason = c.shadowReason[:0]
-	c.shadowLimitPath = c.shadowLimitPath[:0]
-	c.shadowLimitDim = c.shadowLimitDim[:0]
-	c.shadowNeeded = c.shadowNeeded[:0]
-	c.shadowAvailable = c.shadowAvailable[:0]
-	c.httpStatus = c.httpStatus[:0]
-	c.provider = c.provider[:0]
-	c.deployment = c.deployment[:0]
-	c.model = c.model[:0]
-	c.estInputTokens = c.estInputTokens[:0]
-	c.estOutputTokens = c.estOutputTokens[:0]
-	c.estCachedInputTokens = c.estCachedInputTokens[:0]
-	c.estSpendMicros = c.estSpendMicros[:0]
-	c.inputTokens = c.inputTokens[:0]
-	c.outputTokens = c.outputTokens[:0]
-	c.cachedInputTokens = c.cachedInputTokens[:0]
-	c.spendMicros = c.spendMicros[:0]
-	c.queueMs = c.queueMs[:0]
-	c.firstByteMs = c.firstByteMs[:0]
-	c.totalMs = c.totalMs[:0]
-	c.attempts = c.attempts[:0]
-	c.streaming = c.streaming[:0]
-	c.borrowed = c.borrowed[:0]
-	c.payload = c.payload[:0]
-	c.decodeError = c.decodeError[:0]
+// reset empties the columns for a batch of n rows, keeping their memory
+// and growing each to n at once: grown row by row, they regrew by 1.25×
+// steps on the first batches of each inserter (0.39 s of growslice per
+// million events in eventCols.add).
+func (c *eventCols) reset(n int) {
+	c.eventID = slices.Grow(c.eventID[:0], n)
+	c.typ = slices.Grow(c.typ[:0], n)
+	c.v = slices.Grow(c.v[:0], n)
+	c.producedAt = slices.Grow(c.producedAt[:0], n)
+	c.producedMs = slices.Grow(c.producedMs[:0], n)
+	c.logTimeMs = slices.Grow(c.logTimeMs[:0], n)
+	c.topic = slices.Grow(c.topic[:0], n)
+	c.partition = slices.Grow(c.partition[:0], n)
+	c.offset = slices.Grow(c.offset[:0], n)
+	c.requestID = slices.Grow(c.requestID[:0], n)
+	c.attempt = slices.Grow(c.attempt[:0], n)
+	c.node = slices.Grow(c.node[:0], n)
+	c.scope = slices.Grow(c.scope[:0], n)
+	c.tenant = slices.Grow(c.tenant[:0], n)
+	c.keyID = slices.Grow(c.keyID[:0], n)
+	c.route = slices.Grow(c.route[:0], n)
+	c.class = slices.Grow(c.class[:0], n)
+	c.status = slices.Grow(c.status[:0], n)
+	c.reason = slices.Grow(c.reason[:0], n)
+	c.gatewayDecision = slices.Grow(c.gatewayDecision[:0], n)
+	c.limitPath = slices.Grow(c.limitPath[:0], n)
+	c.limitDimension = slices.Grow(c.limitDimension[:0], n)
+	c.retryClass = slices.Grow(c.retryClass[:0], n)
+	c.retryAfterMs = slices.Grow(c.retryAfterMs[:0], n)
+	c.needed = slices.Grow(c.needed[:0], n)
+	c.available = slices.Grow(c.available[:0], n)
+	c.holdTTLMs = slices.Grow(c.holdTTLMs[:0], n)
+	c.maxWaitMs = slices.Grow(c.maxWaitMs[:0], n)
+	c.deadlineMs = slices.Grow(c.deadlineMs[:0], n)
+	c.reqPath = slices.Grow(c.reqPath[:0], n)
+	c.promptFamily = slices.Grow(c.promptFamily[:0], n)
+	c.contextBand = slices.Grow(c.contextBand[:0], n)
+	c.fallback = slices.Grow(c.fallback[:0], n)
+	c.partial = slices.Grow(c.partial[:0], n)
+	c.configVersion = slices.Grow(c.configVersion[:0], n)
+	c.configSource = slices.Grow(c.configSource[:0], n)
+	c.budgets = slices.Grow(c.budgets[:0], n)
+	c.shadowBuckets = slices.Grow(c.shadowBuckets[:0], n)
+	c.shadowLimited = slices.Grow(c.shadowLimited[:0], n)
+	c.shadowReason = slices.Grow(c.shadowReason[:0], n)
+	c.shadowLimitPath = slices.Grow(c.shadowLimitPath[:0], n)
+	c.shadowLimitDim = slices.Grow(c.shadowLimitDim[:0], n)
+	c.shadowNeeded = slices.Grow(c.shadowNeeded[:0], n)
+	c.shadowAvailable = slices.Grow(c.shadowAvailable[:0], n)
+	c.httpStatus = slices.Grow(c.httpStatus[:0], n)
+	c.provider = slices.Grow(c.provider[:0], n)
+	c.deployment = slices.Grow(c.deployment[:0], n)
+	c.model = slices.Grow(c.model[:0], n)
+	c.estInputTokens = slices.Grow(c.estInputTokens[:0], n)
+	c.estOutputTokens = slices.Grow(c.estOutputTokens[:0], n)
+	c.estCachedInputTokens = slices.Grow(c.estCachedInputTokens[:0], n)
+	c.estSpendMicros = slices.Grow(c.estSpendMicros[:0], n)
+	c.inputTokens = slices.Grow(c.inputTokens[:0], n)
+	c.outputTokens = slices.Grow(c.outputTokens[:0], n)
+	c.cachedInputTokens = slices.Grow(c.cachedInputTokens[:0], n)
+	c.spendMicros = slices.Grow(c.spendMicros[:0], n)
+	c.queueMs = slices.Grow(c.queueMs[:0], n)
+	c.firstByteMs = slices.Grow(c.firstByteMs[:0], n)
+	c.totalMs = slices.Grow(c.totalMs[:0], n)
+	c.attempts = slices.Grow(c.attempts[:0], n)
+	c.streaming = slices.Grow(c.streaming[:0], n)
+	c.borrowed = slices.Grow(c.borrowed[:0], n)
+	c.payload = slices.Grow(c.payload[:0], n)
+	c.decodeError = slices.Grow(c.decodeError[:0], n)
 }
 
 // add appends one row.
@@ -234,13 +239,19 @@ func (c *eventCols) slices() []any {
 }
 
 // appendTo appends every column to batch b, each driver column reserved
-// to the batch's size first (reserveColumn).
-func (c *eventCols) appendTo(b driver.Batch) error {
+// to the batch's size first (reserveColumn), in the memory of mem (the
+// driver columns of a batch sent before, keepColumns; nil: fresh memory).
+// mem's memory belongs to b from here on.
+func (c *eventCols) appendTo(b driver.Batch, mem []reflect.Value) error {
 	cols := b.Columns()
 	for i, s := range c.slices() {
 		if i < len(cols) {
 			rows, bytes := colSize(s)
-			reserveColumn(cols[i], rows, bytes)
+			var spare reflect.Value
+			if i < len(mem) {
+				spare = mem[i]
+			}
+			reserveColumnIn(cols[i], rows, bytes, spare)
 		}
 		if err := b.Column(i).Append(s); err != nil {
 			return fmt.Errorf("column %s: %w", eventColumns[i], err)
@@ -280,32 +291,118 @@ func colSize(s any) (rows, bytes int) {
 // TestReserveEventColumns fails on such an upgrade. Reserving changes
 // capacity, never contents, so the rows sent are the same either way.
 func reserveColumn(col column.Interface, rows, bytes int) bool {
-	v := reflect.ValueOf(col)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	f := v.Elem().FieldByName("col")
+	return reserveColumnIn(col, rows, bytes, reflect.Value{})
+}
+
+// reserveColumnIn is reserveColumn in the memory of spare when it can:
+// spare is the ch-go column of a batch sent before (keepColumns), whose
+// slices the empty column takes over (emptied) before growing them, so
+// that batch after batch reuses the same memory instead of allocating
+// ~136 MB per 100,000 rows and having GC collect it. A spare of another
+// type, or an invalid one, is ignored.
+func reserveColumnIn(col column.Interface, rows, bytes int, spare reflect.Value) bool {
+	f := chColumn(col)
 	if !f.IsValid() {
 		return false
 	}
-	// An unexported field cannot be set through reflect; the same memory
-	// seen through NewAt can.
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	if spare.IsValid() && spare.Type() != f.Type() {
+		spare = reflect.Value{}
+	}
 	switch f.Kind() {
 	case reflect.Slice:
-		f.Grow(rows)
+		growIn(f, spare, rows)
 		return true
 	case reflect.Struct:
 		buf, pos := f.FieldByName("Buf"), f.FieldByName("Pos")
 		if buf.IsValid() && pos.IsValid() && buf.Type() == reflect.TypeFor[[]byte]() && pos.Kind() == reflect.Slice {
-			buf.Grow(bytes)
-			pos.Grow(rows)
+			growIn(buf, fieldOf(spare, "Buf"), bytes)
+			growIn(pos, fieldOf(spare, "Pos"), rows)
 			return true
 		}
 		if data := f.FieldByName("Data"); data.IsValid() && data.Kind() == reflect.Slice {
-			data.Grow(rows)
+			growIn(data, fieldOf(spare, "Data"), rows)
 			return true
 		}
 	}
 	return false
+}
+
+// chColumn returns the ch-go column behind driver column col (its
+// unexported field "col"), settable, or an invalid value when col does
+// not look like that.
+func chColumn(col column.Interface) reflect.Value {
+	v := reflect.ValueOf(col)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	f := v.Elem().FieldByName("col")
+	if !f.IsValid() {
+		return reflect.Value{}
+	}
+	// An unexported field cannot be set through reflect; the same memory
+	// seen through NewAt can.
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+}
+
+func fieldOf(v reflect.Value, name string) reflect.Value {
+	if !v.IsValid() || v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	return v.FieldByName(name)
+}
+
+// growIn makes empty slice s take n more elements, in spare's memory when
+// spare is a slice of its type (emptied first; grown if too small).
+func growIn(s, spare reflect.Value, n int) {
+	if spare.IsValid() && spare.Kind() == reflect.Slice && spare.Type() == s.Type() && s.Len() == 0 {
+		s.Set(spare.Slice(0, 0))
+	}
+	s.Grow(n)
+}
+
+// keepColumns returns the ch-go columns of batch b, for the next batch's
+// appendTo to reuse their memory. Call it only once b is done with them
+// (after Send or Abort returned): the next batch overwrites them.
+func keepColumns(b driver.Batch) []reflect.Value {
+	cols := b.Columns()
+	mem := make([]reflect.Value, len(cols))
+	for i, col := range cols {
+		if f := chColumn(col); f.IsValid() {
+			mem[i] = reflect.ValueOf(f.Interface()) // a copy: the slices, not the old column
+		}
+	}
+	return mem
+}
+
+// colMem is an inserter's driver-column memory between batches: the
+// memory of batches sent, for the next ones to fill. A batch takes one
+// set before its fill and gives its own back after its send, so no two
+// batches ever share memory; prepare and a send can run at once, hence
+// the lock.
+type colMem struct {
+	mu   sync.Mutex
+	sets [][]reflect.Value
+}
+
+// take returns a set of column memory, or nil when none is free.
+func (m *colMem) take() []reflect.Value {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sets) == 0 {
+		return nil
+	}
+	set := m.sets[len(m.sets)-1]
+	m.sets = m.sets[:len(m.sets)-1]
+	return set
+}
+
+// give keeps batch b's column memory (b sent or aborted). At most two
+// sets are kept: one batch sending and one being filled at a time.
+func (m *colMem) give(b driver.Batch) {
+	set := keepColumns(b)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.sets) < 2 {
+		m.sets = append(m.sets, set)
+	}
 }

@@ -11,9 +11,10 @@ import (
 )
 
 // TestIntegrationReservedColumnsRoundTrip: rows inserted through the
-// sink's insert (driver columns reserved, reserveColumn) read back from
-// 18.16 equal, column for column, the rows given: reserving changes the
-// driver's capacity, not what it sends.
+// sink's insert (driver columns reserved, reserveColumn, in the memory
+// of the batch before, colMem) read back from 18.16 equal, column for
+// column, the rows given: reserving and reusing change the driver's
+// capacity and memory, not what it sends.
 func TestIntegrationReservedColumnsRoundTrip(t *testing.T) {
 	conn := openCH(t)
 	db := testDatabase(t, conn)
@@ -23,8 +24,21 @@ func TestIntegrationReservedColumnsRoundTrip(t *testing.T) {
 	}
 	const n = 3000
 	rows := synthRows(t, n)
-	if err := InsertRows(ctx, conn, db, rows); err != nil {
-		t.Fatalf("insert: %v", err)
+	// Three batches through one inserter, each smaller than the one
+	// before: the second and third fill the driver memory of the batch
+	// before (colMem), so a row left over from it would show here.
+	ins := &chInserter{conn: conn, sql: insertEventsSQL(db), capsSQL: insertCapacitySQL(db)}
+	for _, span := range [][2]int{{0, 1500}, {1500, 2500}, {2500, n}} {
+		ps := make([]pending, 0, span[1]-span[0])
+		for i := span[0]; i < span[1]; i++ {
+			ps = append(ps, pending{row: rows[i]})
+		}
+		if err := ins.insert(ctx, ps); err != nil {
+			t.Fatalf("insert rows %d-%d: %v", span[0], span[1], err)
+		}
+	}
+	if len(ins.mem.sets) == 0 {
+		t.Fatal("no driver memory kept after the inserts: the reuse is not tested")
 	}
 	res, err := conn.Query(ctx, "SELECT "+strings.Join(eventColumns, ", ")+" FROM "+quoteIdent(db)+".events ORDER BY `offset`")
 	if err != nil {

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -137,4 +138,85 @@ func TestReserveColumnRefusesUnknown(t *testing.T) {
 			t.Errorf("%s (%T): reserved, want left alone", typ, col)
 		}
 	}
+}
+
+// TestReserveColumnReusesSpare: a column reserved in the memory of a
+// column of the batch before (reserveColumnIn with keepColumns' copy)
+// takes that memory over, and holds exactly the new batch's rows, as a
+// column filled without reserving does: nothing of the batch before
+// shows, whether the new batch is larger or smaller.
+func TestReserveColumnReusesSpare(t *testing.T) {
+	rows := synthRows(t, 3000)
+	cols := func(rs []Row) *eventCols {
+		var c eventCols
+		for i := range rs {
+			c.add(&rs[i])
+		}
+		return &c
+	}
+	reversed := slices.Clone(rows)
+	slices.Reverse(reversed)
+	sc := &column.ServerContext{Timezone: time.UTC}
+	for _, tc := range []struct {
+		name        string
+		before, now *eventCols
+	}{
+		{"same size", cols(rows), cols(reversed)},
+		{"smaller", cols(rows), cols(reversed[:1000])},
+		{"larger", cols(rows[:1000]), cols(reversed)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prev, now := tc.before.slices(), tc.now.slices()
+			for i, s := range now {
+				name := eventColumns[i]
+				typ := chTypeOf[reflect.TypeOf(s)]
+				newCol := func() column.Interface {
+					col, err := typ.Column(name, sc)
+					if err != nil {
+						t.Fatalf("column %s %s: %v", name, typ, err)
+					}
+					return col
+				}
+				old, plain, reused := newCol(), newCol(), newCol()
+				if _, err := old.Append(prev[i]); err != nil {
+					t.Fatalf("column %s: append the batch before: %v", name, err)
+				}
+				spare := reflect.ValueOf(chColumn(old).Interface())
+				n, bytes := colSize(s)
+				if !reserveColumnIn(reused, n, bytes, spare) {
+					t.Fatalf("column %s (%T): cannot reserve", name, reused)
+				}
+				if tc.name != "larger" && !sameMemory(chColumn(reused), spare) {
+					t.Errorf("column %s: reserved in new memory, want the batch before's", name)
+				}
+				for _, c := range []column.Interface{plain, reused} {
+					if _, err := c.Append(s); err != nil {
+						t.Fatalf("column %s: append: %v", name, err)
+					}
+				}
+				if plain.Rows() != n || reused.Rows() != n {
+					t.Fatalf("column %s: %d rows plain, %d reused, want %d", name, plain.Rows(), reused.Rows(), n)
+				}
+				for r := 0; r < n; r++ {
+					if p, q := plain.Row(r, false), reused.Row(r, false); !reflect.DeepEqual(p, q) {
+						t.Fatalf("column %s row %d: %v reused, %v plain", name, r, q, p)
+					}
+				}
+			}
+		})
+	}
+}
+
+// sameMemory says whether every slice of ch-go column b that holds
+// memory (cap > 0) is where the same slice of a starts.
+func sameMemory(a, b reflect.Value) bool {
+	if a.Kind() == reflect.Slice {
+		return b.Cap() == 0 || a.Pointer() == b.Pointer()
+	}
+	for j := 0; j < b.NumField(); j++ {
+		if f := b.Field(j); f.Kind() == reflect.Slice && f.Cap() > 0 && a.Field(j).Pointer() != f.Pointer() {
+			return false
+		}
+	}
+	return true
 }

@@ -154,6 +154,14 @@ func b2u(b bool) uint8 {
 // fails: a value schemas.Decode rejects becomes a TypeInvalid row, and
 // the second result is false.
 func RowFromRecord(value []byte, pos RecordPos) (Row, bool) {
+	return rowFromRecord(value, string(value), pos)
+}
+
+// rowFromRecord is RowFromRecord with the payload column given: the
+// sink passes value itself seen as a string (sharedString), saving a
+// copy of the largest column per event, since value is a Kafka record's
+// that nothing writes to again.
+func rowFromRecord(value []byte, payload string, pos RecordPos) (Row, bool) {
 	var e schemas.Event
 	logMs := pos.LogTime.UnixMilli()
 	if pos.LogTime.IsZero() {
@@ -162,7 +170,7 @@ func RowFromRecord(value []byte, pos RecordPos) (Row, bool) {
 	r := Row{
 		Topic:   pos.Topic,
 		Offset:  uint64(max(pos.Offset, 0)),
-		Payload: string(value),
+		Payload: payload,
 	}
 	if logMs > 0 {
 		r.LogTimeMs = uint64(logMs)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -309,6 +310,7 @@ type chInserter struct {
 	m        *SinkMetrics // optional: counts rows a retry found already written
 	cols     eventCols    // reused between inserts; insert is never concurrent
 	prepCols eventCols    // prepare's: it may run beside an insert
+	mem      colMem       // the driver columns' memory of batches sent, reused by the next
 
 	// unsettled holds the query ids of the last attempt, when it failed. A
 	// failed insert is not a lost insert: an attempt that timed out after
@@ -322,6 +324,16 @@ type chInserter struct {
 	// a batch given back after it was written (errBatchBefore) has them
 	// settled by the next insert, which then skips its stored rows.
 	written []string
+	// stored is how many rows of the batch being retried events is known
+	// to hold already: found there by a settle, or all of them once its
+	// events insert succeeded. A later settle of the same batch (after a
+	// failed bucket_capacity insert, or a failed insert of the rows the
+	// first settle found missing) counts in RetryRowsWritten only the
+	// rows beyond them, and when all are known it reads no positions: it
+	// only waits for the failed capacity insert to end. Without it every
+	// settle counted the whole batch again (TestIntegrationSinkTimedOutInsertWrittenOnce
+	// at load 17: 340 rows "already written" of 170, none doubled).
+	stored int
 }
 
 // takeUnsettled hands over the attempts a batch given back leaves behind:
@@ -332,11 +344,17 @@ func (c *chInserter) takeUnsettled(written bool) []string {
 	if written {
 		ids = c.written
 	}
-	c.unsettled, c.written = nil, nil
+	c.unsettled, c.written, c.stored = nil, nil, 0
 	return ids
 }
 
-func (c *chInserter) addUnsettled(ids []string) { c.unsettled = append(c.unsettled, ids...) }
+// addUnsettled takes over a given-back batch's attempts. The batch comes
+// back merged with other rows, so what was known stored of it is not
+// carried: the settle counts its stored rows again.
+func (c *chInserter) addUnsettled(ids []string) {
+	c.unsettled = append(c.unsettled, ids...)
+	c.stored = 0
+}
 
 // insertTimeoutFor is how long one insert attempt of n rows may take: a
 // base plus a share per row, so a large batch on a loaded server is not
@@ -348,16 +366,28 @@ func insertTimeoutFor(n int) time.Duration {
 
 func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 	todo := rows
-	if len(c.unsettled) > 0 && c.database != "" {
-		missing, err := c.settle(ctx, rows)
+	switch {
+	case len(c.unsettled) > 0 && c.database != "":
+		check := rows
+		if c.stored >= len(rows) {
+			check = nil // every row is stored: only wait for the failed capacity insert
+		}
+		missing, err := c.settle(ctx, check)
 		if err != nil {
 			return fmt.Errorf("check what the failed insert wrote: %w", err)
 		}
 		c.unsettled = nil
-		if skipped := len(rows) - len(missing); skipped > 0 && c.m != nil {
-			c.m.RetryRowsWritten.Add(float64(skipped))
+		if check != nil {
+			if held := len(rows) - len(missing); held > c.stored {
+				if c.m != nil {
+					c.m.RetryRowsWritten.Add(float64(held - c.stored))
+				}
+				c.stored = held
+			}
 		}
 		todo = missing
+	case len(c.unsettled) == 0:
+		c.stored = 0 // a new batch (or a retry without a check: InsertRows)
 	}
 	c.written = nil
 	if len(todo) > 0 {
@@ -368,6 +398,7 @@ func (c *chInserter) insert(ctx context.Context, rows []pending) error {
 		}
 		c.written = []string{id}
 	}
+	c.stored = len(rows)
 	return c.insertBatchCapacities(ctx, rows)
 }
 
@@ -403,11 +434,11 @@ func (c *chInserter) prepare(ctx context.Context, rows []pending) *preparedInser
 		return p
 	}
 	p.batch = b
-	c.prepCols.reset()
+	c.prepCols.reset(len(rows))
 	for i := range rows {
 		c.prepCols.add(&rows[i].row)
 	}
-	if err := c.prepCols.appendTo(b); err != nil {
+	if err := c.prepCols.appendTo(b, c.mem.take()); err != nil {
 		p.err = fmt.Errorf("append %d rows: %w", len(rows), err)
 	}
 	return p
@@ -427,11 +458,15 @@ func (c *chInserter) insertPrepared(ctx context.Context, rows []pending, p *prep
 	defer stop()
 	t := time.AfterFunc(insertTimeoutFor(len(rows)), p.cancel)
 	defer t.Stop()
-	if err := p.batch.Send(); err != nil {
+	c.stored = 0
+	err := p.batch.Send()
+	c.mem.give(p.batch)
+	if err != nil {
 		c.unsettled = []string{p.id}
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
 	c.written = []string{p.id}
+	c.stored = len(rows)
 	return c.insertBatchCapacities(ctx, rows)
 }
 
@@ -458,15 +493,17 @@ func (c *chInserter) insertEvents(ctx context.Context, queryID string, rows []pe
 	if err != nil {
 		return fmt.Errorf("prepare insert: %w", err)
 	}
-	c.cols.reset()
+	c.cols.reset(len(rows))
 	for i := range rows {
 		c.cols.add(&rows[i].row)
 	}
-	if err := c.cols.appendTo(b); err != nil {
+	if err := c.cols.appendTo(b, c.mem.take()); err != nil {
 		_ = b.Abort()
 		return fmt.Errorf("append %d rows: %w", len(rows), err)
 	}
-	if err := b.Send(); err != nil {
+	err = b.Send()
+	c.mem.give(b)
+	if err != nil {
 		return fmt.Errorf("send %d rows: %w", len(rows), err)
 	}
 	return nil
@@ -777,7 +814,8 @@ func (s *sink) addFetchesLocked(fetches kgo.Fetches) {
 		s.first = time.Now()
 	}
 	base := len(s.buf)
-	s.buf = slices.Grow(s.buf, len(recs))[:base+len(recs)]
+	s.growBufLocked(len(recs))
+	s.buf = s.buf[:base+len(recs)]
 	ok := make([]bool, len(recs))
 	var wg sync.WaitGroup
 	chunk := (len(recs) + workers - 1) / workers
@@ -799,8 +837,14 @@ func (s *sink) addFetchesLocked(fetches kgo.Fetches) {
 	}
 }
 
+// decodeRecord maps r to its row. The payload column shares r.Value's
+// bytes instead of copying them (1M events: ~0.6 GB less to allocate
+// and collect): franz-go (without kgo.WithPools, which the sink does not
+// set) never writes to a record's value after handing it out, and the
+// row lives no longer than the pending entry holding r.
 func decodeRecord(r *kgo.Record, ok *bool) Row {
-	row, valid := RowFromRecord(r.Value, RecordPos{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LogTime: r.Timestamp})
+	payload := unsafe.String(unsafe.SliceData(r.Value), len(r.Value))
+	row, valid := rowFromRecord(r.Value, payload, RecordPos{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LogTime: r.Timestamp})
 	*ok = valid
 	return row
 }
@@ -821,6 +865,20 @@ func (s *sink) addLocked(r *kgo.Record) {
 		s.first = time.Now()
 	}
 	s.buf = append(s.buf, pending{row: row, rec: r})
+}
+
+// growBufLocked makes room for n more pending rows of a large poll
+// (addFetchesLocked). The buffer is then sized to the whole batch at once
+// (a poll asks for at most the room left), so it does not regrow by steps
+// while filling (0.27 s of 8.5 per million events before); the buffers
+// go round between the batch filling and the ones in flight (spare). Small
+// polls (a quiet topic) append as before: a whole batch's buffer is 77 MB
+// at 100,000 rows (768 bytes per pending row).
+func (s *sink) growBufLocked(n int) {
+	if cap(s.buf)-len(s.buf) >= n {
+		return
+	}
+	s.buf = slices.Grow(s.buf, max(n, s.batchSize-len(s.buf)))
 }
 
 // flushLocked inserts the whole buffer, retrying with capped exponential

@@ -21,7 +21,7 @@ func BenchmarkSinkRows(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		r := &recs[i%len(recs)]
 		if i%len(recs) == 0 {
-			cols.reset()
+			cols.reset(len(recs))
 		}
 		row, _ := RowFromRecord(r.Value, RecordPos{Topic: "t", Partition: r.Partition, Offset: int64(i), LogTime: time.UnixMilli(r.LogTimeMs)})
 		cols.add(&row)

@@ -153,3 +153,96 @@ func TestIntegrationSettleInsertsOnlyMissing(t *testing.T) {
 		t.Fatalf("copy holds %d rows after a retry of a written batch, want %d", got, n+1)
 	}
 }
+
+// TestIntegrationSettleCountsEachRowOnce: when the retry's settle found
+// the batch (or part of it) written and then the bucket_capacity insert
+// failed, the next retry's settle must not count the same rows again in
+// retry_rows_already_written_total, nor insert any events row. CI saw
+// TestIntegrationSinkTimedOutInsertWrittenOnce count 340 rows of 170 at
+// load 17: its 300 ms timeout also bounds the capacity insert.
+func TestIntegrationSettleCountsEachRowOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		written func(i int) bool // rows the failed first attempt had written
+	}{
+		{"all rows written", func(int) bool { return true }},
+		{"even rows written", func(i int) bool { return i%2 == 0 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn := openCH(t)
+			db := testDatabase(t, conn)
+			ctx := context.Background()
+			if _, err := Migrate(ctx, conn, db); err != nil {
+				t.Fatal(err)
+			}
+			addCopyView(t, conn, db, 0)
+
+			_, raw := sampleEvents(t, "t-"+randSuffix(t))
+			var rows []pending
+			var before []Row
+			caps := 0
+			for i, b := range raw {
+				row, ok := RowFromRecord(b, RecordPos{Topic: "tp", Partition: int32(i % 2), Offset: int64(100 + i), LogTime: time.Now()})
+				if !ok {
+					t.Fatalf("decode sample %d: %s", i, row.DecodeError)
+				}
+				rows = append(rows, pending{row: row})
+				caps += len(row.Capacities)
+				if tc.written(i) {
+					before = append(before, row)
+				}
+			}
+			if caps == 0 {
+				t.Fatal("no sample event has bucket capacities: the capacity insert cannot fail, the test proves nothing")
+			}
+			if err := InsertRows(ctx, conn, db, before); err != nil {
+				t.Fatal(err)
+			}
+
+			reg := prometheus.NewRegistry()
+			m, err := NewSinkMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ins := &chInserter{conn: conn, sql: insertEventsSQL(db), capsSQL: strings.Replace(insertCapacitySQL(db), ".bucket_capacity", ".no_such_table", 1),
+				database: db, m: m, unsettled: []string{newQueryID()}}
+			if err := ins.insert(ctx, rows); err == nil {
+				t.Fatal("insert with a failing bucket_capacity insert succeeded")
+			}
+			ins.capsSQL = insertCapacitySQL(db)
+			if err := ins.insert(ctx, rows); err != nil {
+				t.Fatal(err)
+			}
+			n := uint64(len(rows))
+			if got := gatherCounter(t, reg, "sluice_sink_retry_rows_already_written_total"); got != float64(len(before)) {
+				t.Errorf("retry_rows_already_written_total = %v, want %d (the rows written before the first attempt, once)", got, len(before))
+			}
+			if got, ids := copied(t, conn, db); got != n || ids != n {
+				t.Errorf("copy holds %d rows of %d ids, want %d of %d: a retry inserted events rows twice", got, ids, n, n)
+			}
+			var stored uint64
+			q := "SELECT count() FROM " + quoteIdent(db) + ".bucket_capacity FINAL"
+			if err := conn.QueryRow(ctx, q).Scan(&stored); err != nil {
+				t.Fatal(err)
+			}
+			if stored != uint64(caps) {
+				t.Errorf("bucket_capacity holds %d rows, want %d", stored, caps)
+			}
+		})
+	}
+}
+
+// gatherCounter returns counter name's value on reg (0 when absent).
+func gatherCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
+}
