@@ -366,19 +366,22 @@ func (l *Ledger) visit(sc *scopeState, i int, out []Output, w *pumpWalk) (_ []Ou
 // expiry fell inside the step (after the clock the previous record left),
 // the pump last found it waiting for buckets that would hold it by its
 // expiry (FitMs), it is its class's max wait that ran out (not its
-// deadline, nor a wait it named itself), and it is out of backoff. The ledger sees time only through
-// the log, so when the records that would have woken it stop coming for a
-// while — a broker or machine pause, after which the next record's append
-// time jumps — a refill that fell before the expiry and the expiry itself
+// deadline, nor a wait it named itself), and it is out of backoff. The
+// ledger sees time only through the log, so when the records that would
+// have woken it stop coming for a while — a broker or machine pause, after
+// which the next record's append time jumps — a refill that fell before the expiry and the expiry itself
 // are seen in the same step. Expiring first then refused a waiter that on
 // time would have been granted: an interactive request of
 // TestStackNoisyNeighborRealBroker on a loaded CI machine (a 467 ms gap in
 // the decisions' log time, one of 241 expired). When its buckets hold what
-// it needs now it is granted — never later than twice its max wait after it
-// queued, nor past its deadline less the route's service time; when they do
-// not, it expires. With the log's records on time the expiry step is a Tick at the
-// expiry, and this decides as before but for a refill that lands in the
-// same millisecond.
+// it needs now it is granted — never more than its class's max wait past
+// its expiry, nor past its deadline less the route's service time; when
+// they do not, it expires. With the log's records on time the expiry step
+// is a Tick at the expiry, and this decides as before but for a refill
+// that lands in the same millisecond. After a gap it is exact for the first
+// such waiter; one behind it may take a refill that came after its own
+// expiry (its FitMs was found before the grant ahead of it), within the
+// same bound.
 func (l *Ledger) lateExpiry(r *res) bool {
 	now := l.st.Now
 	if r.ExpireMs <= l.prevNow || r.Flags&fOwnWait != 0 || r.NotBefore > now ||
